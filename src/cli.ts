@@ -1,0 +1,145 @@
+/**
+ * Admin subcommands of `capstan`: thin clients of the admin API (CONTRACT §6) for operators on
+ * the VPS. They read CAPSTAN_URL (default http://127.0.0.1:$CAPSTAN_PORT) and CAPSTAN_ADMIN_TOKEN.
+ * Output is the API's JSON (pretty by default, one line with --json).
+ */
+import { parseArgs } from 'node:util'
+
+type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; needs?: string[] }
+type Args = { positionals: string[]; values: Record<string, string | boolean | undefined> }
+
+const csv = (v: unknown) => (typeof v === 'string' && v.length ? v.split(',').map((x) => x.trim()).filter(Boolean) : undefined)
+const pos = (a: Args, i: number, name: string) => {
+  const v = a.positionals[i]
+  if (!v) throw new UsageError(`missing ${name}`)
+  return encodeURIComponent(v)
+}
+const ws = (a: Args) => {
+  const v = a.values.workspace
+  if (typeof v !== 'string' || !v) throw new UsageError('missing --workspace ID')
+  return encodeURIComponent(v)
+}
+
+class UsageError extends Error {}
+
+const COMMANDS: Record<string, Route> = {
+  'workspaces create': { method: 'POST', path: () => '/workspaces', body: (a) => ({ name: a.values.name, slug: a.values.slug }) },
+  'workspaces list': { method: 'GET', path: () => '/workspaces?per_page=100' },
+  'workspaces get': { method: 'GET', path: (a) => `/workspaces/${pos(a, 0, 'workspace id')}` },
+  'workspaces update': {
+    method: 'PATCH',
+    path: (a) => `/workspaces/${pos(a, 0, 'workspace id')}`,
+    body: (a) => ({ name: a.values.name, status: a.values.status }),
+  },
+  'workspaces policy': {
+    method: 'PATCH',
+    path: (a) => `/workspaces/${pos(a, 0, 'workspace id')}`,
+    body: (a) => ({
+      settings: {
+        sending_policy: {
+          hourly_cap: Number(a.values['hourly-cap']),
+          daily_cap: Number(a.values['daily-cap']),
+          min_gap_seconds: Number(a.values['min-gap']),
+          max_gap_seconds: Number(a.values['max-gap']),
+        },
+      },
+    }),
+  },
+  'keys create': {
+    method: 'POST',
+    path: (a) => `/workspaces/${ws(a)}/keys`,
+    body: (a) => ({ name: a.values.name, scopes: csv(a.values.scopes), expires_at: a.values['expires-at'] }),
+  },
+  'keys list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/keys` },
+  'keys revoke': { method: 'POST', path: (a) => `/keys/${pos(a, 0, 'key id')}/revoke` },
+  'keys remove': { method: 'DELETE', path: (a) => `/keys/${pos(a, 0, 'key id')}` },
+  'audit-log': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/audit-log?per_page=100` },
+  'suppressions add': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/suppressions`, body: (a) => ({ phone: a.values.phone, reason: a.values.reason }) },
+  'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100` },
+  'suppressions remove': { method: 'DELETE', path: (a) => `/workspaces/${ws(a)}/suppressions/${pos(a, 0, 'phone')}` },
+}
+
+export const CLI_HELP = `Admin commands (talk to a running server's admin API; need CAPSTAN_ADMIN_TOKEN, and CAPSTAN_URL unless it is http://127.0.0.1:$CAPSTAN_PORT):
+  capstan workspaces create --name NAME [--slug SLUG]
+  capstan workspaces list | get ID | update ID [--name N] [--status active|inactive]
+  capstan workspaces policy ID --hourly-cap N --daily-cap N --min-gap S --max-gap S
+  capstan keys create --workspace ID --name NAME [--scopes a:b,c:d] [--expires-at ISO]
+  capstan keys list --workspace ID | revoke KEY_ID | remove KEY_ID
+  capstan audit-log --workspace ID
+  capstan suppressions add --workspace ID --phone +E164 [--reason TEXT]
+  capstan suppressions list --workspace ID | remove --workspace ID +E164
+  capstan admin METHOD PATH [JSON]      any admin API call, e.g. capstan admin GET /workspaces
+Add --json for one-line JSON output.`
+
+/** Run an admin subcommand; returns the process exit code, or null when `argv` is not one. */
+export async function runAdminCommand(argv: string[], env: Record<string, string | undefined>): Promise<number | null> {
+  const [group, sub] = argv
+  let route: Route | undefined
+  let rest: string[]
+  if (group === 'admin') {
+    const [method, path, json] = argv.slice(1)
+    if (!method || !path?.startsWith('/')) {
+      console.error('usage: capstan admin METHOD /path [JSON]')
+      return 2
+    }
+    route = { method: method.toUpperCase(), path: () => path, body: json ? () => JSON.parse(json) : undefined }
+    rest = argv.slice(4)
+  } else if (group && COMMANDS[`${group} ${sub}`]) {
+    route = COMMANDS[`${group} ${sub}`]
+    rest = argv.slice(2)
+  } else if (group && COMMANDS[group]) {
+    route = COMMANDS[group]
+    rest = argv.slice(1)
+  } else return null
+
+  let args: Args
+  try {
+    const parsed = parseArgs({
+      args: rest,
+      allowPositionals: true,
+      strict: false,
+      options: { json: { type: 'boolean' } },
+    })
+    args = { positionals: parsed.positionals, values: parsed.values as Args['values'] }
+  } catch (e) {
+    console.error(`capstan: ${(e as Error).message}`)
+    return 2
+  }
+  const token = env.CAPSTAN_ADMIN_TOKEN
+  if (!token) {
+    console.error('capstan: set CAPSTAN_ADMIN_TOKEN to the admin token printed at first start')
+    return 2
+  }
+  const base = (env.CAPSTAN_URL || `http://127.0.0.1:${env.CAPSTAN_PORT || 8080}`).replace(/\/+$/, '')
+  let path: string
+  let body: unknown
+  try {
+    path = route.path(args)
+    body = route.body?.(args)
+  } catch (e) {
+    console.error(`capstan: ${(e as Error).message}\n\n${CLI_HELP}`)
+    return 2
+  }
+  let res: Response
+  try {
+    res = await fetch(`${base}/admin/api${path}`, {
+      method: route.method,
+      headers: { authorization: `Bearer ${token}`, accept: 'application/json', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+      body: body !== undefined ? JSON.stringify(body) : undefined,
+    })
+  } catch (e) {
+    console.error(`capstan: cannot reach ${base} (${(e as Error).message})`)
+    return 1
+  }
+  const text = await res.text()
+  let out = text
+  if (text) {
+    try {
+      out = JSON.stringify(JSON.parse(text), null, args.values.json ? undefined : 2)
+    } catch {
+      // not JSON: print as it came
+    }
+  }
+  if (out) (res.ok ? console.log : console.error)(out)
+  return res.ok ? 0 : 1
+}

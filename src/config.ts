@@ -1,0 +1,91 @@
+/**
+ * CAPSTAN_* environment → one typed, validated config object.
+ *
+ * A bad value stops the start with one line naming the variable (ConfigError). Defaults follow
+ * CONTRACT §0. A `.env` beside the binary is read by `capstan` itself (see loadDotEnv in main.ts),
+ * never by Bun's compile-time autoload.
+ */
+import { join, resolve } from 'node:path'
+
+export type ClamdAddress = { kind: 'unix'; path: string } | { kind: 'tcp'; host: string; port: number }
+
+export interface Config {
+  host: string
+  port: number
+  dataDir: string
+  dbPath: string
+  mediaDir: string
+  adminToken: string | null
+  clamd: ClamdAddress
+  keyRateLimit: number
+  authFailLimit: number
+  rateWindowMs: number
+  trustProxy: boolean
+  logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent'
+  /** Largest non-multipart request body accepted, in bytes (413 above). */
+  maxJsonBytes: number
+  /** Largest multipart request body accepted, in bytes (413 above). */
+  maxUploadBytes: number
+}
+
+export class ConfigError extends Error {}
+
+const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const
+
+function int(env: Record<string, string | undefined>, name: string, def: number, min: number, max: number): number {
+  const raw = env[name]
+  if (raw === undefined || raw === '') return def
+  if (!/^\d+$/.test(raw.trim())) throw new ConfigError(`${name} must be a whole number between ${min} and ${max}`)
+  const n = Number(raw.trim())
+  if (n < min || n > max) throw new ConfigError(`${name} must be a whole number between ${min} and ${max}`)
+  return n
+}
+
+function bool(env: Record<string, string | undefined>, name: string, def: boolean): boolean {
+  const raw = env[name]?.trim().toLowerCase()
+  if (raw === undefined || raw === '') return def
+  if (['1', 'true', 'yes', 'on'].includes(raw)) return true
+  if (['0', 'false', 'no', 'off'].includes(raw)) return false
+  throw new ConfigError(`${name} must be true or false`)
+}
+
+/** Parse `unix:/path` or `tcp://host:port`. */
+export function parseClamd(raw: string): ClamdAddress {
+  if (raw.startsWith('unix:')) {
+    const path = raw.slice(5)
+    if (!path) throw new ConfigError('CAPSTAN_CLAMD must be unix:/path or tcp://host:port')
+    return { kind: 'unix', path }
+  }
+  const m = /^tcp:\/\/([^:/]+|\[[^\]]+\]):(\d{1,5})$/.exec(raw)
+  if (m && Number(m[2]) > 0 && Number(m[2]) < 65536) return { kind: 'tcp', host: m[1]!.replace(/^\[|\]$/g, ''), port: Number(m[2]) }
+  throw new ConfigError('CAPSTAN_CLAMD must be unix:/path or tcp://host:port')
+}
+
+/** Build the config from an environment map (process.env by default). Throws ConfigError. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const dataDir = resolve(env.CAPSTAN_DATA_DIR || './data')
+  const logLevel = (env.CAPSTAN_LOG_LEVEL || 'info').trim().toLowerCase()
+  if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) {
+    throw new ConfigError(`CAPSTAN_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`)
+  }
+  const host = (env.CAPSTAN_HOST || '0.0.0.0').trim()
+  if (!/^[A-Za-z0-9.:\-[\]]+$/.test(host)) throw new ConfigError('CAPSTAN_HOST must be a host name or IP address')
+  const adminToken = env.CAPSTAN_ADMIN_TOKEN?.trim() || null
+  if (adminToken !== null && adminToken.length < 16) throw new ConfigError('CAPSTAN_ADMIN_TOKEN must be at least 16 characters')
+  return {
+    host,
+    port: int(env, 'CAPSTAN_PORT', 8080, 0, 65535),
+    dataDir,
+    dbPath: join(dataDir, 'capstan.db'),
+    mediaDir: join(dataDir, 'media'),
+    adminToken,
+    clamd: parseClamd((env.CAPSTAN_CLAMD || 'unix:/var/run/clamav/clamd.ctl').trim()),
+    keyRateLimit: int(env, 'CAPSTAN_KEY_RATE_LIMIT', 60, 1, 10_000_000),
+    authFailLimit: int(env, 'CAPSTAN_AUTH_FAIL_LIMIT', 120, 1, 10_000_000),
+    rateWindowMs: int(env, 'CAPSTAN_RATE_WINDOW_SECONDS', 60, 1, 86_400) * 1000,
+    trustProxy: bool(env, 'CAPSTAN_TRUST_PROXY', false),
+    logLevel: logLevel as Config['logLevel'],
+    maxJsonBytes: int(env, 'CAPSTAN_MAX_JSON_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
+    maxUploadBytes: int(env, 'CAPSTAN_MAX_UPLOAD_BYTES', 64 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
+  }
+}

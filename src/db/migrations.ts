@@ -1,0 +1,6 @@
+/** The forward-only migration list, embedded into the binary as text imports. */
+import m0001 from '../../migrations/0001_init.sql' with { type: 'text' }
+
+export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
+  { version: 1, name: '0001_init', sql: m0001 },
+]

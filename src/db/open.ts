@@ -1,0 +1,41 @@
+/**
+ * Opening the database: pragmas (busy_timeout first, then WAL, durable commits, foreign keys)
+ * and the forward-only migrations, applied in one transaction and recorded in `migrations`.
+ */
+import { Database } from 'bun:sqlite'
+import { mkdirSync } from 'node:fs'
+import { dirname } from 'node:path'
+import { MIGRATIONS } from './migrations'
+
+/** Open (creating if needed) the SQLite file with Capstan's pragmas. */
+export function openDatabase(path: string): Database {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 })
+  const db = new Database(path, { create: true, strict: true })
+  db.run('PRAGMA busy_timeout = 5000')
+  db.run('PRAGMA journal_mode = WAL')
+  // FULL: a commit is fsynced before it returns, so a 201/202 is only sent for durable writes.
+  db.run('PRAGMA synchronous = FULL')
+  db.run('PRAGMA foreign_keys = ON')
+  db.run('PRAGMA temp_store = MEMORY')
+  db.run('PRAGMA cache_size = -32000')
+  return db
+}
+
+/** Apply every migration newer than the recorded version; returns the versions applied. */
+export function migrate(db: Database): number[] {
+  db.run(`CREATE TABLE IF NOT EXISTS migrations (
+    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT`)
+  const row = db.query('SELECT MAX(version) AS v FROM migrations').get() as { v: number | null }
+  const current = row.v ?? 0
+  const pending = MIGRATIONS.filter((m) => m.version > current)
+  if (pending.length === 0) return []
+  const known = Math.max(...MIGRATIONS.map((m) => m.version))
+  if (current > known) throw new Error(`database schema version ${current} is newer than this binary (${known})`)
+  db.transaction(() => {
+    for (const m of pending) {
+      db.run(m.sql)
+      db.query('INSERT INTO migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, Date.now())
+    }
+  }).immediate()
+  return pending.map((m) => m.version)
+}

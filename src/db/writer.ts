@@ -1,0 +1,76 @@
+/**
+ * Group commit: every write of the API goes through `write(fn)`.
+ *
+ * Writes requested in the same turn of the event loop run one after another inside one
+ * `BEGIN IMMEDIATE` transaction, each in its own SAVEPOINT (a write that throws is rolled back
+ * alone), and one COMMIT — one fsync — makes them all durable. Only then are their promises
+ * resolved, so a response is never sent for a write that could still be lost. `fn` must be
+ * synchronous and must not do slow I/O: it runs while the batch's transaction is open.
+ */
+import type { Database } from 'bun:sqlite'
+
+interface Pending {
+  fn: () => unknown
+  resolve: (value: any) => void
+  reject: (error: unknown) => void
+}
+
+export class Writer {
+  private queue: Pending[] = []
+  private scheduled = false
+
+  constructor(private readonly db: Database) {}
+
+  /** Run `fn` in the next batch; resolves with its result once the batch is committed. */
+  write<T>(fn: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.queue.push({ fn, resolve, reject })
+      if (!this.scheduled) {
+        this.scheduled = true
+        setImmediate(() => this.flush())
+      }
+    })
+  }
+
+  /** Run `fn` in its own transaction right now (admin paths, jobs). */
+  now<T>(fn: () => T): T {
+    return this.db.transaction(fn).immediate()
+  }
+
+  private flush(): void {
+    const batch = this.queue
+    this.queue = []
+    this.scheduled = false
+    if (batch.length === 0) return
+    const results: { ok: boolean; value: unknown }[] = []
+    try {
+      this.db.run('BEGIN IMMEDIATE')
+      for (const item of batch) {
+        this.db.run('SAVEPOINT w')
+        try {
+          const value = item.fn()
+          this.db.run('RELEASE w')
+          results.push({ ok: true, value })
+        } catch (error) {
+          this.db.run('ROLLBACK TO w')
+          this.db.run('RELEASE w')
+          results.push({ ok: false, value: error })
+        }
+      }
+      this.db.run('COMMIT')
+    } catch (error) {
+      try {
+        this.db.run('ROLLBACK')
+      } catch {
+        // nothing open to roll back
+      }
+      for (const item of batch) item.reject(error)
+      return
+    }
+    batch.forEach((item, i) => {
+      const r = results[i]!
+      if (r.ok) item.resolve(r.value)
+      else item.reject(r.value)
+    })
+  }
+}

@@ -1,0 +1,92 @@
+/**
+ * The caller, loaded once per request, in the order of CONTRACT §1:
+ * failed-auth limit for the client IP → bearer (401) → workspace active (403) → per-key limit
+ * (429, counting every authenticated request) → scope (403) → unreadable body (400).
+ *
+ * Routes declare their scope beside themselves: `{ scope: 'contacts:read' }`. Admin routes
+ * declare `{ admin: true }`; a wrong admin token counts toward the same per-IP failed-auth limit.
+ */
+import { timingSafeEqual } from 'node:crypto'
+import { Elysia } from 'elysia'
+import type { Config } from '../config'
+import type { Scope } from '../modules/keys/model'
+import { type AuthenticatedKey, type KeyService, sha256 } from '../modules/keys/service'
+import type { WorkspaceRow } from '../modules/workspaces/repo'
+import { UNREADABLE } from './body'
+import { adminUnauthenticated, authRateLimited, badRequest, insufficientScope, rateLimited, unauthenticated, workspaceUnavailable } from './errors'
+import { WindowCounter } from './limits'
+import { requestNotes } from './log'
+
+export interface Caller {
+  key: AuthenticatedKey
+  workspace: WorkspaceRow
+}
+
+const BEARER = /^Bearer +(\S+) *$/i
+
+/** The client address: the socket peer, or the left-most X-Forwarded-For entry behind a trusted proxy. */
+export function clientIp(request: Request, server: { requestIP(r: Request): { address: string } | null } | null, trustProxy: boolean): string {
+  if (trustProxy) {
+    const fwd = request.headers.get('x-forwarded-for')
+    const first = fwd?.split(',')[0]?.trim()
+    if (first) return first
+  }
+  return server?.requestIP(request)?.address ?? 'unknown'
+}
+
+export interface AuthOptions {
+  config: Config
+  keys: KeyService
+  /** SHA-256 of the admin token. */
+  adminTokenHash: Uint8Array
+}
+
+export function authPlugin({ config, keys, adminTokenHash }: AuthOptions) {
+  const failures = new WindowCounter(config.authFailLimit, config.rateWindowMs)
+  const perKey = new WindowCounter(config.keyRateLimit, config.rateWindowMs)
+  const limitHeader = String(config.keyRateLimit)
+
+  const ipOf = (request: Request, server: any) => clientIp(request, server, config.trustProxy)
+
+  return new Elysia({ name: 'capstan-auth' }).macro({
+    scope: (scope: Scope) => ({
+      resolve({ request, server, set, body }): { caller: Caller } {
+        const ip = ipOf(request, server)
+        if (failures.exceeded(ip)) throw authRateLimited()
+        const m = BEARER.exec(request.headers.get('authorization') ?? '')
+        const found = m ? keys.authenticate(m[1]!) : null
+        if (!found) {
+          failures.hit(ip)
+          throw unauthenticated()
+        }
+        const note = requestNotes.get(request)
+        if (note) {
+          note.workspaceId = found.workspace.id
+          note.keyId = found.key.keyId
+        }
+        if (found.workspace.status !== 'active') throw workspaceUnavailable()
+        const left = perKey.hit(found.key.id)
+        set.headers['x-ratelimit-limit'] = limitHeader
+        set.headers['x-ratelimit-remaining'] = String(Math.max(0, left))
+        if (left < 0) throw rateLimited()
+        if (!found.key.scopes.has(scope)) throw insufficientScope()
+        if (body === UNREADABLE) throw badRequest()
+        return { caller: found }
+      },
+    }),
+    admin: (enabled: boolean) => ({
+      resolve({ request, server, body }): { operator: true } {
+        if (!enabled) return { operator: true }
+        const ip = ipOf(request, server)
+        if (failures.exceeded(ip)) throw authRateLimited()
+        const m = BEARER.exec(request.headers.get('authorization') ?? '')
+        if (!m || !timingSafeEqual(sha256(m[1]!), adminTokenHash)) {
+          failures.hit(ip)
+          throw adminUnauthenticated()
+        }
+        if (body === UNREADABLE) throw badRequest()
+        return { operator: true }
+      },
+    }),
+  })
+}

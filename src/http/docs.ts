@@ -1,0 +1,111 @@
+/**
+ * OpenAPI descriptions for routes, built from the same schemas that validate input.
+ * `op()` returns an Elysia `detail` object: summary, the required scope (in the text and as
+ * `x-required-scope`), request body in all three accepted encodings, parameters, and the
+ * contract's error responses.
+ */
+import type { Schema } from './schema'
+
+type Json = Record<string, unknown>
+
+const errorSchema = {
+  type: 'object',
+  required: ['message', 'code'],
+  properties: {
+    message: { type: 'string', description: 'Human-readable, never echoes input.' },
+    code: { type: 'string', description: 'Stable snake_case name.' },
+    errors: { type: 'object', additionalProperties: { type: 'array', items: { type: 'string' } }, description: 'On validation_failed: messages keyed by field (dot paths).' },
+  },
+}
+
+const ERROR_TEXT: Record<number, string> = {
+  400: 'bad_request: the request could not be read.',
+  401: 'unauthenticated: "A valid API bearer token is required."',
+  403: 'workspace_unavailable: "The API key workspace is unavailable." or insufficient_scope: "The API key does not have the required scope."',
+  404: 'not_found: the named resource does not exist in this workspace.',
+  409: 'idempotency_conflict / idempotency_in_progress, or a state conflict.',
+  413: 'payload_too_large: the body is over the limit.',
+  422: 'validation_failed (with errors), invalid_idempotency_key, or a refusal code.',
+  429: 'rate_limited: "The API key rate limit has been reached." or auth_rate_limited: "Too many invalid API bearer attempts." No Retry-After.',
+  503: 'scanner_unavailable: the malware scanner cannot be reached.',
+}
+
+export const DOC_COMPONENTS = {
+  securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'cap_<key_id>.<48-character secret>' } },
+  schemas: { Error: errorSchema },
+}
+
+const pageMeta = {
+  type: 'object',
+  properties: { page: { type: 'integer' }, per_page: { type: 'integer' }, total: { type: 'integer' }, last_page: { type: 'integer' } },
+}
+
+export interface OpOptions {
+  summary: string
+  description?: string
+  tag: string
+  scope?: string
+  body?: Schema<any>
+  /** The body may carry files: documented as multipart only for those fields' sake. */
+  query?: Schema<any>
+  params?: string[]
+  /** status → response data schema (wrapped in {data}) or a description only */
+  ok: { status: number; data?: Json; list?: boolean; description: string; headers?: Json }
+  errors?: number[]
+  idempotent?: boolean
+}
+
+export function op(o: OpOptions) {
+  const scopeText = o.scope ? `\n\nRequired scope: \`${o.scope}\`.` : ''
+  const responses: Json = {}
+  const okBody = o.ok.data ? (o.ok.list ? { type: 'object', properties: { data: { type: 'array', items: o.ok.data }, meta: pageMeta } } : { type: 'object', properties: { data: o.ok.data } }) : undefined
+  const rateHeaders = o.scope
+    ? { 'X-RateLimit-Limit': { schema: { type: 'integer' } }, 'X-RateLimit-Remaining': { schema: { type: 'integer' } }, ...(o.ok.headers ?? {}) }
+    : o.ok.headers
+  responses[String(o.ok.status)] = {
+    description: o.ok.description,
+    ...(okBody ? { content: { 'application/json': { schema: okBody } } } : {}),
+    ...(rateHeaders ? { headers: rateHeaders } : {}),
+  }
+  const codes = new Set([...(o.scope ? [401, 403, 429] : []), ...(o.errors ?? [])])
+  for (const c of [...codes].sort()) {
+    responses[String(c)] = { description: ERROR_TEXT[c] ?? 'Error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } }
+  }
+  const parameters: Json[] = []
+  for (const p of o.params ?? []) parameters.push({ name: p, in: 'path', required: true, schema: { type: 'string' } })
+  if (o.query) {
+    const q = o.query.toJsonSchema() as { properties?: Record<string, Json>; required?: string[] }
+    for (const [name, schema] of Object.entries(q.properties ?? {})) {
+      const { description, ...rest } = schema as Json
+      parameters.push({ name, in: 'query', required: q.required?.includes(name) ?? false, schema: rest, ...(description ? { description } : {}) })
+    }
+  }
+  if (o.idempotent) {
+    parameters.push({
+      name: 'Idempotency-Key',
+      in: 'header',
+      required: false,
+      schema: { type: 'string', minLength: 8, maxLength: 255, pattern: '^[A-Za-z0-9._:-]+$' },
+      description: 'Same key and body within 24 h replays the stored response (Idempotency-Replayed: true); a different body answers 409.',
+    })
+  }
+  const detail: Json = {
+    summary: o.summary,
+    description: (o.description ?? '') + scopeText,
+    tags: [o.tag],
+    responses,
+    ...(o.scope ? { security: [{ bearer: [] }], 'x-required-scope': o.scope } : {}),
+    ...(parameters.length ? { parameters } : {}),
+  }
+  if (o.body) {
+    const schema = o.body.toJsonSchema()
+    detail.requestBody = {
+      required: true,
+      content: { 'application/json': { schema }, 'application/x-www-form-urlencoded': { schema }, 'multipart/form-data': { schema } },
+    }
+  }
+  return detail
+}
+
+/** Hidden from the OpenAPI document (admin, health, docs routes). */
+export const hidden = { hide: true } as const

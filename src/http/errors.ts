@@ -1,0 +1,70 @@
+/**
+ * Typed errors and the one mapper that turns them — and Elysia's own PARSE / NOT_FOUND /
+ * VALIDATION codes — into the contract's JSON error body `{message, code, errors?}`.
+ * Messages are fixed texts: no error ever echoes a submitted value, a bearer, a stack or SQL.
+ */
+export type FieldErrors = Record<string, string[]>
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly errors?: FieldErrors,
+  ) {
+    super(message)
+  }
+
+  toBody(): Record<string, unknown> {
+    return this.errors ? { message: this.message, code: this.code, errors: this.errors } : { message: this.message, code: this.code }
+  }
+}
+
+export const MESSAGES = {
+  badRequest: 'Request could not be read.',
+  unauthenticated: 'A valid API bearer token is required.',
+  adminUnauthenticated: 'A valid admin token is required.',
+  workspaceUnavailable: 'The API key workspace is unavailable.',
+  insufficientScope: 'The API key does not have the required scope.',
+  validation: 'The given data was invalid.',
+  rateLimited: 'The API key rate limit has been reached.',
+  authRateLimited: 'Too many invalid API bearer attempts.',
+  payloadTooLarge: 'The request body is too large.',
+  internal: 'Something went wrong on our side. Please try again.',
+} as const
+
+export const badRequest = () => new ApiError(400, 'bad_request', MESSAGES.badRequest)
+export const unauthenticated = () => new ApiError(401, 'unauthenticated', MESSAGES.unauthenticated)
+export const adminUnauthenticated = () => new ApiError(401, 'unauthenticated', MESSAGES.adminUnauthenticated)
+export const workspaceUnavailable = () => new ApiError(403, 'workspace_unavailable', MESSAGES.workspaceUnavailable)
+export const insufficientScope = () => new ApiError(403, 'insufficient_scope', MESSAGES.insufficientScope)
+export const rateLimited = () => new ApiError(429, 'rate_limited', MESSAGES.rateLimited)
+export const authRateLimited = () => new ApiError(429, 'auth_rate_limited', MESSAGES.authRateLimited)
+export const payloadTooLarge = () => new ApiError(413, 'payload_too_large', MESSAGES.payloadTooLarge)
+export const validationFailed = (errors: FieldErrors) => new ApiError(422, 'validation_failed', MESSAGES.validation, errors)
+
+/** 404 naming what was not found: "The connection was not found." */
+export const notFound = (what: string) => new ApiError(404, 'not_found', `The ${what} was not found.`)
+
+/** 409 for a state conflict, with a fixed message. */
+export const conflict = (code: string, message: string) => new ApiError(409, code, message)
+
+/** 422 refusal of a send or upload (recipient_opted_out, connection_offline, ...). */
+export const refused = (code: string, message: string) => new ApiError(422, code, message)
+
+/** Map anything thrown to {status, body}. Unknown errors become a 500 without details. */
+export function toErrorResponse(error: unknown, elysiaCode?: string | number): { status: number; body: Record<string, unknown> } {
+  if (error instanceof ApiError) return { status: error.status, body: error.toBody() }
+  switch (elysiaCode) {
+    case 'NOT_FOUND':
+      return { status: 404, body: { message: 'The route was not found.', code: 'not_found' } }
+    case 'PARSE':
+    case 'INVALID_COOKIE_SIGNATURE':
+      return { status: 400, body: { message: MESSAGES.badRequest, code: 'bad_request' } }
+    case 'VALIDATION':
+      return { status: 422, body: { message: MESSAGES.validation, code: 'validation_failed', errors: { request: ['The request is not valid.'] } } }
+  }
+  const status = (error as { status?: unknown })?.status
+  if (status === 413) return { status: 413, body: payloadTooLarge().toBody() }
+  return { status: 500, body: { message: MESSAGES.internal, code: 'internal_error' } }
+}

@@ -1,0 +1,45 @@
+/** Shared output helpers: ISO times, ids, the list envelope and page/per_page parsing. */
+import { s, validate } from './schema'
+
+/** Milliseconds → ISO-8601 UTC ("2026-11-21T09:00:00.000Z"); null stays null. */
+export const iso = (ms: number | null | undefined): string | null => (ms === null || ms === undefined ? null : new Date(ms).toISOString())
+
+export const uuid = () => crypto.randomUUID()
+
+const ALNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789'
+
+/** A random string over [A-Za-z0-9] (or a custom alphabet) without modulo bias. */
+export function randomString(length: number, alphabet = ALNUM): string {
+  const out: string[] = []
+  const limit = 256 - (256 % alphabet.length)
+  while (out.length < length) {
+    for (const b of crypto.getRandomValues(new Uint8Array(length * 2))) {
+      if (b < limit && out.length < length) out.push(alphabet[b % alphabet.length]!)
+    }
+  }
+  return out.join('')
+}
+
+export const pageQuery = s.object({
+  page: s.integer().range(1, 1_000_000).optional().describe('Page number, from 1.'),
+  per_page: s.integer().range(1, 100).optional().describe('Items per page, 1 to 100 (default 25).'),
+})
+
+export interface Page {
+  page: number
+  perPage: number
+  offset: number
+}
+
+/** Validate page/per_page (422 naming the field) and return the offset. */
+export function readPage(query: Record<string, unknown>): Page {
+  const q = validate(pageQuery, { page: query.page, per_page: query.per_page })
+  const page = q.page ?? 1
+  const perPage = q.per_page ?? 25
+  return { page, perPage, offset: (page - 1) * perPage }
+}
+
+/** The list envelope of CONTRACT §1. */
+export function listEnvelope<T>(data: T[], page: Page, total: number) {
+  return { data, meta: { page: page.page, per_page: page.perPage, total, last_page: Math.max(1, Math.ceil(total / page.perPage)) } }
+}

@@ -1,0 +1,117 @@
+#!/usr/bin/env bun
+/**
+ * The `capstan` command: serve, migrate, version, and the admin subcommands (src/cli.ts).
+ *
+ * A compiled binary reads a `.env` file beside itself (it never overrides variables already set
+ * in the environment); Bun's own compile-time autoload of .env and bunfig.toml is switched off at
+ * build time so a stray file in the working directory cannot change the appliance.
+ */
+import { existsSync, readFileSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { resolveAdminToken } from './admin-token'
+import { systemClock } from './clock'
+import { CLI_HELP, runAdminCommand } from './cli'
+import { ConfigError, loadConfig } from './config'
+import { migrate, openDatabase } from './db/open'
+import { Writer } from './db/writer'
+import { Logger } from './http/log'
+import { buildApp } from './server'
+import { buildServices } from './services'
+import { VERSION } from './version'
+
+const HELP = `capstan ${VERSION} — self-hosted messaging API appliance
+
+usage:
+  capstan serve        run the HTTP API, admin API, docs and scheduler
+  capstan migrate      apply database migrations and exit
+  capstan version      print the version
+
+${CLI_HELP}
+
+Configuration comes from CAPSTAN_* environment variables (see README).`
+
+/** Parse a .env file: KEY=VALUE lines, # comments, optional quotes. Existing variables win. */
+export function loadDotEnv(path: string, env: Record<string, string | undefined> = process.env) {
+  if (!existsSync(path)) return
+  for (const line of readFileSync(path, 'utf8').split(/\r?\n/)) {
+    const m = /^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$/.exec(line)
+    if (!m || line.trimStart().startsWith('#')) continue
+    let value = m[2]!
+    if ((value.startsWith('"') && value.endsWith('"')) || (value.startsWith("'") && value.endsWith("'"))) value = value.slice(1, -1)
+    if (env[m[1]!] === undefined) env[m[1]!] = value
+  }
+}
+
+function fail(message: string): never {
+  console.error(`capstan: ${message}`)
+  process.exit(2)
+}
+
+function configOrExit() {
+  try {
+    return loadConfig()
+  } catch (e) {
+    if (e instanceof ConfigError) fail(e.message)
+    throw e
+  }
+}
+
+async function serve() {
+  const config = configOrExit()
+  const log = new Logger(config.logLevel)
+  const db = openDatabase(config.dbPath)
+  const applied = migrate(db)
+  const admin = resolveAdminToken(db, config.adminToken)
+  if (admin.generated) {
+    process.stdout.write(`Capstan admin token (shown once; only its hash is stored): ${admin.generated}\n`)
+  }
+  const deps = { config, db, writer: new Writer(db), clock: systemClock }
+  const svc = buildServices(deps, log)
+  const app = buildApp({ svc, adminTokenHash: admin.hash })
+  app.listen({ hostname: config.host, port: config.port })
+  log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, migrations_applied: applied })
+
+  let stopping = false
+  const stop = async (signal: string) => {
+    if (stopping) return
+    stopping = true
+    log.info('capstan stopping', { signal })
+    await app.stop()
+    db.close()
+    process.exit(0)
+  }
+  process.on('SIGTERM', () => void stop('SIGTERM'))
+  process.on('SIGINT', () => void stop('SIGINT'))
+}
+
+async function main(argv: string[]) {
+  if (Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:\\~BUN')) loadDotEnv(join(dirname(process.execPath), '.env'))
+  const [command] = argv
+  switch (command) {
+    case 'serve':
+      return serve()
+    case 'migrate': {
+      const config = configOrExit()
+      const db = openDatabase(config.dbPath)
+      const applied = migrate(db)
+      db.close()
+      console.log(applied.length ? `applied migrations ${applied.join(', ')}` : 'database is up to date')
+      return
+    }
+    case 'version':
+    case '--version':
+      console.log(VERSION)
+      return
+    case undefined:
+    case 'help':
+    case '--help':
+    case '-h':
+      console.log(HELP)
+      return
+  }
+  const code = await runAdminCommand(argv, process.env)
+  if (code === null) fail(`unknown command "${command}"; run \`capstan help\``)
+  process.exit(code)
+}
+
+if (import.meta.main) await main(process.argv.slice(2))

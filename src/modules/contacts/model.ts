@@ -1,0 +1,15 @@
+/** Contact input schemas (spec §2, CONTRACT §2). */
+import { s } from '../../http/schema'
+
+export const E164 = /^\+[1-9][0-9]{6,14}$/
+export const CONSENT = ['unknown', 'opted_in', 'opted_out'] as const
+export type Consent = (typeof CONSENT)[number]
+
+export const phoneField = () => s.string().pattern(E164, 'must be an E.164 phone number such as +14155550100')
+
+export const upsertContactBody = s.object({
+  phone: phoneField().describe('E.164 phone number; the upsert key.', '+14155550100'),
+  name: s.string().length(0, 255).nullable().optional().describe('Display name for the team.', 'Ada Lovelace'),
+  consent_status: s.string().oneOf(CONSENT).optional().describe('Changes the stored consent only when sent; opted_in is recorded in the consent ledger with the API key as source.'),
+  metadata: s.metadata().optional().describe('Your own key/value fields (string, number or boolean values; at most 50 keys). When sent, replaces the stored object.', { plan: 'pro' }),
+})

@@ -1,0 +1,69 @@
+/** Contact and consent ledger SQL. */
+import type { Database } from 'bun:sqlite'
+
+export interface ContactRow {
+  id: string
+  workspace_id: string
+  phone: string
+  name: string | null
+  consent_status: 'unknown' | 'opted_in' | 'opted_out'
+  metadata: string
+  created_at: number
+  updated_at: number
+  last_activity_at: number
+}
+
+export class ContactRepo {
+  private byPhone
+  private byId
+  private insertStmt
+  private updateStmt
+  private touchStmt
+  private consentStmt
+  private ledgerStmt
+  private listStmt
+  private countStmt
+
+  constructor(db: Database) {
+    this.byPhone = db.query<ContactRow, [string, string]>('SELECT * FROM contacts WHERE workspace_id = ? AND phone = ?')
+    this.byId = db.query<ContactRow, [string, string]>('SELECT * FROM contacts WHERE workspace_id = ? AND id = ?')
+    this.insertStmt = db.query(
+      'INSERT INTO contacts (id, workspace_id, phone, name, consent_status, metadata, created_at, updated_at, last_activity_at) VALUES ($id, $workspace_id, $phone, $name, $consent_status, $metadata, $created_at, $updated_at, $last_activity_at)',
+    )
+    this.updateStmt = db.query('UPDATE contacts SET name = $name, consent_status = $consent_status, metadata = $metadata, updated_at = $updated_at, last_activity_at = $last_activity_at WHERE id = $id')
+    this.touchStmt = db.query('UPDATE contacts SET last_activity_at = MAX(last_activity_at, ?) WHERE id = ?')
+    this.consentStmt = db.query('UPDATE contacts SET consent_status = ?, updated_at = ?, last_activity_at = MAX(last_activity_at, ?) WHERE id = ?')
+    this.ledgerStmt = db.query('INSERT INTO consent_ledger (workspace_id, contact_id, status, source, at) VALUES (?, ?, ?, ?, ?)')
+    this.listStmt = db.query<ContactRow, [string, number, number]>('SELECT * FROM contacts WHERE workspace_id = ? ORDER BY last_activity_at DESC, rowid DESC LIMIT ? OFFSET ?')
+    this.countStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM contacts WHERE workspace_id = ?')
+  }
+
+  getByPhone(workspaceId: string, phone: string) {
+    return this.byPhone.get(workspaceId, phone)
+  }
+  get(workspaceId: string, id: string) {
+    return this.byId.get(workspaceId, id)
+  }
+  insert(row: ContactRow) {
+    this.insertStmt.run(row as any)
+  }
+  update(row: ContactRow) {
+    this.updateStmt.run({ id: row.id, name: row.name, consent_status: row.consent_status, metadata: row.metadata, updated_at: row.updated_at, last_activity_at: row.last_activity_at } as any)
+  }
+  /** Record activity (a message in or out) without changing the contact's fields. */
+  touch(id: string, at: number) {
+    this.touchStmt.run(at, id)
+  }
+  setConsent(id: string, status: string, at: number) {
+    this.consentStmt.run(status, at, at, id)
+  }
+  ledger(workspaceId: string, contactId: string, status: string, source: string, at: number) {
+    this.ledgerStmt.run(workspaceId, contactId, status, source, at)
+  }
+  list(workspaceId: string, limit: number, offset: number) {
+    return this.listStmt.all(workspaceId, limit, offset)
+  }
+  count(workspaceId: string) {
+    return this.countStmt.get(workspaceId)!.n
+  }
+}

@@ -1,0 +1,73 @@
+/** GET /api/v1/contacts and POST /api/v1/contacts (upsert by phone). */
+import { Elysia } from 'elysia'
+import type { authPlugin } from '../../http/auth'
+import { op } from '../../http/docs'
+import { listEnvelope, pageQuery, readPage } from '../../http/format'
+import { validate } from '../../http/schema'
+import type { Services } from '../../services'
+import { CONSENT, upsertContactBody } from './model'
+
+export const contactDoc = {
+  type: 'object',
+  properties: {
+    id: { type: 'string', format: 'uuid' },
+    phone: { type: 'string', example: '+14155550100' },
+    name: { type: ['string', 'null'] },
+    consent_status: { type: 'string', enum: [...CONSENT] },
+    metadata: { type: 'object', additionalProperties: { anyOf: [{ type: 'string' }, { type: 'number' }, { type: 'boolean' }] } },
+    created_at: { type: 'string', format: 'date-time' },
+    updated_at: { type: 'string', format: 'date-time' },
+    last_activity_at: { type: 'string', format: 'date-time' },
+  },
+}
+
+export function contactApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
+  const contacts = svc.contacts
+  return new Elysia()
+    .use(auth)
+    .get(
+      '/contacts',
+      ({ caller, query }) => {
+        const page = readPage(query)
+        const { rows, total } = contacts.list(caller.workspace.id, page.perPage, page.offset)
+        return listEnvelope(
+          rows.map((r) => contacts.toPublic(r)),
+          page,
+          total,
+        )
+      },
+      {
+        scope: 'contacts:read',
+        detail: op({
+          summary: 'List contacts',
+          description: 'Newest activity first (creation, update, message out or in).',
+          tag: 'Contacts',
+          scope: 'contacts:read',
+          query: pageQuery,
+          ok: { status: 200, data: contactDoc, list: true, description: 'A page of contacts.' },
+          errors: [422],
+        }),
+      },
+    )
+    .post(
+      '/contacts',
+      async ({ caller, body, set }) => {
+        const input = validate(upsertContactBody, body)
+        const { row, created } = await contacts.upsert(caller.workspace.id, input, `api_key:${caller.key.keyId}`)
+        set.status = created ? 201 : 200
+        return { data: contacts.toPublic(row) }
+      },
+      {
+        scope: 'contacts:write',
+        detail: op({
+          summary: 'Create or update a contact by phone',
+          description: 'Upsert keyed by the E.164 phone: 201 when created, 200 when updated. consent_status changes only when sent.',
+          tag: 'Contacts',
+          scope: 'contacts:write',
+          body: upsertContactBody,
+          ok: { status: 201, data: contactDoc, description: 'Created (200 with the same body when an existing contact was updated).' },
+          errors: [400, 413, 422],
+        }),
+      },
+    )
+}

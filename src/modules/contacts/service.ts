@@ -1,0 +1,78 @@
+/** Contacts: upsert by phone, consent changes recorded in the ledger, newest activity first. */
+import type { Deps } from '../../deps'
+import { iso, uuid } from '../../http/format'
+import type { Consent } from './model'
+import { ContactRepo, type ContactRow } from './repo'
+
+export interface UpsertInput {
+  phone: string
+  name?: string | null
+  consent_status?: Consent
+  metadata?: Record<string, string | number | boolean>
+}
+
+export class ContactService {
+  readonly repo: ContactRepo
+
+  constructor(private readonly deps: Deps) {
+    this.repo = new ContactRepo(deps.db)
+  }
+
+  toPublic(row: ContactRow) {
+    return {
+      id: row.id,
+      phone: row.phone,
+      name: row.name,
+      consent_status: row.consent_status,
+      metadata: JSON.parse(row.metadata) as Record<string, unknown>,
+      created_at: iso(row.created_at),
+      updated_at: iso(row.updated_at),
+      last_activity_at: iso(row.last_activity_at),
+    }
+  }
+
+  /**
+   * Create or update the contact with this phone; must run inside a write. Consent changes only
+   * when `consent_status` is given, and each change is written to the ledger with `source`.
+   */
+  upsertInTx(workspaceId: string, input: UpsertInput, source: string): { row: ContactRow; created: boolean } {
+    const now = this.deps.clock.now()
+    const existing = this.repo.getByPhone(workspaceId, input.phone)
+    if (!existing) {
+      const row: ContactRow = {
+        id: uuid(),
+        workspace_id: workspaceId,
+        phone: input.phone,
+        name: input.name ?? null,
+        consent_status: input.consent_status ?? 'unknown',
+        metadata: JSON.stringify(input.metadata ?? {}),
+        created_at: now,
+        updated_at: now,
+        last_activity_at: now,
+      }
+      this.repo.insert(row)
+      if (input.consent_status && input.consent_status !== 'unknown') this.repo.ledger(workspaceId, row.id, row.consent_status, source, now)
+      return { row, created: true }
+    }
+    const row: ContactRow = {
+      ...existing,
+      name: input.name !== undefined ? input.name : existing.name,
+      consent_status: input.consent_status ?? existing.consent_status,
+      metadata: input.metadata !== undefined ? JSON.stringify(input.metadata) : existing.metadata,
+      updated_at: now,
+      last_activity_at: Math.max(existing.last_activity_at, now),
+    }
+    this.repo.update(row)
+    if (input.consent_status && input.consent_status !== existing.consent_status) this.repo.ledger(workspaceId, row.id, row.consent_status, source, now)
+    return { row, created: false }
+  }
+
+  /** POST /contacts: upsert as one durable write. */
+  upsert(workspaceId: string, input: UpsertInput, source: string) {
+    return this.deps.writer.write(() => this.upsertInTx(workspaceId, input, source))
+  }
+
+  list(workspaceId: string, limit: number, offset: number) {
+    return { rows: this.repo.list(workspaceId, limit, offset), total: this.repo.count(workspaceId) }
+  }
+}

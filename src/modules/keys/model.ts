@@ -1,0 +1,24 @@
+/** API key scopes (spec §5) and admin input schemas. */
+import { s } from '../../http/schema'
+
+export const ALL_SCOPES = [
+  'contacts:read',
+  'contacts:write',
+  'messages:write',
+  'messages:read',
+  'media:read',
+  'groups:read',
+  'groups:send',
+  'templates:read',
+  'templates:write',
+  'campaigns:read',
+  'campaigns:write',
+  'campaigns:send',
+] as const
+export type Scope = (typeof ALL_SCOPES)[number]
+
+export const createKeyBody = s.object({
+  name: s.string().length(1, 100).describe('What the key is for.', 'shop backend'),
+  scopes: s.array(s.string().oneOf(ALL_SCOPES)).max(ALL_SCOPES.length).optional().describe('Scopes to grant; omitted or empty = all twelve, stamped now.'),
+  expires_at: s.string().format('date-time').nullable().optional().describe('When the key stops working (ISO-8601, in the future).'),
+})

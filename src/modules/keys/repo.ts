@@ -1,0 +1,74 @@
+/** API key and audit log SQL. */
+import type { Database } from 'bun:sqlite'
+
+export interface KeyRow {
+  id: string
+  workspace_id: string
+  key_id: string
+  secret_hash: Uint8Array
+  name: string
+  scopes: string
+  status: 'active' | 'revoked'
+  created_at: number
+  expires_at: number | null
+  revoked_at: number | null
+}
+
+export interface AuditRow {
+  id: number
+  workspace_id: string
+  action: string
+  key_id: string | null
+  at: number
+}
+
+export class KeyRepo {
+  private byKeyId
+  private byId
+  private insertStmt
+  private revokeStmt
+  private deleteStmt
+  private listStmt
+  private auditInsert
+  private auditList
+  private auditCount
+
+  constructor(db: Database) {
+    this.byKeyId = db.query<KeyRow, [string]>('SELECT * FROM api_keys WHERE key_id = ?')
+    this.byId = db.query<KeyRow, [string]>('SELECT * FROM api_keys WHERE id = ?')
+    this.insertStmt = db.query(
+      'INSERT INTO api_keys (id, workspace_id, key_id, secret_hash, name, scopes, status, created_at, expires_at, revoked_at) VALUES ($id, $workspace_id, $key_id, $secret_hash, $name, $scopes, $status, $created_at, $expires_at, $revoked_at)',
+    )
+    this.revokeStmt = db.query("UPDATE api_keys SET status = 'revoked', revoked_at = ? WHERE id = ? AND status = 'active'")
+    this.deleteStmt = db.query('DELETE FROM api_keys WHERE id = ?')
+    this.listStmt = db.query<KeyRow, [string]>('SELECT * FROM api_keys WHERE workspace_id = ? ORDER BY created_at DESC, id')
+    this.auditInsert = db.query('INSERT INTO audit_log (workspace_id, action, key_id, at) VALUES (?, ?, ?, ?)')
+    this.auditList = db.query<AuditRow, [string, number, number]>('SELECT * FROM audit_log WHERE workspace_id = ? ORDER BY id DESC LIMIT ? OFFSET ?')
+    this.auditCount = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM audit_log WHERE workspace_id = ?')
+  }
+
+  findByKeyId(keyId: string) {
+    return this.byKeyId.get(keyId)
+  }
+  get(id: string) {
+    return this.byId.get(id)
+  }
+  insert(row: KeyRow) {
+    this.insertStmt.run(row as any)
+  }
+  revoke(id: string, at: number) {
+    return this.revokeStmt.run(at, id).changes > 0
+  }
+  remove(id: string) {
+    this.deleteStmt.run(id)
+  }
+  listForWorkspace(workspaceId: string) {
+    return this.listStmt.all(workspaceId)
+  }
+  audit(workspaceId: string, action: string, keyId: string, at: number) {
+    this.auditInsert.run(workspaceId, action, keyId, at)
+  }
+  auditLog(workspaceId: string, limit: number, offset: number) {
+    return { rows: this.auditList.all(workspaceId, limit, offset), total: this.auditCount.get(workspaceId)!.n }
+  }
+}

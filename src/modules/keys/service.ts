@@ -1,0 +1,131 @@
+/**
+ * API keys: `cap_<key_id>.<48-char secret>`. Only `cap_<key_id>` is stored in clear; the secret
+ * is kept as its SHA-256 (48 random alphanumerics carry ~285 bits, so a fast hash is enough).
+ * Authentication hashes the presented secret and compares in constant time whether or not the
+ * key id exists, so unknown and revoked keys cost the same and answer the same.
+ */
+import { timingSafeEqual } from 'node:crypto'
+import type { Deps } from '../../deps'
+import { conflict, notFound, validationFailed } from '../../http/errors'
+import { iso, randomString, uuid } from '../../http/format'
+import type { WorkspaceRow } from '../workspaces/repo'
+import type { WorkspaceService } from '../workspaces/service'
+import { ALL_SCOPES, type Scope } from './model'
+import { KeyRepo, type KeyRow } from './repo'
+
+const KEY_FORMAT = /^cap_([a-z0-9]{16})\.([A-Za-z0-9]{48})$/
+const DUMMY_HASH = sha256('capstan-dummy-secret-for-constant-time-compare-000')
+
+export function sha256(text: string): Uint8Array {
+  return new Bun.CryptoHasher('sha256').update(text).digest() as Uint8Array
+}
+
+export interface AuthenticatedKey {
+  id: string
+  keyId: string
+  workspaceId: string
+  scopes: ReadonlySet<string>
+}
+
+export class KeyService {
+  readonly repo: KeyRepo
+
+  constructor(
+    private readonly deps: Deps,
+    private readonly workspaces: WorkspaceService,
+  ) {
+    this.repo = new KeyRepo(deps.db)
+  }
+
+  /** Admin shape; never includes the secret or its hash. */
+  toAdmin(row: KeyRow) {
+    return {
+      id: row.id,
+      workspace_id: row.workspace_id,
+      name: row.name,
+      prefix: `cap_${row.key_id}`,
+      scopes: JSON.parse(row.scopes) as string[],
+      status: row.status,
+      created_at: iso(row.created_at),
+      expires_at: iso(row.expires_at),
+      revoked_at: iso(row.revoked_at),
+    }
+  }
+
+  /** Issue a key; returns the record and the plaintext (shown once). */
+  create(workspaceId: string, input: { name: string; scopes?: string[]; expires_at?: string | null }) {
+    const now = this.deps.clock.now()
+    let expiresAt: number | null = null
+    if (input.expires_at) {
+      expiresAt = Date.parse(input.expires_at)
+      if (expiresAt <= now) throw validationFailed({ expires_at: ['The expires_at field must be a time in the future.'] })
+    }
+    // Scopes are stamped now: "all" means the twelve that exist today, in the spec's order.
+    const scopes = input.scopes && input.scopes.length > 0 ? ALL_SCOPES.filter((sc) => input.scopes!.includes(sc)) : [...ALL_SCOPES]
+    const keyId = randomString(16, 'abcdefghijklmnopqrstuvwxyz0123456789')
+    const secret = randomString(48)
+    const row: KeyRow = {
+      id: uuid(),
+      workspace_id: workspaceId,
+      key_id: keyId,
+      secret_hash: sha256(secret),
+      name: input.name,
+      scopes: JSON.stringify(scopes),
+      status: 'active',
+      created_at: now,
+      expires_at: expiresAt,
+      revoked_at: null,
+    }
+    this.deps.writer.now(() => {
+      this.workspaces.get(workspaceId)
+      this.repo.insert(row)
+      this.repo.audit(workspaceId, 'api_key.created', row.id, now)
+    })
+    return { ...this.toAdmin(row), key: `cap_${keyId}.${secret}` }
+  }
+
+  revoke(id: string) {
+    return this.deps.writer.now(() => {
+      const row = this.repo.get(id)
+      if (!row) throw notFound('API key')
+      if (row.status === 'active') {
+        const now = this.deps.clock.now()
+        this.repo.revoke(id, now)
+        this.repo.audit(row.workspace_id, 'api_key.revoked', id, now)
+      }
+      return this.repo.get(id)!
+    })
+  }
+
+  /** Remove a revoked key from the list (409 while it is still active). */
+  remove(id: string) {
+    this.deps.writer.now(() => {
+      const row = this.repo.get(id)
+      if (!row) throw notFound('API key')
+      if (row.status !== 'revoked') throw conflict('key_active', 'Only a revoked key can be removed; revoke it first.')
+      this.repo.remove(id)
+      this.repo.audit(row.workspace_id, 'api_key.removed', id, this.deps.clock.now())
+    })
+  }
+
+  /**
+   * Resolve a bearer token to its key and workspace. Returns null for anything that is not an
+   * active, unexpired key (the caller answers 401), doing the same hashing work every time.
+   */
+  authenticate(token: string): { key: AuthenticatedKey; workspace: WorkspaceRow } | null {
+    const m = KEY_FORMAT.exec(token)
+    if (!m) return null
+    const row = this.repo.findByKeyId(m[1]!)
+    const presented = sha256(m[2]!)
+    const expected = row ? row.secret_hash : DUMMY_HASH
+    const same = timingSafeEqual(presented, expected)
+    if (!row || !same || row.status !== 'active') return null
+    if (row.expires_at !== null && row.expires_at <= this.deps.clock.now()) return null
+    const workspace = this.workspaces.repo.get(row.workspace_id)
+    if (!workspace) return null
+    return {
+      key: { id: row.id, keyId: row.key_id, workspaceId: row.workspace_id, scopes: new Set(JSON.parse(row.scopes) as Scope[]) },
+      workspace,
+    }
+  }
+}

@@ -1,0 +1,54 @@
+/** Admin routes for the suppression list. */
+import { Elysia } from 'elysia'
+import type { authPlugin } from '../../http/auth'
+import { hidden } from '../../http/docs'
+import { listEnvelope, readPage } from '../../http/format'
+import { s, validate } from '../../http/schema'
+import type { Services } from '../../services'
+import { E164, phoneField } from '../contacts/model'
+import { notFound } from '../../http/errors'
+
+const addBody = s.object({ phone: phoneField(), reason: s.string().length(0, 500).nullable().optional() })
+
+export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
+  const sup = svc.suppressions
+  return new Elysia()
+    .use(auth)
+    .post(
+      '/workspaces/:id/suppressions',
+      ({ params, body, set }) => {
+        svc.workspaces.get(params.id)
+        const input = validate(addBody, body)
+        const [row, created] = sup.add(params.id, input.phone, input.reason ?? null)
+        set.status = created ? 201 : 200
+        return { data: sup.toPublic(row) }
+      },
+      { admin: true, detail: hidden },
+    )
+    .get(
+      '/workspaces/:id/suppressions',
+      ({ params, query }) => {
+        svc.workspaces.get(params.id)
+        const page = readPage(query)
+        const { rows, total } = sup.repo.list(params.id, page.perPage, page.offset)
+        return listEnvelope(
+          rows.map((r) => sup.toPublic(r)),
+          page,
+          total,
+        )
+      },
+      { admin: true, detail: hidden },
+    )
+    .delete(
+      '/workspaces/:id/suppressions/:phone',
+      ({ params, set }) => {
+        svc.workspaces.get(params.id)
+        const phone = decodeURIComponent(params.phone)
+        if (!E164.test(phone)) throw notFound('suppression')
+        sup.remove(params.id, phone)
+        set.status = 204
+        return ''
+      },
+      { admin: true, detail: hidden },
+    )
+}

@@ -1,0 +1,40 @@
+/** Workspace input schemas and settings defaults (CONTRACT §2, §3, §6). */
+import { s } from '../../http/schema'
+
+export const DEFAULT_SETTINGS = {
+  sending_policy: { hourly_cap: 60, daily_cap: 500, min_gap_seconds: 3, max_gap_seconds: 12 },
+  message_allowance: null as number | null,
+  media: { retention_days: 30, max_bytes: 16 * 1024 * 1024 },
+}
+export type WorkspaceSettings = typeof DEFAULT_SETTINGS
+
+export const SLUG = /^[a-z0-9]+(?:-[a-z0-9]+)*$/
+
+export const createWorkspaceBody = s.object({
+  name: s.string().length(1, 120).describe('Display name.', 'Acme Store'),
+  slug: s.string().length(1, 64).pattern(SLUG, 'must be lower-case letters, digits and single hyphens').optional().describe('URL-safe name; derived from the name when omitted.'),
+})
+
+export const sendingPolicy = s.object({
+  hourly_cap: s.integer().range(1, 1_000_000).describe('Messages one number may release in any trailing hour.'),
+  daily_cap: s.integer().range(1, 10_000_000).describe('Messages one number may release in any trailing 24 hours.'),
+  min_gap_seconds: s.number().range(0, 86_400).describe('Smallest random gap between two releases of one number.'),
+  max_gap_seconds: s.number().range(0, 86_400).describe('Largest random gap between two releases of one number.'),
+})
+
+export const patchWorkspaceBody = s.object({
+  name: s.string().length(1, 120).optional(),
+  status: s.string().oneOf(['active', 'inactive']).optional(),
+  settings: s
+    .object({
+      sending_policy: sendingPolicy.optional(),
+      message_allowance: s.integer().range(0, 1_000_000_000).nullable().optional().describe('Messages per calendar month (UTC); null = unlimited.'),
+      media: s
+        .object({
+          retention_days: s.integer().range(1, 3650),
+          max_bytes: s.integer().range(1024, 1024 * 1024 * 1024),
+        })
+        .optional(),
+    })
+    .optional(),
+})

@@ -1,0 +1,109 @@
+/** Workspaces: create with a unique slug, read, patch name/status/settings. */
+import type { Deps } from '../../deps'
+import { notFound, validationFailed } from '../../http/errors'
+import { iso, uuid } from '../../http/format'
+import { DEFAULT_SETTINGS, type WorkspaceSettings } from './model'
+import { WorkspaceRepo, type WorkspaceRow } from './repo'
+
+export interface PatchInput {
+  name?: string
+  status?: string
+  settings?: {
+    sending_policy?: WorkspaceSettings['sending_policy']
+    message_allowance?: number | null
+    media?: WorkspaceSettings['media']
+  }
+}
+
+export function slugify(name: string): string {
+  const base = name
+    .normalize('NFKD')
+    .replace(/[\u0300-\u036f]/g, '')
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, 48)
+    .replace(/-+$/g, '')
+  return base || 'workspace'
+}
+
+export class WorkspaceService {
+  readonly repo: WorkspaceRepo
+
+  constructor(private readonly deps: Deps) {
+    this.repo = new WorkspaceRepo(deps.db)
+  }
+
+  /** The settings object with defaults filled in (older rows may miss newer keys). */
+  settings(row: WorkspaceRow): WorkspaceSettings {
+    const stored = JSON.parse(row.settings) as Partial<WorkspaceSettings>
+    return {
+      sending_policy: { ...DEFAULT_SETTINGS.sending_policy, ...stored.sending_policy },
+      message_allowance: stored.message_allowance === undefined ? DEFAULT_SETTINGS.message_allowance : stored.message_allowance,
+      media: { ...DEFAULT_SETTINGS.media, ...stored.media },
+    }
+  }
+
+  /** Public shape (GET /workspace). */
+  toPublic(row: WorkspaceRow) {
+    return { id: row.id, name: row.name, slug: row.slug, status: row.status }
+  }
+
+  /** Admin shape: public fields plus settings and times. */
+  toAdmin(row: WorkspaceRow) {
+    return { ...this.toPublic(row), settings: this.settings(row), created_at: iso(row.created_at), updated_at: iso(row.updated_at) }
+  }
+
+  get(id: string): WorkspaceRow {
+    const row = this.repo.get(id)
+    if (!row) throw notFound('workspace')
+    return row
+  }
+
+  create(input: { name: string; slug?: string }): WorkspaceRow {
+    return this.deps.writer.now(() => {
+      let slug = input.slug
+      if (slug) {
+        if (this.repo.getBySlug(slug)) throw validationFailed({ slug: ['The slug has already been taken.'] })
+      } else {
+        const base = slugify(input.name)
+        slug = base
+        for (let i = 2; this.repo.getBySlug(slug); i++) slug = `${base}-${i}`
+      }
+      const now = this.deps.clock.now()
+      const row: WorkspaceRow = { id: uuid(), name: input.name, slug, status: 'active', settings: JSON.stringify(DEFAULT_SETTINGS), created_at: now, updated_at: now }
+      this.repo.insert(row)
+      return row
+    })
+  }
+
+  patch(id: string, input: PatchInput): WorkspaceRow {
+    const policy = input.settings?.sending_policy
+    if (policy && policy.min_gap_seconds > policy.max_gap_seconds) {
+      throw validationFailed({ 'settings.sending_policy.min_gap_seconds': ['The min_gap_seconds must not be greater than max_gap_seconds.'] })
+    }
+    return this.deps.writer.now(() => {
+      const row = this.get(id)
+      const settings = this.settings(row)
+      if (input.settings?.sending_policy) settings.sending_policy = input.settings.sending_policy
+      if (input.settings && 'message_allowance' in input.settings && input.settings.message_allowance !== undefined) {
+        settings.message_allowance = input.settings.message_allowance
+      }
+      if (input.settings?.media) settings.media = input.settings.media
+      const next: WorkspaceRow = {
+        ...row,
+        name: input.name ?? row.name,
+        status: (input.status as WorkspaceRow['status']) ?? row.status,
+        settings: JSON.stringify(settings),
+        updated_at: this.deps.clock.now(),
+      }
+      this.repo.update(next)
+      return next
+    })
+  }
+
+  list(limit: number, offset: number) {
+    return { rows: this.repo.list(limit, offset), total: this.repo.count() }
+  }
+}
+

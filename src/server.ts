@@ -1,0 +1,122 @@
+/**
+ * Composes the Elysia app: /api/v1, /admin/api, health, the OpenAPI document and its UI.
+ * Owns the parts every route shares: the one body parser, the 413 guard, the error mapper and
+ * the request log line.
+ */
+import { openapi } from '@elysiajs/openapi'
+import { Elysia } from 'elysia'
+import type { Database } from 'bun:sqlite'
+import { docsUi } from './docs/ui'
+import { parseBody } from './http/body'
+import { authPlugin } from './http/auth'
+import { DOC_COMPONENTS, hidden } from './http/docs'
+import { payloadTooLarge, toErrorResponse } from './http/errors'
+import { requestNotes } from './http/log'
+import { contactApiRoutes } from './modules/contacts/routes'
+import { keyAdminRoutes } from './modules/keys/routes'
+import { suppressionAdminRoutes } from './modules/suppressions/routes'
+import { workspaceAdminRoutes, workspaceApiRoutes } from './modules/workspaces/routes'
+import type { Services } from './services'
+import { VERSION } from './version'
+
+export interface ServerParts {
+  svc: Services
+  adminTokenHash: Uint8Array
+  /** Extra readiness probes, e.g. the malware scanner: name → reachable? */
+  probes?: Record<string, () => Promise<boolean>>
+}
+
+const SECURITY_HEADERS = {
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+  'x-frame-options': 'DENY',
+}
+
+function databaseOk(db: Database): boolean {
+  try {
+    return db.query('SELECT 1 AS ok').get() !== null
+  } catch {
+    return false
+  }
+}
+
+export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
+  const { config } = svc.deps
+  const auth = authPlugin({ config, keys: svc.keys, adminTokenHash })
+
+  const api = new Elysia({ prefix: '/api/v1' }).use(workspaceApiRoutes(svc, auth)).use(contactApiRoutes(svc, auth))
+
+  const admin = new Elysia({ prefix: '/admin/api' })
+    .use(workspaceAdminRoutes(svc, auth))
+    .use(keyAdminRoutes(svc, auth))
+    .use(suppressionAdminRoutes(svc, auth))
+
+  return new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes + 64 * 1024 } })
+    .onRequest(({ request, set }) => {
+      requestNotes.set(request, { start: performance.now() })
+      Object.assign(set.headers, SECURITY_HEADERS)
+      const length = Number(request.headers.get('content-length') ?? 0)
+      const multipart = (request.headers.get('content-type') ?? '').toLowerCase().startsWith('multipart/form-data')
+      if (length > (multipart ? config.maxUploadBytes : config.maxJsonBytes)) {
+        set.status = 413
+        set.headers['connection'] = 'close'
+        return payloadTooLarge().toBody()
+      }
+    })
+    .onParse(({ request, contentType }) => parseBody(request, contentType))
+    .onError(({ code, error, set, request }) => {
+      const { status, body } = toErrorResponse(error, code)
+      if (status >= 500) svc.log.error('request failed', { method: request.method, path: new URL(request.url).pathname, error: String((error as Error)?.stack ?? error) })
+      set.status = status
+      set.headers['content-type'] = 'application/json; charset=utf-8'
+      return body
+    })
+    .onAfterResponse(({ request, set, route }) => {
+      if (!svc.log.enabled('info')) return
+      const note = requestNotes.get(request)
+      svc.log.write('info', {
+        msg: 'request',
+        method: request.method,
+        route: route || new URL(request.url).pathname.slice(0, 200),
+        status: typeof set.status === 'number' ? set.status : 200,
+        ms: note ? Math.round((performance.now() - note.start) * 100) / 100 : null,
+        workspace_id: note?.workspaceId ?? null,
+        key_id: note?.keyId ?? null,
+      })
+    })
+    .use(
+      openapi({
+        path: '/openapi',
+        specPath: '/openapi.json',
+        provider: null,
+        documentation: {
+          info: {
+            title: 'Capstan Messaging API',
+            version: VERSION,
+            description:
+              'Workspace-scoped API for sending paced messages through connected numbers, managing contacts and consent, media, the message log and groups. Every request needs `Authorization: Bearer <API key>` and the scope named on each operation.',
+          },
+          servers: [{ url: '/' }],
+          components: DOC_COMPONENTS as any,
+        },
+        exclude: { paths: ['/healthz', '/readyz', '/docs', '/openapi.json'] },
+      }),
+    )
+    .use(docsUi)
+    .get('/healthz', () => ({ status: 'ok' }), { detail: hidden })
+    .get(
+      '/readyz',
+      async ({ set }) => {
+        const database = databaseOk(svc.deps.db)
+        const checks: Record<string, string> = { database: database ? 'ok' : 'unavailable' }
+        for (const [name, probe] of Object.entries(probes)) checks[name] = (await probe().catch(() => false)) ? 'ok' : 'unavailable'
+        if (!database) set.status = 503
+        return { status: database ? 'ok' : 'unavailable', ...checks }
+      },
+      { detail: hidden },
+    )
+    .use(api)
+    .use(admin)
+}
+
+export type App = ReturnType<typeof buildApp>
