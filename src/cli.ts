@@ -22,6 +22,8 @@ const ws = (a: Args) => {
 
 class UsageError extends Error {}
 
+const STRING_OPTIONS = ['name', 'slug', 'status', 'workspace', 'scopes', 'expires-at', 'phone', 'reason', 'hourly-cap', 'daily-cap', 'min-gap', 'max-gap']
+
 const COMMANDS: Record<string, Route> = {
   'workspaces create': { method: 'POST', path: () => '/workspaces', body: (a) => ({ name: a.values.name, slug: a.values.slug }) },
   'workspaces list': { method: 'GET', path: () => '/workspaces?per_page=100' },
@@ -98,7 +100,10 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
       args: rest,
       allowPositionals: true,
       strict: false,
-      options: { json: { type: 'boolean' } },
+      options: {
+        json: { type: 'boolean' },
+        ...Object.fromEntries(STRING_OPTIONS.map((o) => [o, { type: 'string' as const }])),
+      },
     })
     args = { positionals: parsed.positionals, values: parsed.values as Args['values'] }
   } catch (e) {

@@ -1,0 +1,154 @@
+/** The admin API (CONTRACT §6): workspaces, keys, audit log, suppressions, and its token. */
+import { Database } from 'bun:sqlite'
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { join } from 'node:path'
+import { TestServer, newPhone } from './support/server'
+
+const ALL = ['contacts:read', 'contacts:write', 'messages:write', 'messages:read', 'media:read', 'groups:read', 'groups:send', 'templates:read', 'templates:write', 'campaigns:read', 'campaigns:write', 'campaigns:send']
+
+let srv: TestServer
+beforeAll(async () => {
+  srv = await TestServer.start()
+})
+afterAll(() => srv.close())
+
+describe('admin token', () => {
+  test('a wrong or missing admin token is 401 with the admin message', async () => {
+    for (const bearer of [undefined, 'wrong-token', `${'x'.repeat(40)}`]) {
+      const r = await srv.request('GET', '/admin/api/workspaces', bearer === undefined ? {} : { bearer })
+      expect(r.status).toBe(401)
+      expect(r.json).toEqual({ message: 'A valid admin token is required.', code: 'unauthenticated' })
+    }
+  })
+
+  test('an API key is not an admin token', async () => {
+    const { key } = await srv.tenant()
+    expect((await srv.request('GET', '/admin/api/workspaces', { bearer: key })).status).toBe(401)
+  })
+})
+
+describe('workspaces', () => {
+  test('create derives a unique slug, list and get return settings with defaults', async () => {
+    const a = await srv.admin('POST', '/workspaces', { name: 'Ünïcode Shop!' })
+    const b = await srv.admin('POST', '/workspaces', { name: 'Ünïcode Shop!' })
+    expect(a.status).toBe(201)
+    expect(a.json.data.slug).toBe('unicode-shop')
+    expect(b.json.data.slug).toBe('unicode-shop-2')
+    expect(a.json.data.settings).toEqual({
+      sending_policy: { hourly_cap: 60, daily_cap: 500, min_gap_seconds: 3, max_gap_seconds: 12 },
+      message_allowance: null,
+      media: { retention_days: 30, max_bytes: 16777216 },
+    })
+    const got = await srv.admin('GET', `/workspaces/${a.json.data.id}`)
+    expect(got.json.data).toEqual(a.json.data)
+    const list = await srv.admin('GET', '/workspaces?per_page=100')
+    expect(list.json.data.map((w: any) => w.id)).toContain(b.json.data.id)
+    expect(list.json.meta.per_page).toBe(100)
+  })
+
+  test('an explicit slug must be well formed and unique', async () => {
+    const slug = `shop-${crypto.randomUUID().slice(0, 6)}`
+    expect((await srv.admin('POST', '/workspaces', { name: 'S', slug })).json.data.slug).toBe(slug)
+    const dup = await srv.admin('POST', '/workspaces', { name: 'S', slug })
+    expect(dup.status).toBe(422)
+    expect(dup.json.errors.slug).toBeDefined()
+    for (const badSlug of ['Upper', 'two--dashes', '-lead', 'sp ace', '']) {
+      expect((await srv.admin('POST', '/workspaces', { name: 'S', slug: badSlug })).status).toBe(422)
+    }
+    expect((await srv.admin('POST', '/workspaces', {})).json.errors.name).toBeDefined()
+  })
+
+  test('patch changes name, status and settings partially and validates them', async () => {
+    const ws = await srv.workspace()
+    const r = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 10, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 1.5 } } })
+    expect(r.status).toBe(200)
+    expect(r.json.data.settings.sending_policy).toEqual({ hourly_cap: 10, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 1.5 })
+    expect(r.json.data.settings.media).toEqual({ retention_days: 30, max_bytes: 16777216 })
+    const r2 = await srv.admin('PATCH', `/workspaces/${ws.id}`, { name: 'Renamed', settings: { message_allowance: 1000 } })
+    expect(r2.json.data.name).toBe('Renamed')
+    expect(r2.json.data.settings.message_allowance).toBe(1000)
+    expect(r2.json.data.settings.sending_policy.hourly_cap).toBe(10)
+    const r3 = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: null } })
+    expect(r3.json.data.settings.message_allowance).toBeNull()
+    const bad = [
+      { status: 'paused' },
+      { name: '' },
+      { settings: { sending_policy: { hourly_cap: 0, daily_cap: 1, min_gap_seconds: 0, max_gap_seconds: 0 } } },
+      { settings: { sending_policy: { hourly_cap: 1, daily_cap: 1, min_gap_seconds: 5, max_gap_seconds: 1 } } },
+      { settings: { sending_policy: { hourly_cap: 1 } } },
+      { settings: { message_allowance: -1 } },
+      { settings: { media: { retention_days: 0, max_bytes: 10 } } },
+    ]
+    for (const body of bad) expect((await srv.admin('PATCH', `/workspaces/${ws.id}`, body)).status).toBe(422)
+    expect((await srv.admin('GET', `/workspaces/${ws.id}`)).json.data.name).toBe('Renamed')
+    expect((await srv.admin('PATCH', `/workspaces/${crypto.randomUUID()}`, { name: 'x' })).status).toBe(404)
+    expect((await srv.admin('GET', `/workspaces/not-a-uuid`)).status).toBe(404)
+  })
+})
+
+describe('keys', () => {
+  test('a key has the documented format; no scopes means all twelve, stamped; the secret is only shown once', async () => {
+    const ws = await srv.workspace()
+    const r = await srv.admin('POST', `/workspaces/${ws.id}/keys`, { name: 'ci' })
+    expect(r.status).toBe(201)
+    const k = r.json.data
+    expect(k.key).toMatch(/^cap_[a-z0-9]{16}\.[A-Za-z0-9]{48}$/)
+    expect(k.prefix).toBe(k.key.split('.')[0])
+    expect(k.scopes).toEqual(ALL)
+    expect(k.status).toBe('active')
+    const empty = await srv.admin('POST', `/workspaces/${ws.id}/keys`, { name: 'empty', scopes: [] })
+    expect(empty.json.data.scopes).toEqual(ALL)
+    const list = await srv.admin('GET', `/workspaces/${ws.id}/keys`)
+    expect(list.text).not.toContain(k.key.split('.')[1])
+    expect(list.json.data.every((x: any) => x.key === undefined && x.secret_hash === undefined)).toBe(true)
+    // only the hash of the secret is on disk
+    const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+    const dump = JSON.stringify(db.query('SELECT * FROM api_keys').all())
+    db.close()
+    expect(dump).not.toContain(k.key.split('.')[1])
+  })
+
+  test('chosen scopes are kept exactly; unknown scopes, bad names and past expiry are 422', async () => {
+    const ws = await srv.workspace()
+    const r = await srv.admin('POST', `/workspaces/${ws.id}/keys`, { name: 'r', scopes: ['contacts:read', 'groups:send'] })
+    expect(r.json.data.scopes).toEqual(['contacts:read', 'groups:send'])
+    for (const body of [{ name: 'x', scopes: ['admin:all'] }, { name: 'x', scopes: 'contacts:read' }, { name: '' }, {}, { name: 'x', expires_at: '2001-01-01T00:00:00Z' }, { name: 'x', expires_at: 'tomorrow' }]) {
+      expect((await srv.admin('POST', `/workspaces/${ws.id}/keys`, body)).status).toBe(422)
+    }
+    expect((await srv.admin('POST', `/workspaces/${crypto.randomUUID()}/keys`, { name: 'x' })).status).toBe(404)
+  })
+
+  test('revoke, then remove; removing an active key is 409; every step is in the audit log', async () => {
+    const ws = await srv.workspace()
+    const k = await srv.key(ws.id)
+    const early = await srv.admin('DELETE', `/keys/${k.id}`)
+    expect(early.status).toBe(409)
+    expect((await srv.admin('POST', `/keys/${k.id}/revoke`)).json.data.status).toBe('revoked')
+    expect((await srv.admin('DELETE', `/keys/${k.id}`)).status).toBe(204)
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/keys`)).json.data).toEqual([])
+    expect((await srv.admin('POST', `/keys/${k.id}/revoke`)).status).toBe(404)
+    const log = await srv.admin('GET', `/workspaces/${ws.id}/audit-log`)
+    expect(log.json.data.map((e: any) => [e.action, e.key_id])).toEqual([
+      ['api_key.removed', k.id],
+      ['api_key.revoked', k.id],
+      ['api_key.created', k.id],
+    ])
+    for (const e of log.json.data) expect(e.at).toMatch(/Z$/)
+  })
+})
+
+describe('suppressions', () => {
+  test('add (201, then 200 for a repeat), list, remove (204, then 404)', async () => {
+    const ws = await srv.workspace()
+    const phone = newPhone()
+    const a = await srv.admin('POST', `/workspaces/${ws.id}/suppressions`, { phone, reason: 'complaint' })
+    expect(a.status).toBe(201)
+    expect(a.json.data).toMatchObject({ phone, reason: 'complaint' })
+    expect((await srv.admin('POST', `/workspaces/${ws.id}/suppressions`, { phone })).status).toBe(200)
+    expect((await srv.admin('POST', `/workspaces/${ws.id}/suppressions`, { phone: '555' })).status).toBe(422)
+    const list = await srv.admin('GET', `/workspaces/${ws.id}/suppressions`)
+    expect(list.json.data.map((x: any) => x.phone)).toEqual([phone])
+    expect((await srv.admin('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(phone)}`)).status).toBe(204)
+    expect((await srv.admin('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(phone)}`)).status).toBe(404)
+  })
+})

@@ -1,0 +1,159 @@
+/** Authentication, scopes, limits and the order of checks (spec §5, §7, §8; CONTRACT §1). */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { TestServer, newPhone } from './support/server'
+
+const MSG_401 = 'A valid API bearer token is required.'
+const MSG_403_WS = 'The API key workspace is unavailable.'
+const MSG_403_SCOPE = 'The API key does not have the required scope.'
+
+let srv: TestServer
+beforeAll(async () => {
+  srv = await TestServer.start()
+})
+afterAll(() => srv.close())
+
+describe('bearer', () => {
+  test('missing, malformed, unknown, revoked and expired keys give byte-identical 401s', async () => {
+    const { ws, key } = await srv.tenant()
+    const revoked = await srv.key(ws.id)
+    expect((await srv.admin('POST', `/keys/${revoked.id}/revoke`)).status).toBe(200)
+    const expiring = await srv.key(ws.id, undefined, { expires_at: new Date(Date.now() + 1500).toISOString() })
+    expect((await srv.api(expiring.key, 'GET', '/workspace')).status).toBe(200)
+    await Bun.sleep(1600)
+    const [kid] = key.split('.')
+    const variants: (string | undefined)[] = [undefined, '', 'not-a-key', kid, `${kid}.short`, `cap_${'a'.repeat(16)}.${'b'.repeat(48)}`, revoked.key, expiring.key, `${kid}.${'x'.repeat(48)}`]
+    const bodies = new Set<string>()
+    for (const v of variants) {
+      const r = v === undefined ? await srv.request('GET', '/api/v1/workspace') : await srv.api(v, 'GET', '/workspace')
+      expect(r.status).toBe(401)
+      expect(r.json).toEqual({ message: MSG_401, code: 'unauthenticated' })
+      expect(r.headers.get('retry-after')).toBeNull()
+      bodies.add(r.text)
+    }
+    expect(bodies.size).toBe(1)
+    for (const scheme of ['Basic', 'Token']) {
+      const r = await srv.request('GET', '/api/v1/workspace', { headers: { authorization: `${scheme} ${key}` } })
+      expect(r.status).toBe(401)
+    }
+  })
+
+  test('a revoked key is refused on the very next request and stays revoked', async () => {
+    const { ws } = await srv.tenant()
+    const k = await srv.key(ws.id)
+    expect((await srv.api(k.key, 'GET', '/workspace')).status).toBe(200)
+    const rev = await srv.admin('POST', `/keys/${k.id}/revoke`)
+    expect(rev.json.data.status).toBe('revoked')
+    expect((await srv.api(k.key, 'GET', '/workspace')).status).toBe(401)
+    // revoking again changes nothing; it never comes back
+    expect((await srv.admin('POST', `/keys/${k.id}/revoke`)).json.data.status).toBe('revoked')
+    expect((await srv.api(k.key, 'GET', '/workspace')).status).toBe(401)
+  })
+
+  test('the key decides the workspace; X-Workspace-Id is ignored', async () => {
+    const a = await srv.tenant()
+    const b = await srv.tenant()
+    const r = await srv.api(a.key, 'GET', '/workspace', { headers: { 'x-workspace-id': b.ws.id } })
+    expect(r.json.data.id).toBe(a.ws.id)
+    const phone = newPhone()
+    expect((await srv.api(a.key, 'POST', '/contacts', { json: { phone }, headers: { 'x-workspace-id': b.ws.id } })).status).toBe(201)
+    const listA = await srv.api(a.key, 'GET', '/contacts')
+    const listB = await srv.api(b.key, 'GET', '/contacts')
+    expect(listA.json.data.map((c: any) => c.phone)).toEqual([phone])
+    expect(listB.json.data).toEqual([])
+  })
+})
+
+describe('workspace status and scopes', () => {
+  test('an inactive workspace is refused with 403 everywhere, and works again when reactivated', async () => {
+    const { ws, key } = await srv.tenant()
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { status: 'inactive' })
+    for (const [m, p] of [['GET', '/workspace'], ['GET', '/contacts'], ['POST', '/contacts']] as const) {
+      const r = await srv.api(key, m, p, m === 'POST' ? { json: { phone: newPhone() } } : {})
+      expect(r.status).toBe(403)
+      expect(r.json).toEqual({ message: MSG_403_WS, code: 'workspace_unavailable' })
+    }
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { status: 'active' })
+    expect((await srv.api(key, 'GET', '/workspace')).status).toBe(200)
+  })
+
+  test('each foundation route requires its own scope', async () => {
+    const { ws } = await srv.tenant()
+    const cases = [
+      { scope: 'contacts:read', method: 'GET', path: '/workspace' },
+      { scope: 'contacts:read', method: 'GET', path: '/contacts' },
+      { scope: 'contacts:write', method: 'POST', path: '/contacts' },
+    ]
+    for (const c of cases) {
+      const others = (await srv.key(ws.id, ['messages:write', 'groups:read'])).key
+      const r = await srv.api(others, c.method, c.path, c.method === 'POST' ? { json: { phone: newPhone() } } : {})
+      expect(r.status).toBe(403)
+      expect(r.json).toEqual({ message: MSG_403_SCOPE, code: 'insufficient_scope' })
+      const ok = (await srv.key(ws.id, [c.scope])).key
+      expect((await srv.api(ok, c.method, c.path, c.method === 'POST' ? { json: { phone: newPhone() } } : {})).status).toBeLessThan(300)
+    }
+  })
+
+  test('scope is checked before the body: a bad body without the scope is 403, not 422 or 400', async () => {
+    const { ws } = await srv.tenant()
+    const reader = (await srv.key(ws.id, ['contacts:read'])).key
+    expect((await srv.api(reader, 'POST', '/contacts', { json: { phone: 'nope' } })).status).toBe(403)
+    expect((await srv.api(reader, 'POST', '/contacts', { raw: '{oops', headers: { 'content-type': 'application/json' } })).status).toBe(403)
+  })
+
+  test('the bearer is checked before the body: a bad body without a key is 401', async () => {
+    expect((await srv.request('POST', '/api/v1/contacts', { raw: '{oops', headers: { 'content-type': 'application/json' } })).status).toBe(401)
+  })
+
+  test('authenticated responses carry X-RateLimit headers counting down, never Retry-After', async () => {
+    const { key } = await srv.tenant()
+    const r1 = await srv.api(key, 'GET', '/workspace')
+    const r2 = await srv.api(key, 'GET', '/contacts')
+    expect(r1.headers.get('x-ratelimit-limit')).toBe('60')
+    expect(Number(r1.headers.get('x-ratelimit-remaining'))).toBe(59)
+    expect(Number(r2.headers.get('x-ratelimit-remaining'))).toBe(58)
+    expect(r1.headers.get('retry-after')).toBeNull()
+  })
+})
+
+describe('limits (a server with small limits and a short window)', () => {
+  let small: TestServer
+  beforeAll(async () => {
+    small = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '5', CAPSTAN_AUTH_FAIL_LIMIT: '4', CAPSTAN_RATE_WINDOW_SECONDS: '3' } })
+  })
+  afterAll(() => small.close())
+
+  test('per-key limit counts scope failures and answers 429 with the exact message', async () => {
+    const { ws } = await small.tenant()
+    const k = (await small.key(ws.id, ['contacts:read'])).key
+    const statuses: number[] = []
+    for (let i = 0; i < 3; i++) statuses.push((await small.api(k, 'POST', '/contacts', { json: { phone: newPhone() } })).status)
+    for (let i = 0; i < 2; i++) statuses.push((await small.api(k, 'GET', '/workspace')).status)
+    const over = await small.api(k, 'GET', '/workspace')
+    expect(statuses).toEqual([403, 403, 403, 200, 200])
+    expect(over.status).toBe(429)
+    expect(over.json).toEqual({ message: 'The API key rate limit has been reached.', code: 'rate_limited' })
+    expect(over.headers.get('x-ratelimit-remaining')).toBe('0')
+    expect(over.headers.get('retry-after')).toBeNull()
+    // another key of the same workspace has its own budget
+    const other = (await small.key(ws.id)).key
+    expect((await small.api(other, 'GET', '/workspace')).status).toBe(200)
+    await Bun.sleep(3100)
+    expect((await small.api(k, 'GET', '/workspace')).status).toBe(200)
+  }, 30_000)
+
+  test('failed-auth limit per IP: 429 without looking the key up, then recovers', async () => {
+    const { key } = await small.tenant()
+    for (let i = 0; i < 4; i++) expect((await small.api('cap_nothere.x', 'GET', '/workspace')).status).toBe(401)
+    const blocked = await small.api(key, 'GET', '/workspace')
+    expect(blocked.status).toBe(429)
+    expect(blocked.json).toEqual({ message: 'Too many invalid API bearer attempts.', code: 'auth_rate_limited' })
+    expect(blocked.headers.get('retry-after')).toBeNull()
+    // wrong admin tokens are refused the same way while the IP is blocked
+    expect((await small.request('GET', '/admin/api/workspaces', { bearer: 'wrong' })).status).toBe(429)
+    await Bun.sleep(3100)
+    expect((await small.api(key, 'GET', '/workspace')).status).toBe(200)
+    for (let i = 0; i < 4; i++) expect((await small.request('GET', '/admin/api/workspaces', { bearer: 'wrong-admin' })).status).toBe(401)
+    expect((await small.api(key, 'GET', '/workspace')).status).toBe(429)
+    await Bun.sleep(3100)
+  }, 30_000)
+})

@@ -1,0 +1,162 @@
+/** Contacts: upsert, consent ledger, validation of every field, encodings, pagination (spec §2, §4). */
+import { Database } from 'bun:sqlite'
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { join } from 'node:path'
+import { TestServer, newPhone } from './support/server'
+
+let srv: TestServer
+beforeAll(async () => {
+  srv = await TestServer.start()
+})
+afterAll(() => srv.close())
+
+function ledger(contactId: string) {
+  const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+  try {
+    return db.query('SELECT status, source FROM consent_ledger WHERE contact_id = ? ORDER BY id').all(contactId) as { status: string; source: string }[]
+  } finally {
+    db.close()
+  }
+}
+
+describe('upsert', () => {
+  test('201 on create, 200 on update; omitted fields stay; consent changes go to the ledger with the key as source', async () => {
+    const { ws } = await srv.tenant()
+    const k = await srv.key(ws.id, ['contacts:write', 'contacts:read'])
+    const phone = newPhone()
+    const c1 = await srv.api(k.key, 'POST', '/contacts', { json: { phone, name: 'Ada', consent_status: 'opted_in', metadata: { plan: 'pro', seats: 3, vip: true } } })
+    expect(c1.status).toBe(201)
+    expect(c1.json.data).toMatchObject({ phone, name: 'Ada', consent_status: 'opted_in', metadata: { plan: 'pro', seats: 3, vip: true } })
+    for (const f of ['created_at', 'updated_at', 'last_activity_at']) expect(c1.json.data[f]).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
+    const c2 = await srv.api(k.key, 'POST', '/contacts', { json: { phone, name: 'Ada L.' } })
+    expect(c2.status).toBe(200)
+    expect(c2.json.data).toMatchObject({ id: c1.json.data.id, name: 'Ada L.', consent_status: 'opted_in', metadata: { plan: 'pro', seats: 3, vip: true } })
+    const c3 = await srv.api(k.key, 'POST', '/contacts', { json: { phone, consent_status: 'opted_out', metadata: { plan: 'free' } } })
+    expect(c3.json.data).toMatchObject({ name: 'Ada L.', consent_status: 'opted_out', metadata: { plan: 'free' } })
+    const keyId = k.prefix.slice(4)
+    expect(ledger(c1.json.data.id)).toEqual([
+      { status: 'opted_in', source: `api_key:${keyId}` },
+      { status: 'opted_out', source: `api_key:${keyId}` },
+    ])
+    // sending the same consent again records nothing new
+    await srv.api(k.key, 'POST', '/contacts', { json: { phone, consent_status: 'opted_out' } })
+    expect(ledger(c1.json.data.id)).toHaveLength(2)
+  })
+
+  test('urlencoded and multipart bodies with bracket fields work like JSON', async () => {
+    const { key } = await srv.tenant()
+    const p1 = newPhone()
+    const r1 = await srv.api(key, 'POST', '/contacts', { form: { phone: p1, name: 'Form', 'metadata[plan]': 'pro', consent_status: 'opted_in' } })
+    expect(r1.status).toBe(201)
+    expect(r1.json.data).toMatchObject({ phone: p1, name: 'Form', metadata: { plan: 'pro' }, consent_status: 'opted_in' })
+    const fd = new FormData()
+    const p2 = newPhone()
+    fd.set('phone', p2)
+    fd.set('metadata[tier]', 'gold')
+    const r2 = await srv.api(key, 'POST', '/contacts', { multipart: fd })
+    expect(r2.status).toBe(201)
+    expect(r2.json.data).toMatchObject({ phone: p2, metadata: { tier: 'gold' }, consent_status: 'unknown' })
+  })
+
+  test('contacts are isolated per workspace', async () => {
+    const a = await srv.tenant()
+    const b = await srv.tenant()
+    const phone = newPhone()
+    const ca = await srv.api(a.key, 'POST', '/contacts', { json: { phone, name: 'A' } })
+    const cb = await srv.api(b.key, 'POST', '/contacts', { json: { phone, name: 'B' } })
+    expect(ca.status).toBe(201)
+    expect(cb.status).toBe(201)
+    expect(ca.json.data.id).not.toBe(cb.json.data.id)
+  })
+})
+
+describe('validation: 422 naming each bad field, nothing stored, nothing echoed', () => {
+  const bad: [string, Record<string, unknown>, string][] = [
+    ['missing phone', { name: 'x' }, 'phone'],
+    ['phone without +', { phone: '15551234567' }, 'phone'],
+    ['phone with leading 0', { phone: '+0123456789' }, 'phone'],
+    ['phone too short', { phone: '+12' }, 'phone'],
+    ['phone too long', { phone: '+1234567890123456' }, 'phone'],
+    ['phone with spaces', { phone: '+1 555 0100 22' }, 'phone'],
+    ['phone with letters', { phone: '+1555abc1234' }, 'phone'],
+    ['phone as number', { phone: 15551234567 }, 'phone'],
+    ['empty phone', { phone: '' }, 'phone'],
+    ['name not a string', { phone: '+15550001111', name: 12 }, 'name'],
+    ['name too long', { phone: '+15550001111', name: 'n'.repeat(256) }, 'name'],
+    ['consent outside the three', { phone: '+15550001111', consent_status: 'maybe' }, 'consent_status'],
+    ['consent not a string', { phone: '+15550001111', consent_status: true }, 'consent_status'],
+    ['metadata string', { phone: '+15550001111', metadata: 'x' }, 'metadata'],
+    ['metadata array', { phone: '+15550001111', metadata: [1] }, 'metadata'],
+    ['metadata nested', { phone: '+15550001111', metadata: { a: { b: 1 } } }, 'metadata.a'],
+    ['metadata null value', { phone: '+15550001111', metadata: { a: null } }, 'metadata.a'],
+    ['metadata 51 keys', { phone: '+15550001111', metadata: Object.fromEntries(Array.from({ length: 51 }, (_, i) => [`k${i}`, i])) }, 'metadata'],
+  ]
+  for (const [label, body, field] of bad) {
+    test(label, async () => {
+      const { key } = await srv.tenant()
+      const r = await srv.api(key, 'POST', '/contacts', { json: body })
+      expect(r.status).toBe(422)
+      expect(r.json.code).toBe('validation_failed')
+      expect(r.json.message).toBe('The given data was invalid.')
+      expect(Object.keys(r.json.errors)).toContain(field)
+      for (const msgs of Object.values(r.json.errors) as string[][]) for (const m of msgs) expect(typeof m).toBe('string')
+      if (typeof body.phone === 'string' && body.phone.length > 3) expect(r.text).not.toContain(body.phone)
+      expect((await srv.api(key, 'GET', '/contacts')).json.data).toEqual([])
+    })
+  }
+
+  test('every error is listed at once', async () => {
+    const { key } = await srv.tenant()
+    const r = await srv.api(key, 'POST', '/contacts', { json: { phone: 'x', consent_status: 'maybe', metadata: 'm' } })
+    expect(Object.keys(r.json.errors).sort()).toEqual(['consent_status', 'metadata', 'phone'])
+  })
+
+  test('unreadable bodies are 400 with the fixed message', async () => {
+    const { key } = await srv.tenant()
+    for (const [type, raw] of [['application/json', '{"phone":'], ['application/json', '[1,2]'], ['text/plain', 'hello'], ['application/x-www-form-urlencoded', 'a[=1']]) {
+      const r = await srv.api(key, 'POST', '/contacts', { raw, headers: { 'content-type': type } })
+      expect(r.status).toBe(400)
+      expect(r.json).toEqual({ message: 'Request could not be read.', code: 'bad_request' })
+    }
+  })
+
+  test('an oversized body is 413 and nothing is stored', async () => {
+    const { key } = await srv.tenant()
+    const r = await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'x'.repeat(2 * 1024 * 1024) } })
+    expect(r.status).toBe(413)
+    expect(r.json.code).toBe('payload_too_large')
+  })
+})
+
+describe('listing', () => {
+  test('newest activity first with the list envelope', async () => {
+    const { key } = await srv.tenant()
+    const phones = [newPhone(), newPhone(), newPhone()]
+    for (const p of phones) {
+      await srv.api(key, 'POST', '/contacts', { json: { phone: p } })
+      await Bun.sleep(5)
+    }
+    await srv.api(key, 'POST', '/contacts', { json: { phone: phones[0], name: 'touched' } })
+    const r = await srv.api(key, 'GET', '/contacts')
+    expect(r.json.data.map((c: any) => c.phone)).toEqual([phones[0], phones[2], phones[1]])
+    expect(r.json.meta).toEqual({ page: 1, per_page: 25, total: 3, last_page: 1 })
+  })
+
+  test('page and per_page are validated and split the list', async () => {
+    const { key } = await srv.tenant()
+    for (let i = 0; i < 5; i++) await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone() } })
+    for (const q of ['per_page=0', 'per_page=101', 'per_page=abc', 'per_page=1.5', 'page=0', 'page=-1', 'page=x']) {
+      const r = await srv.api(key, 'GET', `/contacts?${q}`)
+      expect(r.status).toBe(422)
+      expect(Object.keys(r.json.errors)).toEqual([q.split('=')[0]])
+    }
+    const p1 = await srv.api(key, 'GET', '/contacts?per_page=2')
+    const p3 = await srv.api(key, 'GET', '/contacts?per_page=2&page=3')
+    const p4 = await srv.api(key, 'GET', '/contacts?per_page=2&page=4')
+    expect(p1.json.meta).toEqual({ page: 1, per_page: 2, total: 5, last_page: 3 })
+    expect(p3.json.data).toHaveLength(1)
+    expect(p4.json.data).toEqual([])
+    const all = await srv.api(key, 'GET', '/contacts?per_page=100')
+    expect(all.json.data).toHaveLength(5)
+  })
+})

@@ -1,0 +1,166 @@
+/** The running appliance: health, docs, OpenAPI, logs, config errors, admin token bootstrap, migrations. */
+import { Database } from 'bun:sqlite'
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { TestServer, freePort, newPhone } from './support/server'
+
+const ROOT = join(import.meta.dir, '..')
+
+let srv: TestServer
+beforeAll(async () => {
+  srv = await TestServer.start()
+})
+afterAll(() => srv.close())
+
+describe('health and docs', () => {
+  test('healthz and readyz', async () => {
+    expect((await srv.request('GET', '/healthz')).json).toEqual({ status: 'ok' })
+    const ready = await srv.request('GET', '/readyz')
+    expect(ready.status).toBe(200)
+    expect(ready.json.database).toBe('ok')
+  })
+
+  test('the OpenAPI document names every API path with its scope and error responses', async () => {
+    const r = await srv.request('GET', '/openapi.json')
+    expect(r.json.openapi).toMatch(/^3\.1/)
+    const paths = r.json.paths
+    expect(Object.keys(paths).every((p) => p.startsWith('/api/v1/'))).toBe(true)
+    const expected: [string, string, string][] = [
+      ['/api/v1/workspace', 'get', 'contacts:read'],
+      ['/api/v1/contacts', 'get', 'contacts:read'],
+      ['/api/v1/contacts', 'post', 'contacts:write'],
+    ]
+    for (const [path, method, scope] of expected) {
+      const opn = paths[path]?.[method]
+      expect(opn?.['x-required-scope']).toBe(scope)
+      expect(Object.keys(opn.responses)).toEqual(expect.arrayContaining(['401', '403', '429']))
+    }
+    expect(paths['/api/v1/contacts'].post.requestBody.content['application/json'].schema.required).toEqual(['phone'])
+  })
+
+  test('the docs UI is served from the binary, no CDN', async () => {
+    const html = await srv.request('GET', '/docs')
+    expect(html.status).toBe(200)
+    expect(html.text).not.toMatch(/https?:\/\//)
+    const js = await fetch(`${srv.base}/docs/swagger-ui-bundle.js`)
+    expect(js.status).toBe(200)
+    expect((await js.arrayBuffer()).byteLength).toBeGreaterThan(100_000)
+  })
+
+  test('unknown routes are a JSON 404', async () => {
+    const r = await srv.request('GET', '/api/v1/nothing-here')
+    expect(r.status).toBe(404)
+    expect(r.json.code).toBe('not_found')
+  })
+})
+
+describe('logs', () => {
+  test('one JSON line per request, without the bearer or the body', async () => {
+    const { ws, key } = await srv.tenant()
+    const phone = newPhone()
+    await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Secret Name' } })
+    await srv.api(key, 'POST', '/contacts', { json: { phone: 'bad-phone-value' } })
+    await Bun.sleep(100)
+    const lines = srv.output.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l))
+    const line = lines.find((l) => l.msg === 'request' && l.route === '/api/v1/contacts' && l.status === 201 && l.workspace_id === ws.id)
+    expect(line).toBeDefined()
+    expect(Object.keys(line).sort()).toEqual(['key_id', 'level', 'method', 'ms', 'msg', 'route', 'status', 'time', 'workspace_id'])
+    expect(srv.output).not.toContain(key.split('.')[1])
+    expect(srv.output).not.toContain(phone)
+    expect(srv.output).not.toContain('Secret Name')
+    expect(srv.output).not.toContain('bad-phone-value')
+  })
+})
+
+async function runCapstan(args: string[], env: Record<string, string>) {
+  const base: Record<string, string> = {}
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) base[k] = v
+  const p = Bun.spawn(['bun', 'src/main.ts', ...args], { cwd: ROOT, env: { ...base, ...env }, stdout: 'pipe', stderr: 'pipe' })
+  const [out, err] = [await new Response(p.stdout).text(), await new Response(p.stderr).text()]
+  return { code: await p.exited, out, err }
+}
+
+describe('configuration and start-up', () => {
+  test('a bad value stops the start with one line naming the variable', async () => {
+    for (const [name, value] of [['CAPSTAN_PORT', 'eighty'], ['CAPSTAN_CLAMD', 'clamd.sock'], ['CAPSTAN_TRUST_PROXY', 'maybe'], ['CAPSTAN_LOG_LEVEL', 'loud'], ['CAPSTAN_KEY_RATE_LIMIT', '0']]) {
+      const r = await runCapstan(['serve'], { [name]: value!, CAPSTAN_DATA_DIR: join(tmpdir(), 'capstan-never') })
+      expect(r.code).toBe(2)
+      expect(r.err.trim().split('\n')).toHaveLength(1)
+      expect(r.err).toContain(name!)
+    }
+  })
+
+  test('without CAPSTAN_ADMIN_TOKEN the first start prints a token once and stores only its hash', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-admin-'))
+    try {
+      const port = await freePort()
+      const env: Record<string, string> = { CAPSTAN_DATA_DIR: dir, CAPSTAN_PORT: String(port), CAPSTAN_HOST: '127.0.0.1' }
+      const base: Record<string, string> = {}
+      for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) base[k] = v
+      const start = async () => {
+        const p = Bun.spawn(['bun', 'src/main.ts', 'serve'], { cwd: ROOT, env: { ...base, ...env }, stdout: 'pipe', stderr: 'pipe' })
+        let out = ''
+        const reader = (p.stdout as ReadableStream<Uint8Array>).getReader()
+        while (!out.includes('capstan started')) {
+          const { value, done } = await reader.read()
+          if (done) break
+          out += new TextDecoder().decode(value)
+        }
+        return { p, out }
+      }
+      const first = await start()
+      const token = /admin token[^:]*: (adm_[A-Za-z0-9]{40})/.exec(first.out)?.[1]
+      expect(token).toBeDefined()
+      const ok = await fetch(`http://127.0.0.1:${port}/admin/api/workspaces`, { headers: { authorization: `Bearer ${token}` } })
+      expect(ok.status).toBe(200)
+      first.p.kill()
+      await first.p.exited
+      const db = new Database(join(dir, 'capstan.db'), { readonly: true })
+      const stored = JSON.stringify(db.query('SELECT * FROM system_settings').all())
+      const migrations = db.query('SELECT version FROM migrations').all()
+      db.close()
+      expect(stored).not.toContain(token!)
+      expect(migrations.length).toBeGreaterThan(0)
+      const second = await start()
+      expect(second.out).not.toContain('admin token')
+      expect((await fetch(`http://127.0.0.1:${port}/admin/api/workspaces`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200)
+      second.p.kill()
+      await second.p.exited
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('capstan migrate and version', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-migrate-'))
+    try {
+      const first = await runCapstan(['migrate'], { CAPSTAN_DATA_DIR: dir })
+      expect(first.code).toBe(0)
+      expect(first.out).toContain('applied migrations 1')
+      const again = await runCapstan(['migrate'], { CAPSTAN_DATA_DIR: dir })
+      expect(again.out).toContain('up to date')
+      const db = new Database(join(dir, 'capstan.db'), { readonly: true })
+      expect((db.query('PRAGMA journal_mode').get() as any).journal_mode).toBe('wal')
+      db.close()
+      expect((await runCapstan(['version'], {})).out.trim()).toMatch(/^\d+\.\d+\.\d+$/)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('the CLI creates a workspace and a key through the admin API', async () => {
+    const env = { CAPSTAN_URL: srv.base, CAPSTAN_ADMIN_TOKEN: 'test-admin-token-0123456789abcdef' }
+    const ws = await runCapstan(['workspaces', 'create', '--name', 'From CLI', '--json'], env)
+    expect(ws.code).toBe(0)
+    const wsId = JSON.parse(ws.out).data.id
+    const key = await runCapstan(['keys', 'create', '--workspace', wsId, '--name', 'cli', '--scopes', 'contacts:read', '--json'], env)
+    const rec = JSON.parse(key.out).data
+    expect(rec.scopes).toEqual(['contacts:read'])
+    expect((await srv.api(rec.key, 'GET', '/workspace')).json.data.name).toBe('From CLI')
+    const bad = await runCapstan(['workspaces', 'list'], { ...env, CAPSTAN_ADMIN_TOKEN: 'wrong-token-wrong-token' })
+    expect(bad.code).toBe(1)
+    expect(bad.err).toContain('A valid admin token is required.')
+  })
+})
