@@ -70,6 +70,7 @@ async function serve() {
   const app = buildApp({ svc, adminTokenHash: admin.hash })
   app.listen({ hostname: config.host, port: config.port })
   log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, migrations_applied: applied })
+  log.flush()
 
   let stopping = false
   const stop = async (signal: string) => {
@@ -77,6 +78,7 @@ async function serve() {
     stopping = true
     log.info('capstan stopping', { signal })
     await app.stop()
+    log.flush()
     db.close()
     process.exit(0)
   }

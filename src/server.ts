@@ -8,7 +8,7 @@ import { Elysia } from 'elysia'
 import type { Database } from 'bun:sqlite'
 import { docsUi } from './docs/ui'
 import { parseBody } from './http/body'
-import { authPlugin } from './http/auth'
+import { SECURITY_HEADERS, authPlugin } from './http/auth'
 import { DOC_COMPONENTS, hidden } from './http/docs'
 import { payloadTooLarge, toErrorResponse } from './http/errors'
 import { requestNotes } from './http/log'
@@ -26,11 +26,6 @@ export interface ServerParts {
   probes?: Record<string, () => Promise<boolean>>
 }
 
-const SECURITY_HEADERS = {
-  'x-content-type-options': 'nosniff',
-  'referrer-policy': 'no-referrer',
-  'x-frame-options': 'DENY',
-}
 
 function databaseOk(db: Database): boolean {
   try {
@@ -54,11 +49,11 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   return new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes + 64 * 1024 } })
     .onRequest(({ request, set }) => {
       requestNotes.set(request, { start: performance.now() })
-      Object.assign(set.headers, SECURITY_HEADERS)
       const length = Number(request.headers.get('content-length') ?? 0)
       const multipart = (request.headers.get('content-type') ?? '').toLowerCase().startsWith('multipart/form-data')
       if (length > (multipart ? config.maxUploadBytes : config.maxJsonBytes)) {
         set.status = 413
+        Object.assign(set.headers, SECURITY_HEADERS)
         set.headers['connection'] = 'close'
         return payloadTooLarge().toBody()
       }
@@ -68,21 +63,14 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
       const { status, body } = toErrorResponse(error, code)
       if (status >= 500) svc.log.error('request failed', { method: request.method, path: new URL(request.url).pathname, error: String((error as Error)?.stack ?? error) })
       set.status = status
+      Object.assign(set.headers, SECURITY_HEADERS)
       set.headers['content-type'] = 'application/json; charset=utf-8'
       return body
     })
     .onAfterResponse(({ request, set, route }) => {
       if (!svc.log.enabled('info')) return
-      const note = requestNotes.get(request)
-      svc.log.write('info', {
-        msg: 'request',
-        method: request.method,
-        route: route || new URL(request.url).pathname.slice(0, 200),
-        status: typeof set.status === 'number' ? set.status : 200,
-        ms: note ? Math.round((performance.now() - note.start) * 100) / 100 : null,
-        workspace_id: note?.workspaceId ?? null,
-        key_id: note?.keyId ?? null,
-      })
+      const status = typeof set.status === 'number' ? set.status : 200
+      svc.log.request(request.method, route || new URL(request.url).pathname.slice(0, 200), status, requestNotes.get(request))
     })
     .use(
       openapi({
@@ -103,7 +91,10 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
       }),
     )
     .use(docsUi)
-    .get('/healthz', () => ({ status: 'ok' }), { detail: hidden })
+    .get('/healthz', ({ set }) => {
+      Object.assign(set.headers, SECURITY_HEADERS)
+      return { status: 'ok' }
+    }, { detail: hidden })
     .get(
       '/readyz',
       async ({ set }) => {

@@ -18,8 +18,18 @@ interface Pending {
 export class Writer {
   private queue: Pending[] = []
   private scheduled = false
+  private readonly sql
 
-  constructor(private readonly db: Database) {}
+  constructor(private readonly db: Database) {
+    // prepared once: a batch runs these for every write it holds
+    this.sql = {
+      begin: db.prepare('BEGIN IMMEDIATE'),
+      commit: db.prepare('COMMIT'),
+      savepoint: db.prepare('SAVEPOINT w'),
+      release: db.prepare('RELEASE w'),
+      rollbackTo: db.prepare('ROLLBACK TO w'),
+    }
+  }
 
   /** Run `fn` in the next batch; resolves with its result once the batch is committed. */
   write<T>(fn: () => T): Promise<T> {
@@ -43,21 +53,22 @@ export class Writer {
     this.scheduled = false
     if (batch.length === 0) return
     const results: { ok: boolean; value: unknown }[] = []
+    const sql = this.sql
     try {
-      this.db.run('BEGIN IMMEDIATE')
+      sql.begin.run()
       for (const item of batch) {
-        this.db.run('SAVEPOINT w')
+        sql.savepoint.run()
         try {
           const value = item.fn()
-          this.db.run('RELEASE w')
+          sql.release.run()
           results.push({ ok: true, value })
         } catch (error) {
-          this.db.run('ROLLBACK TO w')
-          this.db.run('RELEASE w')
+          sql.rollbackTo.run()
+          sql.release.run()
           results.push({ ok: false, value: error })
         }
       }
-      this.db.run('COMMIT')
+      sql.commit.run()
     } catch (error) {
       try {
         this.db.run('ROLLBACK')

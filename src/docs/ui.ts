@@ -27,7 +27,7 @@ const init = `window.ui = SwaggerUIBundle({ url: '/openapi.json', dom_id: '#swag
 const cache = 'public, max-age=3600'
 
 export const docsUi = new Elysia({ name: 'capstan-docs-ui' })
-  .get('/docs', () => new Response(page, { headers: { 'content-type': 'text/html; charset=utf-8' } }), { detail: hidden })
+  .get('/docs', () => new Response(page, { headers: { 'content-type': 'text/html; charset=utf-8', 'x-content-type-options': 'nosniff', 'x-frame-options': 'DENY', 'referrer-policy': 'no-referrer', 'content-security-policy': "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'" } }), { detail: hidden })
   .get('/docs/swagger-ui.css', () => new Response(css, { headers: { 'content-type': 'text/css; charset=utf-8', 'cache-control': cache } }), { detail: hidden })
   .get('/docs/swagger-ui-bundle.js', () => new Response(bundle, { headers: { 'content-type': 'text/javascript; charset=utf-8', 'cache-control': cache } }), { detail: hidden })
   .get('/docs/init.js', () => new Response(init, { headers: { 'content-type': 'text/javascript; charset=utf-8' } }), { detail: hidden })

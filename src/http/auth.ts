@@ -24,6 +24,14 @@ export interface Caller {
 
 const BEARER = /^Bearer +(\S+) *$/i
 
+/** Sent on every API, admin and error response (set where those responses build their headers). */
+export const SECURITY_HEADERS = {
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+  'x-frame-options': 'DENY',
+  'cache-control': 'no-store',
+}
+
 /** The client address: the socket peer, or the left-most X-Forwarded-For entry behind a trusted proxy. */
 export function clientIp(request: Request, server: { requestIP(r: Request): { address: string } | null } | null, trustProxy: boolean): string {
   if (trustProxy) {
@@ -51,12 +59,13 @@ export function authPlugin({ config, keys, adminTokenHash }: AuthOptions) {
   return new Elysia({ name: 'capstan-auth' }).macro({
     scope: (scope: Scope) => ({
       resolve({ request, server, set, body }): { caller: Caller } {
-        const ip = ipOf(request, server)
-        if (failures.exceeded(ip)) throw authRateLimited()
+        // the IP is only looked at when some address has failed recently (the common case costs nothing)
+        const ip = failures.active() ? ipOf(request, server) : null
+        if (ip !== null && failures.exceeded(ip)) throw authRateLimited()
         const m = BEARER.exec(request.headers.get('authorization') ?? '')
         const found = m ? keys.authenticate(m[1]!) : null
         if (!found) {
-          failures.hit(ip)
+          failures.hit(ip ?? ipOf(request, server))
           throw unauthenticated()
         }
         const note = requestNotes.get(request)
@@ -66,6 +75,7 @@ export function authPlugin({ config, keys, adminTokenHash }: AuthOptions) {
         }
         if (found.workspace.status !== 'active') throw workspaceUnavailable()
         const left = perKey.hit(found.key.id)
+        Object.assign(set.headers, SECURITY_HEADERS)
         set.headers['x-ratelimit-limit'] = limitHeader
         set.headers['x-ratelimit-remaining'] = String(Math.max(0, left))
         if (left < 0) throw rateLimited()
@@ -75,8 +85,9 @@ export function authPlugin({ config, keys, adminTokenHash }: AuthOptions) {
       },
     }),
     admin: (enabled: boolean) => ({
-      resolve({ request, server, body }): { operator: true } {
+      resolve({ request, server, body, set }): { operator: true } {
         if (!enabled) return { operator: true }
+        Object.assign(set.headers, SECURITY_HEADERS)
         const ip = ipOf(request, server)
         if (failures.exceeded(ip)) throw authRateLimited()
         const m = BEARER.exec(request.headers.get('authorization') ?? '')

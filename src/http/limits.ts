@@ -30,6 +30,11 @@ export class WindowCounter {
     return this.limit - w.count
   }
 
+  /** Whether any name has a window open (cheap pre-check before computing a name). */
+  active(): boolean {
+    return this.windows.size > 0
+  }
+
   /** Whether `name` has used up its window, without counting. */
   exceeded(name: string): boolean {
     const w = this.windows.get(name)

@@ -2,6 +2,7 @@
  * One JSON line per request (time, method, route, status, ms, workspace id, key id) and a few
  * event lines. Never the bearer token, never a request body (spec §5.12).
  */
+import { writeSync } from 'node:fs'
 import type { Config } from '../config'
 
 const ORDER = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 } as const
@@ -9,9 +10,39 @@ type Level = keyof typeof ORDER
 
 export class Logger {
   private readonly min: number
+  private buffer = ''
+  private flushTimer: Timer | null = null
 
   constructor(level: Config['logLevel']) {
     this.min = ORDER[level]
+  }
+
+  /** Lines are buffered and written together: at most 50 ms later, at 64 KiB, or at once for warnings and errors. */
+  private emit(line: string) {
+    this.buffer += line
+    if (this.buffer.length >= 65536) this.flush()
+    else if (!this.flushTimer) this.flushTimer = setTimeout(() => this.flush(), 50)
+  }
+
+  flush() {
+    if (this.flushTimer) clearTimeout(this.flushTimer)
+    this.flushTimer = null
+    if (!this.buffer) return
+    const out = this.buffer
+    this.buffer = ''
+    try {
+      writeSync(1, out)
+    } catch {
+      // stdout closed or full: logging must never take the server down
+    }
+  }
+
+  /** The per-request line: time, method, route, status, ms, workspace id, key id. */
+  request(method: string, route: string, status: number, note: RequestNote | undefined) {
+    const ms = note ? Math.round((performance.now() - note.start) * 100) / 100 : null
+    const ws = note?.workspaceId ? `"${note.workspaceId}"` : 'null'
+    const key = note?.keyId ? `"${note.keyId}"` : 'null'
+    this.emit(`{"time":"${new Date().toISOString()}","level":"info","msg":"request","method":${JSON.stringify(method)},"route":${JSON.stringify(route)},"status":${status},"ms":${ms},"workspace_id":${ws},"key_id":${key}}\n`)
   }
 
   enabled(level: Exclude<Level, 'silent'>) {
@@ -20,7 +51,8 @@ export class Logger {
 
   write(level: Exclude<Level, 'silent'>, fields: Record<string, unknown>) {
     if (ORDER[level] < this.min) return
-    process.stdout.write(JSON.stringify({ time: new Date().toISOString(), level, ...fields }) + '\n')
+    this.emit(JSON.stringify({ time: new Date().toISOString(), level, ...fields }) + '\n')
+    if (ORDER[level] >= ORDER.warn) this.flush()
   }
 
   info(msg: string, fields: Record<string, unknown> = {}) {

@@ -17,7 +17,7 @@ const KEY_FORMAT = /^cap_([a-z0-9]{16})\.([A-Za-z0-9]{48})$/
 const DUMMY_HASH = sha256('capstan-dummy-secret-for-constant-time-compare-000')
 
 export function sha256(text: string): Uint8Array {
-  return new Bun.CryptoHasher('sha256').update(text).digest() as Uint8Array
+  return Bun.CryptoHasher.hash('sha256', text) as Uint8Array
 }
 
 export interface AuthenticatedKey {
@@ -27,8 +27,19 @@ export interface AuthenticatedKey {
   scopes: ReadonlySet<string>
 }
 
+interface CachedKey {
+  secretHash: Uint8Array
+  status: KeyRow['status']
+  expiresAt: number | null
+  key: AuthenticatedKey
+}
+
+/** Keys kept in memory after their first use; writes below drop them, so revocation is immediate. */
+const CACHE_LIMIT = 10_000
+
 export class KeyService {
   readonly repo: KeyRepo
+  private cache = new Map<string, CachedKey>()
 
   constructor(
     private readonly deps: Deps,
@@ -88,6 +99,7 @@ export class KeyService {
     return this.deps.writer.now(() => {
       const row = this.repo.get(id)
       if (!row) throw notFound('API key')
+      this.cache.delete(row.key_id)
       if (row.status === 'active') {
         const now = this.deps.clock.now()
         this.repo.revoke(id, now)
@@ -103,6 +115,7 @@ export class KeyService {
       const row = this.repo.get(id)
       if (!row) throw notFound('API key')
       if (row.status !== 'revoked') throw conflict('key_active', 'Only a revoked key can be removed; revoke it first.')
+      this.cache.delete(row.key_id)
       this.repo.remove(id)
       this.repo.audit(row.workspace_id, 'api_key.removed', id, this.deps.clock.now())
     })
@@ -115,17 +128,32 @@ export class KeyService {
   authenticate(token: string): { key: AuthenticatedKey; workspace: WorkspaceRow } | null {
     const m = KEY_FORMAT.exec(token)
     if (!m) return null
-    const row = this.repo.findByKeyId(m[1]!)
+    const entry = this.lookup(m[1]!)
     const presented = sha256(m[2]!)
-    const expected = row ? row.secret_hash : DUMMY_HASH
-    const same = timingSafeEqual(presented, expected)
-    if (!row || !same || row.status !== 'active') return null
-    if (row.expires_at !== null && row.expires_at <= this.deps.clock.now()) return null
-    const workspace = this.workspaces.repo.get(row.workspace_id)
+    const same = timingSafeEqual(presented, entry ? entry.secretHash : DUMMY_HASH)
+    if (!entry || !same || entry.status !== 'active') return null
+    if (entry.expiresAt !== null && entry.expiresAt <= this.deps.clock.now()) return null
+    const workspace = this.workspaces.cached(entry.key.workspaceId)
     if (!workspace) return null
-    return {
+    return { key: entry.key, workspace }
+  }
+
+  /** The key by its public id: from memory after its first use, else from the database. */
+  private lookup(keyId: string): CachedKey | null {
+    const hit = this.cache.get(keyId)
+    if (hit) return hit
+    const row = this.repo.findByKeyId(keyId)
+    if (!row) return null
+    const entry: CachedKey = {
+      secretHash: row.secret_hash,
+      status: row.status,
+      expiresAt: row.expires_at,
       key: { id: row.id, keyId: row.key_id, workspaceId: row.workspace_id, scopes: new Set(JSON.parse(row.scopes) as Scope[]) },
-      workspace,
     }
+    if (row.status === 'active') {
+      if (this.cache.size >= CACHE_LIMIT) this.cache.clear()
+      this.cache.set(keyId, entry)
+    }
+    return entry
   }
 }

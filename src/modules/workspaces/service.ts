@@ -29,6 +29,8 @@ export function slugify(name: string): string {
 
 export class WorkspaceService {
   readonly repo: WorkspaceRepo
+  /** Rows read by authentication, kept until this service changes them. */
+  private cache = new Map<string, WorkspaceRow>()
 
   constructor(private readonly deps: Deps) {
     this.repo = new WorkspaceRepo(deps.db)
@@ -52,6 +54,19 @@ export class WorkspaceService {
   /** Admin shape: public fields plus settings and times. */
   toAdmin(row: WorkspaceRow) {
     return { ...this.toPublic(row), settings: this.settings(row), created_at: iso(row.created_at), updated_at: iso(row.updated_at) }
+  }
+
+  /** The row by id for the request path; patch() below replaces it, so status changes apply at once. */
+  cached(id: string): WorkspaceRow | null {
+    let row = this.cache.get(id) ?? null
+    if (!row) {
+      row = this.repo.get(id)
+      if (row) {
+        if (this.cache.size >= 10_000) this.cache.clear()
+        this.cache.set(id, row)
+      }
+    }
+    return row
   }
 
   get(id: string): WorkspaceRow {
@@ -98,6 +113,7 @@ export class WorkspaceService {
         updated_at: this.deps.clock.now(),
       }
       this.repo.update(next)
+      this.cache.delete(id)
       return next
     })
   }

@@ -1,0 +1,30 @@
+# Capstan appliance image: build the single binary, run it as a non-root user beside clamd.
+# Build: docker build -t capstan .   Run: docker run -p 8080:8080 -v capstan-data:/data capstan
+
+FROM oven/bun:1.4.5 AS build
+WORKDIR /src
+COPY package.json bun.lock ./
+RUN bun install --frozen-lockfile --production
+COPY tsconfig.json ./
+COPY src ./src
+COPY migrations ./migrations
+RUN bun build --compile --no-compile-autoload-dotenv --no-compile-autoload-bunfig src/main.ts --outfile /out/capstan
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends clamav-daemon ca-certificates tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /run/clamav && chown clamav:clamav /run/clamav \
+ && useradd --system --uid 10001 --home /data --shell /usr/sbin/nologin capstan \
+ && usermod -a -G clamav capstan \
+ && mkdir -p /data && chown capstan:capstan /data
+COPY --from=build /out/capstan /usr/local/bin/capstan
+COPY docker/entrypoint.sh /usr/local/bin/capstan-entrypoint
+ENV CAPSTAN_DATA_DIR=/data \
+    CAPSTAN_HOST=0.0.0.0 \
+    CAPSTAN_PORT=8080 \
+    CAPSTAN_CLAMD=unix:/run/clamav/clamd.ctl
+VOLUME ["/data"]
+EXPOSE 8080
+HEALTHCHECK --interval=30s --timeout=5s CMD ["/usr/local/bin/capstan", "healthcheck"]
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/capstan-entrypoint"]

@@ -1,0 +1,117 @@
+/**
+ * Shared benchmark plumbing: start processes on free ports, run wrk (Debian package `wrk`) with
+ * latency percentiles, parse its figures. Loads go to 127.0.0.1 only, bounded in time.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { Subprocess } from 'bun'
+
+export const ROOT = join(import.meta.dir, '..')
+export const ADMIN = 'bench-admin-token-0123456789'
+
+export async function freePort() {
+  const s = Bun.serve({ port: 0, hostname: '127.0.0.1', fetch: () => new Response('') })
+  const p = s.port!
+  s.stop(true)
+  return p
+}
+
+async function waitFor(url: string, proc: Subprocess) {
+  for (let i = 0; i < 400; i++) {
+    if (proc.exitCode !== null) throw new Error(`process exited ${proc.exitCode}`)
+    try {
+      if ((await fetch(url)).ok) return
+    } catch {
+      // not up yet
+    }
+    await Bun.sleep(50)
+  }
+  throw new Error(`${url} did not come up`)
+}
+
+export async function startBare() {
+  const port = await freePort()
+  const proc = Bun.spawn(['bun', join(ROOT, 'bench/bare-hello.ts')], { env: { ...process.env, PORT: String(port) }, stdout: 'ignore', stderr: 'inherit' })
+  await waitFor(`http://127.0.0.1:${port}/`, proc)
+  return { base: `http://127.0.0.1:${port}`, stop: () => proc.kill() }
+}
+
+export async function startCapstan(env: Record<string, string> = {}) {
+  const port = await freePort()
+  const dir = mkdtempSync(join(tmpdir(), 'capstan-bench-'))
+  const clean: Record<string, string> = {}
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) clean[k] = v
+  const proc = Bun.spawn(['bun', join(ROOT, 'src/main.ts'), 'serve'], {
+    cwd: ROOT,
+    env: {
+      ...clean,
+      CAPSTAN_HOST: '127.0.0.1',
+      CAPSTAN_PORT: String(port),
+      CAPSTAN_DATA_DIR: dir,
+      CAPSTAN_ADMIN_TOKEN: ADMIN,
+      CAPSTAN_KEY_RATE_LIMIT: '10000000',
+      CAPSTAN_CLAMD: `unix:${join(dir, 'none.sock')}`,
+      ...env,
+    },
+    stdout: 'ignore', // the request log still runs (default level info), its output is discarded
+    stderr: 'inherit',
+  })
+  const base = `http://127.0.0.1:${port}`
+  await waitFor(`${base}/healthz`, proc)
+  const admin = async (method: string, path: string, body?: unknown) => {
+    const r = await fetch(`${base}/admin/api${path}`, { method, headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) })
+    return (await r.json()) as any
+  }
+  return {
+    base,
+    dir,
+    proc,
+    admin,
+    stop: async () => {
+      proc.kill()
+      await proc.exited
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
+
+export interface WrkResult {
+  rps: number
+  p50: number
+  p99: number
+  errors: number
+}
+
+function ms(text: string): number {
+  const m = /([\d.]+)(us|ms|s)/.exec(text)
+  if (!m) return NaN
+  const v = Number(m[1])
+  return m[2] === 'us' ? v / 1000 : m[2] === 's' ? v * 1000 : v
+}
+
+/** Run wrk against `url`; `lua` is an optional request script. */
+export async function wrk(url: string, opts: { seconds?: number; connections?: number; threads?: number; lua?: string; headers?: Record<string, string> } = {}): Promise<WrkResult> {
+  const args = ['wrk', `-t${opts.threads ?? 1}`, `-c${opts.connections ?? 50}`, `-d${opts.seconds ?? 8}s`, '--latency']
+  for (const [k, v] of Object.entries(opts.headers ?? {})) args.push('-H', `${k}: ${v}`)
+  let script: string | null = null
+  if (opts.lua) {
+    script = join(tmpdir(), `wrk-${crypto.randomUUID()}.lua`)
+    writeFileSync(script, opts.lua)
+    args.push('-s', script)
+  }
+  args.push(url)
+  const p = Bun.spawn(args, { stdout: 'pipe', stderr: 'pipe' })
+  const out = await new Response(p.stdout).text()
+  await p.exited
+  if (script) rmSync(script, { force: true })
+  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1] ?? NaN)
+  const p50 = ms(/\n\s+50%\s+(\S+)/.exec(out)?.[1] ?? '')
+  const p99 = ms(/\n\s+99%\s+(\S+)/.exec(out)?.[1] ?? '')
+  const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0)
+  const sockErr = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out)
+  const errors = non2xx + (sockErr ? sockErr.slice(1).reduce((a, b) => a + Number(b), 0) : 0)
+  return { rps, p50, p99, errors }
+}
+
+export const fmt = (r: WrkResult) => `${Math.round(r.rps).toLocaleString('en-US')} req/s, p50 ${r.p50.toFixed(2)} ms, p99 ${r.p99.toFixed(2)} ms${r.errors ? `, ${r.errors} errors` : ''}`
