@@ -16,6 +16,8 @@ export interface Config {
   dbPath: string
   mediaDir: string
   adminToken: string | null
+  /** Key material for secrets stored encrypted (null: a generated key file in the data dir). */
+  secretKey: string | null
   clamd: ClamdAddress
   keyRateLimit: number
   authFailLimit: number
@@ -72,6 +74,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (!/^[A-Za-z0-9.:\-[\]]+$/.test(host)) throw new ConfigError('CAPSTAN_HOST must be a host name or IP address')
   const adminToken = env.CAPSTAN_ADMIN_TOKEN?.trim() || null
   if (adminToken !== null && adminToken.length < 16) throw new ConfigError('CAPSTAN_ADMIN_TOKEN must be at least 16 characters')
+  const secretKey = env.CAPSTAN_SECRET_KEY?.trim()
+  if (secretKey && secretKey.length < 32) throw new ConfigError('CAPSTAN_SECRET_KEY must be at least 32 characters')
   return {
     host,
     port: int(env, 'CAPSTAN_PORT', 8080, 0, 65535),
@@ -79,6 +83,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     dbPath: join(dataDir, 'capstan.db'),
     mediaDir: join(dataDir, 'media'),
     adminToken,
+    secretKey: env.CAPSTAN_SECRET_KEY?.trim() || null,
     clamd: parseClamd((env.CAPSTAN_CLAMD || 'unix:/var/run/clamav/clamd.ctl').trim()),
     keyRateLimit: int(env, 'CAPSTAN_KEY_RATE_LIMIT', 60, 1, 10_000_000),
     authFailLimit: int(env, 'CAPSTAN_AUTH_FAIL_LIMIT', 120, 1, 10_000_000),

@@ -16,7 +16,9 @@ import { migrate, openDatabase } from './db/open'
 import { Writer } from './db/writer'
 import { Logger } from './http/log'
 import { buildApp } from './server'
-import { buildServices } from './services'
+import { startJobs } from './scheduler/jobs'
+import { SecretBox } from './secrets'
+import { buildServices, startServices, stopServices } from './services'
 import { VERSION } from './version'
 
 const HELP = `capstan ${VERSION} — self-hosted messaging API appliance
@@ -66,7 +68,9 @@ async function serve() {
     process.stdout.write(`Capstan admin token (shown once; only its hash is stored): ${admin.generated}\n`)
   }
   const deps = { config, db, writer: new Writer(db), clock: systemClock }
-  const svc = buildServices(deps, log)
+  const svc = buildServices(deps, log, SecretBox.load(config.dataDir, config.secretKey))
+  await startServices(svc)
+  const jobs = startJobs(svc)
   const app = buildApp({ svc, adminTokenHash: admin.hash })
   app.listen({ hostname: config.host, port: config.port })
   log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, migrations_applied: applied })
@@ -77,6 +81,8 @@ async function serve() {
     if (stopping) return
     stopping = true
     log.info('capstan stopping', { signal })
+    for (const j of jobs) j.stop()
+    stopServices(svc)
     await app.stop()
     log.flush()
     db.close()

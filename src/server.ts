@@ -12,7 +12,10 @@ import { SECURITY_HEADERS, authPlugin } from './http/auth'
 import { DOC_COMPONENTS, hidden } from './http/docs'
 import { payloadTooLarge, toErrorResponse } from './http/errors'
 import { requestNotes } from './http/log'
+import { connectionAdminRoutes } from './modules/connections/routes'
 import { contactApiRoutes } from './modules/contacts/routes'
+import { messageApiRoutes } from './modules/messages/routes'
+import { webhookAdminRoutes } from './modules/webhooks/routes'
 import { keyAdminRoutes } from './modules/keys/routes'
 import { suppressionAdminRoutes } from './modules/suppressions/routes'
 import { workspaceAdminRoutes, workspaceApiRoutes } from './modules/workspaces/routes'
@@ -39,12 +42,14 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const { config } = svc.deps
   const auth = authPlugin({ config, keys: svc.keys, adminTokenHash })
 
-  const api = new Elysia({ prefix: '/api/v1' }).use(workspaceApiRoutes(svc, auth)).use(contactApiRoutes(svc, auth))
+  const api = new Elysia({ prefix: '/api/v1' }).use(workspaceApiRoutes(svc, auth)).use(contactApiRoutes(svc, auth)).use(messageApiRoutes(svc, auth))
 
   const admin = new Elysia({ prefix: '/admin/api' })
     .use(workspaceAdminRoutes(svc, auth))
     .use(keyAdminRoutes(svc, auth))
     .use(suppressionAdminRoutes(svc, auth))
+    .use(connectionAdminRoutes(svc, auth))
+    .use(webhookAdminRoutes(svc, auth))
 
   return new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes + 64 * 1024 } })
     .onRequest(({ request, set }) => {

@@ -1,10 +1,16 @@
 /** Every service, built once from the deps; routes, the scheduler and the CLI share them. */
 import type { Deps } from './deps'
+import { Idempotency } from './http/idempotency'
 import type { Logger } from './http/log'
+import { ConnectionService } from './modules/connections/service'
 import { ContactService } from './modules/contacts/service'
 import { KeyService } from './modules/keys/service'
+import { MessageService } from './modules/messages/service'
 import { SuppressionService } from './modules/suppressions/service'
+import { WebhookService } from './modules/webhooks/service'
 import { WorkspaceService } from './modules/workspaces/service'
+import { type Timers, Pacer, realTimers } from './scheduler/pacer'
+import type { SecretBox } from './secrets'
 
 export interface Services {
   deps: Deps
@@ -13,16 +19,56 @@ export interface Services {
   keys: KeyService
   contacts: ContactService
   suppressions: SuppressionService
+  connections: ConnectionService
+  webhooks: WebhookService
+  messages: MessageService
+  idempotency: Idempotency
+  pacer: Pacer
 }
 
-export function buildServices(deps: Deps, log: Logger): Services {
+export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { timers?: Timers; random?: () => number } = {}): Services {
   const workspaces = new WorkspaceService(deps)
+  const contacts = new ContactService(deps)
+  const suppressions = new SuppressionService(deps)
+  const connections = new ConnectionService(deps)
+  const webhooks = new WebhookService(deps, box, log)
+  const messages = new MessageService(deps, workspaces, contacts, suppressions, connections, webhooks)
+  const pacer = new Pacer(deps, messages, connections, workspaces, log, deps.clock, opts.timers ?? realTimers, opts.random ?? Math.random)
+  messages.onQueued = (id) => pacer.wake(id)
+  connections.onChange = (id) => pacer.wake(id)
+  workspaces.onChange = (id) => pacer.wakeWorkspace(id)
   return {
     deps,
     log,
     workspaces,
     keys: new KeyService(deps, workspaces),
-    contacts: new ContactService(deps),
-    suppressions: new SuppressionService(deps),
+    contacts,
+    suppressions,
+    connections,
+    webhooks,
+    messages,
+    idempotency: new Idempotency(deps),
+    pacer,
   }
+}
+
+/**
+ * Start the background parts in a safe order: numbers and their drivers, then crash recovery
+ * (interrupted sends are settled before anything new is released), then the pacer and webhooks.
+ */
+export async function startServices(svc: Services) {
+  svc.connections.start({
+    receipt: (_connectionId, messageId, status, error) => void svc.messages.receipt(messageId, status, error).catch((e) => svc.log.error('receipt failed', { error: String(e) })),
+    inbound: (connectionId, from, body) => void svc.messages.inbound(connectionId, from, body).catch((e) => svc.log.error('inbound failed', { error: String(e) })),
+  })
+  await svc.messages.recoverInterrupted()
+  svc.messages.expireQueued()
+  svc.pacer.start()
+  svc.webhooks.start()
+}
+
+export function stopServices(svc: Services) {
+  svc.pacer.stop()
+  svc.webhooks.stop()
+  svc.connections.stop()
 }

@@ -31,6 +31,8 @@ export class WorkspaceService {
   readonly repo: WorkspaceRepo
   /** Rows read by authentication, kept until this service changes them. */
   private cache = new Map<string, WorkspaceRow>()
+  /** Called after a patch (the sending policy may have changed). */
+  onChange: (workspaceId: string) => void = () => {}
 
   constructor(private readonly deps: Deps) {
     this.repo = new WorkspaceRepo(deps.db)
@@ -93,6 +95,12 @@ export class WorkspaceService {
   }
 
   patch(id: string, input: PatchInput): WorkspaceRow {
+    const row = this.patchRow(id, input)
+    this.onChange(id)
+    return row
+  }
+
+  private patchRow(id: string, input: PatchInput): WorkspaceRow {
     const policy = input.settings?.sending_policy
     if (policy && policy.min_gap_seconds > policy.max_gap_seconds) {
       throw validationFailed({ 'settings.sending_policy.min_gap_seconds': ['The min_gap_seconds must not be greater than max_gap_seconds.'] })

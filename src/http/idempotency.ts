@@ -1,0 +1,122 @@
+/**
+ * Idempotency-Key for sends (spec §4, CONTRACT §4), reusable by every send endpoint.
+ *
+ * The fingerprint is SHA-256 over method, path and the parsed body with keys sorted (files by
+ * name, type and SHA-256), so the same multipart request with a new boundary matches. A record
+ * is kept 24 h per (API key, method, path, key). A successful send stores its record in the same
+ * transaction as the message (so a crash can never leave one without the other); a refusal
+ * (404/422) is stored right after. A second request while the first runs gets 409.
+ */
+import type { Database } from 'bun:sqlite'
+import type { Deps } from '../deps'
+import { ApiError, conflict } from './errors'
+
+export const IDEMPOTENCY_TTL_MS = 86_400_000
+const KEY_FORMAT = /^[A-Za-z0-9._:-]{8,255}$/
+
+export interface Ticket {
+  id: string
+  apiKeyId: string
+  method: string
+  path: string
+  key: string
+  fingerprint: string
+}
+
+export type Begin = { replay: { status: number; body: string } } | { ticket: Ticket } | null
+
+async function canonical(value: unknown): Promise<unknown> {
+  if (value instanceof File) {
+    const sha = Bun.CryptoHasher.hash('sha256', new Uint8Array(await value.arrayBuffer())).toString('hex')
+    return { $file: { name: value.name, type: value.type, sha256: sha } }
+  }
+  if (Array.isArray(value)) return Promise.all(value.map(canonical))
+  if (value && typeof value === 'object') {
+    const out: Record<string, unknown> = {}
+    for (const k of Object.keys(value).sort()) out[k] = await canonical((value as Record<string, unknown>)[k])
+    return out
+  }
+  return value
+}
+
+export class Idempotency {
+  private inflight = new Set<string>()
+  private getStmt
+  private putStmt
+  private purgeStmt
+
+  constructor(
+    private readonly deps: Deps,
+    db: Database = deps.db,
+  ) {
+    this.getStmt = db.query<{ fingerprint: string; status: number; body: string; created_at: number }, [string, string, string, string]>(
+      'SELECT fingerprint, status, body, created_at FROM idempotency_keys WHERE api_key_id = ? AND method = ? AND path = ? AND idem_key = ?',
+    )
+    this.putStmt = db.query('INSERT OR REPLACE INTO idempotency_keys (api_key_id, method, path, idem_key, fingerprint, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
+    this.purgeStmt = db.query('DELETE FROM idempotency_keys WHERE created_at <= ?')
+  }
+
+  /**
+   * Look the key up. null: no header, just run. replay: answer with the stored response.
+   * ticket: run, then record. Throws 422 for a malformed key, 409 for a conflict or a request in progress.
+   */
+  async begin(apiKeyId: string, method: string, path: string, header: string | null | undefined, body: unknown): Promise<Begin> {
+    if (header === undefined || header === null) return null
+    if (!KEY_FORMAT.test(header)) throw new ApiError(422, 'invalid_idempotency_key', 'The Idempotency-Key header must be 8 to 255 characters from A-Z, a-z, 0-9, dot, underscore, colon and hyphen.')
+    const fingerprint = Bun.CryptoHasher.hash('sha256', JSON.stringify([method, path, await canonical(body ?? {})])).toString('hex')
+    const id = JSON.stringify([apiKeyId, method, path, header])
+    const stored = this.getStmt.get(apiKeyId, method, path, header)
+    if (stored && stored.created_at > this.deps.clock.now() - IDEMPOTENCY_TTL_MS) {
+      if (stored.fingerprint !== fingerprint) throw conflict('idempotency_conflict', 'This Idempotency-Key was already used with a different request body.')
+      return { replay: { status: stored.status, body: stored.body } }
+    }
+    if (this.inflight.has(id)) throw conflict('idempotency_in_progress', 'A request with this Idempotency-Key is still being processed.')
+    this.inflight.add(id)
+    return { ticket: { id, apiKeyId, method, path, key: header, fingerprint } }
+  }
+
+  /** Store the response inside the write that made it. */
+  recordInTx(t: Ticket, status: number, body: string) {
+    this.putStmt.run(t.apiKeyId, t.method, t.path, t.key, t.fingerprint, status, body, this.deps.clock.now())
+  }
+
+  /** Store a refusal (nothing else was written). */
+  async record(t: Ticket, status: number, body: string) {
+    await this.deps.writer.write(() => this.recordInTx(t, status, body))
+  }
+
+  end(t: Ticket | undefined) {
+    if (t) this.inflight.delete(t.id)
+  }
+
+  /** Forget records older than 24 h. */
+  purge() {
+    return this.deps.writer.now(() => this.purgeStmt.run(this.deps.clock.now() - IDEMPOTENCY_TTL_MS).changes)
+  }
+
+  /**
+   * Run a send under an optional Idempotency-Key. `run` gets a function to call inside its write
+   * with the response body; replays and stored refusals come back as a Response-like result.
+   */
+  async handle(
+    opts: { apiKeyId: string; method: string; path: string; header: string | null | undefined; body: unknown },
+    run: (record: (status: number, body: unknown) => string) => Promise<{ status: number; body: string }>,
+  ): Promise<{ status: number; body: string; replayed: boolean }> {
+    const begun = await this.begin(opts.apiKeyId, opts.method, opts.path, opts.header, opts.body)
+    if (begun && 'replay' in begun) return { ...begun.replay, replayed: true }
+    const ticket = begun?.ticket
+    try {
+      const out = await run((status, body) => {
+        const text = JSON.stringify(body)
+        if (ticket) this.recordInTx(ticket, status, text)
+        return text
+      })
+      return { ...out, replayed: false }
+    } catch (e) {
+      if (ticket && e instanceof ApiError && (e.status === 404 || e.status === 422)) await this.record(ticket, e.status, JSON.stringify(e.toBody()))
+      throw e
+    } finally {
+      this.end(ticket)
+    }
+  }
+}

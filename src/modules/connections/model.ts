@@ -1,0 +1,45 @@
+/** Admin input schemas for connections (CONTRACT §6). */
+import { s } from '../../http/schema'
+import { phoneField } from '../contacts/model'
+
+export const createConnectionBody = s.object({
+  phone: phoneField().describe('The E.164 number this connection sends from.'),
+  name: s.string().length(0, 120).nullable().optional(),
+  driver: s.string().oneOf(['sandbox']).describe('The messaging network driver.'),
+  receives: s.boolean().optional().describe('Whether the number receives inbound messages (default true).'),
+})
+
+export const patchConnectionBody = s.object({
+  name: s.string().length(0, 120).nullable().optional(),
+  status: s.string().oneOf(['online', 'offline']).optional(),
+})
+
+export const sandboxGroupsBody = s.object({
+  groups: s
+    .array(
+      s.object({
+        external_id: s.string().length(1, 200),
+        name: s.string().length(0, 200),
+        participants: s.array(s.string().length(1, 32)).max(100_000),
+        announce: s.boolean().optional(),
+        admin: s.boolean().optional(),
+      }),
+    )
+    .max(50_000),
+})
+
+export const sandboxInboundBody = s.object({
+  from: phoneField(),
+  body: s.string().length(1, 4096),
+})
+
+export const sandboxReceiptBody = s.object({
+  status: s.string().oneOf(['delivered', 'read', 'failed']),
+  error: s
+    .object({
+      code: s.string().length(1, 100).optional(),
+      message: s.string().length(0, 500).optional(),
+    })
+    .nullable()
+    .optional(),
+})

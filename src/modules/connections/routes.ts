@@ -1,0 +1,96 @@
+/** Admin routes for connected numbers and the sandbox network's test tools (CONTRACT §6). */
+import { Elysia } from 'elysia'
+import type { authPlugin } from '../../http/auth'
+import { hidden } from '../../http/docs'
+import { notFound, refused, validationFailed } from '../../http/errors'
+import { validate } from '../../http/schema'
+import { SandboxConnection } from '../../network/sandbox'
+import type { Services } from '../../services'
+import { createConnectionBody, patchConnectionBody, sandboxGroupsBody, sandboxInboundBody, sandboxReceiptBody } from './model'
+
+export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
+  const conns = svc.connections
+  const sandboxOf = (id: string) => {
+    const c = conns.getAny(id)
+    if (!(c.driver instanceof SandboxConnection)) throw refused('not_sandbox', 'This connection is not a sandbox number.')
+    return { live: c, driver: c.driver }
+  }
+  return new Elysia()
+    .use(auth)
+    .post(
+      '/workspaces/:id/connections',
+      ({ params, body, set }) => {
+        svc.workspaces.get(params.id)
+        const input = validate(createConnectionBody, body)
+        const row = conns.create(params.id, { ...input, config: (body as Record<string, unknown>).config })
+        set.status = 201
+        return { data: conns.toAdmin(row) }
+      },
+      { admin: true, detail: hidden },
+    )
+    .get(
+      '/workspaces/:id/connections',
+      ({ params }) => {
+        svc.workspaces.get(params.id)
+        return { data: conns.listForWorkspace(params.id).map((c) => conns.toAdmin(c.row)) }
+      },
+      { admin: true, detail: hidden },
+    )
+    .get('/connections/:id', ({ params }) => ({ data: conns.toAdmin(conns.getAny(params.id).row) }), { admin: true, detail: hidden })
+    .patch(
+      '/connections/:id',
+      ({ params, body }) => {
+        conns.getAny(params.id)
+        const input = validate(patchConnectionBody, body)
+        return { data: conns.toAdmin(conns.patch(params.id, { ...input, config: (body as Record<string, unknown>).config })) }
+      },
+      { admin: true, detail: hidden },
+    )
+    .delete(
+      '/connections/:id',
+      ({ params, set }) => {
+        conns.remove(params.id, () => svc.messages.failQueuedInTx(params.id))
+        set.status = 204
+        return ''
+      },
+      { admin: true, detail: hidden },
+    )
+    .put(
+      '/connections/:id/sandbox/groups',
+      ({ params, body }) => {
+        const { driver } = sandboxOf(params.id)
+        const input = validate(sandboxGroupsBody, body)
+        const ids = new Set<string>()
+        for (const g of input.groups) {
+          if (ids.has(g.external_id)) throw validationFailed({ groups: ['Each group needs its own external_id.'] })
+          ids.add(g.external_id)
+        }
+        driver.setGroups(input.groups.map((g) => ({ ...g, announce: g.announce ?? false, admin: g.admin ?? true })))
+        return { data: { groups: input.groups.length } }
+      },
+      { admin: true, detail: hidden },
+    )
+    .post(
+      '/connections/:id/sandbox/inbound',
+      async ({ params, body, set }) => {
+        const { live } = sandboxOf(params.id)
+        const input = validate(sandboxInboundBody, body)
+        if (live.row.receives !== 1) throw refused('connection_not_receiving', 'This number does not receive messages.')
+        const row = await svc.messages.inbound(params.id, input.from, input.body)
+        set.status = 201
+        return { data: svc.messages.toPublic(row) }
+      },
+      { admin: true, detail: hidden },
+    )
+    .post(
+      '/messages/:id/sandbox/receipt',
+      async ({ params, body }) => {
+        const row = svc.messages.repo.getAny(params.id)
+        if (!row) throw notFound('message')
+        const input = validate(sandboxReceiptBody, body)
+        await svc.messages.receipt(row.id, input.status as 'delivered' | 'read' | 'failed', input.error)
+        return { data: svc.messages.toPublic(svc.messages.repo.getAny(row.id)!) }
+      },
+      { admin: true, detail: hidden },
+    )
+}

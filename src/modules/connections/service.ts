@@ -1,0 +1,159 @@
+/**
+ * Connected numbers: the rows, plus a live registry holding each number's driver. The registry is
+ * loaded at start and changed only through this service, so the request path and the pacer read
+ * a number's state from memory.
+ */
+import type { Deps } from '../../deps'
+import { notFound, validationFailed } from '../../http/errors'
+import { iso, uuid } from '../../http/format'
+import type { ConnectionDriver, DriverEvents, DriverFactory } from '../../network/driver'
+import { sandboxDriver } from '../../network/sandbox'
+import { ConnectionRepo, type ConnectionRow } from './repo'
+
+export const DRIVERS: Record<string, DriverFactory> = { sandbox: sandboxDriver }
+
+export interface LiveConnection {
+  row: ConnectionRow
+  driver: ConnectionDriver
+}
+
+export class ConnectionService {
+  readonly repo: ConnectionRepo
+  private live = new Map<string, LiveConnection>()
+  private events: DriverEvents | null = null
+  /** Called when a number comes online or changes, so the pacer can look at its queue. */
+  onChange: (connectionId: string) => void = () => {}
+
+  constructor(private readonly deps: Deps) {
+    this.repo = new ConnectionRepo(deps.db)
+  }
+
+  /** Load every connection and start its driver; `events` receives receipts and inbound messages. */
+  start(events: DriverEvents) {
+    this.events = events
+    for (const row of this.repo.all()) this.attach(row)
+  }
+
+  stop() {
+    for (const c of this.live.values()) c.driver.close()
+    this.live.clear()
+  }
+
+  private attach(row: ConnectionRow): LiveConnection {
+    const factory = DRIVERS[row.driver]
+    if (!factory) throw new Error(`unknown driver ${row.driver}`)
+    const entry: LiveConnection = { row, driver: null as unknown as ConnectionDriver }
+    entry.driver = factory.create({
+      connectionId: row.id,
+      phone: row.phone,
+      config: JSON.parse(row.config),
+      online: () => entry.row.status === 'online',
+      events: this.events!,
+    })
+    this.live.set(row.id, entry)
+    return entry
+  }
+
+  toAdmin(row: ConnectionRow) {
+    return {
+      id: row.id,
+      workspace_id: row.workspace_id,
+      phone: row.phone,
+      name: row.name,
+      driver: row.driver,
+      status: row.status,
+      receives: row.receives === 1,
+      config: JSON.parse(row.config),
+      created_at: iso(row.created_at),
+      updated_at: iso(row.updated_at),
+    }
+  }
+
+  /** A live connection by id (any workspace), or null. */
+  find(id: string): LiveConnection | null {
+    return this.live.get(id) ?? null
+  }
+
+  /** A live connection of this workspace, else 404 "connection". */
+  get(workspaceId: string, id: string): LiveConnection {
+    const c = this.live.get(id)
+    if (!c || c.row.workspace_id !== workspaceId) throw notFound('connection')
+    return c
+  }
+
+  /** Admin: a connection by id, else 404. */
+  getAny(id: string): LiveConnection {
+    const c = this.live.get(id)
+    if (!c) throw notFound('connection')
+    return c
+  }
+
+  listForWorkspace(workspaceId: string): LiveConnection[] {
+    return [...this.live.values()].filter((c) => c.row.workspace_id === workspaceId)
+  }
+
+  all(): LiveConnection[] {
+    return [...this.live.values()]
+  }
+
+  create(workspaceId: string, input: { phone: string; name?: string | null; driver: string; receives?: boolean; config?: unknown }): ConnectionRow {
+    const factory = DRIVERS[input.driver]!
+    const checked = factory.checkConfig(input.config)
+    if ('errors' in checked) throw validationFailed(checked.errors)
+    const row = this.deps.writer.now(() => {
+      if (this.repo.byPhone(workspaceId, input.phone)) throw validationFailed({ phone: ['This workspace already has a connection for this phone number.'] })
+      const now = this.deps.clock.now()
+      const r: ConnectionRow = {
+        id: uuid(),
+        workspace_id: workspaceId,
+        phone: input.phone,
+        name: input.name ?? null,
+        driver: input.driver,
+        status: 'online',
+        receives: input.receives === false ? 0 : 1,
+        config: JSON.stringify(checked.config),
+        created_at: now,
+        updated_at: now,
+        deleted_at: null,
+      }
+      this.repo.insert(r)
+      return r
+    })
+    this.attach(row)
+    this.onChange(row.id)
+    return row
+  }
+
+  patch(id: string, input: { name?: string | null; status?: string; config?: unknown }): ConnectionRow {
+    const c = this.getAny(id)
+    let config = c.row.config
+    if (input.config !== undefined) {
+      const checked = DRIVERS[c.row.driver]!.checkConfig(input.config)
+      if ('errors' in checked) throw validationFailed(checked.errors)
+      config = JSON.stringify(checked.config)
+    }
+    const next: ConnectionRow = {
+      ...c.row,
+      name: input.name !== undefined ? input.name : c.row.name,
+      status: (input.status as ConnectionRow['status']) ?? c.row.status,
+      config,
+      updated_at: this.deps.clock.now(),
+    }
+    this.deps.writer.now(() => this.repo.update(next))
+    c.row = next
+    if (input.config !== undefined) c.driver.configure(JSON.parse(config))
+    this.onChange(id)
+    return next
+  }
+
+  /** Remove a connection; its queued messages are failed by the caller in the same step. */
+  remove(id: string, inTx: () => void) {
+    const c = this.getAny(id)
+    this.deps.writer.now(() => {
+      this.repo.markDeleted(id, this.deps.clock.now())
+      inTx()
+    })
+    c.driver.close()
+    this.live.delete(id)
+  }
+}

@@ -1,0 +1,57 @@
+/** Message input schemas (spec §4 POST /messages, GET /messages). */
+import { s } from '../../http/schema'
+import { phoneField } from '../contacts/model'
+
+export const MAX_BODY = 4096
+export const MAX_ATTACHMENTS = 10
+export const STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'failed'] as const
+
+export const sendMessageBody = s.object({
+  connection_id: s.string().format('uuid').describe('Which connected number sends.'),
+  recipient: phoneField().optional().describe('E.164 number; required unless contact_id is given. A new number creates the contact.', '+14155550100'),
+  contact_id: s.string().format('uuid').optional().describe('An existing contact; required unless recipient is given.'),
+  body: s.string().length(1, MAX_BODY).optional().describe('Text, up to 4096 characters (Unicode code points).', 'Your order #1001 has shipped.'),
+  file: s.file().optional().describe('A file to upload, scan and send inline (multipart/form-data).'),
+  media: s
+    .object({
+      attachments: s.array(s.object({ media_id: s.string().format('uuid') })).max(MAX_ATTACHMENTS).describe('Up to 10 media ids from POST /media.'),
+    })
+    .optional(),
+})
+
+export const listMessagesQuery = s.object({
+  direction: s.string().oneOf(['inbound', 'outbound']).optional().describe('Omit for both.'),
+  status: s.string().oneOf(STATUSES).optional(),
+  page: s.integer().range(1, 1_000_000).optional(),
+  per_page: s.integer().range(1, 100).optional(),
+})
+
+/** Inbound texts that opt the sender out (trimmed, case-insensitive). */
+export const OPT_OUT_KEYWORDS = new Set(['STOP', 'STOPALL', 'UNSUBSCRIBE', 'CANCEL', 'END', 'QUIT'])
+
+export const messageDoc = {
+  type: 'object',
+  properties: {
+    id: { type: 'string', format: 'uuid' },
+    direction: { type: 'string', enum: ['inbound', 'outbound'] },
+    status: { type: 'string', enum: [...STATUSES] },
+    connection_id: { type: 'string', format: 'uuid' },
+    contact_id: { type: ['string', 'null'], format: 'uuid' },
+    recipient: { type: ['string', 'null'] },
+    group_id: { type: ['string', 'null'] },
+    body: { type: ['string', 'null'] },
+    attachments: { type: 'array', items: { type: 'string', format: 'uuid' } },
+    error: { anyOf: [{ type: 'null' }, { type: 'object', properties: { code: { type: 'string' }, message: { type: 'string' } } }] },
+    created_at: { type: 'string', format: 'date-time' },
+    updated_at: { type: 'string', format: 'date-time' },
+    outcome: {
+      type: 'object',
+      properties: {
+        state: { type: 'string', enum: ['pending', 'sent', 'delivered', 'read', 'failed'] },
+        at: { type: ['string', 'null'], format: 'date-time' },
+        error: { anyOf: [{ type: 'null' }, { type: 'object' }] },
+      },
+    },
+    timeline: { type: 'array', items: { type: 'object', properties: { status: { type: 'string' }, at: { type: 'string', format: 'date-time' } } } },
+  },
+}

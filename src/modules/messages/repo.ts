@@ -1,0 +1,130 @@
+/** Message log, queue and usage SQL. */
+import type { Database } from 'bun:sqlite'
+
+export type MessageStatus = 'queued' | 'sending' | 'sent' | 'delivered' | 'read' | 'failed'
+
+export interface MessageRow {
+  seq: number
+  id: string
+  workspace_id: string
+  connection_id: string
+  contact_id: string | null
+  group_id: string | null
+  direction: 'inbound' | 'outbound'
+  status: MessageStatus
+  recipient: string | null
+  sender: string | null
+  body: string | null
+  attachments: string
+  error_code: string | null
+  error_message: string | null
+  external_id: string | null
+  created_at: number
+  updated_at: number
+  sending_at: number | null
+  sent_at: number | null
+  delivered_at: number | null
+  read_at: number | null
+  failed_at: number | null
+}
+
+export type NewMessage = Omit<MessageRow, 'seq'>
+
+export class MessageRepo {
+  private insertStmt
+  private byIdStmt
+  private byIdAnyStmt
+  private headStmt
+  private queuedConnsStmt
+  private releasesStmt
+  private inFlightStmt
+  private expiredStmt
+  private queuedForConnStmt
+  private usageGet
+  private usageAdd
+  private lists = new Map<string, ReturnType<Database['query']>>()
+  private counts = new Map<string, ReturnType<Database['query']>>()
+
+  constructor(private readonly db: Database) {
+    this.insertStmt = db.query(
+      `INSERT INTO messages (id, workspace_id, connection_id, contact_id, group_id, direction, status, recipient, sender, body, attachments, error_code, error_message, external_id, created_at, updated_at, sending_at, sent_at, delivered_at, read_at, failed_at)
+       VALUES ($id, $workspace_id, $connection_id, $contact_id, $group_id, $direction, $status, $recipient, $sender, $body, $attachments, $error_code, $error_message, $external_id, $created_at, $updated_at, $sending_at, $sent_at, $delivered_at, $read_at, $failed_at)`,
+    )
+    this.byIdStmt = db.query<MessageRow, [string, string]>('SELECT * FROM messages WHERE id = ? AND workspace_id = ?')
+    this.byIdAnyStmt = db.query<MessageRow, [string]>('SELECT * FROM messages WHERE id = ?')
+    this.headStmt = db.query<MessageRow, [string, number]>("SELECT * FROM messages WHERE connection_id = ? AND status = 'queued' ORDER BY seq LIMIT ?")
+    this.queuedConnsStmt = db.query<{ connection_id: string }, []>("SELECT DISTINCT connection_id FROM messages WHERE status = 'queued'")
+    this.releasesStmt = db.query<{ sending_at: number }, [string, number]>('SELECT sending_at FROM messages WHERE connection_id = ? AND sending_at >= ? ORDER BY sending_at')
+    this.inFlightStmt = db.query<MessageRow, []>("SELECT * FROM messages WHERE status = 'sending'")
+    this.expiredStmt = db.query<MessageRow, [number, number]>("SELECT * FROM messages WHERE status = 'queued' AND created_at <= ? ORDER BY seq LIMIT ?")
+    this.queuedForConnStmt = db.query<MessageRow, [string]>("SELECT * FROM messages WHERE connection_id = ? AND status = 'queued'")
+    this.usageGet = db.query<{ messages: number }, [string, string]>('SELECT messages FROM usage_monthly WHERE workspace_id = ? AND month = ?')
+    this.usageAdd = db.query('INSERT INTO usage_monthly (workspace_id, month, messages) VALUES (?, ?, 1) ON CONFLICT (workspace_id, month) DO UPDATE SET messages = messages + 1')
+  }
+
+  insert(row: NewMessage) {
+    this.insertStmt.run(row as any)
+  }
+  get(workspaceId: string, id: string) {
+    return this.byIdStmt.get(id, workspaceId)
+  }
+  getAny(id: string) {
+    return this.byIdAnyStmt.get(id)
+  }
+  /** The oldest queued messages of a number (its FIFO head). */
+  head(connectionId: string, limit: number) {
+    return this.headStmt.all(connectionId, limit)
+  }
+  connectionsWithQueue() {
+    return this.queuedConnsStmt.all().map((r) => r.connection_id)
+  }
+  /** Release times of a number since `since` (for the trailing hour/day caps). */
+  releasesSince(connectionId: string, since: number) {
+    return this.releasesStmt.all(connectionId, since).map((r) => r.sending_at)
+  }
+  inFlight() {
+    return this.inFlightStmt.all()
+  }
+  queuedBefore(cutoff: number, limit: number) {
+    return this.expiredStmt.all(cutoff, limit)
+  }
+  queuedFor(connectionId: string) {
+    return this.queuedForConnStmt.all(connectionId)
+  }
+  /** Write the changed columns of a message. */
+  update(id: string, fields: Partial<MessageRow>) {
+    const keys = Object.keys(fields)
+    const sql = `UPDATE messages SET ${keys.map((k) => `${k} = $${k}`).join(', ')} WHERE id = $id`
+    this.db.query(sql).run({ ...fields, id } as any)
+  }
+  usage(workspaceId: string, month: string) {
+    return this.usageGet.get(workspaceId, month)?.messages ?? 0
+  }
+  countUsage(workspaceId: string, month: string) {
+    this.usageAdd.run(workspaceId, month)
+  }
+
+  /** A page of the log, newest first, with optional direction/status filters. */
+  list(workspaceId: string, filter: { direction?: string; status?: string }, limit: number, offset: number) {
+    const where = ['workspace_id = $ws']
+    if (filter.direction) where.push('direction = $direction')
+    if (filter.status) where.push('status = $status')
+    const key = where.join(' AND ')
+    let q = this.lists.get(key)
+    if (!q) {
+      q = this.db.query(`SELECT * FROM messages WHERE ${key} ORDER BY seq DESC LIMIT $limit OFFSET $offset`)
+      this.lists.set(key, q)
+    }
+    let c = this.counts.get(key)
+    if (!c) {
+      c = this.db.query(`SELECT COUNT(*) AS n FROM messages WHERE ${key}`)
+      this.counts.set(key, c)
+    }
+    const params: Record<string, unknown> = { ws: workspaceId }
+    if (filter.direction) params.direction = filter.direction
+    if (filter.status) params.status = filter.status
+    const rows = q.all({ ...params, limit, offset } as any) as MessageRow[]
+    const total = (c.get(params as any) as { n: number }).n
+    return { rows, total }
+  }
+}

@@ -1,0 +1,92 @@
+/** POST /api/v1/messages, GET /api/v1/messages, GET /api/v1/messages/{id}. */
+import { Elysia } from 'elysia'
+import type { authPlugin } from '../../http/auth'
+import { op } from '../../http/docs'
+import { notFound, refused } from '../../http/errors'
+import { listEnvelope, readPage } from '../../http/format'
+import { fieldError, UUID, validate } from '../../http/schema'
+import type { Services } from '../../services'
+import { listMessagesQuery, messageDoc, sendMessageBody } from './model'
+
+export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
+  const messages = svc.messages
+  return new Elysia()
+    .use(auth)
+    .post(
+      '/messages',
+      async ({ caller, body, request, set }) => {
+        const raw = body as Record<string, unknown>
+        // an empty body field from a form means "no body"
+        const input = validate(sendMessageBody, raw && raw.body === '' ? { ...raw, body: undefined } : raw, (v, errors) => {
+          if (v.recipient !== undefined && v.contact_id !== undefined) fieldError(errors, 'recipient', 'Give either recipient or contact_id, not both.')
+          if (v.recipient === undefined && v.contact_id === undefined) fieldError(errors, 'recipient', 'The recipient field is required when contact_id is not given.')
+          if (v.body === undefined && v.file === undefined && !(v.media?.attachments?.length)) fieldError(errors, 'body', 'Give at least one of body, file or media.attachments.')
+        })
+        const out = await svc.idempotency.handle(
+          { apiKeyId: caller.key.id, method: 'POST', path: '/api/v1/messages', header: request.headers.get('idempotency-key'), body: raw },
+          async (record) => {
+            if (input.file) throw refused('unsupported_media', 'This server does not accept file uploads yet.')
+            let text = ''
+            await messages.send(caller.workspace.id, { ...input, attachments: (input.media?.attachments ?? []).map((a) => a.media_id) }, (row) => {
+              text = record(202, { data: messages.toPublic(row) })
+            })
+            return { status: 202, body: text }
+          },
+        )
+        set.status = out.status
+        set.headers['content-type'] = 'application/json; charset=utf-8'
+        if (out.replayed) set.headers['idempotency-replayed'] = 'true'
+        return out.body
+      },
+      {
+        scope: 'messages:write',
+        detail: op({
+          summary: 'Queue a message',
+          description:
+            'Queues a one-to-one message (text, a file, or both) through one of the workspace’s connected numbers. Exactly one of recipient and contact_id; at least one of body, file, media.attachments. 202 means queued and durable, not delivered: the message is released at the number’s pace and delivery arrives through webhooks. Refused with 422 for an opted-out or suppressed recipient (recipient_opted_out, recipient_suppressed), an offline number (connection_offline) or a used-up monthly allowance (allowance_exhausted).',
+          tag: 'Messages',
+          scope: 'messages:write',
+          body: sendMessageBody,
+          idempotent: true,
+          ok: { status: 202, data: messageDoc, description: 'Queued.', headers: { 'Idempotency-Replayed': { schema: { type: 'string', enum: ['true'] }, description: 'On a replayed response.' } } },
+          errors: [400, 404, 409, 413, 422],
+        }),
+      },
+    )
+    .get(
+      '/messages',
+      ({ caller, query }) => {
+        const q = validate(listMessagesQuery, query)
+        const page = readPage(query)
+        const { rows, total } = messages.list(caller.workspace.id, { direction: q.direction, status: q.status }, page.perPage, page.offset)
+        return listEnvelope(
+          rows.map((r) => messages.toPublic(r)),
+          page,
+          total,
+        )
+      },
+      {
+        scope: 'messages:read',
+        detail: op({
+          summary: 'The message log',
+          description: 'Inbound and outbound messages, newest first, each with its delivery outcome and timeline.',
+          tag: 'Messages',
+          scope: 'messages:read',
+          query: listMessagesQuery,
+          ok: { status: 200, data: messageDoc, list: true, description: 'A page of messages.' },
+          errors: [422],
+        }),
+      },
+    )
+    .get(
+      '/messages/:id',
+      ({ caller, params }) => {
+        if (!UUID.test(params.id)) throw notFound('message')
+        return { data: messages.toPublic(messages.get(caller.workspace.id, params.id)) }
+      },
+      {
+        scope: 'messages:read',
+        detail: op({ summary: 'One message', tag: 'Messages', scope: 'messages:read', params: ['id'], ok: { status: 200, data: messageDoc, description: 'The message with outcome and timeline.' }, errors: [404] }),
+      },
+    )
+}

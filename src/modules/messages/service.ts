@@ -1,0 +1,303 @@
+/**
+ * The message log and its state machine. Every change of a message happens in one write with
+ * the outbox events that report it. Status moves forward only (queued → sending → sent →
+ * delivered → read; failed from queued, sending or sent); a late receipt only fills its time.
+ * A group message ends at sent.
+ */
+import type { Deps } from '../../deps'
+import { notFound, refused } from '../../http/errors'
+import { iso, uuid } from '../../http/format'
+import type { ReceiptStatus } from '../../network/driver'
+import { DriverError } from '../../network/driver'
+import type { ConnectionService, LiveConnection } from '../connections/service'
+import type { ContactService } from '../contacts/service'
+import type { SuppressionService } from '../suppressions/service'
+import type { EventType, WebhookService } from '../webhooks/service'
+import type { WorkspaceService } from '../workspaces/service'
+import { OPT_OUT_KEYWORDS } from './model'
+import { MessageRepo, type MessageRow, type MessageStatus, type NewMessage } from './repo'
+
+const RANK: Record<MessageStatus, number> = { queued: 0, sending: 1, sent: 2, delivered: 3, read: 4, failed: -1 }
+const TIME_COLUMN = { sending: 'sending_at', sent: 'sent_at', delivered: 'delivered_at', read: 'read_at', failed: 'failed_at' } as const
+
+export interface SendInput {
+  connection_id: string
+  recipient?: string
+  contact_id?: string
+  body?: string
+  attachments: string[]
+}
+
+/** The month key of the allowance (UTC calendar month). */
+const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7)
+
+export class MessageService {
+  readonly repo: MessageRepo
+  /** Called after a commit that queued messages on a number. */
+  onQueued: (connectionId: string) => void = () => {}
+
+  constructor(
+    private readonly deps: Deps,
+    private readonly workspaces: WorkspaceService,
+    private readonly contacts: ContactService,
+    private readonly suppressions: SuppressionService,
+    private readonly connections: ConnectionService,
+    private readonly webhooks: WebhookService,
+  ) {
+    this.repo = new MessageRepo(deps.db)
+  }
+
+  toPublic(row: MessageRow) {
+    const timeline: { status: string; at: string }[] = []
+    if (row.direction === 'outbound') timeline.push({ status: 'queued', at: iso(row.created_at)! })
+    const stamps: [string, number | null][] = [
+      ['sending', row.sending_at],
+      ['sent', row.sent_at],
+      ['delivered', row.delivered_at],
+      ['read', row.read_at],
+      ['failed', row.failed_at],
+    ]
+    for (const [status, at] of stamps.filter(([, at]) => at !== null).sort((a, b) => a[1]! - b[1]!)) timeline.push({ status, at: iso(at)! })
+    const error = row.error_code ? { code: row.error_code, message: row.error_message ?? '' } : null
+    const state = row.status === 'queued' || row.status === 'sending' ? 'pending' : row.status
+    const stateAt = state === 'pending' ? null : row[TIME_COLUMN[row.status as keyof typeof TIME_COLUMN]]
+    return {
+      id: row.id,
+      direction: row.direction,
+      status: row.status,
+      connection_id: row.connection_id,
+      contact_id: row.contact_id,
+      recipient: row.recipient,
+      group_id: row.group_id,
+      body: row.body,
+      attachments: JSON.parse(row.attachments) as string[],
+      error,
+      created_at: iso(row.created_at),
+      updated_at: iso(row.updated_at),
+      outcome: { state, at: iso(stateAt), error },
+      timeline,
+    }
+  }
+
+  get(workspaceId: string, id: string): MessageRow {
+    const row = this.repo.get(workspaceId, id)
+    if (!row) throw notFound('message')
+    return row
+  }
+
+  /** Refusals shared by one-to-one and group sends: a number that is not online, the allowance. */
+  checkSendable(live: LiveConnection, workspaceId: string, now: number) {
+    if (live.row.status !== 'online') throw refused('connection_offline', 'The connection is offline.')
+    const allowance = this.workspaces.settings(this.workspaces.cached(workspaceId)!).message_allowance
+    if (allowance !== null && this.repo.usage(workspaceId, monthOf(now)) >= allowance) {
+      throw refused('allowance_exhausted', 'The workspace has used its message allowance for this month.')
+    }
+  }
+
+  /** Insert a queued outbound message and count it against the allowance (inside a write). */
+  queueInTx(fields: Omit<NewMessage, 'status' | 'created_at' | 'updated_at' | 'sending_at' | 'sent_at' | 'delivered_at' | 'read_at' | 'failed_at' | 'error_code' | 'error_message' | 'external_id' | 'direction'>, now: number): MessageRow {
+    const row: NewMessage = {
+      ...fields,
+      direction: 'outbound',
+      status: 'queued',
+      error_code: null,
+      error_message: null,
+      external_id: null,
+      created_at: now,
+      updated_at: now,
+      sending_at: null,
+      sent_at: null,
+      delivered_at: null,
+      read_at: null,
+      failed_at: null,
+    }
+    this.repo.insert(row)
+    this.repo.countUsage(row.workspace_id, monthOf(now))
+    return { ...row, seq: 0 }
+  }
+
+  /**
+   * Accept a one-to-one send: every refusal is decided before anything is written, and the
+   * message, a new contact and `alsoInTx` (the idempotency record) commit together.
+   */
+  async send(workspaceId: string, input: SendInput, alsoInTx?: (row: MessageRow) => void): Promise<MessageRow> {
+    const row = await this.deps.writer.write(() => {
+      const now = this.deps.clock.now()
+      const live = this.connections.get(workspaceId, input.connection_id)
+      let contact = input.contact_id ? this.contacts.repo.get(workspaceId, input.contact_id) : this.contacts.repo.getByPhone(workspaceId, input.recipient!)
+      if (input.contact_id && !contact) throw notFound('contact')
+      if (input.attachments.length > 0) throw notFound('media')
+      const phone = contact ? contact.phone : input.recipient!
+      if (contact?.consent_status === 'opted_out') throw refused('recipient_opted_out', 'The recipient has opted out.')
+      if (this.suppressions.isSuppressed(workspaceId, phone)) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
+      this.checkSendable(live, workspaceId, now)
+      if (!contact) contact = this.contacts.upsertInTx(workspaceId, { phone }, 'send').row
+      else this.contacts.repo.touch(contact.id, now)
+      const msg = this.queueInTx(
+        { id: uuid(), workspace_id: workspaceId, connection_id: live.row.id, contact_id: contact.id, group_id: null, recipient: phone, sender: live.row.phone, body: input.body ?? null, attachments: JSON.stringify(input.attachments) },
+        now,
+      )
+      alsoInTx?.(msg)
+      return msg
+    })
+    this.onQueued(row.connection_id)
+    return row
+  }
+
+  list(workspaceId: string, filter: { direction?: string; status?: string }, limit: number, offset: number) {
+    return this.repo.list(workspaceId, filter, limit, offset)
+  }
+
+  private emit(row: MessageRow, type: EventType) {
+    this.webhooks.enqueueInTx(row.workspace_id, type, this.toPublic(row))
+  }
+
+  /**
+   * Move a message forward (inside a write). Returns the new row, or null when nothing changed.
+   * Group messages stop at sent; failed only follows queued, sending or sent.
+   */
+  advanceInTx(id: string, status: MessageStatus, at: number, extra: Partial<MessageRow> = {}): MessageRow | null {
+    const row = this.repo.getAny(id)
+    if (!row || row.direction !== 'outbound') return null
+    if (row.group_id !== null && (status === 'delivered' || status === 'read')) return null
+    const fields: Partial<MessageRow> = { ...extra }
+    const col = status === 'queued' ? null : TIME_COLUMN[status]
+    if (col && row[col] === null) fields[col] = at
+    let changed = false
+    if (status === 'failed') {
+      if (row.status === 'queued' || row.status === 'sending' || row.status === 'sent') {
+        fields.status = 'failed'
+        changed = true
+      } else if (row.status === 'failed' || RANK[row.status] >= RANK.delivered) {
+        return null
+      }
+    } else if (row.status !== 'failed' && RANK[status] > RANK[row.status]) {
+      fields.status = status
+      changed = true
+    }
+    if (Object.keys(fields).length === 0) return null
+    fields.updated_at = at
+    if (!changed) {
+      delete fields.error_code
+      delete fields.error_message
+    }
+    this.repo.update(id, fields)
+    const next = { ...row, ...fields } as MessageRow
+    if (changed && (status === 'sent' || status === 'delivered' || status === 'read' || status === 'failed')) this.emit(next, `message.${status}`)
+    return next
+  }
+
+  /** Claim messages for release: queued → sending, in one write. */
+  markSendingInTx(ids: string[], at: number) {
+    for (const id of ids) this.advanceInTx(id, 'sending', at)
+  }
+
+  markSent(id: string, externalId: string) {
+    return this.deps.writer.write(() => this.advanceInTx(id, 'sent', this.deps.clock.now(), { external_id: externalId }))
+  }
+
+  markFailed(id: string, code: string, message: string) {
+    return this.deps.writer.write(() => this.advanceInTx(id, 'failed', this.deps.clock.now(), { error_code: code, error_message: message }))
+  }
+
+  /** A receipt from the network (driver events or the sandbox admin endpoint). */
+  receipt(id: string, status: ReceiptStatus, error?: { code?: string; message?: string } | null) {
+    const extra: Partial<MessageRow> = status === 'failed' ? { error_code: error?.code || 'delivery_failed', error_message: error?.message || 'The network reported the message as failed.' } : {}
+    return this.deps.writer.write(() => this.advanceInTx(id, status, this.deps.clock.now(), extra))
+  }
+
+  /** An inbound message: logged as delivered; opt-out keywords opt the sender out. */
+  async inbound(connectionId: string, from: string, body: string): Promise<MessageRow> {
+    const live = this.connections.getAny(connectionId)
+    return this.deps.writer.write(() => {
+      const now = this.deps.clock.now()
+      const ws = live.row.workspace_id
+      let contact = this.contacts.repo.getByPhone(ws, from)
+      if (!contact) contact = this.contacts.upsertInTx(ws, { phone: from }, 'inbound').row
+      else this.contacts.repo.touch(contact.id, now)
+      const row: NewMessage = {
+        id: uuid(),
+        workspace_id: ws,
+        connection_id: connectionId,
+        contact_id: contact.id,
+        group_id: null,
+        direction: 'inbound',
+        status: 'delivered',
+        recipient: live.row.phone,
+        sender: from,
+        body,
+        attachments: '[]',
+        error_code: null,
+        error_message: null,
+        external_id: null,
+        created_at: now,
+        updated_at: now,
+        sending_at: null,
+        sent_at: null,
+        delivered_at: now,
+        read_at: null,
+        failed_at: null,
+      }
+      this.repo.insert(row)
+      if (OPT_OUT_KEYWORDS.has(body.trim().toUpperCase()) && contact.consent_status !== 'opted_out') {
+        this.contacts.repo.setConsent(contact.id, 'opted_out', now)
+        this.contacts.repo.ledger(ws, contact.id, 'opted_out', `inbound:${row.id}`, now)
+      }
+      const full = { ...row, seq: 0 }
+      this.emit(full, 'message.received')
+      return full
+    })
+  }
+
+  /**
+   * After a crash: a message found in `sending` is never sent again blindly. It is sent only if
+   * the driver confirms the network has it; otherwise it fails as send_interrupted.
+   */
+  async recoverInterrupted() {
+    for (const row of this.repo.inFlight()) {
+      const live = this.connections.find(row.connection_id)
+      const confirmed = live ? await live.driver.confirm(row.id).catch(() => null) : null
+      if (confirmed) await this.markSent(row.id, confirmed.externalId)
+      else await this.markFailed(row.id, 'send_interrupted', 'The server stopped while this message was being handed to the network; it was not sent again.')
+    }
+  }
+
+  /** Messages still queued after 24 h (their number never came back) fail as expired. */
+  expireQueued(maxAgeMs = 86_400_000) {
+    const cutoff = this.deps.clock.now() - maxAgeMs
+    for (;;) {
+      const batch = this.repo.queuedBefore(cutoff, 500)
+      if (batch.length === 0) return
+      this.deps.writer.now(() => {
+        const now = this.deps.clock.now()
+        for (const m of batch) this.advanceInTx(m.id, 'failed', now, { error_code: 'expired', error_message: 'The message was still queued after 24 hours.' })
+      })
+    }
+  }
+
+  /** Fail what is queued on a number that is being removed (inside its write). */
+  failQueuedInTx(connectionId: string) {
+    const now = this.deps.clock.now()
+    for (const m of this.repo.queuedFor(connectionId)) this.advanceInTx(m.id, 'failed', now, { error_code: 'connection_removed', error_message: 'The connection was removed before the message was sent.' })
+  }
+
+  /** Hand one released message to its number's driver and record the outcome. */
+  async dispatch(live: LiveConnection, row: MessageRow, groupExternalId: string | null = null) {
+    const backoff = [1000, 2000, 4000, 8000, 16000]
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const r = await live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments: JSON.parse(row.attachments) })
+        await this.markSent(row.id, r.externalId)
+        return
+      } catch (e) {
+        const err = e instanceof DriverError ? e : new DriverError('driver_error', 'The network driver failed.', false)
+        if (err.retryable && attempt < backoff.length) {
+          await Bun.sleep(backoff[attempt]!)
+          continue
+        }
+        await this.markFailed(row.id, err.code, err.message)
+        return
+      }
+    }
+  }
+}

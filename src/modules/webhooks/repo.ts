@@ -1,0 +1,126 @@
+/** Webhook endpoint and delivery (outbox) SQL. */
+import type { Database } from 'bun:sqlite'
+
+export interface EndpointRow {
+  id: string
+  workspace_id: string
+  url: string
+  events: string | null
+  secret_enc: string
+  status: 'active' | 'disabled'
+  failing_since: number | null
+  created_at: number
+  updated_at: number
+  deleted_at: number | null
+}
+
+export interface DeliveryRow {
+  seq: number
+  id: string
+  endpoint_id: string
+  workspace_id: string
+  type: string
+  payload: string
+  status: 'pending' | 'delivered' | 'failed'
+  attempts: number
+  next_attempt_at: number | null
+  last_status_code: number | null
+  last_error: string | null
+  created_at: number
+  updated_at: number
+  delivered_at: number | null
+}
+
+export class WebhookRepo {
+  private insertEndpoint
+  private endpointById
+  private endpointsForWs
+  private activeForWs
+  private deleteEndpoint
+  private setFailing
+  private disableStmt
+  private insertDelivery
+  private dueStmt
+  private nextDueStmt
+  private deliveredStmt
+  private retryStmt
+  private failStmt
+  private claimStmt
+  private failAllForEndpoint
+  private listDeliveries
+  private countDeliveries
+
+  constructor(db: Database) {
+    this.insertEndpoint = db.query(
+      'INSERT INTO webhook_endpoints (id, workspace_id, url, events, secret_enc, status, failing_since, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $url, $events, $secret_enc, $status, NULL, $created_at, $updated_at, NULL)',
+    )
+    this.endpointById = db.query<EndpointRow, [string]>('SELECT * FROM webhook_endpoints WHERE id = ? AND deleted_at IS NULL')
+    this.endpointsForWs = db.query<EndpointRow, [string]>('SELECT * FROM webhook_endpoints WHERE workspace_id = ? AND deleted_at IS NULL ORDER BY created_at, id')
+    this.activeForWs = db.query<EndpointRow, [string]>("SELECT * FROM webhook_endpoints WHERE workspace_id = ? AND status = 'active' AND deleted_at IS NULL")
+    this.deleteEndpoint = db.query('UPDATE webhook_endpoints SET deleted_at = ?, updated_at = ? WHERE id = ?')
+    this.setFailing = db.query('UPDATE webhook_endpoints SET failing_since = ?, updated_at = ? WHERE id = ?')
+    this.disableStmt = db.query("UPDATE webhook_endpoints SET status = 'disabled', updated_at = ? WHERE id = ?")
+    this.insertDelivery = db.query(
+      "INSERT INTO webhook_deliveries (id, endpoint_id, workspace_id, type, payload, status, attempts, next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)",
+    )
+    this.dueStmt = db.query<DeliveryRow, [number, number]>("SELECT * FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at, seq LIMIT ?")
+    this.nextDueStmt = db.query<{ t: number | null }, []>("SELECT MIN(next_attempt_at) AS t FROM webhook_deliveries WHERE status = 'pending'")
+    this.deliveredStmt = db.query("UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1, last_status_code = ?, last_error = NULL, delivered_at = ?, updated_at = ?, next_attempt_at = NULL WHERE id = ?")
+    this.retryStmt = db.query('UPDATE webhook_deliveries SET attempts = attempts + 1, last_status_code = ?, last_error = ?, next_attempt_at = ?, updated_at = ? WHERE id = ?')
+    this.claimStmt = db.query('UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ?')
+    this.failStmt = db.query("UPDATE webhook_deliveries SET status = 'failed', attempts = attempts + 1, last_status_code = ?, last_error = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ?")
+    this.failAllForEndpoint = db.query("UPDATE webhook_deliveries SET status = 'failed', last_error = ?, next_attempt_at = NULL, updated_at = ? WHERE endpoint_id = ? AND status = 'pending'")
+    this.listDeliveries = db.query<DeliveryRow, [string, number, number]>('SELECT * FROM webhook_deliveries WHERE endpoint_id = ? ORDER BY seq DESC LIMIT ? OFFSET ?')
+    this.countDeliveries = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE endpoint_id = ?')
+  }
+
+  createEndpoint(row: EndpointRow) {
+    const { failing_since: _f, deleted_at: _d, ...rest } = row
+    this.insertEndpoint.run(rest as any)
+  }
+  endpoint(id: string) {
+    return this.endpointById.get(id)
+  }
+  endpoints(workspaceId: string) {
+    return this.endpointsForWs.all(workspaceId)
+  }
+  activeEndpoints(workspaceId: string) {
+    return this.activeForWs.all(workspaceId)
+  }
+  removeEndpoint(id: string, at: number) {
+    this.deleteEndpoint.run(at, at, id)
+    this.failAllForEndpoint.run('endpoint removed', at, id)
+  }
+  markFailing(id: string, since: number | null, at: number) {
+    this.setFailing.run(since, at, id)
+  }
+  disable(id: string, at: number) {
+    this.disableStmt.run(at, id)
+    this.failAllForEndpoint.run('endpoint disabled after failing for 3 days', at, id)
+  }
+  enqueue(id: string, endpointId: string, workspaceId: string, type: string, payload: string, at: number) {
+    this.insertDelivery.run(id, endpointId, workspaceId, type, payload, at, at, at)
+  }
+  due(now: number, limit: number) {
+    return this.dueStmt.all(now, limit)
+  }
+  nextDue() {
+    return this.nextDueStmt.get()?.t ?? null
+  }
+  delivered(id: string, code: number, at: number) {
+    this.deliveredStmt.run(code, at, at, id)
+  }
+  retry(id: string, code: number | null, error: string, next: number, at: number) {
+    this.retryStmt.run(code, error, next, at, id)
+  }
+  /** Push the next attempt out while one is running, so it is not picked twice. */
+  claim(id: string, until: number) {
+    this.claimStmt.run(until, id)
+  }
+  fail(id: string, code: number | null, error: string, at: number) {
+    this.failStmt.run(code, error, at, id)
+  }
+  deliveries(endpointId: string, limit: number, offset: number) {
+    return { rows: this.listDeliveries.all(endpointId, limit, offset), total: this.countDeliveries.get(endpointId)!.n }
+  }
+}

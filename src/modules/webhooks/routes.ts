@@ -1,0 +1,61 @@
+/** Admin routes for webhook endpoints and their delivery history (CONTRACT §5-6). */
+import { Elysia } from 'elysia'
+import type { authPlugin } from '../../http/auth'
+import { hidden } from '../../http/docs'
+import { listEnvelope, readPage } from '../../http/format'
+import { s, validate } from '../../http/schema'
+import type { Services } from '../../services'
+import { EVENT_TYPES } from './service'
+
+const createBody = s.object({
+  url: s.string().length(1, 2048).pattern(/^https?:\/\/[^\s/?#]+[^\s]*$/i, 'must be an http or https URL'),
+  events: s.array(s.string().oneOf(EVENT_TYPES)).max(EVENT_TYPES.length).optional(),
+})
+
+export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
+  const hooks = svc.webhooks
+  return new Elysia()
+    .use(auth)
+    .post(
+      '/workspaces/:id/webhooks',
+      ({ params, body, set }) => {
+        svc.workspaces.get(params.id)
+        const input = validate(createBody, body)
+        set.status = 201
+        return { data: hooks.create(params.id, input.url, input.events) }
+      },
+      { admin: true, detail: hidden },
+    )
+    .get(
+      '/workspaces/:id/webhooks',
+      ({ params }) => {
+        svc.workspaces.get(params.id)
+        return { data: hooks.repo.endpoints(params.id).map((e) => hooks.toAdmin(e)) }
+      },
+      { admin: true, detail: hidden },
+    )
+    .get('/webhooks/:id', ({ params }) => ({ data: hooks.toAdmin(hooks.get(params.id), true) }), { admin: true, detail: hidden })
+    .delete(
+      '/webhooks/:id',
+      ({ params, set }) => {
+        hooks.remove(params.id)
+        set.status = 204
+        return ''
+      },
+      { admin: true, detail: hidden },
+    )
+    .get(
+      '/webhooks/:id/deliveries',
+      ({ params, query }) => {
+        hooks.get(params.id)
+        const page = readPage(query)
+        const { rows, total } = hooks.repo.deliveries(params.id, page.perPage, page.offset)
+        return listEnvelope(
+          rows.map((d) => hooks.deliveryToAdmin(d)),
+          page,
+          total,
+        )
+      },
+      { admin: true, detail: hidden },
+    )
+}

@@ -1,0 +1,209 @@
+/**
+ * Webhooks (Standard Webhooks): operator-registered endpoints, events written to a durable
+ * outbox in the same transaction as the change they report, and a dispatcher that signs and
+ * delivers them with the contract's retry schedule. Nothing is lost across restarts: a delivery
+ * is pending in SQLite until an endpoint answered 2xx or its retries ran out.
+ */
+import { randomBytes } from 'node:crypto'
+import type { Deps } from '../../deps'
+import { notFound } from '../../http/errors'
+import { iso, uuid } from '../../http/format'
+import type { Logger } from '../../http/log'
+import type { SecretBox } from '../../secrets'
+import { type DeliveryRow, type EndpointRow, WebhookRepo } from './repo'
+
+export const EVENT_TYPES = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'campaign.completed'] as const
+export type EventType = (typeof EVENT_TYPES)[number]
+
+/** Seconds after which attempt n+1 follows a failed attempt n (CONTRACT §5). */
+export const RETRY_SCHEDULE_S = [5, 300, 1800, 7200, 18000, 36000, 36000]
+export const DELIVERY_TIMEOUT_MS = 15_000
+export const DISABLE_AFTER_MS = 3 * 86_400_000
+
+/** The Standard Webhooks signature header value for one delivery attempt. */
+export function signature(secret: string, id: string, timestamp: number, body: string): string {
+  const key = Buffer.from(secret.slice('whsec_'.length), 'base64')
+  const mac = new Bun.CryptoHasher('sha256', key).update(`${id}.${timestamp}.${body}`).digest('base64')
+  return `v1,${mac}`
+}
+
+export class WebhookService {
+  readonly repo: WebhookRepo
+  private timer: Timer | null = null
+  private inFlight = 0
+  private running = false
+  private readonly maxInFlight = 16
+  /** Test hook: the fetch used for deliveries. */
+  fetch: typeof fetch = fetch
+
+  constructor(
+    private readonly deps: Deps,
+    private readonly box: SecretBox,
+    private readonly log: Logger,
+  ) {
+    this.repo = new WebhookRepo(deps.db)
+  }
+
+  toAdmin(row: EndpointRow, withSecret = false) {
+    return {
+      id: row.id,
+      workspace_id: row.workspace_id,
+      url: row.url,
+      events: row.events ? (JSON.parse(row.events) as string[]) : [...EVENT_TYPES],
+      status: row.status,
+      failing_since: iso(row.failing_since),
+      created_at: iso(row.created_at),
+      ...(withSecret ? { secret: this.box.open(row.secret_enc) } : {}),
+    }
+  }
+
+  deliveryToAdmin(row: DeliveryRow) {
+    return {
+      id: row.id,
+      type: row.type,
+      status: row.status,
+      attempts: row.attempts,
+      next_attempt_at: iso(row.next_attempt_at),
+      last_status_code: row.last_status_code,
+      last_error: row.last_error,
+      created_at: iso(row.created_at),
+      delivered_at: iso(row.delivered_at),
+    }
+  }
+
+  create(workspaceId: string, url: string, events: string[] | undefined) {
+    const secret = `whsec_${randomBytes(32).toString('base64')}`
+    const now = this.deps.clock.now()
+    const row: EndpointRow = {
+      id: uuid(),
+      workspace_id: workspaceId,
+      url,
+      events: events && events.length ? JSON.stringify([...new Set(events)]) : null,
+      secret_enc: this.box.seal(secret),
+      status: 'active',
+      failing_since: null,
+      created_at: now,
+      updated_at: now,
+      deleted_at: null,
+    }
+    this.deps.writer.now(() => this.repo.createEndpoint(row))
+    return { ...this.toAdmin(row), secret }
+  }
+
+  get(id: string) {
+    const row = this.repo.endpoint(id)
+    if (!row) throw notFound('webhook endpoint')
+    return row
+  }
+
+  remove(id: string) {
+    this.get(id)
+    this.deps.writer.now(() => this.repo.removeEndpoint(id, this.deps.clock.now()))
+  }
+
+  /**
+   * Write one event to the outbox of every active endpoint of the workspace that wants it.
+   * Must run inside the write that makes the change it reports.
+   */
+  enqueueInTx(workspaceId: string, type: EventType, data: unknown) {
+    const endpoints = this.repo.activeEndpoints(workspaceId)
+    if (endpoints.length === 0) return
+    const now = this.deps.clock.now()
+    const payload = JSON.stringify({ type, timestamp: new Date(now).toISOString(), data })
+    let any = false
+    for (const e of endpoints) {
+      if (e.events && !(JSON.parse(e.events) as string[]).includes(type)) continue
+      this.repo.enqueue(`msg_${uuid().replaceAll('-', '')}`, e.id, workspaceId, type, payload, now)
+      any = true
+    }
+    if (any) queueMicrotask(() => this.kick())
+  }
+
+  /** Start delivering (and pick up whatever was pending before a restart). */
+  start() {
+    this.running = true
+    this.kick()
+  }
+
+  stop() {
+    this.running = false
+    if (this.timer) clearTimeout(this.timer)
+    this.timer = null
+  }
+
+  /** Deliver what is due now, then sleep until the next due attempt. */
+  kick() {
+    if (!this.running) return
+    if (this.timer) clearTimeout(this.timer)
+    this.timer = null
+    const now = this.deps.clock.now()
+    const room = this.maxInFlight - this.inFlight
+    if (room > 0) {
+      for (const d of this.repo.due(now, room)) {
+        // claim: push its next attempt out past the timeout so it is not picked twice
+        this.deps.writer.now(() => this.repo.claim(d.id, now + DELIVERY_TIMEOUT_MS + 5000))
+        this.inFlight++
+        void this.attempt(d).finally(() => {
+          this.inFlight--
+          this.kick()
+        })
+      }
+    }
+    if (this.inFlight >= this.maxInFlight) return
+    const next = this.repo.nextDue()
+    if (next !== null) this.timer = setTimeout(() => this.kick(), Math.max(10, Math.min(next - this.deps.clock.now(), 60_000)))
+  }
+
+  private async attempt(d: DeliveryRow) {
+    const endpoint = this.repo.endpoint(d.endpoint_id)
+    if (!endpoint || endpoint.status !== 'active') {
+      this.deps.writer.now(() => this.repo.fail(d.id, null, 'endpoint removed or disabled', this.deps.clock.now()))
+      return
+    }
+    const ts = Math.floor(Date.now() / 1000)
+    let code: number | null = null
+    let error = ''
+    try {
+      const res = await this.fetch(endpoint.url, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'user-agent': 'Capstan-Webhooks/1',
+          'webhook-id': d.id,
+          'webhook-timestamp': String(ts),
+          'webhook-signature': signature(this.box.open(endpoint.secret_enc), d.id, ts, d.payload),
+        },
+        body: d.payload,
+        redirect: 'manual',
+        signal: AbortSignal.timeout(DELIVERY_TIMEOUT_MS),
+      })
+      code = res.status
+      await res.body?.cancel().catch(() => {})
+      if (res.status >= 200 && res.status < 300) {
+        const now = this.deps.clock.now()
+        this.deps.writer.now(() => {
+          this.repo.delivered(d.id, res.status, now)
+          if (endpoint.failing_since !== null) this.repo.markFailing(endpoint.id, null, now)
+        })
+        return
+      }
+      error = `HTTP ${res.status}`
+    } catch (e) {
+      error = (e as Error).name === 'TimeoutError' ? 'timed out after 15 s' : 'connection failed'
+    }
+    const now = this.deps.clock.now()
+    this.deps.writer.now(() => {
+      const since = endpoint.failing_since ?? now
+      if (endpoint.failing_since === null) this.repo.markFailing(endpoint.id, now, now)
+      if (now - since >= DISABLE_AFTER_MS) {
+        this.repo.fail(d.id, code, error, now)
+        this.repo.disable(endpoint.id, now)
+        this.log.warn('webhook endpoint disabled after failing for 3 days', { endpoint_id: endpoint.id })
+        return
+      }
+      const delay = RETRY_SCHEDULE_S[d.attempts]
+      if (delay === undefined) this.repo.fail(d.id, code, error, now)
+      else this.repo.retry(d.id, code, error, now + delay * 1000, now)
+    })
+  }
+}

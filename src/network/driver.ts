@@ -1,0 +1,72 @@
+/**
+ * The messaging network behind a connection. One file per network implements `DriverFactory`;
+ * the core never knows which network it talks to. A driver reports what happens later (receipts,
+ * inbound messages) through the `DriverEvents` it is given.
+ */
+
+export interface OutboundMessage {
+  id: string
+  recipient: string | null
+  /** The network's id of the group, for group messages. */
+  groupExternalId: string | null
+  body: string | null
+  attachments: string[]
+}
+
+export interface GroupInfo {
+  externalId: string
+  name: string
+  /** Counted when the list is read; the numbers themselves are never kept. */
+  participantCount: number
+  announce: boolean
+  isAdmin: boolean
+}
+
+/** A send the network refused. `retryable` sends are tried again later; others fail the message. */
+export class DriverError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly retryable = false,
+  ) {
+    super(message)
+  }
+}
+
+export type ReceiptStatus = 'delivered' | 'read' | 'failed'
+
+export interface DriverEvents {
+  /** The network reports a later state of a message it accepted. */
+  receipt(connectionId: string, messageId: string, status: ReceiptStatus, error?: { code: string; message: string }): void
+  /** Someone wrote to the number. */
+  inbound(connectionId: string, from: string, body: string): void
+}
+
+export interface ConnectionDriver {
+  /** Hand one message to the network; resolves with the network's id once it accepted it. */
+  send(message: OutboundMessage): Promise<{ externalId: string }>
+  /** Ask whether a send interrupted by a crash reached the network (null: cannot tell). */
+  confirm(messageId: string): Promise<{ externalId: string } | null>
+  /** The groups the number belongs to, or null when this network cannot report groups. */
+  listGroups(): Promise<GroupInfo[] | null>
+  /** Apply a new driver config (admin PATCH). */
+  configure(config: Record<string, unknown>): void
+  /** Stop timers; the connection was removed or the server stops. */
+  close(): void
+}
+
+export interface DriverContext {
+  connectionId: string
+  phone: string
+  config: Record<string, unknown>
+  /** Whether the number is online right now (the core keeps this). */
+  online: () => boolean
+  events: DriverEvents
+}
+
+export interface DriverFactory {
+  readonly name: string
+  /** Validate and normalise a config object; returns field errors keyed by config.<field>. */
+  checkConfig(config: unknown): { config: Record<string, unknown> } | { errors: Record<string, string[]> }
+  create(ctx: DriverContext): ConnectionDriver
+}

@@ -1,0 +1,109 @@
+/**
+ * The sandbox network: behaves like a real one without a phone. It accepts sends while the
+ * number is online, reports delivered/read after the configured delays (null = never on its
+ * own), fails the configured recipients, answers group lists with what the operator gave it, and
+ * refuses when offline. Its groups live in memory only, so participant numbers never reach disk.
+ */
+import type { ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
+import { DriverError } from './driver'
+
+export interface SandboxConfig {
+  delivered_after_ms: number | null
+  read_after_ms: number | null
+  fail_recipients: string[]
+}
+
+export interface SandboxGroup {
+  external_id: string
+  name: string
+  participants: string[]
+  announce: boolean
+  admin: boolean
+}
+
+const DEFAULTS: SandboxConfig = { delivered_after_ms: 1000, read_after_ms: 3000, fail_recipients: [] }
+
+const delay = (v: unknown) => v === null || (typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 86_400_000)
+
+export class SandboxConnection implements ConnectionDriver {
+  private config: SandboxConfig
+  private timers = new Set<Timer>()
+  private groups: GroupInfo[] = []
+  /** Sends this process accepted (in memory; a restart forgets them). */
+  private accepted = new Map<string, string>()
+
+  constructor(private readonly ctx: DriverContext) {
+    this.config = { ...DEFAULTS, ...(ctx.config as Partial<SandboxConfig>) }
+  }
+
+  configure(config: Record<string, unknown>) {
+    this.config = { ...DEFAULTS, ...(config as Partial<SandboxConfig>) }
+  }
+
+  async send(message: OutboundMessage): Promise<{ externalId: string }> {
+    if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
+    if (message.recipient && this.config.fail_recipients.includes(message.recipient)) {
+      throw new DriverError('recipient_unreachable', 'The network could not deliver to this recipient.')
+    }
+    const externalId = `sbx_${crypto.randomUUID()}`
+    this.accepted.set(message.id, externalId)
+    if (message.groupExternalId === null) {
+      this.later(this.config.delivered_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, message.id, 'delivered'))
+      this.later(this.config.read_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, message.id, 'read'))
+    }
+    return { externalId }
+  }
+
+  async confirm(messageId: string) {
+    const externalId = this.accepted.get(messageId)
+    return externalId ? { externalId } : null
+  }
+
+  async listGroups(): Promise<GroupInfo[] | null> {
+    if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
+    return this.groups.map((g) => ({ ...g }))
+  }
+
+  /** What the simulated network reports at the next sync. Participants are counted, then dropped. */
+  setGroups(groups: SandboxGroup[]) {
+    this.groups = groups.map((g) => ({
+      externalId: g.external_id,
+      name: g.name,
+      participantCount: new Set(g.participants).size,
+      announce: g.announce,
+      isAdmin: g.admin,
+    }))
+  }
+
+  close() {
+    for (const t of this.timers) clearTimeout(t)
+    this.timers.clear()
+  }
+
+  private later(ms: number | null, fn: () => void) {
+    if (ms === null) return
+    const t = setTimeout(() => {
+      this.timers.delete(t)
+      fn()
+    }, ms)
+    this.timers.add(t)
+  }
+}
+
+export const sandboxDriver: DriverFactory = {
+  name: 'sandbox',
+  checkConfig(config: unknown) {
+    if (config === undefined || config === null) return { config: { ...DEFAULTS } }
+    if (typeof config !== 'object' || Array.isArray(config)) return { errors: { config: ['The config field must be an object.'] } }
+    const c = { ...DEFAULTS, ...(config as Record<string, unknown>) }
+    const errors: Record<string, string[]> = {}
+    if (!delay(c.delivered_after_ms)) errors['config.delivered_after_ms'] = ['The config.delivered_after_ms field must be null or a whole number of milliseconds up to 86400000.']
+    if (!delay(c.read_after_ms)) errors['config.read_after_ms'] = ['The config.read_after_ms field must be null or a whole number of milliseconds up to 86400000.']
+    if (!Array.isArray(c.fail_recipients) || c.fail_recipients.length > 1000 || !c.fail_recipients.every((p) => typeof p === 'string' && /^\+[1-9][0-9]{6,14}$/.test(p))) {
+      errors['config.fail_recipients'] = ['The config.fail_recipients field must be a list of E.164 phone numbers.']
+    }
+    if (Object.keys(errors).length) return { errors }
+    return { config: { delivered_after_ms: c.delivered_after_ms, read_after_ms: c.read_after_ms, fail_recipients: c.fail_recipients } }
+  },
+  create: (ctx) => new SandboxConnection(ctx),
+}

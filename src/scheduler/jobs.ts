@@ -1,0 +1,17 @@
+/** Housekeeping with croner: expire 24 h-old queued messages, forget 24 h-old idempotency records. */
+import { Cron } from 'croner'
+import type { Services } from '../services'
+
+export function startJobs(svc: Services): Cron[] {
+  const guard = (name: string, fn: () => void) => () => {
+    try {
+      fn()
+    } catch (e) {
+      svc.log.error('job failed', { job: name, error: String((e as Error)?.stack ?? e) })
+    }
+  }
+  return [
+    new Cron('30 * * * * *', { protect: true }, guard('expire-queued', () => svc.messages.expireQueued())),
+    new Cron('0 */10 * * * *', { protect: true }, guard('purge-idempotency', () => void svc.idempotency.purge())),
+  ]
+}

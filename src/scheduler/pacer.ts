@@ -1,0 +1,210 @@
+/**
+ * Per-number release of queued messages (CONTRACT §3). A number releases its FIFO head when it
+ * is online, at least a random gap in [min_gap, max_gap] has passed since its previous release,
+ * and fewer than hourly_cap / daily_cap releases happened in the trailing 3,600 / 86,400 s.
+ *
+ * The database drives it: the queue is the `queued` rows; in memory there is only each number's
+ * last release, its next gap and its release times of the last 24 h (rebuilt from the table at
+ * start). One timer is armed for the earliest due release; nothing runs while nothing is due.
+ */
+import type { Clock } from '../clock'
+import type { Deps } from '../deps'
+import type { Logger } from '../http/log'
+import type { ConnectionService } from '../modules/connections/service'
+import type { MessageService } from '../modules/messages/service'
+import type { MessageRow } from '../modules/messages/repo'
+import type { WorkspaceService } from '../modules/workspaces/service'
+
+const HOUR = 3_600_000
+const DAY = 86_400_000
+/** Most messages one number releases in one tick (only reached with a zero gap). */
+const BURST = 200
+
+export interface Timers {
+  set(fn: () => void, ms: number): unknown
+  clear(handle: unknown): void
+}
+
+export const realTimers: Timers = {
+  set: (fn, ms) => setTimeout(fn, ms),
+  clear: (h) => clearTimeout(h as Timer),
+}
+
+interface NumberState {
+  last: number | null
+  /** seconds, drawn after each release */
+  gap: number
+  /** release times within the last 24 h, ascending; `start` skips pruned entries */
+  times: number[]
+  start: number
+}
+
+export interface Policy {
+  hourly_cap: number
+  daily_cap: number
+  min_gap_seconds: number
+  max_gap_seconds: number
+}
+
+/** When a number with this state may release next (ms); prunes releases older than 24 h. */
+export function dueAt(st: NumberState, p: Policy, now: number): number {
+  while (st.start < st.times.length && st.times[st.start]! <= now - DAY) st.start++
+  if (st.start > 1024 && st.start * 2 > st.times.length) {
+    st.times = st.times.slice(st.start)
+    st.start = 0
+  }
+  const gap = Math.min(Math.max(st.gap, p.min_gap_seconds), p.max_gap_seconds)
+  let due = st.last === null ? -Infinity : st.last + gap * 1000
+  const n = st.times.length - st.start
+  if (n >= p.daily_cap) due = Math.max(due, st.times[st.times.length - p.daily_cap]! + DAY)
+  // hourly: count releases in the trailing hour
+  let inHour = 0
+  for (let i = st.times.length - 1; i >= st.start && st.times[i]! > now - HOUR; i--) {
+    inHour++
+    if (inHour >= p.hourly_cap) {
+      due = Math.max(due, st.times[st.times.length - p.hourly_cap]! + HOUR)
+      break
+    }
+  }
+  return due
+}
+
+export class Pacer {
+  private states = new Map<string, NumberState>()
+  private pending = new Set<string>()
+  private timer: unknown = null
+  private timerAt = Infinity
+  private running = false
+  private ticking = false
+  /** Test hook: called after each tick with what it released. */
+  onRelease: (rows: MessageRow[]) => void = () => {}
+
+  constructor(
+    private readonly deps: Deps,
+    private readonly messages: MessageService,
+    private readonly connections: ConnectionService,
+    private readonly workspaces: WorkspaceService,
+    private readonly log: Logger,
+    private readonly clock: Clock = deps.clock,
+    private readonly timers: Timers = realTimers,
+    private readonly random: () => number = Math.random,
+  ) {}
+
+  start() {
+    this.running = true
+    for (const id of this.messages.repo.connectionsWithQueue()) this.pending.add(id)
+    this.schedule(0)
+  }
+
+  stop() {
+    this.running = false
+    if (this.timer !== null) this.timers.clear(this.timer)
+    this.timer = null
+    this.timerAt = Infinity
+  }
+
+  /** A number may have something to release (new message, came online, policy changed). */
+  wake(connectionId: string) {
+    this.pending.add(connectionId)
+    this.schedule(0)
+  }
+
+  /** Wake every number of a workspace (its policy changed). */
+  wakeWorkspace(workspaceId: string) {
+    for (const c of this.connections.listForWorkspace(workspaceId)) this.pending.add(c.row.id)
+    this.schedule(0)
+  }
+
+  /** What the scheduler knows of a number (for the dashboard and tests). */
+  snapshot(connectionId: string) {
+    const st = this.states.get(connectionId)
+    return st ? { last: st.last, gap: st.gap, releasesLastDay: st.times.length - st.start } : null
+  }
+
+  private state(connectionId: string): NumberState {
+    let st = this.states.get(connectionId)
+    if (!st) {
+      const times = this.messages.repo.releasesSince(connectionId, this.clock.now() - DAY)
+      st = { last: times.length ? times[times.length - 1]! : null, gap: 0, times, start: 0 }
+      this.states.set(connectionId, st)
+    }
+    return st
+  }
+
+  private schedule(delay: number) {
+    if (!this.running) return
+    const at = this.clock.now() + Math.max(0, delay)
+    if (this.timer !== null && this.timerAt <= at) return
+    if (this.timer !== null) this.timers.clear(this.timer)
+    this.timerAt = at
+    this.timer = this.timers.set(() => {
+      this.timer = null
+      this.timerAt = Infinity
+      this.tick()
+    }, Math.max(0, delay))
+  }
+
+  private drawGap(p: Policy) {
+    return p.min_gap_seconds + this.random() * (p.max_gap_seconds - p.min_gap_seconds)
+  }
+
+  /** Release everything that is due now, then arm the timer for the next due release. */
+  tick() {
+    if (!this.running || this.ticking) return
+    this.ticking = true
+    try {
+      const now = this.clock.now()
+      let next = Infinity
+      const released: { live: NonNullable<ReturnType<ConnectionService['find']>>; row: MessageRow }[] = []
+      for (const id of this.pending) {
+        const live = this.connections.find(id)
+        if (!live || live.row.status !== 'online') {
+          this.pending.delete(id) // woken again when it comes online
+          continue
+        }
+        const ws = this.workspaces.cached(live.row.workspace_id)
+        if (!ws) {
+          this.pending.delete(id)
+          continue
+        }
+        const policy = this.workspaces.settings(ws).sending_policy
+        const st = this.state(id)
+        let due = dueAt(st, policy, now)
+        if (due > now) {
+          next = Math.min(next, due)
+          continue
+        }
+        const heads = this.messages.repo.head(id, policy.max_gap_seconds === 0 ? BURST : 1)
+        if (heads.length === 0) {
+          this.pending.delete(id)
+          continue
+        }
+        let i = 0
+        while (i < heads.length && due <= now) {
+          released.push({ live, row: heads[i]! })
+          st.last = now
+          st.gap = this.drawGap(policy)
+          st.times.push(now)
+          i++
+          due = dueAt(st, policy, now)
+        }
+        // look again when the next release is due (an emptied queue leaves `pending` then)
+        next = Math.min(next, Math.max(due, now))
+      }
+      if (released.length > 0) {
+        this.deps.writer.now(() => this.messages.markSendingInTx(released.map((r) => r.row.id), now))
+        for (const r of released) void this.messages.dispatch(r.live, r.row, this.groupExternalId(r.row))
+        this.onRelease(released.map((r) => r.row))
+      }
+      if (next < Infinity) this.schedule(next - now)
+    } catch (e) {
+      this.log.error('pacer tick failed', { error: String((e as Error)?.stack ?? e) })
+      this.schedule(1000)
+    } finally {
+      this.ticking = false
+    }
+  }
+
+  /** Group messages carry the network's group id; set by the groups module. */
+  groupExternalId: (row: MessageRow) => string | null = () => null
+}
