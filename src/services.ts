@@ -35,6 +35,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   const messages = new MessageService(deps, workspaces, contacts, suppressions, connections, webhooks)
   const pacer = new Pacer(deps, messages, connections, workspaces, log, deps.clock, opts.timers ?? realTimers, opts.random ?? Math.random)
   messages.onQueued = (id) => pacer.wake(id)
+  messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   connections.onChange = (id) => pacer.wake(id)
   workspaces.onChange = (id) => pacer.wakeWorkspace(id)
   return {

@@ -11,6 +11,8 @@ export interface SandboxConfig {
   delivered_after_ms: number | null
   read_after_ms: number | null
   fail_recipients: string[]
+  /** Simulated network latency: how long a send takes to be accepted. */
+  accept_after_ms: number
 }
 
 export interface SandboxGroup {
@@ -21,7 +23,7 @@ export interface SandboxGroup {
   admin: boolean
 }
 
-const DEFAULTS: SandboxConfig = { delivered_after_ms: 1000, read_after_ms: 3000, fail_recipients: [] }
+const DEFAULTS: SandboxConfig = { delivered_after_ms: 1000, read_after_ms: 3000, fail_recipients: [], accept_after_ms: 0 }
 
 const delay = (v: unknown) => v === null || (typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 86_400_000)
 
@@ -41,6 +43,7 @@ export class SandboxConnection implements ConnectionDriver {
   }
 
   async send(message: OutboundMessage): Promise<{ externalId: string }> {
+    if (this.config.accept_after_ms > 0) await Bun.sleep(this.config.accept_after_ms)
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
     if (message.recipient && this.config.fail_recipients.includes(message.recipient)) {
       throw new DriverError('recipient_unreachable', 'The network could not deliver to this recipient.')
@@ -102,8 +105,11 @@ export const sandboxDriver: DriverFactory = {
     if (!Array.isArray(c.fail_recipients) || c.fail_recipients.length > 1000 || !c.fail_recipients.every((p) => typeof p === 'string' && /^\+[1-9][0-9]{6,14}$/.test(p))) {
       errors['config.fail_recipients'] = ['The config.fail_recipients field must be a list of E.164 phone numbers.']
     }
+    if (typeof c.accept_after_ms !== 'number' || !Number.isInteger(c.accept_after_ms) || c.accept_after_ms < 0 || c.accept_after_ms > 60_000) {
+      errors['config.accept_after_ms'] = ['The config.accept_after_ms field must be a whole number of milliseconds up to 60000.']
+    }
     if (Object.keys(errors).length) return { errors }
-    return { config: { delivered_after_ms: c.delivered_after_ms, read_after_ms: c.read_after_ms, fail_recipients: c.fail_recipients } }
+    return { config: { delivered_after_ms: c.delivered_after_ms, read_after_ms: c.read_after_ms, fail_recipients: c.fail_recipients, accept_after_ms: c.accept_after_ms } }
   },
   create: (ctx) => new SandboxConnection(ctx),
 }

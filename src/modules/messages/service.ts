@@ -283,6 +283,18 @@ export class MessageService {
 
   /** Hand one released message to its number's driver and record the outcome. */
   async dispatch(live: LiveConnection, row: MessageRow, groupExternalId: string | null = null) {
+    try {
+      await this.dispatchOnce(live, row, groupExternalId)
+    } catch (e) {
+      // the outcome could not be written (the server is stopping): the message stays `sending`
+      // and is settled by crash recovery at the next start
+      this.onDispatchError(e)
+    }
+  }
+
+  onDispatchError: (e: unknown) => void = () => {}
+
+  private async dispatchOnce(live: LiveConnection, row: MessageRow, groupExternalId: string | null) {
     const backoff = [1000, 2000, 4000, 8000, 16000]
     for (let attempt = 0; ; attempt++) {
       try {

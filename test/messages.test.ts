@@ -1,0 +1,263 @@
+/** POST/GET /messages over HTTP against a real server with sandbox numbers (spec §4, CONTRACT §2-3). */
+import { Database } from 'bun:sqlite'
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { join } from 'node:path'
+import { TestServer, newPhone } from './support/server'
+
+const NO_RECEIPTS = { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }
+
+let srv: TestServer
+beforeAll(async () => {
+  srv = await TestServer.start()
+})
+afterAll(() => srv.close())
+
+async function setup(opts: { config?: Record<string, unknown>; status?: string; fast?: boolean } = {}) {
+  const t = await srv.tenant()
+  if (opts.fast !== false) await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+  const c = await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config: opts.config ?? NO_RECEIPTS })
+  expect(c.status).toBe(201)
+  if (opts.status) await srv.admin('PATCH', `/connections/${c.json.data.id}`, { status: opts.status })
+  return { ...t, conn: c.json.data }
+}
+
+async function waitFor<T>(fn: () => Promise<T | null | undefined | false>, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms
+  for (;;) {
+    const v = await fn()
+    if (v) return v
+    if (Date.now() > end) throw new Error('timed out')
+    await Bun.sleep(50)
+  }
+}
+
+const message = (key: string, id: string) => srv.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
+const waitStatus = (key: string, id: string, status: string) => waitFor(async () => ((await message(key, id)).status === status ? message(key, id) : null))
+
+describe('sending', () => {
+  test('202 queued with the message; a new recipient becomes a contact with unknown consent', async () => {
+    const { key, conn } = await setup()
+    const rcpt = newPhone()
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: rcpt, body: 'Your order shipped' } })
+    expect(r.status).toBe(202)
+    expect(r.json.data).toMatchObject({ status: 'queued', direction: 'outbound', recipient: rcpt, connection_id: conn.id, body: 'Your order shipped', attachments: [], error: null, group_id: null })
+    expect(r.json.data.outcome).toEqual({ state: 'pending', at: null, error: null })
+    const contacts = await srv.api(key, 'GET', '/contacts')
+    expect(contacts.json.data).toHaveLength(1)
+    expect(contacts.json.data[0]).toMatchObject({ phone: rcpt, consent_status: 'unknown', id: r.json.data.contact_id })
+  })
+
+  test('urlencoded and multipart sends are accepted like JSON', async () => {
+    const { key, conn } = await setup()
+    const f = await srv.api(key, 'POST', '/messages', { form: { connection_id: conn.id, recipient: newPhone(), body: 'form body' } })
+    expect(f.status).toBe(202)
+    const fd = new FormData()
+    fd.set('connection_id', conn.id)
+    fd.set('recipient', newPhone())
+    fd.set('body', 'multipart body')
+    const m = await srv.api(key, 'POST', '/messages', { multipart: fd })
+    expect(m.status).toBe(202)
+    expect(m.json.data.body).toBe('multipart body')
+  })
+
+  test('the full lifecycle from sandbox receipts: timeline oldest first, outcome, list entry', async () => {
+    const { key, conn } = await setup({ config: { delivered_after_ms: 50, read_after_ms: 150, fail_recipients: [] } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'hi' } })
+    const m = await waitStatus(key, r.json.data.id, 'read')
+    expect(m.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'delivered', 'read'])
+    const times = m.timeline.map((e: any) => Date.parse(e.at))
+    expect([...times].sort((a, b) => a - b)).toEqual(times)
+    expect(m.outcome.state).toBe('read')
+    expect(m.outcome.at).toBe(m.timeline[4].at)
+  })
+
+  test('a recipient the network refuses ends failed with its error', async () => {
+    const bad = newPhone()
+    const { key, conn } = await setup({ config: { ...NO_RECEIPTS, fail_recipients: [bad] } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: bad, body: 'hi' } })
+    const m = await waitStatus(key, r.json.data.id, 'failed')
+    expect(m.error.code).toBe('recipient_unreachable')
+    expect(m.outcome).toMatchObject({ state: 'failed', error: { code: 'recipient_unreachable' } })
+    expect(m.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'failed'])
+  })
+
+  test('status never moves backwards; a late receipt only fills its time', async () => {
+    const { key, conn } = await setup()
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'hi' } })
+    const id = r.json.data.id
+    await waitStatus(key, id, 'sent')
+    expect((await srv.admin('POST', `/messages/${id}/sandbox/receipt`, { status: 'read' })).status).toBe(200)
+    const late = await srv.admin('POST', `/messages/${id}/sandbox/receipt`, { status: 'delivered' })
+    expect(late.json.data.status).toBe('read')
+    expect(late.json.data.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'read', 'delivered'])
+    const failedLate = await srv.admin('POST', `/messages/${id}/sandbox/receipt`, { status: 'failed' })
+    expect(failedLate.json.data.status).toBe('read')
+    expect((await srv.admin('POST', `/messages/${id}/sandbox/receipt`, { status: 'bogus' })).status).toBe(422)
+    expect((await srv.admin('POST', `/messages/${crypto.randomUUID()}/sandbox/receipt`, { status: 'read' })).status).toBe(404)
+  })
+})
+
+describe('refusals: 422/404 before anything is queued or created', () => {
+  test('opted-out, suppressed, offline, allowance', async () => {
+    const { ws, key, conn } = await setup()
+    const out = newPhone()
+    await srv.api(key, 'POST', '/contacts', { json: { phone: out, consent_status: 'opted_out' } })
+    const sup = newPhone()
+    await srv.admin('POST', `/workspaces/${ws.id}/suppressions`, { phone: sup })
+    const cases: [string, Record<string, unknown>, string][] = [
+      ['opted out', { recipient: out }, 'recipient_opted_out'],
+      ['suppressed', { recipient: sup }, 'recipient_suppressed'],
+    ]
+    for (const [, fields, code] of cases) {
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, body: 'x', ...fields } })
+      expect(r.status).toBe(422)
+      expect(r.json.code).toBe(code)
+    }
+    const offline = await setup({ status: 'offline' })
+    const ro = await srv.api(offline.key, 'POST', '/messages', { json: { connection_id: offline.conn.id, recipient: newPhone(), body: 'x' } })
+    expect(ro.json.code).toBe('connection_offline')
+    expect((await srv.api(offline.key, 'GET', '/contacts')).json.data).toEqual([])
+    // allowance: 2 per month
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: 2 } })
+    for (let i = 0; i < 2; i++) expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })).status).toBe(202)
+    const refusedPhone = newPhone()
+    const over = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: refusedPhone, body: 'x' } })
+    expect([over.status, over.json.code]).toEqual([422, 'allowance_exhausted'])
+    expect((await srv.api(key, 'GET', '/messages')).json.meta.total).toBe(2)
+    const phones = (await srv.api(key, 'GET', '/contacts')).json.data.map((c: any) => c.phone)
+    expect(phones).not.toContain(refusedPhone)
+    expect(phones).not.toContain(sup)
+  })
+
+  test('another workspace’s connection, contact or message is 404', async () => {
+    const a = await setup()
+    const b = await setup()
+    const bContact = (await srv.api(b.key, 'POST', '/contacts', { json: { phone: newPhone() } })).json.data
+    const bMsg = (await srv.api(b.key, 'POST', '/messages', { json: { connection_id: b.conn.id, recipient: newPhone(), body: 'b' } })).json.data
+    const r1 = await srv.api(a.key, 'POST', '/messages', { json: { connection_id: b.conn.id, recipient: newPhone(), body: 'x' } })
+    expect([r1.status, r1.json.code, r1.json.message]).toEqual([404, 'not_found', 'The connection was not found.'])
+    const r2 = await srv.api(a.key, 'POST', '/messages', { json: { connection_id: a.conn.id, contact_id: bContact.id, body: 'x' } })
+    expect([r2.status, r2.json.message]).toEqual([404, 'The contact was not found.'])
+    expect((await srv.api(a.key, 'GET', `/messages/${bMsg.id}`)).status).toBe(404)
+    expect((await srv.api(a.key, 'GET', '/messages/not-a-uuid')).status).toBe(404)
+    const r3 = await srv.api(a.key, 'POST', '/messages', { json: { connection_id: a.conn.id, recipient: newPhone(), media: { attachments: [{ media_id: crypto.randomUUID() }] } } })
+    expect([r3.status, r3.json.message]).toEqual([404, 'The media was not found.'])
+    expect((await srv.api(a.key, 'GET', '/messages')).json.data).toEqual([])
+  })
+
+  const invalid: [string, Record<string, unknown>, string][] = [
+    ['connection_id missing', { connection_id: undefined, recipient: '+15550001234', body: 'x' }, 'connection_id'],
+    ['connection_id not a uuid', { connection_id: 'abc', recipient: '+15550001234', body: 'x' }, 'connection_id'],
+    ['both recipient and contact_id', { recipient: '+15550001234', contact_id: '00000000-0000-4000-8000-000000000000', body: 'x' }, 'recipient'],
+    ['neither recipient nor contact_id', { body: 'x' }, 'recipient'],
+    ['recipient not E.164', { recipient: '5550001234', body: 'x' }, 'recipient'],
+    ['contact_id not a uuid', { contact_id: 'nope', body: 'x' }, 'contact_id'],
+    ['no content', { recipient: '+15550001234' }, 'body'],
+    ['body 4097 code points', { recipient: '+15550001234', body: 'a'.repeat(4097) }, 'body'],
+    ['body not a string', { recipient: '+15550001234', body: 42 }, 'body'],
+    ['11 attachments', { recipient: '+15550001234', media: { attachments: Array.from({ length: 11 }, () => ({ media_id: '00000000-0000-4000-8000-000000000000' })) } }, 'media.attachments'],
+    ['attachment id not a uuid', { recipient: '+15550001234', media: { attachments: [{ media_id: 'x' }] } }, 'media.attachments.0.media_id'],
+    ['attachments not a list', { recipient: '+15550001234', media: { attachments: 'x' } }, 'media.attachments'],
+    ['media not an object', { recipient: '+15550001234', media: 5 }, 'media'],
+  ]
+  for (const [label, body, field] of invalid) {
+    test(`422: ${label}`, async () => {
+      const { key, conn } = await setup()
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, ...body } })
+      expect(r.status).toBe(422)
+      expect(r.json.code).toBe('validation_failed')
+      expect(Object.keys(r.json.errors)).toContain(field)
+      expect((await srv.api(key, 'GET', '/messages')).json.data).toEqual([])
+    })
+  }
+
+  test('4096 emoji (8192 UTF-16 units) are accepted and stored intact', async () => {
+    const { key, conn } = await setup()
+    const body = '😀'.repeat(4096)
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body } })
+    expect(r.status).toBe(202)
+    expect((await message(key, r.json.data.id)).body).toBe(body)
+  })
+
+  test('scopes: messages:write sends, messages:read reads, neither crosses over', async () => {
+    const { ws, conn } = await setup()
+    const writer = (await srv.key(ws.id, ['messages:write'])).key
+    const reader = (await srv.key(ws.id, ['messages:read'])).key
+    const sent = await srv.api(writer, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })
+    expect(sent.status).toBe(202)
+    expect((await srv.api(writer, 'GET', '/messages')).status).toBe(403)
+    expect((await srv.api(writer, 'GET', `/messages/${sent.json.data.id}`)).status).toBe(403)
+    expect((await srv.api(reader, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })).status).toBe(403)
+    expect((await srv.api(reader, 'GET', `/messages/${sent.json.data.id}`)).status).toBe(200)
+  })
+})
+
+describe('the log', () => {
+  test('newest first, direction and status filters, pagination; inbound is delivered', async () => {
+    const { key, conn } = await setup()
+    const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'out' } })).json.data
+    await waitStatus(key, out.id, 'sent')
+    const inbound = (await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'hello?' })).json.data
+    expect(inbound).toMatchObject({ direction: 'inbound', status: 'delivered', body: 'hello?' })
+    expect(inbound.timeline.map((e: any) => e.status)).toEqual(['delivered'])
+    const all = await srv.api(key, 'GET', '/messages')
+    expect(all.json.data.map((m: any) => m.id)).toEqual([inbound.id, out.id])
+    const q = async (qs: string) => (await srv.api(key, 'GET', `/messages?${qs}`)).json.data.map((m: any) => m.id)
+    expect(await q('direction=inbound')).toEqual([inbound.id])
+    expect(await q('direction=outbound')).toEqual([out.id])
+    expect(await q('status=sent')).toEqual([out.id])
+    expect(await q('status=delivered')).toEqual([inbound.id])
+    expect(await q('direction=outbound&status=delivered')).toEqual([])
+    expect(await q('per_page=1&page=2')).toEqual([out.id])
+    for (const bad of ['direction=sideways', 'status=lost', 'per_page=0']) expect((await srv.api(key, 'GET', `/messages?${bad}`)).status).toBe(422)
+  })
+
+  test('inbound STOP opts the contact out in the consent ledger; later sends are refused', async () => {
+    const { key, conn } = await setup()
+    const phone = newPhone()
+    await srv.api(key, 'POST', '/contacts', { json: { phone, consent_status: 'opted_in' } })
+    const stop = (await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: phone, body: '  stop ' })).json.data
+    const contact = (await srv.api(key, 'GET', '/contacts')).json.data.find((c: any) => c.phone === phone)
+    expect(contact.consent_status).toBe('opted_out')
+    const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+    const ledger = db.query('SELECT status, source FROM consent_ledger WHERE contact_id = ? ORDER BY id').all(contact.id)
+    db.close()
+    expect(ledger.at(-1)).toEqual({ status: 'opted_out', source: `inbound:${stop.id}` })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: phone, body: 'x' } })
+    expect(r.json.code).toBe('recipient_opted_out')
+    // an ordinary message does not opt anyone out
+    const other = newPhone()
+    await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: other, body: 'please stop by tomorrow' })
+    expect((await srv.api(key, 'GET', '/contacts')).json.data.find((c: any) => c.phone === other).consent_status).toBe('unknown')
+  })
+})
+
+describe('connections (admin)', () => {
+  test('create, list, patch, validate, delete (queued messages fail as connection_removed)', async () => {
+    const ws = await srv.workspace()
+    const bad = await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: '123', driver: 'carrier-pigeon', config: { delivered_after_ms: -1 } })
+    expect(bad.status).toBe(422)
+    expect(Object.keys(bad.json.errors).sort()).toEqual(['driver', 'phone'])
+    const badCfg = await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', config: { delivered_after_ms: -1 } })
+    expect(Object.keys(badCfg.json.errors)).toEqual(['config.delivered_after_ms'])
+    const c = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', receives: false, name: 'Shop' })).json.data
+    expect(c).toMatchObject({ status: 'online', receives: false, name: 'Shop', driver: 'sandbox' })
+    expect((await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: c.phone, driver: 'sandbox' })).status).toBe(422)
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/connections`)).json.data.map((x: any) => x.id)).toEqual([c.id])
+    expect((await srv.admin('PATCH', `/connections/${c.id}`, { status: 'offline' })).json.data.status).toBe('offline')
+    expect((await srv.admin('PATCH', `/connections/${c.id}`, { status: 'broken' })).status).toBe(422)
+    expect((await srv.admin('POST', `/connections/${c.id}/sandbox/inbound`, { from: newPhone(), body: 'x' })).json.code).toBe('connection_not_receiving')
+    const k = (await srv.key(ws.id)).key
+    await srv.admin('PATCH', `/connections/${c.id}`, { status: 'online' })
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 1, daily_cap: 1, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    const first = (await srv.api(k, 'POST', '/messages', { json: { connection_id: c.id, recipient: newPhone(), body: '1' } })).json.data
+    const second = (await srv.api(k, 'POST', '/messages', { json: { connection_id: c.id, recipient: newPhone(), body: '2' } })).json.data
+    await waitStatus(k, first.id, 'sent')
+    expect((await message(k, second.id)).status).toBe('queued')
+    expect((await srv.admin('DELETE', `/connections/${c.id}`)).status).toBe(204)
+    const gone = await message(k, second.id)
+    expect([gone.status, gone.error.code]).toEqual(['failed', 'connection_removed'])
+    expect((await srv.admin('GET', `/connections/${c.id}`)).status).toBe(404)
+    expect((await srv.api(k, 'POST', '/messages', { json: { connection_id: c.id, recipient: newPhone(), body: '3' } })).status).toBe(404)
+  })
+})

@@ -1,0 +1,134 @@
+/** Pacing (CONTRACT §3) with a controlled clock: gaps, hourly and daily caps, FIFO, online only. */
+import { afterEach, describe, expect, test } from 'bun:test'
+import { dueAt } from '../src/scheduler/pacer'
+import { inProcess, settle } from './support/inproc'
+
+type Env = Awaited<ReturnType<typeof inProcess>>
+let env: Env | null = null
+afterEach(async () => {
+  await env?.close()
+  env = null
+})
+
+const NO_RECEIPTS = { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }
+
+async function setup(policy: { hourly_cap: number; daily_cap: number; min_gap_seconds: number; max_gap_seconds: number }, count: number) {
+  env = await inProcess()
+  const { svc } = env
+  const ws = svc.workspaces.create({ name: 'Pace' })
+  svc.workspaces.patch(ws.id, { settings: { sending_policy: policy } })
+  const conn = svc.connections.create(ws.id, { phone: '+15550000001', driver: 'sandbox', config: NO_RECEIPTS })
+  const ids: string[] = []
+  for (let i = 0; i < count; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+1555100${String(i).padStart(4, '0')}`, body: `m${i}`, attachments: [] })).id)
+  return { ws, conn, ids }
+}
+
+/** Release times (ms after t0) of the given messages, in id order; null = not released. */
+function releases(ids: string[], t0: number) {
+  return ids.map((id) => {
+    const row = env!.svc.messages.repo.getAny(id)!
+    return row.sending_at === null ? null : (row.sending_at - t0) / 1000
+  })
+}
+
+describe('pacer', () => {
+  test('a fixed gap spaces releases exactly, in FIFO order', async () => {
+    const { ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 10, max_gap_seconds: 10 }, 4)
+    const t0 = env!.clock.t
+    env!.timers.advance(0)
+    expect(releases(ids, t0)).toEqual([0, null, null, null])
+    env!.timers.advance(9_999)
+    expect(releases(ids, t0)).toEqual([0, null, null, null])
+    env!.timers.advance(1)
+    expect(releases(ids, t0)).toEqual([0, 10, null, null])
+    env!.timers.advance(60_000)
+    expect(releases(ids, t0)).toEqual([0, 10, 20, 30])
+    await settle()
+    expect(ids.map((id) => env!.svc.messages.repo.getAny(id)!.status)).toEqual(['sent', 'sent', 'sent', 'sent'])
+  })
+
+  test('the random gap is drawn in [min, max]', async () => {
+    // random() = 0.5 in these tests: gap = min + 0.5 * (max - min) = 7 s
+    const { ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 4, max_gap_seconds: 10 }, 3)
+    const t0 = env!.clock.t
+    env!.timers.advance(30_000)
+    expect(releases(ids, t0)).toEqual([0, 7, 14])
+  })
+
+  test('the hourly cap holds over a trailing hour', async () => {
+    const { ids } = await setup({ hourly_cap: 3, daily_cap: 1000, min_gap_seconds: 1, max_gap_seconds: 1 }, 5)
+    const t0 = env!.clock.t
+    env!.timers.advance(3_599_000)
+    expect(releases(ids, t0)).toEqual([0, 1, 2, null, null])
+    env!.timers.advance(1_000) // t0 + 3600 s: the first release leaves the window
+    expect(releases(ids, t0)).toEqual([0, 1, 2, 3600, null])
+    env!.timers.advance(1_000)
+    expect(releases(ids, t0)).toEqual([0, 1, 2, 3600, 3601])
+  })
+
+  test('the daily cap holds over a trailing 24 hours', async () => {
+    const { ids } = await setup({ hourly_cap: 2, daily_cap: 3, min_gap_seconds: 0, max_gap_seconds: 0 }, 5)
+    const t0 = env!.clock.t
+    env!.timers.advance(0)
+    expect(releases(ids, t0)).toEqual([0, 0, null, null, null])
+    env!.timers.advance(3_600_000)
+    expect(releases(ids, t0)).toEqual([0, 0, 3600, null, null])
+    env!.timers.advance(86_400_000 - 3_600_000 - 1)
+    expect(releases(ids, t0)).toEqual([0, 0, 3600, null, null])
+    env!.timers.advance(1) // 24 h after the first two
+    expect(releases(ids, t0)).toEqual([0, 0, 3600, 86400, 86400])
+  })
+
+  test('an offline number releases nothing until it is back online', async () => {
+    const { conn, ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 0)
+    const { svc } = env!
+    svc.connections.patch(conn.id, { status: 'offline' })
+    // queued while online, then the number dropped: send directly through the service's write path
+    svc.connections.patch(conn.id, { status: 'online' })
+    const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15552220000', body: 'x', attachments: [] })
+    svc.connections.patch(conn.id, { status: 'offline' })
+    env!.timers.advance(60_000)
+    expect(svc.messages.repo.getAny(m.id)!.status).toBe('queued')
+    svc.connections.patch(conn.id, { status: 'online' })
+    env!.timers.advance(0)
+    expect(svc.messages.repo.getAny(m.id)!.status).toBe('sending')
+    expect(ids).toEqual([])
+  })
+
+  test('numbers are paced independently', async () => {
+    env = await inProcess()
+    const { svc } = env
+    const ws = svc.workspaces.create({ name: 'Two numbers' })
+    svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 100, daily_cap: 100, min_gap_seconds: 5, max_gap_seconds: 5 } } })
+    const a = svc.connections.create(ws.id, { phone: '+15550000011', driver: 'sandbox', config: NO_RECEIPTS })
+    const b = svc.connections.create(ws.id, { phone: '+15550000012', driver: 'sandbox', config: NO_RECEIPTS })
+    const send = (c: string, r: string) => svc.messages.send(ws.id, { connection_id: c, recipient: r, body: 'x', attachments: [] })
+    const ids = [(await send(a.id, '+15553330001')).id, (await send(a.id, '+15553330002')).id, (await send(b.id, '+15553330003')).id, (await send(b.id, '+15553330004')).id]
+    const t0 = env.clock.t
+    env.timers.advance(5_000)
+    expect(releases(ids, t0)).toEqual([0, 5, 0, 5])
+  })
+
+  test('after a restart the caps still count releases made before it', () => {
+    const now = 100 * 3_600_000
+    const st = { last: now - 1000, gap: 0, times: [now - 1000, now - 500], start: 0 }
+    expect(dueAt(st, { hourly_cap: 2, daily_cap: 10, min_gap_seconds: 0, max_gap_seconds: 0 }, now)).toBe(now - 1000 + 3_600_000)
+    expect(dueAt(st, { hourly_cap: 5, daily_cap: 2, min_gap_seconds: 0, max_gap_seconds: 0 }, now)).toBe(now - 1000 + 86_400_000)
+    expect(dueAt(st, { hourly_cap: 5, daily_cap: 10, min_gap_seconds: 3, max_gap_seconds: 3 }, now)).toBe(now - 1000 + 3000)
+  })
+
+  test('messages still queued after 24 h fail as expired', async () => {
+    const { conn, ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 0)
+    const { svc } = env!
+    const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15554440000', body: 'x', attachments: [] })
+    svc.connections.patch(conn.id, { status: 'offline' })
+    env!.clock.t += 86_400_000 - 1
+    svc.messages.expireQueued()
+    expect(svc.messages.repo.getAny(m.id)!.status).toBe('queued')
+    env!.clock.t += 1
+    svc.messages.expireQueued()
+    const row = svc.messages.repo.getAny(m.id)!
+    expect([row.status, row.error_code]).toEqual(['failed', 'expired'])
+    expect(ids).toEqual([])
+  })
+})

@@ -1,0 +1,87 @@
+/** Crash safety (CONTRACT §3): SIGKILL with messages queued and in flight, then start again. */
+import { Database } from 'bun:sqlite'
+import { describe, expect, test } from 'bun:test'
+import { join } from 'node:path'
+import { TestServer, newPhone } from './support/server'
+
+async function waitFor<T>(fn: () => Promise<T | null | undefined | false>, ms = 20_000): Promise<T> {
+  const end = Date.now() + ms
+  for (;;) {
+    const v = await fn()
+    if (v) return v
+    if (Date.now() > end) throw new Error('timed out')
+    await Bun.sleep(50)
+  }
+}
+
+describe('restart', () => {
+  test('queued messages go out after a crash; interrupted sends fail as send_interrupted, never twice', async () => {
+    const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const sent: Record<string, number> = {}
+      const rx = Bun.serve({
+        hostname: '127.0.0.1',
+        port: 0,
+        async fetch(req) {
+          const e = await req.json()
+          if (e.type === 'message.sent') sent[e.data.id] = (sent[e.data.id] ?? 0) + 1
+          return new Response('ok')
+        },
+      })
+      const t = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 100, daily_cap: 100, min_gap_seconds: 1, max_gap_seconds: 1 } } })
+      await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: `http://127.0.0.1:${rx.port}/`, events: ['message.sent'] })
+      // the network takes 4 s to accept each send, so released messages are still in flight
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [], accept_after_ms: 4000 } })).json.data
+      const ids: string[] = []
+      for (let i = 0; i < 5; i++) {
+        const r = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `m${i}` } })
+        expect(r.status).toBe(202)
+        ids.push(r.json.data.id)
+      }
+      const statuses = async () => Promise.all(ids.map(async (id) => (await srv.api(t.key, 'GET', `/messages/${id}`)).json.data.status as string))
+      await waitFor(async () => (await statuses()).filter((s) => s === 'sending').length === 2)
+      await srv.stop('SIGKILL')
+
+      await srv.boot()
+      await srv.admin('PATCH', `/connections/${conn.id}`, { config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })
+      const key2 = (await srv.key(t.ws.id)).key
+      const final = await waitFor(async () => {
+        const s = await Promise.all(ids.map(async (id) => (await srv.api(key2, 'GET', `/messages/${id}`)).json.data))
+        return s.every((m) => m.status === 'sent' || m.status === 'failed') ? s : null
+      })
+      expect(final.map((m) => m.status)).toEqual(['failed', 'failed', 'sent', 'sent', 'sent'])
+      expect(final.slice(0, 2).map((m) => m.error.code)).toEqual(['send_interrupted', 'send_interrupted'])
+      for (const m of final.slice(2)) expect(m.timeline.filter((e: any) => e.status === 'sending')).toHaveLength(1)
+      await Bun.sleep(300)
+      expect(Object.keys(sent).sort()).toEqual(ids.slice(2).sort())
+      expect(Object.values(sent).every((n) => n === 1)).toBe(true)
+      const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+      expect((db.query('PRAGMA integrity_check').get() as any).integrity_check).toBe('ok')
+      db.close()
+      rx.stop(true)
+    } finally {
+      await srv.close()
+    }
+  }, 60_000)
+
+  test('a 202 is durable: the message is there after an immediate SIGKILL', async () => {
+    const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const t = await srv.tenant()
+      await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })
+      const conn = (await srv.admin('GET', `/workspaces/${t.ws.id}/connections`)).json.data[0]
+      await srv.admin('PATCH', `/connections/${conn.id}`, { status: 'offline' })
+      await srv.admin('PATCH', `/connections/${conn.id}`, { status: 'online' })
+      const rs = await Promise.all(Array.from({ length: 20 }, (_, i) => srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `d${i}` } })))
+      expect(rs.every((r) => r.status === 202)).toBe(true)
+      await srv.stop('SIGKILL')
+      const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+      const found = db.query(`SELECT COUNT(*) AS n FROM messages WHERE id IN (${rs.map(() => '?').join(',')})`).get(...rs.map((r) => r.json.data.id)) as { n: number }
+      db.close()
+      expect(found.n).toBe(20)
+    } finally {
+      await srv.close()
+    }
+  }, 30_000)
+})

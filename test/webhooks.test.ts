@@ -1,0 +1,185 @@
+/** Webhooks (CONTRACT §5): Standard Webhooks signing, outbox retries, restarts, disabling. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { Webhook } from 'standardwebhooks'
+import { inProcess } from './support/inproc'
+import { TestServer, newPhone } from './support/server'
+
+interface Received {
+  headers: Record<string, string>
+  body: string
+  json: any
+  at: number
+}
+
+/** A real HTTP receiver on 127.0.0.1 that records requests and answers planned statuses. */
+function receiver() {
+  const got: Received[] = []
+  const plan: number[] = []
+  const server = Bun.serve({
+    hostname: '127.0.0.1',
+    port: 0,
+    async fetch(req) {
+      const body = await req.text()
+      got.push({ headers: Object.fromEntries(req.headers), body, json: JSON.parse(body), at: Date.now() })
+      return new Response('{}', { status: plan.shift() ?? 200 })
+    },
+  })
+  return { url: `http://127.0.0.1:${server.port}/hook`, got, plan, stop: () => server.stop(true) }
+}
+
+async function waitFor<T>(fn: () => T | null | undefined | false, ms = 15_000): Promise<T> {
+  const end = Date.now() + ms
+  for (;;) {
+    const v = fn()
+    if (v) return v
+    if (Date.now() > end) throw new Error('timed out')
+    await Bun.sleep(50)
+  }
+}
+
+const FAST = { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 }
+
+let srv: TestServer
+beforeAll(async () => {
+  srv = await TestServer.start()
+})
+afterAll(() => srv.close())
+
+async function setup(config: Record<string, unknown>, events?: string[]) {
+  const rx = receiver()
+  const t = await srv.tenant()
+  await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: FAST } })
+  const hook = await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: rx.url, ...(events ? { events } : {}) })
+  expect(hook.status).toBe(201)
+  const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config })).json.data
+  return { ...t, rx, hook: hook.json.data, conn }
+}
+
+describe('delivery', () => {
+  test('events arrive signed; the standardwebhooks library verifies them', async () => {
+    const { key, rx, hook, conn } = await setup({ delivered_after_ms: 50, read_after_ms: 100, fail_recipients: [] })
+    expect(hook.secret).toMatch(/^whsec_[A-Za-z0-9+/]+={0,2}$/)
+    expect(Buffer.from(hook.secret.slice(6), 'base64')).toHaveLength(32)
+    const msg = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'hook me' } })).json.data
+    await waitFor(() => rx.got.length >= 3)
+    const wh = new Webhook(hook.secret)
+    const types = rx.got.map((r) => r.json.type)
+    expect(types).toEqual(['message.sent', 'message.delivered', 'message.read'])
+    for (const r of rx.got) {
+      const verified = wh.verify(r.body, { 'webhook-id': r.headers['webhook-id']!, 'webhook-timestamp': r.headers['webhook-timestamp']!, 'webhook-signature': r.headers['webhook-signature']! }) as any
+      expect(verified.data.id).toBe(msg.id)
+      expect(r.headers['content-type']).toContain('application/json')
+      expect(typeof r.json.timestamp).toBe('string')
+    }
+    expect(rx.got.map((r) => r.json.data.status)).toEqual(['sent', 'delivered', 'read'])
+    expect(new Set(rx.got.map((r) => r.headers['webhook-id'])).size).toBe(3)
+    // a tampered body does not verify
+    expect(() => wh.verify(rx.got[0]!.body.replace('hook me', 'hook you'), { 'webhook-id': rx.got[0]!.headers['webhook-id']!, 'webhook-timestamp': rx.got[0]!.headers['webhook-timestamp']!, 'webhook-signature': rx.got[0]!.headers['webhook-signature']! })).toThrow()
+    rx.stop()
+  })
+
+  test('an endpoint gets only the events it subscribed to; failed and received are reported', async () => {
+    const bad = newPhone()
+    const { key, rx, conn } = await setup({ delivered_after_ms: 20, read_after_ms: null, fail_recipients: [bad] }, ['message.failed', 'message.received'])
+    await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'ok' } })
+    const failed = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: bad, body: 'nope' } })).json.data
+    const inbound = (await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'hi' })).json.data
+    await waitFor(() => rx.got.length >= 2)
+    await Bun.sleep(300)
+    const byType = Object.fromEntries(rx.got.map((r) => [r.json.type, r.json.data]))
+    expect(Object.keys(byType).sort()).toEqual(['message.failed', 'message.received'])
+    expect(byType['message.failed'].id).toBe(failed.id)
+    expect(byType['message.failed'].error.code).toBe('recipient_unreachable')
+    expect(byType['message.received'].id).toBe(inbound.id)
+    rx.stop()
+  })
+
+  test('a failed delivery is retried after 5 s with the same webhook-id; history shows the attempts', async () => {
+    const { key, rx, hook, conn } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])
+    rx.plan.push(500)
+    await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'retry' } })
+    await waitFor(() => rx.got.length >= 2, 20_000)
+    expect(rx.got[1]!.headers['webhook-id']).toBe(rx.got[0]!.headers['webhook-id'])
+    const gap = rx.got[1]!.at - rx.got[0]!.at
+    expect(gap).toBeGreaterThanOrEqual(4_500)
+    expect(gap).toBeLessThan(9_000)
+    const deliveries = (await srv.admin('GET', `/webhooks/${hook.id}/deliveries`)).json.data
+    expect(deliveries).toHaveLength(1)
+    expect(deliveries[0]).toMatchObject({ type: 'message.sent', status: 'delivered', attempts: 2, last_status_code: 200 })
+    rx.stop()
+  }, 30_000)
+})
+
+describe('durability and administration', () => {
+  test('pending deliveries survive a restart', async () => {
+    const dataSrv = await TestServer.start()
+    try {
+      const rx = receiver()
+      const t = await dataSrv.tenant()
+      await dataSrv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: FAST } })
+      await dataSrv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: rx.url, events: ['message.received'] })
+      const conn = (await dataSrv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+      rx.plan.push(503)
+      const inbound = (await dataSrv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'hello' })).json.data
+      await waitFor(() => rx.got.length >= 1)
+      await dataSrv.stop('SIGKILL')
+      await dataSrv.boot()
+      await waitFor(() => rx.got.length >= 2, 20_000)
+      expect(rx.got[1]!.json.data.id).toBe(inbound.id)
+      expect(rx.got[1]!.headers['webhook-id']).toBe(rx.got[0]!.headers['webhook-id'])
+      rx.stop()
+    } finally {
+      await dataSrv.close()
+    }
+  }, 40_000)
+
+  test('the signing secret is encrypted at rest; admin validation; removal', async () => {
+    const ws = await srv.workspace()
+    const created = (await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: 'http://127.0.0.1:9/x' })).json.data
+    const files = readdirSync(srv.dataDir).filter((f) => f.startsWith('capstan.db'))
+    for (const f of files) expect(readFileSync(join(srv.dataDir, f)).includes(created.secret.slice(6))).toBe(false)
+    expect(created.events).toHaveLength(6)
+    for (const body of [{ url: 'ftp://x' }, { url: 'not a url' }, {}, { url: 'http://x.test', events: ['message.exploded'] }]) {
+      expect((await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, body)).status).toBe(422)
+    }
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/webhooks`)).json.data.map((h: any) => [h.id, h.secret])).toEqual([[created.id, undefined]])
+    expect((await srv.admin('DELETE', `/webhooks/${created.id}`)).status).toBe(204)
+    expect((await srv.admin('DELETE', `/webhooks/${created.id}`)).status).toBe(404)
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/webhooks`)).json.data).toEqual([])
+  })
+
+  test('an endpoint failing for 3 days is disabled (controlled clock, real receiver)', async () => {
+    const env = await inProcess()
+    const rx = receiver()
+    try {
+      const { svc } = env
+      const ws = svc.workspaces.create({ name: 'Disable' })
+      const hook = svc.webhooks.create(ws.id, rx.url, ['message.received'])
+      const conn = svc.connections.create(ws.id, { phone: '+15550000099', driver: 'sandbox' })
+      const attempts = () => rx.got.length
+      for (let i = 0; i < 50; i++) rx.plan.push(500)
+      await svc.messages.inbound(conn.id, '+15550000100', 'one')
+      await waitFor(() => attempts() >= 1)
+      await Bun.sleep(50)
+      expect(svc.webhooks.repo.endpoint(hook.id)!.failing_since).toBe(env.clock.t)
+      // three days later, the next failure disables the endpoint and fails its pending deliveries
+      env.clock.t += 3 * 86_400_000
+      await svc.messages.inbound(conn.id, '+15550000100', 'two')
+      await waitFor(() => svc.webhooks.repo.endpoint(hook.id)!.status === 'disabled')
+      await Bun.sleep(200)
+      const { rows } = svc.webhooks.repo.deliveries(hook.id, 10, 0)
+      expect(rows).toHaveLength(2)
+      expect(rows.every((d) => d.status === 'failed')).toBe(true)
+      const before = attempts()
+      await svc.messages.inbound(conn.id, '+15550000100', 'three')
+      await Bun.sleep(200)
+      expect(attempts()).toBe(before)
+      expect(svc.webhooks.repo.deliveries(hook.id, 10, 0).total).toBe(2)
+    } finally {
+      rx.stop()
+      await env.close()
+    }
+  })
+})
