@@ -22,7 +22,7 @@ const ws = (a: Args) => {
 
 class UsageError extends Error {}
 
-const STRING_OPTIONS = ['name', 'slug', 'status', 'workspace', 'scopes', 'expires-at', 'phone', 'reason', 'hourly-cap', 'daily-cap', 'min-gap', 'max-gap']
+const STRING_OPTIONS = ['name', 'slug', 'status', 'workspace', 'scopes', 'expires-at', 'phone', 'reason', 'hourly-cap', 'daily-cap', 'min-gap', 'max-gap', 'driver', 'config', 'url', 'events']
 
 const COMMANDS: Record<string, Route> = {
   'workspaces create': { method: 'POST', path: () => '/workspaces', body: (a) => ({ name: a.values.name, slug: a.values.slug }) },
@@ -56,6 +56,22 @@ const COMMANDS: Record<string, Route> = {
   'keys revoke': { method: 'POST', path: (a) => `/keys/${pos(a, 0, 'key id')}/revoke` },
   'keys remove': { method: 'DELETE', path: (a) => `/keys/${pos(a, 0, 'key id')}` },
   'audit-log': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/audit-log?per_page=100` },
+  'connections create': {
+    method: 'POST',
+    path: (a) => `/workspaces/${ws(a)}/connections`,
+    body: (a) => ({ phone: a.values.phone, name: a.values.name, driver: a.values.driver ?? 'sandbox', config: a.values.config ? JSON.parse(String(a.values.config)) : undefined }),
+  },
+  'connections list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/connections` },
+  'connections update': {
+    method: 'PATCH',
+    path: (a) => `/connections/${pos(a, 0, 'connection id')}`,
+    body: (a) => ({ name: a.values.name, status: a.values.status, config: a.values.config ? JSON.parse(String(a.values.config)) : undefined }),
+  },
+  'connections remove': { method: 'DELETE', path: (a) => `/connections/${pos(a, 0, 'connection id')}` },
+  'webhooks create': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/webhooks`, body: (a) => ({ url: a.values.url, events: csv(a.values.events) }) },
+  'webhooks list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/webhooks` },
+  'webhooks remove': { method: 'DELETE', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}` },
+  'webhooks deliveries': { method: 'GET', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/deliveries?per_page=100` },
   'suppressions add': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/suppressions`, body: (a) => ({ phone: a.values.phone, reason: a.values.reason }) },
   'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100` },
   'suppressions remove': { method: 'DELETE', path: (a) => `/workspaces/${ws(a)}/suppressions/${pos(a, 0, 'phone')}` },
@@ -68,6 +84,10 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan keys create --workspace ID --name NAME [--scopes a:b,c:d] [--expires-at ISO]
   capstan keys list --workspace ID | revoke KEY_ID | remove KEY_ID
   capstan audit-log --workspace ID
+  capstan connections create --workspace ID --phone +E164 [--name N] [--driver sandbox] [--config JSON]
+  capstan connections list --workspace ID | update ID [--status online|offline] [--config JSON] | remove ID
+  capstan webhooks create --workspace ID --url URL [--events message.sent,message.failed]
+  capstan webhooks list --workspace ID | remove ID | deliveries ID
   capstan suppressions add --workspace ID --phone +E164 [--reason TEXT]
   capstan suppressions list --workspace ID | remove --workspace ID +E164
   capstan admin METHOD PATH [JSON]      any admin API call, e.g. capstan admin GET /workspaces

@@ -209,6 +209,10 @@ describe('the log', () => {
     expect(await q('status=delivered')).toEqual([inbound.id])
     expect(await q('direction=outbound&status=delivered')).toEqual([])
     expect(await q('per_page=1&page=2')).toEqual([out.id])
+    const total = async (qs: string) => (await srv.api(key, 'GET', `/messages?${qs}`)).json.meta.total
+    expect([await total(''), await total('direction=inbound'), await total('status=sent'), await total('status=queued'), await total('direction=outbound&status=sent')]).toEqual([2, 1, 1, 0, 1])
+    await srv.admin('POST', `/messages/${out.id}/sandbox/receipt`, { status: 'failed' })
+    expect([await total('status=sent'), await total('status=failed'), await total('direction=outbound&status=failed'), await total('')]).toEqual([0, 1, 1, 2])
     for (const bad of ['direction=sideways', 'status=lost', 'per_page=0']) expect((await srv.api(key, 'GET', `/messages?${bad}`)).status).toBe(422)
   })
 

@@ -31,6 +31,9 @@ describe('health and docs', () => {
       ['/api/v1/workspace', 'get', 'contacts:read'],
       ['/api/v1/contacts', 'get', 'contacts:read'],
       ['/api/v1/contacts', 'post', 'contacts:write'],
+      ['/api/v1/messages', 'post', 'messages:write'],
+      ['/api/v1/messages', 'get', 'messages:read'],
+      ['/api/v1/messages/{id}', 'get', 'messages:read'],
     ]
     for (const [path, method, scope] of expected) {
       const opn = paths[path]?.[method]
@@ -38,6 +41,8 @@ describe('health and docs', () => {
       expect(Object.keys(opn.responses)).toEqual(expect.arrayContaining(['401', '403', '429']))
     }
     expect(paths['/api/v1/contacts'].post.requestBody.content['application/json'].schema.required).toEqual(['phone'])
+    expect(paths['/api/v1/messages'].post.parameters.map((p: any) => p.name)).toContain('Idempotency-Key')
+    expect(Object.keys(paths['/api/v1/messages'].post.responses)).toEqual(expect.arrayContaining(['202', '404', '409', '422']))
   })
 
   test('the docs UI is served from the binary, no CDN', async () => {
@@ -159,6 +164,12 @@ describe('configuration and start-up', () => {
     const rec = JSON.parse(key.out).data
     expect(rec.scopes).toEqual(['contacts:read'])
     expect((await srv.api(rec.key, 'GET', '/workspace')).json.data.name).toBe('From CLI')
+    const conn = await runCapstan(['connections', 'create', '--workspace', wsId, '--phone', '+15557654321', '--config', '{"delivered_after_ms":null}', '--json'], env)
+    expect(JSON.parse(conn.out).data).toMatchObject({ phone: '+15557654321', driver: 'sandbox', status: 'online', config: { delivered_after_ms: null } })
+    const off = await runCapstan(['connections', 'update', JSON.parse(conn.out).data.id, '--status', 'offline', '--json'], env)
+    expect(JSON.parse(off.out).data.status).toBe('offline')
+    const hook = await runCapstan(['webhooks', 'create', '--workspace', wsId, '--url', 'http://127.0.0.1:9/h', '--events', 'message.sent,message.failed', '--json'], env)
+    expect(JSON.parse(hook.out).data.events).toEqual(['message.sent', 'message.failed'])
     const bad = await runCapstan(['workspaces', 'list'], { ...env, CAPSTAN_ADMIN_TOKEN: 'wrong-token-wrong-token' })
     expect(bad.code).toBe(1)
     expect(bad.err).toContain('A valid admin token is required.')

@@ -4,7 +4,8 @@ import { s, validate } from './schema'
 /** Milliseconds → ISO-8601 UTC ("2026-11-21T09:00:00.000Z"); null stays null. */
 export const iso = (ms: number | null | undefined): string | null => (ms === null || ms === undefined ? null : new Date(ms).toISOString())
 
-export const uuid = () => crypto.randomUUID()
+/** A new id: a time-ordered UUIDv7, so inserts append to the id indexes instead of scattering. */
+export const uuid = () => Bun.randomUUIDv7()
 
 const ALNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789'
 
