@@ -3,6 +3,7 @@ import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { join } from 'node:path'
 import { TestServer, newPhone } from './support/server'
+import { waitFor } from './support/wait'
 
 const NO_RECEIPTS = { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }
 
@@ -21,15 +22,6 @@ async function setup(opts: { config?: Record<string, unknown>; status?: string; 
   return { ...t, conn: c.json.data }
 }
 
-async function waitFor<T>(fn: () => Promise<T | null | undefined | false>, ms = 10_000): Promise<T> {
-  const end = Date.now() + ms
-  for (;;) {
-    const v = await fn()
-    if (v) return v
-    if (Date.now() > end) throw new Error('timed out')
-    await Bun.sleep(50)
-  }
-}
 
 const message = (key: string, id: string) => srv.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
 const waitStatus = (key: string, id: string, status: string) => waitFor(async () => ((await message(key, id)).status === status ? message(key, id) : null))

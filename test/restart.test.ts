@@ -3,16 +3,8 @@ import { Database } from 'bun:sqlite'
 import { describe, expect, test } from 'bun:test'
 import { join } from 'node:path'
 import { TestServer, newPhone } from './support/server'
+import { waitFor } from './support/wait'
 
-async function waitFor<T>(fn: () => Promise<T | null | undefined | false>, ms = 20_000): Promise<T> {
-  const end = Date.now() + ms
-  for (;;) {
-    const v = await fn()
-    if (v) return v
-    if (Date.now() > end) throw new Error('timed out')
-    await Bun.sleep(50)
-  }
-}
 
 describe('restart', () => {
   test('queued messages go out after a crash; interrupted sends fail as send_interrupted, never twice', async () => {
@@ -23,7 +15,7 @@ describe('restart', () => {
         hostname: '127.0.0.1',
         port: 0,
         async fetch(req) {
-          const e = await req.json()
+          const e = (await req.json()) as { type: string; data: { id: string } }
           if (e.type === 'message.sent') sent[e.data.id] = (sent[e.data.id] ?? 0) + 1
           return new Response('ok')
         },

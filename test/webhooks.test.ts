@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { Webhook } from 'standardwebhooks'
 import { inProcess } from './support/inproc'
 import { TestServer, newPhone } from './support/server'
+import { waitFor } from './support/wait'
 
 interface Received {
   headers: Record<string, string>
@@ -29,15 +30,6 @@ function receiver() {
   return { url: `http://127.0.0.1:${server.port}/hook`, got, plan, stop: () => server.stop(true) }
 }
 
-async function waitFor<T>(fn: () => T | null | undefined | false, ms = 15_000): Promise<T> {
-  const end = Date.now() + ms
-  for (;;) {
-    const v = fn()
-    if (v) return v
-    if (Date.now() > end) throw new Error('timed out')
-    await Bun.sleep(50)
-  }
-}
 
 const FAST = { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 }
 

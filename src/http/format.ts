@@ -44,3 +44,10 @@ export function readPage(query: Record<string, unknown>): Page {
 export function listEnvelope<T>(data: T[], page: Page, total: number) {
   return { data, meta: { page: page.page, per_page: page.perPage, total, last_page: Math.max(1, Math.ceil(total / page.perPage)) } }
 }
+
+/** Read page/per_page from the query, fetch that page, map its rows, wrap in the list envelope. */
+export function paged<R, T>(query: Record<string, unknown>, fetch: (limit: number, offset: number) => { rows: R[]; total: number }, map: (row: R) => T) {
+  const page = readPage(query)
+  const { rows, total } = fetch(page.perPage, page.offset)
+  return listEnvelope(rows.map(map), page, total)
+}

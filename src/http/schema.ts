@@ -65,7 +65,7 @@ export const codePoints = (s: string) => {
   return n
 }
 
-class StringSchema extends Schema<string> {
+class StringSchema<T extends string = string> extends Schema<T> {
   min = 0
   max = Infinity
   re?: RegExp
@@ -86,8 +86,8 @@ class StringSchema extends Schema<string> {
     c.reText = explain
     return c
   }
-  oneOf(choices: readonly string[]) {
-    const c = this.clone()
+  oneOf<C extends string>(choices: readonly C[]): StringSchema<C> {
+    const c = this.clone() as unknown as StringSchema<C>
     c.choices = choices
     return c
   }
@@ -96,7 +96,7 @@ class StringSchema extends Schema<string> {
     c.fmt = fmt
     return c
   }
-  check(value: unknown, path: string, ctx: Ctx): string | undefined {
+  check(value: unknown, path: string, ctx: Ctx): T | undefined {
     if (typeof value !== 'string') return void add(ctx, path, `The ${label(path)} field must be a string.`)
     const n = codePoints(value)
     if (n < this.min) {
@@ -111,7 +111,7 @@ class StringSchema extends Schema<string> {
       return void add(ctx, path, `The ${label(path)} field must be an ISO-8601 date-time with a time zone.`)
     }
     if (this.re && !this.re.test(value)) return void add(ctx, path, `The ${label(path)} field ${this.reText}.`)
-    return value
+    return value as T
   }
   json(): Json {
     const j: Json = { type: 'string' }

@@ -99,7 +99,7 @@ export class TestServer {
   async request(method: string, path: string, o: { bearer?: string; json?: unknown; form?: Record<string, string>; multipart?: FormData; raw?: string | Uint8Array; headers?: Record<string, string> } = {}): Promise<Res> {
     const headers: Record<string, string> = { accept: 'application/json', ...o.headers }
     if (o.bearer !== undefined) headers.authorization = `Bearer ${o.bearer}`
-    let body: BodyInit | undefined
+    let body: string | Uint8Array | FormData | undefined
     if (o.json !== undefined) {
       body = JSON.stringify(o.json)
       headers['content-type'] ??= 'application/json'

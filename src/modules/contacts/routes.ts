@@ -2,7 +2,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { op } from '../../http/docs'
-import { listEnvelope, pageQuery, readPage } from '../../http/format'
+import { pageQuery, paged } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { CONSENT, upsertContactBody } from './model'
@@ -28,13 +28,7 @@ export function contactApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
     .get(
       '/contacts',
       ({ caller, query }) => {
-        const page = readPage(query)
-        const { rows, total } = contacts.list(caller.workspace.id, page.perPage, page.offset)
-        return listEnvelope(
-          rows.map((r) => contacts.toPublic(r)),
-          page,
-          total,
-        )
+        return paged(query, (limit, offset) => contacts.list(caller.workspace.id, limit, offset), (r) => contacts.toPublic(r))
       },
       {
         scope: 'contacts:read',

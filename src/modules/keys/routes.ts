@@ -2,7 +2,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { hidden } from '../../http/docs'
-import { iso, listEnvelope, readPage } from '../../http/format'
+import { iso, paged } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { createKeyBody } from './model'
@@ -43,13 +43,7 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
       '/workspaces/:id/audit-log',
       ({ params, query }) => {
         svc.workspaces.get(params.id)
-        const page = readPage(query)
-        const { rows, total } = keys.repo.auditLog(params.id, page.perPage, page.offset)
-        return listEnvelope(
-          rows.map((r) => ({ action: r.action, key_id: r.key_id, at: iso(r.at) })),
-          page,
-          total,
-        )
+        return paged(query, (limit, offset) => keys.repo.auditLog(params.id, limit, offset), (r) => ({ action: r.action, key_id: r.key_id, at: iso(r.at) }))
       },
       { admin: true, detail: hidden },
     )

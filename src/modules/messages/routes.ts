@@ -3,7 +3,7 @@ import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { op } from '../../http/docs'
 import { notFound, refused } from '../../http/errors'
-import { listEnvelope, readPage } from '../../http/format'
+import { paged } from '../../http/format'
 import { fieldError, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { listMessagesQuery, messageDoc, sendMessageBody } from './model'
@@ -57,13 +57,7 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
       '/messages',
       ({ caller, query }) => {
         const q = validate(listMessagesQuery, query)
-        const page = readPage(query)
-        const { rows, total } = messages.list(caller.workspace.id, { direction: q.direction, status: q.status }, page.perPage, page.offset)
-        return listEnvelope(
-          rows.map((r) => messages.toPublic(r)),
-          page,
-          total,
-        )
+        return paged(query, (limit, offset) => messages.list(caller.workspace.id, { direction: q.direction, status: q.status }, limit, offset), (r) => messages.toPublic(r))
       },
       {
         scope: 'messages:read',

@@ -28,6 +28,27 @@ export interface SendInput {
   attachments: string[]
 }
 
+/** What a caller decides about a new message; the rest starts empty. */
+export type MessageFields = Pick<NewMessage, 'id' | 'workspace_id' | 'connection_id' | 'contact_id' | 'group_id' | 'recipient' | 'sender' | 'body' | 'attachments'>
+
+function newMessage(fields: MessageFields, direction: NewMessage['direction'], status: MessageStatus, now: number): NewMessage {
+  return {
+    ...fields,
+    direction,
+    status,
+    error_code: null,
+    error_message: null,
+    external_id: null,
+    created_at: now,
+    updated_at: now,
+    sending_at: null,
+    sent_at: null,
+    delivered_at: null,
+    read_at: null,
+    failed_at: null,
+  }
+}
+
 /** The month key of the allowance (UTC calendar month). */
 const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7)
 
@@ -95,22 +116,8 @@ export class MessageService {
   }
 
   /** Insert a queued outbound message and count it against the allowance (inside a write). */
-  queueInTx(fields: Omit<NewMessage, 'status' | 'created_at' | 'updated_at' | 'sending_at' | 'sent_at' | 'delivered_at' | 'read_at' | 'failed_at' | 'error_code' | 'error_message' | 'external_id' | 'direction'>, now: number): MessageRow {
-    const row: NewMessage = {
-      ...fields,
-      direction: 'outbound',
-      status: 'queued',
-      error_code: null,
-      error_message: null,
-      external_id: null,
-      created_at: now,
-      updated_at: now,
-      sending_at: null,
-      sent_at: null,
-      delivered_at: null,
-      read_at: null,
-      failed_at: null,
-    }
+  queueInTx(fields: MessageFields, now: number): MessageRow {
+    const row = newMessage(fields, 'outbound', 'queued', now)
     this.repo.insert(row)
     this.repo.countUsage(row.workspace_id, monthOf(now))
     return { ...row, seq: 0 }
@@ -215,29 +222,8 @@ export class MessageService {
       let contact = this.contacts.repo.getByPhone(ws, from)
       if (!contact) contact = this.contacts.upsertInTx(ws, { phone: from }, 'inbound').row
       else this.contacts.repo.touch(contact.id, now)
-      const row: NewMessage = {
-        id: uuid(),
-        workspace_id: ws,
-        connection_id: connectionId,
-        contact_id: contact.id,
-        group_id: null,
-        direction: 'inbound',
-        status: 'delivered',
-        recipient: live.row.phone,
-        sender: from,
-        body,
-        attachments: '[]',
-        error_code: null,
-        error_message: null,
-        external_id: null,
-        created_at: now,
-        updated_at: now,
-        sending_at: null,
-        sent_at: null,
-        delivered_at: now,
-        read_at: null,
-        failed_at: null,
-      }
+      const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: '[]' }, 'inbound', 'delivered', now)
+      row.delivered_at = now
       this.repo.insert(row)
       if (OPT_OUT_KEYWORDS.has(body.trim().toUpperCase()) && contact.consent_status !== 'opted_out') {
         this.contacts.repo.setConsent(contact.id, 'opted_out', now)

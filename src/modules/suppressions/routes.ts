@@ -2,7 +2,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { hidden } from '../../http/docs'
-import { listEnvelope, readPage } from '../../http/format'
+import { paged } from '../../http/format'
 import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { E164, phoneField } from '../contacts/model'
@@ -29,13 +29,7 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
       '/workspaces/:id/suppressions',
       ({ params, query }) => {
         svc.workspaces.get(params.id)
-        const page = readPage(query)
-        const { rows, total } = sup.repo.list(params.id, page.perPage, page.offset)
-        return listEnvelope(
-          rows.map((r) => sup.toPublic(r)),
-          page,
-          total,
-        )
+        return paged(query, (limit, offset) => sup.repo.list(params.id, limit, offset), (r) => sup.toPublic(r))
       },
       { admin: true, detail: hidden },
     )

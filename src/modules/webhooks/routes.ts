@@ -2,7 +2,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { hidden } from '../../http/docs'
-import { listEnvelope, readPage } from '../../http/format'
+import { paged } from '../../http/format'
 import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { EVENT_TYPES } from './service'
@@ -48,13 +48,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
       '/webhooks/:id/deliveries',
       ({ params, query }) => {
         hooks.get(params.id)
-        const page = readPage(query)
-        const { rows, total } = hooks.repo.deliveries(params.id, page.perPage, page.offset)
-        return listEnvelope(
-          rows.map((d) => hooks.deliveryToAdmin(d)),
-          page,
-          total,
-        )
+        return paged(query, (limit, offset) => hooks.repo.deliveries(params.id, limit, offset), (d) => hooks.deliveryToAdmin(d))
       },
       { admin: true, detail: hidden },
     )

@@ -2,7 +2,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { hidden, op } from '../../http/docs'
-import { listEnvelope, readPage } from '../../http/format'
+import { paged } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { createWorkspaceBody, patchWorkspaceBody } from './model'
@@ -40,13 +40,7 @@ export function workspaceAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     .get(
       '/workspaces',
       ({ query }) => {
-        const page = readPage(query)
-        const { rows, total } = ws.list(page.perPage, page.offset)
-        return listEnvelope(
-          rows.map((r) => ws.toAdmin(r)),
-          page,
-          total,
-        )
+        return paged(query, (limit, offset) => ws.list(limit, offset), (r) => ws.toAdmin(r))
       },
       { admin: true, detail: hidden },
     )

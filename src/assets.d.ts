@@ -1,0 +1,13 @@
+// Files embedded with text imports (`with { type: 'text' }`).
+declare module '*.sql' {
+  const text: string
+  export default text
+}
+declare module 'swagger-ui-dist/swagger-ui-bundle.js' {
+  const text: string
+  export default text
+}
+declare module 'swagger-ui-dist/swagger-ui.css' {
+  const text: string
+  export default text
+}
