@@ -71,7 +71,7 @@ async function serve() {
   const svc = buildServices(deps, log, SecretBox.load(config.dataDir, config.secretKey))
   await startServices(svc)
   const jobs = startJobs(svc)
-  const app = buildApp({ svc, adminTokenHash: admin.hash })
+  const app = buildApp({ svc, adminTokenHash: admin.hash, probes: { scanner: () => svc.media.scannerReachable() } })
   app.listen({ hostname: config.host, port: config.port })
   log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, migrations_applied: applied })
   log.flush()

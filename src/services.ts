@@ -5,6 +5,9 @@ import type { Logger } from './http/log'
 import { ConnectionService } from './modules/connections/service'
 import { ContactService } from './modules/contacts/service'
 import { KeyService } from './modules/keys/service'
+import { MediaService } from './modules/media/service'
+import { MediaStore } from './modules/media/store'
+import { ClamdScanner, type Scanner } from './scanner/clamd'
 import { MessageService } from './modules/messages/service'
 import { SuppressionService } from './modules/suppressions/service'
 import { WebhookService } from './modules/webhooks/service'
@@ -22,17 +25,19 @@ export interface Services {
   connections: ConnectionService
   webhooks: WebhookService
   messages: MessageService
+  media: MediaService
   idempotency: Idempotency
   pacer: Pacer
 }
 
-export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { timers?: Timers; random?: () => number } = {}): Services {
+export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { timers?: Timers; random?: () => number; scanner?: Scanner } = {}): Services {
   const workspaces = new WorkspaceService(deps)
   const contacts = new ContactService(deps)
   const suppressions = new SuppressionService(deps)
   const connections = new ConnectionService(deps)
   const webhooks = new WebhookService(deps, box, log)
-  const messages = new MessageService(deps, workspaces, contacts, suppressions, connections, webhooks)
+  const media = new MediaService(deps, new MediaStore(deps.config.mediaDir), opts.scanner ?? new ClamdScanner(deps.config.clamd), workspaces, log)
+  const messages = new MessageService(deps, workspaces, contacts, suppressions, connections, webhooks, media)
   const pacer = new Pacer(deps, messages, connections, workspaces, log, deps.clock, opts.timers ?? realTimers, opts.random ?? Math.random)
   messages.onQueued = (id) => pacer.wake(id)
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
@@ -48,6 +53,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     connections,
     webhooks,
     messages,
+    media,
     idempotency: new Idempotency(deps),
     pacer,
   }
@@ -58,12 +64,14 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
  * (interrupted sends are settled before anything new is released), then the pacer and webhooks.
  */
 export async function startServices(svc: Services) {
+  await svc.media.store.init()
   svc.connections.start({
     receipt: (_connectionId, messageId, status, error) => void svc.messages.receipt(messageId, status, error).catch((e) => svc.log.error('receipt failed', { error: String(e) })),
     inbound: (connectionId, from, body) => void svc.messages.inbound(connectionId, from, body).catch((e) => svc.log.error('inbound failed', { error: String(e) })),
   })
   await svc.messages.recoverInterrupted()
   svc.messages.expireQueued()
+  await svc.media.purgeExpired()
   svc.pacer.start()
   svc.webhooks.start()
 }

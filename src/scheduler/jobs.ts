@@ -1,4 +1,4 @@
-/** Housekeeping with croner: expire 24 h-old queued messages, forget 24 h-old idempotency records. */
+/** Housekeeping with croner: expire 24 h-old queued messages, forget 24 h-old idempotency records, delete expired media. */
 import { Cron } from 'croner'
 import type { Services } from '../services'
 
@@ -13,5 +13,6 @@ export function startJobs(svc: Services): Cron[] {
   return [
     new Cron('30 * * * * *', { protect: true }, guard('expire-queued', () => svc.messages.expireQueued())),
     new Cron('0 */10 * * * *', { protect: true }, guard('purge-idempotency', () => void svc.idempotency.purge())),
+    new Cron('0 5 * * * *', { protect: true }, guard('media-retention', () => void svc.media.purgeExpired().catch((e) => svc.log.error('media retention failed', { error: String(e) })))),
   ]
 }

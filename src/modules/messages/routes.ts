@@ -2,7 +2,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { op } from '../../http/docs'
-import { notFound, refused } from '../../http/errors'
+import { notFound } from '../../http/errors'
 import { paged } from '../../http/format'
 import { fieldError, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
@@ -25,11 +25,23 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
         const out = await svc.idempotency.handle(
           { apiKeyId: caller.key.id, method: 'POST', path: '/api/v1/messages', header: request.headers.get('idempotency-key'), body: raw },
           async (record) => {
-            if (input.file) throw refused('unsupported_media', 'This server does not accept file uploads yet.')
+            // the file is checked, scanned and stored first; its row commits with the message
+            const upload = input.file ? await svc.media.prepare(caller.workspace.id, input.file) : undefined
             let text = ''
-            await messages.send(caller.workspace.id, { ...input, attachments: (input.media?.attachments ?? []).map((a) => a.media_id) }, (row) => {
-              text = record(202, { data: messages.toPublic(row) })
-            })
+            let committed = false
+            try {
+              await messages.send(
+                caller.workspace.id,
+                { ...input, attachments: (input.media?.attachments ?? []).map((a) => a.media_id) },
+                (row) => {
+                  text = record(202, { data: messages.toPublic(row) })
+                },
+                upload,
+              )
+              committed = true
+            } finally {
+              if (upload) await svc.media.settle(upload, committed)
+            }
             return { status: 202, body: text }
           },
         )
@@ -43,13 +55,13 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
         detail: op({
           summary: 'Queue a message',
           description:
-            'Queues a one-to-one message (text, a file, or both) through one of the workspace’s connected numbers. Exactly one of recipient and contact_id; at least one of body, file, media.attachments. 202 means queued and durable, not delivered: the message is released at the number’s pace and delivery arrives through webhooks. Refused with 422 for an opted-out or suppressed recipient (recipient_opted_out, recipient_suppressed), an offline number (connection_offline) or a used-up monthly allowance (allowance_exhausted).',
+            'Queues a one-to-one message (text, a file, or both) through one of the workspace’s connected numbers. Exactly one of recipient and contact_id; at least one of body, file, media.attachments. 202 means queued and durable, not delivered: the message is released at the number’s pace and delivery arrives through webhooks. Refused with 422 for an opted-out or suppressed recipient (recipient_opted_out, recipient_suppressed), an offline number (connection_offline), a used-up monthly allowance (allowance_exhausted), or a file that is infected (malware_detected) or of an unsupported type (unsupported_media); 503 scanner_unavailable while the malware scanner is unreachable. Attachments must be media of this workspace that has not expired (404).',
           tag: 'Messages',
           scope: 'messages:write',
           body: sendMessageBody,
           idempotent: true,
           ok: { status: 202, data: messageDoc, description: 'Queued.', headers: { 'Idempotency-Replayed': { schema: { type: 'string', enum: ['true'] }, description: 'On a replayed response.' } } },
-          errors: [400, 404, 409, 413, 422],
+          errors: [400, 404, 409, 413, 422, 503],
         }),
       },
     )

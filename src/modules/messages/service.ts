@@ -11,6 +11,8 @@ import type { ReceiptStatus } from '../../network/driver'
 import { DriverError } from '../../network/driver'
 import type { ConnectionService, LiveConnection } from '../connections/service'
 import type { ContactService } from '../contacts/service'
+import type { MediaRow } from '../media/repo'
+import type { MediaService } from '../media/service'
 import type { SuppressionService } from '../suppressions/service'
 import type { EventType, WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
@@ -64,6 +66,7 @@ export class MessageService {
     private readonly suppressions: SuppressionService,
     private readonly connections: ConnectionService,
     private readonly webhooks: WebhookService,
+    private readonly media: MediaService,
   ) {
     this.repo = new MessageRepo(deps.db)
   }
@@ -125,23 +128,26 @@ export class MessageService {
 
   /**
    * Accept a one-to-one send: every refusal is decided before anything is written, and the
-   * message, a new contact and `alsoInTx` (the idempotency record) commit together.
+   * message, a new contact, an uploaded file's media row (`upload`, already scanned and stored)
+   * and `alsoInTx` (the idempotency record) commit together.
    */
-  async send(workspaceId: string, input: SendInput, alsoInTx?: (row: MessageRow) => void): Promise<MessageRow> {
+  async send(workspaceId: string, input: SendInput, alsoInTx?: (row: MessageRow) => void, upload?: MediaRow): Promise<MessageRow> {
     const row = await this.deps.writer.write(() => {
       const now = this.deps.clock.now()
       const live = this.connections.get(workspaceId, input.connection_id)
       let contact = input.contact_id ? this.contacts.repo.get(workspaceId, input.contact_id) : this.contacts.repo.getByPhone(workspaceId, input.recipient!)
       if (input.contact_id && !contact) throw notFound('contact')
-      if (input.attachments.length > 0) throw notFound('media')
+      for (const id of input.attachments) this.media.get(workspaceId, id)
       const phone = contact ? contact.phone : input.recipient!
       if (contact?.consent_status === 'opted_out') throw refused('recipient_opted_out', 'The recipient has opted out.')
       if (this.suppressions.isSuppressed(workspaceId, phone)) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
       this.checkSendable(live, workspaceId, now)
+      if (upload) this.media.insertInTx(upload)
       if (!contact) contact = this.contacts.upsertInTx(workspaceId, { phone }, 'send').row
       else this.contacts.repo.touch(contact.id, now)
+      const attachments = upload ? [...input.attachments, upload.id] : input.attachments
       const msg = this.queueInTx(
-        { id: uuid(), workspace_id: workspaceId, connection_id: live.row.id, contact_id: contact.id, group_id: null, recipient: phone, sender: live.row.phone, body: input.body ?? null, attachments: JSON.stringify(input.attachments) },
+        { id: uuid(), workspace_id: workspaceId, connection_id: live.row.id, contact_id: contact.id, group_id: null, recipient: phone, sender: live.row.phone, body: input.body ?? null, attachments: JSON.stringify(attachments) },
         now,
       )
       alsoInTx?.(msg)

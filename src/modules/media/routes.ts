@@ -1,0 +1,88 @@
+/** POST /api/v1/media, GET /api/v1/media/{id}, GET /api/v1/media/{id}/download. */
+import { Elysia } from 'elysia'
+import type { authPlugin } from '../../http/auth'
+import { SECURITY_HEADERS } from '../../http/auth'
+import { op } from '../../http/docs'
+import { notFound } from '../../http/errors'
+import { s, UUID, validate } from '../../http/schema'
+import type { Services } from '../../services'
+import { SUPPORTED_TYPES } from './sniff'
+
+const uploadBody = s.object({ file: s.file().describe(`The file (multipart field "file"). Supported types, decided from the bytes: ${SUPPORTED_TYPES.join(', ')}.`) })
+
+export const mediaDoc = {
+  type: 'object',
+  properties: {
+    id: { type: 'string', format: 'uuid' },
+    filename: { type: 'string' },
+    mime_type: { type: 'string', enum: [...SUPPORTED_TYPES] },
+    size: { type: 'integer' },
+    sha256: { type: 'string' },
+    created_at: { type: 'string', format: 'date-time' },
+    expires_at: { type: 'string', format: 'date-time' },
+  },
+}
+
+/** RFC 6266 Content-Disposition with an ASCII fallback and the UTF-8 name. */
+function disposition(name: string) {
+  const ascii = name.replace(/[^\x20-\x7e]/g, '_').replace(/["\\]/g, '_')
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(name)}`
+}
+
+export function mediaApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
+  const media = svc.media
+  const find = (ws: string, id: string) => {
+    if (!UUID.test(id)) throw notFound('media')
+    return media.get(ws, id)
+  }
+  return new Elysia()
+    .use(auth)
+    .post(
+      '/media',
+      async ({ caller, body, set }) => {
+        const input = validate(uploadBody, body)
+        const row = await media.upload(caller.workspace.id, input.file)
+        set.status = 201
+        return { data: media.toPublic(row) }
+      },
+      {
+        scope: 'messages:write',
+        detail: {
+          ...op({
+            summary: 'Upload media',
+            description:
+              'multipart/form-data with the file in field "file". The size is checked against the workspace limit, the type is decided from the bytes, and the file is scanned for malware by ClamAV before it is stored; all of that completes before the response. The id is usable as media_id in a send until the media expires (workspace retention).',
+            tag: 'Media',
+            scope: 'messages:write',
+            ok: { status: 201, data: mediaDoc, description: 'Stored.' },
+            errors: [400, 413, 422, 503],
+          }),
+          requestBody: { required: true, content: { 'multipart/form-data': { schema: uploadBody.toJsonSchema() } } },
+        },
+      },
+    )
+    .get('/media/:id', ({ caller, params }) => ({ data: media.toPublic(find(caller.workspace.id, params.id)) }), {
+      scope: 'media:read',
+      detail: op({ summary: 'A media record', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, data: mediaDoc, description: 'The media record.' }, errors: [404] }),
+    })
+    .get(
+      '/media/:id/download',
+      ({ caller, params, set }) => {
+        const row = find(caller.workspace.id, params.id)
+        return new Response(media.store.file(row.sha256), {
+          headers: {
+            ...SECURITY_HEADERS,
+            'content-type': row.mime_type,
+            'content-length': String(row.size),
+            'content-disposition': disposition(row.filename),
+            'x-ratelimit-limit': String(set.headers['x-ratelimit-limit'] ?? ''),
+            'x-ratelimit-remaining': String(set.headers['x-ratelimit-remaining'] ?? ''),
+          },
+        })
+      },
+      {
+        scope: 'media:read',
+        detail: op({ summary: 'Download media', description: 'Streams the stored bytes with their type, Content-Length and Content-Disposition: attachment.', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, description: 'The file.' }, errors: [404] }),
+      },
+    )
+}

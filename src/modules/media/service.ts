@@ -1,0 +1,133 @@
+/**
+ * Media uploads: size limit, type from the bytes, malware scan by clamd, then the store — in that
+ * order, so a refused file never touches the store. `prepare` does the slow part outside any
+ * transaction; the row is inserted by the write that uses it (POST /media, or the message that
+ * carries the file), so a refused send leaves no row behind.
+ */
+import type { Deps } from '../../deps'
+import { ApiError, notFound, refused, validationFailed } from '../../http/errors'
+import { iso, uuid } from '../../http/format'
+import type { Logger } from '../../http/log'
+import { type Scanner, ScannerUnavailable } from '../../scanner/clamd'
+import type { WorkspaceService } from '../workspaces/service'
+import { MediaRepo, type MediaRow } from './repo'
+import { cleanFilename, sniff } from './sniff'
+import type { MediaStore } from './store'
+
+const DAY = 86_400_000
+
+export const scannerUnavailable = () => new ApiError(503, 'scanner_unavailable', 'Media cannot be accepted right now because the malware scanner is unreachable.')
+
+export class MediaService {
+  readonly repo: MediaRepo
+  /** Content addresses prepared but not yet committed as rows; retention leaves their files alone. */
+  private pending = new Map<string, number>()
+
+  constructor(
+    private readonly deps: Deps,
+    readonly store: MediaStore,
+    private readonly scanner: Scanner,
+    private readonly workspaces: WorkspaceService,
+    private readonly log: Logger,
+  ) {
+    this.repo = new MediaRepo(deps.db)
+  }
+
+  toPublic(row: MediaRow) {
+    return { id: row.id, filename: row.filename, mime_type: row.mime_type, size: row.size, sha256: row.sha256, created_at: iso(row.created_at), expires_at: iso(row.expires_at) }
+  }
+
+  scannerReachable() {
+    return this.scanner.ping()
+  }
+
+  /**
+   * Check, scan and store an uploaded file; returns the row to insert (not inserted yet).
+   * 422 validation_failed (empty or over the workspace's max_bytes), 422 unsupported_media,
+   * 422 malware_detected, 503 scanner_unavailable. `field` names the form field in errors.
+   */
+  async prepare(workspaceId: string, file: File, field = 'file'): Promise<MediaRow> {
+    const ws = this.workspaces.cached(workspaceId)!
+    const { max_bytes, retention_days } = this.workspaces.settings(ws).media
+    if (file.size === 0) throw validationFailed({ [field]: [`The ${field} field must not be empty.`] })
+    if (file.size > max_bytes) throw validationFailed({ [field]: [`The ${field} field must not be larger than ${max_bytes} bytes.`] })
+    const bytes = new Uint8Array(await file.arrayBuffer())
+    const type = sniff(bytes)
+    if (!type) throw refused('unsupported_media', 'This type of file is not supported.')
+    let verdict
+    try {
+      verdict = await this.scanner.scan(bytes)
+    } catch (e) {
+      if (e instanceof ScannerUnavailable) {
+        this.log.warn('malware scanner unavailable', { reason: e.message })
+        throw scannerUnavailable()
+      }
+      throw e
+    }
+    if (!verdict.clean) {
+      this.log.warn('upload refused: malware detected', { workspace_id: workspaceId, signature: verdict.signature })
+      throw refused('malware_detected', 'The file was refused because malware was detected in it.')
+    }
+    const sha = Bun.CryptoHasher.hash('sha256', bytes).toString('hex')
+    this.pending.set(sha, (this.pending.get(sha) ?? 0) + 1)
+    try {
+      await this.store.put(sha, bytes)
+    } catch (e) {
+      this.release(sha)
+      throw e
+    }
+    const now = this.deps.clock.now()
+    return { id: uuid(), workspace_id: workspaceId, sha256: sha, filename: cleanFilename(file.name, type), mime_type: type, size: bytes.length, created_at: now, expires_at: now + retention_days * DAY }
+  }
+
+  /** Insert a prepared row (inside the write that uses it). */
+  insertInTx(row: MediaRow) {
+    this.repo.insert(row)
+  }
+
+  /** After the write that inserted (or refused) a prepared row: drop an unreferenced file. */
+  async settle(row: MediaRow, committed: boolean) {
+    this.release(row.sha256)
+    if (!committed && !this.pending.has(row.sha256) && this.repo.references(row.sha256) === 0) await this.store.remove(row.sha256)
+  }
+
+  private release(sha: string) {
+    const n = (this.pending.get(sha) ?? 1) - 1
+    if (n <= 0) this.pending.delete(sha)
+    else this.pending.set(sha, n)
+  }
+
+  /** POST /media: prepare, then commit the row. */
+  async upload(workspaceId: string, file: File): Promise<MediaRow> {
+    const row = await this.prepare(workspaceId, file)
+    let committed = false
+    try {
+      await this.deps.writer.write(() => this.insertInTx(row))
+      committed = true
+      return row
+    } finally {
+      await this.settle(row, committed)
+    }
+  }
+
+  /** A live (unexpired) media record of this workspace, else 404 "media". */
+  get(workspaceId: string, id: string): MediaRow {
+    const row = this.repo.get(workspaceId, id)
+    if (!row || row.expires_at <= this.deps.clock.now()) throw notFound('media')
+    return row
+  }
+
+  /** Retention: delete expired rows, then files no row refers to any more. */
+  async purgeExpired() {
+    for (;;) {
+      const batch = this.repo.expired(this.deps.clock.now(), 500)
+      if (batch.length === 0) return
+      this.deps.writer.now(() => {
+        for (const m of batch) this.repo.remove(m.id)
+      })
+      for (const sha of new Set(batch.map((m) => m.sha256))) {
+        if (!this.pending.has(sha) && this.repo.references(sha) === 0) await this.store.remove(sha)
+      }
+    }
+  }
+}
