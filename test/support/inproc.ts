@@ -52,9 +52,9 @@ export class ManualTimers implements Timers {
   }
 }
 
-export async function inProcess() {
+export async function inProcess(opts: { clamd?: string } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'capstan-inproc-'))
-  const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent' })
+  const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent', ...(opts.clamd ? { CAPSTAN_CLAMD: opts.clamd } : {}) })
   const db = openDatabase(config.dbPath)
   migrate(db)
   const clock = new ManualClock()

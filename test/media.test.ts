@@ -1,0 +1,252 @@
+/** Media (spec §4 POST /media, media:read; CONTRACT §2): real clamd, real store, real server. */
+import { Database } from 'bun:sqlite'
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { existsSync, readdirSync, statSync } from 'node:fs'
+import { join } from 'node:path'
+import { EICAR, TestClamd } from './support/clamd'
+import * as files from './support/files'
+import { inProcess } from './support/inproc'
+import { TestServer, newPhone } from './support/server'
+
+let clamd: TestClamd
+let srv: TestServer
+beforeAll(async () => {
+  clamd = await TestClamd.start()
+  srv = await TestServer.start({ env: { CAPSTAN_CLAMD: `unix:${clamd.socket}`, CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+})
+afterAll(async () => {
+  await srv.close()
+  await clamd.stop()
+})
+
+const upload = (key: string, bytes: Uint8Array, name = 'file.bin', type = 'application/octet-stream', field = 'file') => {
+  const fd = new FormData()
+  fd.set(field, new File([bytes], name, { type }))
+  return srv.api(key, 'POST', '/media', { multipart: fd })
+}
+
+/** Every file under the media store (temp files included). */
+function storeFiles(dir = join(srv.dataDir, 'media')): string[] {
+  if (!existsSync(dir)) return []
+  return readdirSync(dir).flatMap((f) => (statSync(join(dir, f)).isDirectory() ? storeFiles(join(dir, f)) : [join(dir, f)]))
+}
+
+describe('upload', () => {
+  const kinds: [string, () => Uint8Array, string][] = [
+    ['png', () => files.png(), 'image/png'],
+    ['jpeg', files.jpeg, 'image/jpeg'],
+    ['pdf', files.pdf, 'application/pdf'],
+    ['text', files.text, 'text/plain'],
+    ['mp3', files.mp3, 'audio/mpeg'],
+    ['ogg', files.ogg, 'audio/ogg'],
+    ['mp4', files.mp4, 'video/mp4'],
+    ['docx', files.docx, 'application/vnd.openxmlformats-officedocument.wordprocessingml.document'],
+  ]
+  for (const [label, make, type] of kinds) {
+    test(`${label}: 201 with the record; the type comes from the bytes, not the header or the name`, async () => {
+      const { key } = await srv.tenant()
+      const bytes = make()
+      const r = await upload(key, bytes, 'misleading.exe', 'application/x-msdownload')
+      expect(r.status).toBe(201)
+      expect(r.json.data).toMatchObject({ mime_type: type, size: bytes.length, sha256: new Bun.CryptoHasher('sha256').update(bytes).digest('hex'), filename: 'misleading.exe' })
+      expect(Date.parse(r.json.data.expires_at) - Date.parse(r.json.data.created_at)).toBe(30 * 86_400_000)
+    })
+  }
+
+  test('infected files are refused with 422 malware_detected and leave nothing behind', async () => {
+    const { key } = await srv.tenant()
+    const before = storeFiles()
+    const r1 = await upload(key, Buffer.concat([files.png(), EICAR]), 'invoice.png', 'image/png')
+    expect([r1.status, r1.json.code]).toEqual([422, 'malware_detected'])
+    const r2 = await upload(key, EICAR, 'eicar.com')
+    expect([r2.status, r2.json.code]).toEqual([422, 'malware_detected'])
+    expect(storeFiles()).toEqual(before)
+    const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+    expect((db.query('SELECT COUNT(*) AS n FROM media WHERE workspace_id = (SELECT workspace_id FROM api_keys WHERE key_id = ?)').get(key.slice(4, 20)) as any).n).toBe(0)
+    db.close()
+    for (const f of storeFiles()) expect(Buffer.from(await Bun.file(f).arrayBuffer()).includes(EICAR)).toBe(false)
+  })
+
+  const unsupported: [string, () => Uint8Array][] = [
+    ['an ELF executable', files.elf],
+    ['a GIF', files.gif],
+    ['a zip that is not an Office document', files.plainZip],
+    ['random binary', files.binary],
+  ]
+  for (const [label, make] of unsupported) {
+    test(`${label} is refused as unsupported_media even when it claims to be an image`, async () => {
+      const { key } = await srv.tenant()
+      const before = storeFiles()
+      const r = await upload(key, make(), 'photo.png', 'image/png')
+      expect([r.status, r.json.code]).toEqual([422, 'unsupported_media'])
+      expect(storeFiles()).toEqual(before)
+    })
+  }
+
+  test('empty, missing or non-file fields are 422 naming file', async () => {
+    const { key } = await srv.tenant()
+    expect((await upload(key, new Uint8Array())).json.errors.file).toBeDefined()
+    const noFile = new FormData()
+    noFile.set('other', 'x')
+    expect((await srv.api(key, 'POST', '/media', { multipart: noFile })).json.errors.file).toBeDefined()
+    const asText = new FormData()
+    asText.set('file', 'just text')
+    expect((await srv.api(key, 'POST', '/media', { multipart: asText })).json.errors.file).toBeDefined()
+    expect((await srv.api(key, 'POST', '/media', { json: { file: 'x' } })).status).toBe(422)
+  })
+
+  test('over the workspace max_bytes is 422 naming file; over the server limit is 413', async () => {
+    const { ws, key } = await srv.tenant()
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { media: { retention_days: 30, max_bytes: 2048 } } })
+    const big = Buffer.concat([Buffer.from('%PDF-1.4\n'), Buffer.alloc(3000, 0x20)])
+    const r = await upload(key, big, 'big.pdf')
+    expect([r.status, r.json.code]).toEqual([422, 'validation_failed'])
+    expect(r.json.errors.file[0]).toContain('2048')
+    expect((await upload(key, Buffer.concat([Buffer.from('%PDF-1.4\n'), Buffer.alloc(1000, 0x20)]))).status).toBe(201)
+    const huge = await upload(key, Buffer.alloc(65 * 1024 * 1024, 0x41), 'huge.txt')
+    expect([huge.status, huge.json?.code]).toEqual([413, 'payload_too_large'])
+  })
+
+  test('identical content is stored once; both records download it', async () => {
+    const { key } = await srv.tenant()
+    const bytes = files.png()
+    const a = (await upload(key, bytes)).json.data
+    const b = (await upload(key, bytes)).json.data
+    expect(a.id).not.toBe(b.id)
+    expect(storeFiles().filter((f) => f.endsWith(a.sha256))).toHaveLength(1)
+  })
+})
+
+describe('reading', () => {
+  test('GET /media/{id} and /download need media:read; bytes come back as an attachment', async () => {
+    const { ws, key } = await srv.tenant()
+    const bytes = files.pdf()
+    const fd = new FormData()
+    fd.set('file', new File([bytes], 'Rechnung März.pdf'))
+    const m = (await srv.api(key, 'POST', '/media', { multipart: fd })).json.data
+    const reader = (await srv.key(ws.id, ['media:read'])).key
+    const writer = (await srv.key(ws.id, ['messages:write'])).key
+    expect((await srv.api(reader, 'GET', `/media/${m.id}`)).json.data).toEqual(m)
+    const dl = await fetch(`${srv.base}/api/v1/media/${m.id}/download`, { headers: { authorization: `Bearer ${reader}` } })
+    expect(dl.status).toBe(200)
+    expect(Buffer.from(await dl.arrayBuffer()).equals(Buffer.from(bytes))).toBe(true)
+    expect(dl.headers.get('content-type')).toBe('application/pdf')
+    expect(dl.headers.get('content-length')).toBe(String(bytes.length))
+    expect(dl.headers.get('content-disposition')).toBe(`attachment; filename="Rechnung M_rz.pdf"; filename*=UTF-8''${encodeURIComponent('Rechnung März.pdf')}`)
+    expect(dl.headers.get('x-content-type-options')).toBe('nosniff')
+    expect((await srv.api(writer, 'GET', `/media/${m.id}`)).status).toBe(403)
+    expect((await srv.api(writer, 'GET', `/media/${m.id}/download`)).status).toBe(403)
+    expect((await srv.api(reader, 'POST', '/media', { multipart: fd })).status).toBe(403)
+  })
+
+  test('another workspace’s media is 404 everywhere', async () => {
+    const a = await srv.tenant()
+    const b = await srv.tenant()
+    const m = (await upload(a.key, files.png())).json.data
+    expect((await srv.api(b.key, 'GET', `/media/${m.id}`)).status).toBe(404)
+    expect((await srv.api(b.key, 'GET', `/media/${m.id}/download`)).status).toBe(404)
+    expect((await srv.api(b.key, 'GET', `/media/nope/download`)).status).toBe(404)
+    const conn = (await srv.admin('POST', `/workspaces/${b.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+    const r = await srv.api(b.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), media: { attachments: [{ media_id: m.id }] } } })
+    expect([r.status, r.json.message]).toEqual([404, 'The media was not found.'])
+  })
+})
+
+describe('sending with media', () => {
+  test('a multipart send with a file stores, scans and attaches it; the sandbox receives it', async () => {
+    const { ws, key } = await srv.tenant()
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 100, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+    const existing = (await upload(key, files.jpeg())).json.data
+    const bytes = files.png()
+    const fd = new FormData()
+    fd.set('connection_id', conn.id)
+    fd.set('recipient', newPhone())
+    fd.set('body', 'Your receipt')
+    fd.set('media[attachments][0][media_id]', existing.id)
+    fd.set('file', new File([bytes], 'receipt.png', { type: 'image/png' }))
+    const r = await srv.api(key, 'POST', '/messages', { multipart: fd })
+    expect(r.status).toBe(202)
+    const atts: string[] = r.json.data.attachments
+    expect(atts).toHaveLength(2)
+    expect(atts[0]).toBe(existing.id)
+    const dl = await fetch(`${srv.base}/api/v1/media/${atts[1]}/download`, { headers: { authorization: `Bearer ${key}` } })
+    expect(Buffer.from(await dl.arrayBuffer()).equals(Buffer.from(bytes))).toBe(true)
+    for (let i = 0; i < 100 && (await srv.api(key, 'GET', `/messages/${r.json.data.id}`)).json.data.status !== 'sent'; i++) await Bun.sleep(50)
+    expect((await srv.api(key, 'GET', `/messages/${r.json.data.id}`)).json.data.status).toBe('sent')
+  })
+
+  test('a refused send with a file leaves no media row and no file; an infected file refuses the send', async () => {
+    const { ws, key } = await srv.tenant()
+    const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+    const out = newPhone()
+    await srv.api(key, 'POST', '/contacts', { json: { phone: out, consent_status: 'opted_out' } })
+    const before = storeFiles()
+    const bytes = files.png()
+    const fd = new FormData()
+    fd.set('connection_id', conn.id)
+    fd.set('recipient', out)
+    fd.set('file', new File([bytes], 'x.png'))
+    const r = await srv.api(key, 'POST', '/messages', { multipart: fd })
+    expect(r.json.code).toBe('recipient_opted_out')
+    expect(storeFiles()).toEqual(before)
+    const bad = new FormData()
+    bad.set('connection_id', conn.id)
+    bad.set('recipient', newPhone())
+    bad.set('file', new File([Buffer.concat([files.png(), EICAR])], 'x.png'))
+    expect((await srv.api(key, 'POST', '/messages', { multipart: bad })).json.code).toBe('malware_detected')
+    expect((await srv.api(key, 'GET', '/messages')).json.data).toEqual([])
+    expect(storeFiles()).toEqual(before)
+  })
+})
+
+describe('scanner down', () => {
+  test('uploads answer 503 scanner_unavailable, nothing is stored, everything else works; readyz says so', async () => {
+    const down = await TestServer.start({ env: { CAPSTAN_CLAMD: 'unix:/nonexistent/clamd.sock' } })
+    try {
+      const { ws, key } = await down.tenant()
+      const fd = new FormData()
+      fd.set('file', new File([files.png()], 'a.png'))
+      const r = await down.api(key, 'POST', '/media', { multipart: fd })
+      expect([r.status, r.json.code]).toEqual([503, 'scanner_unavailable'])
+      expect(existsSync(join(down.dataDir, 'media')) ? readdirSync(join(down.dataDir, 'media')).filter((f) => f !== 'tmp') : []).toEqual([])
+      expect((await down.request('GET', '/readyz')).json).toMatchObject({ database: 'ok', scanner: 'unavailable' })
+      const conn = (await down.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+      expect((await down.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'text still works' } })).status).toBe(202)
+    } finally {
+      await down.close()
+    }
+    expect((await srv.request('GET', '/readyz')).json.scanner).toBe('ok')
+  })
+})
+
+describe('retention', () => {
+  test('expired media is deleted with its file; later sends naming it get 404', async () => {
+    const env = await inProcess({ clamd: `unix:${clamd.socket}` })
+    try {
+      const { svc } = env
+      const ws = svc.workspaces.create({ name: 'Retention' })
+      svc.workspaces.patch(ws.id, { settings: { media: { retention_days: 1, max_bytes: 1 << 20 } } })
+      const conn = svc.connections.create(ws.id, { phone: '+15550000077', driver: 'sandbox' })
+      const bytes = files.pdf()
+      const m = await svc.media.upload(ws.id, new File([bytes], 'a.pdf'))
+      const path = svc.media.store.pathFor(m.sha256)
+      expect(existsSync(path)).toBe(true)
+      env.clock.t += 86_400_000 - 1
+      const keep = await svc.media.upload(ws.id, new File([files.png()], 'b.png'))
+      await svc.media.purgeExpired()
+      expect(svc.media.get(ws.id, m.id).id).toBe(m.id)
+      env.clock.t += 1
+      expect(() => svc.media.get(ws.id, m.id)).toThrow()
+      await expect(svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550000078', attachments: [m.id] })).rejects.toMatchObject({ status: 404 })
+      await svc.media.purgeExpired()
+      expect(existsSync(path)).toBe(false)
+      expect(svc.media.repo.get(ws.id, m.id)).toBeNull()
+      // a later upload is untouched
+      expect(existsSync(svc.media.store.pathFor(keep.sha256))).toBe(true)
+      expect(svc.media.get(ws.id, keep.id).id).toBe(keep.id)
+    } finally {
+      await env.close()
+    }
+  })
+})
