@@ -34,6 +34,9 @@ describe('health and docs', () => {
       ['/api/v1/messages', 'post', 'messages:write'],
       ['/api/v1/messages', 'get', 'messages:read'],
       ['/api/v1/messages/{id}', 'get', 'messages:read'],
+      ['/api/v1/media', 'post', 'messages:write'],
+      ['/api/v1/media/{id}', 'get', 'media:read'],
+      ['/api/v1/media/{id}/download', 'get', 'media:read'],
     ]
     for (const [path, method, scope] of expected) {
       const opn = paths[path]?.[method]
