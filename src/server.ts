@@ -14,6 +14,7 @@ import { payloadTooLarge, toErrorResponse } from './http/errors'
 import { requestNotes } from './http/log'
 import { connectionAdminRoutes } from './modules/connections/routes'
 import { contactApiRoutes } from './modules/contacts/routes'
+import { groupApiRoutes } from './modules/groups/routes'
 import { mediaApiRoutes } from './modules/media/routes'
 import { messageApiRoutes } from './modules/messages/routes'
 import { webhookAdminRoutes } from './modules/webhooks/routes'
@@ -43,7 +44,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const { config } = svc.deps
   const auth = authPlugin({ config, keys: svc.keys, adminTokenHash })
 
-  const api = new Elysia({ prefix: '/api/v1' }).use(workspaceApiRoutes(svc, auth)).use(contactApiRoutes(svc, auth)).use(messageApiRoutes(svc, auth)).use(mediaApiRoutes(svc, auth))
+  const api = new Elysia({ prefix: '/api/v1' }).use(workspaceApiRoutes(svc, auth)).use(contactApiRoutes(svc, auth)).use(messageApiRoutes(svc, auth)).use(mediaApiRoutes(svc, auth)).use(groupApiRoutes(svc, auth))
 
   const admin = new Elysia({ prefix: '/admin/api' })
     .use(workspaceAdminRoutes(svc, auth))

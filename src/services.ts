@@ -4,6 +4,7 @@ import { Idempotency } from './http/idempotency'
 import type { Logger } from './http/log'
 import { ConnectionService } from './modules/connections/service'
 import { ContactService } from './modules/contacts/service'
+import { GroupService } from './modules/groups/service'
 import { KeyService } from './modules/keys/service'
 import { MediaService } from './modules/media/service'
 import { MediaStore } from './modules/media/store'
@@ -26,6 +27,7 @@ export interface Services {
   webhooks: WebhookService
   messages: MessageService
   media: MediaService
+  groups: GroupService
   idempotency: Idempotency
   pacer: Pacer
 }
@@ -38,8 +40,10 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   const webhooks = new WebhookService(deps, box, log)
   const media = new MediaService(deps, new MediaStore(deps.config.mediaDir), opts.scanner ?? new ClamdScanner(deps.config.clamd), workspaces, log)
   const messages = new MessageService(deps, workspaces, contacts, suppressions, connections, webhooks, media)
+  const groups = new GroupService(deps, connections, messages, log)
   const pacer = new Pacer(deps, messages, connections, workspaces, log, deps.clock, opts.timers ?? realTimers, opts.random ?? Math.random)
   messages.onQueued = (id) => pacer.wake(id)
+  pacer.groupExternalId = (row) => groups.externalIdOf(row)
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   connections.onChange = (id) => pacer.wake(id)
   workspaces.onChange = (id) => pacer.wakeWorkspace(id)
@@ -54,6 +58,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     webhooks,
     messages,
     media,
+    groups,
     idempotency: new Idempotency(deps),
     pacer,
   }

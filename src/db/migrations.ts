@@ -3,10 +3,12 @@ import m0001 from '../../migrations/0001_init.sql' with { type: 'text' }
 import m0002 from '../../migrations/0002_messaging.sql' with { type: 'text' }
 import m0003 from '../../migrations/0003_message_counts.sql' with { type: 'text' }
 import m0004 from '../../migrations/0004_media.sql' with { type: 'text' }
+import m0005 from '../../migrations/0005_groups.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
   { version: 2, name: '0002_messaging', sql: m0002 },
   { version: 3, name: '0003_message_counts', sql: m0003 },
   { version: 4, name: '0004_media', sql: m0004 },
+  { version: 5, name: '0005_groups', sql: m0005 },
 ]
