@@ -37,6 +37,9 @@ describe('health and docs', () => {
       ['/api/v1/media', 'post', 'messages:write'],
       ['/api/v1/media/{id}', 'get', 'media:read'],
       ['/api/v1/media/{id}/download', 'get', 'media:read'],
+      ['/api/v1/groups', 'get', 'groups:read'],
+      ['/api/v1/groups/sync', 'post', 'groups:read'],
+      ['/api/v1/groups/{id}/messages', 'post', 'groups:send'],
     ]
     for (const [path, method, scope] of expected) {
       const opn = paths[path]?.[method]

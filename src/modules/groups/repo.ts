@@ -25,10 +25,11 @@ export class GroupRepo {
   private getAnyStmt
   private pageAll
   private countAll
-  private pageSearch
-  private countSearch
+  private matchIds
+  private readonly db: Database
 
   constructor(db: Database) {
+    this.db = db
     this.byConnection = db.query<GroupRow, [string]>('SELECT * FROM groups WHERE connection_id = ?')
     this.insertStmt = db.query(
       'INSERT INTO groups (id, workspace_id, connection_id, external_id, name, name_fold, participant_count, announce, is_admin, synced_at, created_at) VALUES ($id, $workspace_id, $connection_id, $external_id, $name, $name_fold, $participant_count, $announce, $is_admin, $synced_at, $created_at)',
@@ -41,8 +42,8 @@ export class GroupRepo {
     const order = 'ORDER BY participant_count DESC, name_fold, id LIMIT ? OFFSET ?'
     this.pageAll = db.query<GroupRow, [string, number, number]>(`SELECT * FROM groups WHERE workspace_id = ? ${order}`)
     this.countAll = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM groups WHERE workspace_id = ?')
-    this.pageSearch = db.query<GroupRow, [string, string, number, number]>(`SELECT * FROM groups WHERE workspace_id = ? AND instr(name_fold, ?) > 0 ${order}`)
-    this.countSearch = db.query<{ n: number }, [string, string]>('SELECT COUNT(*) AS n FROM groups WHERE workspace_id = ? AND instr(name_fold, ?) > 0')
+    // one pass over the covering index yields the ordered matches: their number is the total
+    this.matchIds = db.query<{ id: string }, [string, string]>('SELECT id FROM groups WHERE workspace_id = ? AND instr(name_fold, ?) > 0 ORDER BY participant_count DESC, name_fold, id')
   }
 
   forConnection(connectionId: string) {
@@ -66,7 +67,14 @@ export class GroupRepo {
     return this.getAnyStmt.get(id)
   }
   list(workspaceId: string, search: string | null, limit: number, offset: number) {
-    if (search) return { rows: this.pageSearch.all(workspaceId, search, limit, offset), total: this.countSearch.get(workspaceId, search)!.n }
+    if (search) {
+      const ids = this.matchIds.all(workspaceId, search).map((r) => r.id)
+      const pageIds = ids.slice(offset, offset + limit)
+      if (pageIds.length === 0) return { rows: [], total: ids.length }
+      const rows = this.db.query<GroupRow, string[]>(`SELECT * FROM groups WHERE id IN (${pageIds.map(() => '?').join(',')})`).all(...pageIds)
+      const byId = new Map(rows.map((r) => [r.id, r]))
+      return { rows: pageIds.map((id) => byId.get(id)!).filter(Boolean), total: ids.length }
+    }
     return { rows: this.pageAll.all(workspaceId, limit, offset), total: this.countAll.get(workspaceId)!.n }
   }
 }
