@@ -12,6 +12,7 @@ import { SECURITY_HEADERS, authPlugin } from './http/auth'
 import { DOC_COMPONENTS, hidden } from './http/docs'
 import { payloadTooLarge, toErrorResponse } from './http/errors'
 import { requestNotes } from './http/log'
+import { campaignApiRoutes } from './modules/campaigns/routes'
 import { connectionAdminRoutes } from './modules/connections/routes'
 import { contactApiRoutes } from './modules/contacts/routes'
 import { groupApiRoutes } from './modules/groups/routes'
@@ -20,6 +21,7 @@ import { messageApiRoutes } from './modules/messages/routes'
 import { webhookAdminRoutes } from './modules/webhooks/routes'
 import { keyAdminRoutes } from './modules/keys/routes'
 import { suppressionAdminRoutes } from './modules/suppressions/routes'
+import { templateApiRoutes } from './modules/templates/routes'
 import { workspaceAdminRoutes, workspaceApiRoutes } from './modules/workspaces/routes'
 import type { Services } from './services'
 import { VERSION } from './version'
@@ -45,6 +47,8 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const auth = authPlugin({ config, keys: svc.keys, adminTokenHash })
 
   const api = new Elysia({ prefix: '/api/v1' }).use(workspaceApiRoutes(svc, auth)).use(contactApiRoutes(svc, auth)).use(messageApiRoutes(svc, auth)).use(mediaApiRoutes(svc, auth)).use(groupApiRoutes(svc, auth))
+    .use(templateApiRoutes(svc, auth))
+    .use(campaignApiRoutes(svc, auth))
 
   const admin = new Elysia({ prefix: '/admin/api' })
     .use(workspaceAdminRoutes(svc, auth))

@@ -2,6 +2,7 @@
 import type { Deps } from './deps'
 import { Idempotency } from './http/idempotency'
 import type { Logger } from './http/log'
+import { CampaignService } from './modules/campaigns/service'
 import { ConnectionService } from './modules/connections/service'
 import { ContactService } from './modules/contacts/service'
 import { GroupService } from './modules/groups/service'
@@ -11,6 +12,7 @@ import { MediaStore } from './modules/media/store'
 import { ClamdScanner, type Scanner } from './scanner/clamd'
 import { MessageService } from './modules/messages/service'
 import { SuppressionService } from './modules/suppressions/service'
+import { TemplateService } from './modules/templates/service'
 import { WebhookService } from './modules/webhooks/service'
 import { WorkspaceService } from './modules/workspaces/service'
 import { type Timers, Pacer, realTimers } from './scheduler/pacer'
@@ -28,6 +30,8 @@ export interface Services {
   messages: MessageService
   media: MediaService
   groups: GroupService
+  templates: TemplateService
+  campaigns: CampaignService
   idempotency: Idempotency
   pacer: Pacer
 }
@@ -41,9 +45,16 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   const media = new MediaService(deps, new MediaStore(deps.config.mediaDir), opts.scanner ?? new ClamdScanner(deps.config.clamd), workspaces, log)
   const messages = new MessageService(deps, workspaces, contacts, suppressions, connections, webhooks, media)
   const groups = new GroupService(deps, connections, messages, log)
+  const templates = new TemplateService(deps)
+  const campaigns = new CampaignService(deps, templates, connections, contacts, suppressions, messages, webhooks, log)
   const pacer = new Pacer(deps, messages, connections, workspaces, log, deps.clock, opts.timers ?? realTimers, opts.random ?? Math.random)
   messages.onQueued = (id) => pacer.wake(id)
   pacer.groupExternalId = (row) => groups.externalIdOf(row)
+  pacer.campaignLane = (connectionId, now) => campaigns.releaseNextInTx(connectionId, now)
+  campaigns.onRunnable = (id) => pacer.wake(id)
+  messages.onSettled = (row) => {
+    if (row.campaign_id) campaigns.checkComplete(row.campaign_id)
+  }
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   connections.onChange = (id) => pacer.wake(id)
   workspaces.onChange = (id) => pacer.wakeWorkspace(id)
@@ -59,6 +70,8 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     messages,
     media,
     groups,
+    templates,
+    campaigns,
     idempotency: new Idempotency(deps),
     pacer,
   }
@@ -77,11 +90,13 @@ export async function startServices(svc: Services) {
   await svc.messages.recoverInterrupted()
   svc.messages.expireQueued()
   await svc.media.purgeExpired()
-  svc.pacer.start()
+  svc.pacer.start(svc.campaigns.repo.connectionsWithRunning())
+  svc.campaigns.armAll()
   svc.webhooks.start()
 }
 
 export function stopServices(svc: Services) {
+  svc.campaigns.stop()
   svc.pacer.stop()
   svc.webhooks.stop()
   svc.connections.stop()

@@ -111,7 +111,7 @@ describe('pacer', () => {
 
   test('after a restart the caps still count releases made before it', () => {
     const now = 100 * 3_600_000
-    const st = { last: now - 1000, gap: 0, times: [now - 1000, now - 500], start: 0 }
+    const st = { campaignNext: false, last: now - 1000, gap: 0, times: [now - 1000, now - 500], start: 0 }
     expect(dueAt(st, { hourly_cap: 2, daily_cap: 10, min_gap_seconds: 0, max_gap_seconds: 0 }, now)).toBe(now - 1000 + 3_600_000)
     expect(dueAt(st, { hourly_cap: 5, daily_cap: 2, min_gap_seconds: 0, max_gap_seconds: 0 }, now)).toBe(now - 1000 + 86_400_000)
     expect(dueAt(st, { hourly_cap: 5, daily_cap: 10, min_gap_seconds: 3, max_gap_seconds: 3 }, now)).toBe(now - 1000 + 3000)

@@ -31,6 +31,8 @@ export const realTimers: Timers = {
 }
 
 interface NumberState {
+  /** which lane goes first at the next release */
+  campaignNext: boolean
   last: number | null
   /** seconds, drawn after each release */
   gap: number
@@ -90,9 +92,9 @@ export class Pacer {
     private readonly random: () => number = Math.random,
   ) {}
 
-  start() {
+  start(extra: string[] = []) {
     this.running = true
-    for (const id of this.messages.repo.connectionsWithQueue()) this.pending.add(id)
+    for (const id of [...this.messages.repo.connectionsWithQueue(), ...extra]) this.pending.add(id)
     this.schedule(0)
   }
 
@@ -125,7 +127,7 @@ export class Pacer {
     let st = this.states.get(connectionId)
     if (!st) {
       const times = this.messages.repo.releasesSince(connectionId, this.clock.now() - DAY)
-      st = { last: times.length ? times[times.length - 1]! : null, gap: 0, times, start: 0 }
+      st = { campaignNext: false, last: times.length ? times[times.length - 1]! : null, gap: 0, times, start: 0 }
       this.states.set(connectionId, st)
     }
     return st
@@ -148,6 +150,29 @@ export class Pacer {
     return p.min_gap_seconds + this.random() * (p.max_gap_seconds - p.min_gap_seconds)
   }
 
+  /**
+   * The next message of a number, marked sending (inside the tick's write). Two lanes share the
+   * number fairly: one-to-one and group messages (FIFO), and campaign recipients. When both have
+   * something waiting they alternate, so an order update waits behind at most one campaign message.
+   */
+  private take(connectionId: string, st: NumberState, now: number): MessageRow | null {
+    const lanes = st.campaignNext ? [this.campaignLane, this.directLane] : [this.directLane, this.campaignLane]
+    for (const lane of lanes) {
+      const row = lane(connectionId, now)
+      if (row) {
+        st.campaignNext = lane === this.directLane
+        this.messages.markSendingInTx([row.id], now)
+        return row
+      }
+    }
+    return null
+  }
+
+  private directLane = (connectionId: string): MessageRow | null => this.messages.repo.head(connectionId, 1)[0] ?? null
+
+  /** Set by the campaigns module: the next campaign message of a number, queued inside the write. */
+  campaignLane: (connectionId: string, now: number) => MessageRow | null = () => null
+
   /** Release everything that is due now, then arm the timer for the next due release. */
   tick() {
     if (!this.running || this.ticking) return
@@ -156,46 +181,41 @@ export class Pacer {
       const now = this.clock.now()
       let next = Infinity
       const released: { live: NonNullable<ReturnType<ConnectionService['find']>>; row: MessageRow }[] = []
-      for (const id of this.pending) {
-        const live = this.connections.find(id)
-        if (!live || live.row.status !== 'online') {
-          this.pending.delete(id) // woken again when it comes online
-          continue
+      this.deps.writer.now(() => {
+        for (const id of this.pending) {
+          const live = this.connections.find(id)
+          if (!live || live.row.status !== 'online') {
+            this.pending.delete(id) // woken again when it comes online
+            continue
+          }
+          const ws = this.workspaces.cached(live.row.workspace_id)
+          if (!ws) {
+            this.pending.delete(id)
+            continue
+          }
+          const policy = this.workspaces.settings(ws).sending_policy
+          const st = this.state(id)
+          let due = dueAt(st, policy, now)
+          let burst = 0
+          while (due <= now && burst < BURST) {
+            const row = this.take(id, st, now)
+            if (!row) {
+              this.pending.delete(id)
+              break
+            }
+            released.push({ live, row })
+            st.last = now
+            st.gap = this.drawGap(policy)
+            st.times.push(now)
+            burst++
+            due = dueAt(st, policy, now)
+          }
+          // look again when the next release is due (an emptied queue has left `pending`)
+          if (this.pending.has(id)) next = Math.min(next, Math.max(due, now))
         }
-        const ws = this.workspaces.cached(live.row.workspace_id)
-        if (!ws) {
-          this.pending.delete(id)
-          continue
-        }
-        const policy = this.workspaces.settings(ws).sending_policy
-        const st = this.state(id)
-        let due = dueAt(st, policy, now)
-        if (due > now) {
-          next = Math.min(next, due)
-          continue
-        }
-        const heads = this.messages.repo.head(id, policy.max_gap_seconds === 0 ? BURST : 1)
-        if (heads.length === 0) {
-          this.pending.delete(id)
-          continue
-        }
-        let i = 0
-        while (i < heads.length && due <= now) {
-          released.push({ live, row: heads[i]! })
-          st.last = now
-          st.gap = this.drawGap(policy)
-          st.times.push(now)
-          i++
-          due = dueAt(st, policy, now)
-        }
-        // look again when the next release is due (an emptied queue leaves `pending` then)
-        next = Math.min(next, Math.max(due, now))
-      }
-      if (released.length > 0) {
-        this.deps.writer.now(() => this.messages.markSendingInTx(released.map((r) => r.row.id), now))
-        for (const r of released) void this.messages.dispatch(r.live, r.row, this.groupExternalId(r.row))
-        this.onRelease(released.map((r) => r.row))
-      }
+      })
+      for (const r of released) void this.messages.dispatch(r.live, r.row, this.groupExternalId(r.row))
+      if (released.length > 0) this.onRelease(released.map((r) => r.row))
       if (next < Infinity) this.schedule(next - now)
     } catch (e) {
       this.log.error('pacer tick failed', { error: String((e as Error)?.stack ?? e) })

@@ -26,6 +26,7 @@ export interface MessageRow {
   delivered_at: number | null
   read_at: number | null
   failed_at: number | null
+  campaign_id: string | null
 }
 
 export type NewMessage = Omit<MessageRow, 'seq'>
@@ -47,8 +48,8 @@ export class MessageRepo {
 
   constructor(private readonly db: Database) {
     this.insertStmt = db.query(
-      `INSERT INTO messages (id, workspace_id, connection_id, contact_id, group_id, direction, status, recipient, sender, body, attachments, error_code, error_message, external_id, created_at, updated_at, sending_at, sent_at, delivered_at, read_at, failed_at)
-       VALUES ($id, $workspace_id, $connection_id, $contact_id, $group_id, $direction, $status, $recipient, $sender, $body, $attachments, $error_code, $error_message, $external_id, $created_at, $updated_at, $sending_at, $sent_at, $delivered_at, $read_at, $failed_at)`,
+      `INSERT INTO messages (id, workspace_id, connection_id, contact_id, group_id, campaign_id, direction, status, recipient, sender, body, attachments, error_code, error_message, external_id, created_at, updated_at, sending_at, sent_at, delivered_at, read_at, failed_at)
+       VALUES ($id, $workspace_id, $connection_id, $contact_id, $group_id, $campaign_id, $direction, $status, $recipient, $sender, $body, $attachments, $error_code, $error_message, $external_id, $created_at, $updated_at, $sending_at, $sent_at, $delivered_at, $read_at, $failed_at)`,
     )
     this.byIdStmt = db.query<MessageRow, [string, string]>('SELECT * FROM messages WHERE id = ? AND workspace_id = ?')
     this.byIdAnyStmt = db.query<MessageRow, [string]>('SELECT * FROM messages WHERE id = ?')

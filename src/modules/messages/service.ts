@@ -31,10 +31,11 @@ export interface SendInput {
 }
 
 /** What a caller decides about a new message; the rest starts empty. */
-export type MessageFields = Pick<NewMessage, 'id' | 'workspace_id' | 'connection_id' | 'contact_id' | 'group_id' | 'recipient' | 'sender' | 'body' | 'attachments'>
+export type MessageFields = Pick<NewMessage, 'id' | 'workspace_id' | 'connection_id' | 'contact_id' | 'group_id' | 'recipient' | 'sender' | 'body' | 'attachments'> & { campaign_id?: string | null }
 
 function newMessage(fields: MessageFields, direction: NewMessage['direction'], status: MessageStatus, now: number): NewMessage {
   return {
+    campaign_id: null,
     ...fields,
     direction,
     status,
@@ -285,6 +286,8 @@ export class MessageService {
   }
 
   onDispatchError: (e: unknown) => void = () => {}
+  /** Called after a released message reached sent or failed (campaign completion watches it). */
+  onSettled: (row: MessageRow) => void = () => {}
 
   private async dispatchOnce(live: LiveConnection, row: MessageRow, groupExternalId: string | null) {
     const backoff = [1000, 2000, 4000, 8000, 16000]
@@ -292,6 +295,7 @@ export class MessageService {
       try {
         const r = await live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments: JSON.parse(row.attachments) })
         await this.markSent(row.id, r.externalId)
+        this.onSettled(row)
         return
       } catch (e) {
         const err = e instanceof DriverError ? e : new DriverError('driver_error', 'The network driver failed.', false)
@@ -300,6 +304,7 @@ export class MessageService {
           continue
         }
         await this.markFailed(row.id, err.code, err.message)
+        this.onSettled(row)
         return
       }
     }

@@ -1,0 +1,190 @@
+/** Campaign and recipient SQL. The audience is frozen with one INSERT … SELECT (no copy in memory). */
+import type { Database } from 'bun:sqlite'
+
+export type CampaignStatus = 'draft' | 'scheduled' | 'running' | 'paused' | 'completed' | 'cancelled'
+
+export interface CampaignRow {
+  id: string
+  workspace_id: string
+  name: string
+  template_id: string
+  connection_id: string
+  audience: string
+  variables: string
+  body: string | null
+  status: CampaignStatus
+  scheduled_at: number | null
+  started_at: number | null
+  finished_at: number | null
+  created_at: number
+  updated_at: number
+  deleted_at: number | null
+}
+
+export interface RecipientRow {
+  seq: number
+  campaign_id: string
+  contact_id: string
+  phone: string
+  status: 'pending' | 'released' | 'skipped'
+  message_id: string | null
+  skipped_reason: string | null
+  updated_at: number
+}
+
+export interface Audience {
+  metadata?: Record<string, string | number | boolean>
+}
+
+export interface Counts {
+  total: number
+  queued: number
+  sent: number
+  delivered: number
+  read: number
+  failed: number
+  skipped: number
+}
+
+/**
+ * SQL condition and parameters selecting the audience's contacts (alias c): opted in, not
+ * suppressed, and each metadata filter equal in value and JSON type (true ≠ 1 ≠ "1").
+ */
+function audienceWhere(workspaceId: string, audience: Audience): { sql: string; params: (string | number)[] } {
+  const parts = ['c.workspace_id = ?', "c.consent_status = 'opted_in'", 'NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.workspace_id = c.workspace_id AND s.phone = c.phone)']
+  const params: (string | number)[] = [workspaceId]
+  for (const [key, value] of Object.entries(audience.metadata ?? {})) {
+    const path = `$."${key}"`
+    if (typeof value === 'boolean') {
+      parts.push('json_type(c.metadata, ?) = ?')
+      params.push(path, value ? 'true' : 'false')
+    } else if (typeof value === 'number') {
+      parts.push("json_type(c.metadata, ?) IN ('integer', 'real') AND json_extract(c.metadata, ?) = ?")
+      params.push(path, path, value)
+    } else {
+      parts.push("json_type(c.metadata, ?) = 'text' AND json_extract(c.metadata, ?) = ?")
+      params.push(path, path, value)
+    }
+  }
+  return { sql: parts.join(' AND '), params }
+}
+
+export class CampaignRepo {
+  private insertStmt
+  private getStmt
+  private getAnyStmt
+  private listStmt
+  private countStmt
+  private runningForConn
+  private nextPendingStmt
+  private releaseStmt
+  private skipStmt
+  private skipAllStmt
+  private pendingCountStmt
+  private inFlightStmt
+  private countsStmt
+  private recipientsStmt
+  private recipientCountStmt
+  private activeConnsStmt
+  private scheduledStmt
+
+  constructor(private readonly db: Database) {
+    this.insertStmt = db.query(
+      'INSERT INTO campaigns (id, workspace_id, name, template_id, connection_id, audience, variables, body, status, scheduled_at, started_at, finished_at, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $name, $template_id, $connection_id, $audience, $variables, $body, $status, $scheduled_at, $started_at, $finished_at, $created_at, $updated_at, NULL)',
+    )
+    this.getStmt = db.query<CampaignRow, [string, string]>('SELECT * FROM campaigns WHERE id = ? AND workspace_id = ? AND deleted_at IS NULL')
+    this.getAnyStmt = db.query<CampaignRow, [string]>('SELECT * FROM campaigns WHERE id = ?')
+    this.listStmt = db.query<CampaignRow, [string, number, number]>('SELECT * FROM campaigns WHERE workspace_id = ? AND deleted_at IS NULL ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?')
+    this.countStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM campaigns WHERE workspace_id = ? AND deleted_at IS NULL')
+    this.runningForConn = db.query<CampaignRow, [string]>("SELECT * FROM campaigns WHERE connection_id = ? AND status = 'running' AND deleted_at IS NULL ORDER BY started_at, id")
+    this.nextPendingStmt = db.query<RecipientRow, [string]>("SELECT * FROM campaign_recipients WHERE campaign_id = ? AND status = 'pending' ORDER BY seq LIMIT 1")
+    this.releaseStmt = db.query("UPDATE campaign_recipients SET status = 'released', message_id = ?, updated_at = ? WHERE seq = ?")
+    this.skipStmt = db.query("UPDATE campaign_recipients SET status = 'skipped', skipped_reason = ?, updated_at = ? WHERE seq = ?")
+    this.skipAllStmt = db.query("UPDATE campaign_recipients SET status = 'skipped', skipped_reason = ?, updated_at = ? WHERE campaign_id = ? AND status = 'pending'")
+    this.pendingCountStmt = db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM campaign_recipients WHERE campaign_id = ? AND status = 'pending'")
+    this.inFlightStmt = db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM messages WHERE campaign_id = ? AND status IN ('queued', 'sending')")
+    this.countsStmt = db.query<Counts, [string]>(`
+      SELECT COUNT(*) AS total,
+        COALESCE(SUM(r.status = 'skipped'), 0) AS skipped,
+        COALESCE(SUM(r.status = 'pending' OR m.status IN ('queued', 'sending')), 0) AS queued,
+        COALESCE(SUM(m.status = 'sent'), 0) AS sent,
+        COALESCE(SUM(m.status = 'delivered'), 0) AS delivered,
+        COALESCE(SUM(m.status = 'read'), 0) AS read,
+        COALESCE(SUM(m.status = 'failed'), 0) AS failed
+      FROM campaign_recipients r LEFT JOIN messages m ON m.id = r.message_id
+      WHERE r.campaign_id = ?`)
+    this.recipientsStmt = db.query<RecipientRow & { message_status: string | null }, [string, number, number]>(
+      'SELECT r.*, m.status AS message_status FROM campaign_recipients r LEFT JOIN messages m ON m.id = r.message_id WHERE r.campaign_id = ? ORDER BY r.seq LIMIT ? OFFSET ?',
+    )
+    this.recipientCountStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM campaign_recipients WHERE campaign_id = ?')
+    this.activeConnsStmt = db.query<{ connection_id: string }, []>("SELECT DISTINCT connection_id FROM campaigns WHERE status = 'running' AND deleted_at IS NULL")
+    this.scheduledStmt = db.query<CampaignRow, []>("SELECT * FROM campaigns WHERE status = 'scheduled' AND deleted_at IS NULL")
+  }
+
+  insert(row: CampaignRow) {
+    const { deleted_at: _, ...rest } = row
+    this.insertStmt.run(rest as any)
+  }
+  update(id: string, fields: Partial<CampaignRow>) {
+    const keys = Object.keys(fields)
+    this.db.query(`UPDATE campaigns SET ${keys.map((k) => `${k} = $${k}`).join(', ')} WHERE id = $id`).run({ ...fields, id } as any)
+  }
+  get(workspaceId: string, id: string) {
+    return this.getStmt.get(id, workspaceId)
+  }
+  getAny(id: string) {
+    return this.getAnyStmt.get(id)
+  }
+  list(workspaceId: string, limit: number, offset: number) {
+    return { rows: this.listStmt.all(workspaceId, limit, offset), total: this.countStmt.get(workspaceId)!.n }
+  }
+  running(connectionId: string) {
+    return this.runningForConn.all(connectionId)
+  }
+  nextPending(campaignId: string) {
+    return this.nextPendingStmt.get(campaignId)
+  }
+  released(seq: number, messageId: string, at: number) {
+    this.releaseStmt.run(messageId, at, seq)
+  }
+  skip(seq: number, reason: string, at: number) {
+    this.skipStmt.run(reason, at, seq)
+  }
+  skipAllPending(campaignId: string, reason: string, at: number) {
+    this.skipAllStmt.run(reason, at, campaignId)
+  }
+  pendingCount(campaignId: string) {
+    return this.pendingCountStmt.get(campaignId)!.n
+  }
+  inFlight(campaignId: string) {
+    return this.inFlightStmt.get(campaignId)!.n
+  }
+  counts(campaignId: string): Counts {
+    return this.countsStmt.get(campaignId)!
+  }
+  recipients(campaignId: string, limit: number, offset: number) {
+    return { rows: this.recipientsStmt.all(campaignId, limit, offset), total: this.recipientCountStmt.get(campaignId)!.n }
+  }
+  connectionsWithRunning() {
+    return this.activeConnsStmt.all().map((r) => r.connection_id)
+  }
+  scheduled() {
+    return this.scheduledStmt.all()
+  }
+
+  /** Freeze the audience into recipients (one statement); returns how many. */
+  freeze(campaignId: string, workspaceId: string, audience: Audience, at: number): number {
+    const { sql, params } = audienceWhere(workspaceId, audience)
+    return this.db
+      .query(`INSERT OR IGNORE INTO campaign_recipients (campaign_id, contact_id, phone, status, updated_at) SELECT ?, c.id, c.phone, 'pending', ? FROM contacts c WHERE ${sql} ORDER BY c.rowid`)
+      .run(campaignId, at, ...params).changes
+  }
+
+  /** How many contacts an audience holds now, and a sample of them. */
+  preview(workspaceId: string, audience: Audience, sample: number) {
+    const { sql, params } = audienceWhere(workspaceId, audience)
+    const count = (this.db.query(`SELECT COUNT(*) AS n FROM contacts c WHERE ${sql}`).get(...params) as { n: number }).n
+    const rows = this.db.query(`SELECT c.* FROM contacts c WHERE ${sql} ORDER BY c.last_activity_at DESC LIMIT ${Math.floor(sample)}`).all(...params)
+    return { count, rows }
+  }
+}

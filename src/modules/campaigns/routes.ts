@@ -1,0 +1,200 @@
+/** /api/v1/campaigns: CRUD, audience preview, recipients, schedule/pause/resume/cancel. */
+import { Elysia } from 'elysia'
+import type { authPlugin } from '../../http/auth'
+import { op } from '../../http/docs'
+import { notFound } from '../../http/errors'
+import { iso, paged, pageQuery } from '../../http/format'
+import { fieldError, s, UUID, validate } from '../../http/schema'
+import type { Services } from '../../services'
+import { contactDoc } from '../contacts/routes'
+
+const audience = s.object({ metadata: s.metadata(20).optional().describe('Equality filters on contact metadata (value and type must match).', { plan: 'pro' }) }).describe('Contacts whose consent is opted_in, narrowed by metadata filters, minus suppressed numbers.')
+const variables = s.metadata(50, 3, 1000).describe('Values for numbered placeholders: {"1": "SPRING20"}.', { '1': 'SPRING20' })
+const createBody = s.object({
+  name: s.string().length(1, 120),
+  template_id: s.string().format('uuid'),
+  connection_id: s.string().format('uuid').describe('The connected number that sends it.'),
+  audience: audience.optional(),
+  variables: variables.optional(),
+  scheduled_at: s.string().format('date-time').nullable().optional().describe('Used by POST /campaigns/{id}/schedule when it is given no time.'),
+})
+const updateBody = s.object({
+  name: s.string().length(1, 120).optional(),
+  template_id: s.string().format('uuid').optional(),
+  connection_id: s.string().format('uuid').optional(),
+  audience: audience.optional(),
+  variables: variables.optional(),
+  scheduled_at: s.string().format('date-time').nullable().optional(),
+})
+const scheduleBody = s.object({ at: s.string().format('date-time').nullable().optional().describe('When to start; omitted (and no scheduled_at on the campaign) or in the past = now.') })
+const previewBody = s.object({ audience: audience.optional() })
+
+const countsDoc = { type: 'object', properties: Object.fromEntries(['total', 'queued', 'sent', 'delivered', 'read', 'failed', 'skipped'].map((k) => [k, { type: 'integer' }])) }
+const campaignDoc = {
+  type: 'object',
+  properties: {
+    id: { type: 'string', format: 'uuid' },
+    name: { type: 'string' },
+    template_id: { type: 'string', format: 'uuid' },
+    connection_id: { type: 'string', format: 'uuid' },
+    audience: { type: 'object' },
+    variables: { type: 'object' },
+    status: { type: 'string', enum: ['draft', 'scheduled', 'running', 'paused', 'completed', 'cancelled'] },
+    scheduled_at: { type: ['string', 'null'], format: 'date-time' },
+    started_at: { type: ['string', 'null'], format: 'date-time' },
+    finished_at: { type: ['string', 'null'], format: 'date-time' },
+    created_at: { type: 'string', format: 'date-time' },
+    updated_at: { type: 'string', format: 'date-time' },
+    counts: countsDoc,
+  },
+}
+const recipientDoc = {
+  type: 'object',
+  properties: {
+    contact_id: { type: 'string', format: 'uuid' },
+    phone: { type: 'string' },
+    status: { type: 'string', enum: ['pending', 'queued', 'sending', 'sent', 'delivered', 'read', 'failed', 'skipped'] },
+    message_id: { type: ['string', 'null'], format: 'uuid' },
+    skipped_reason: { type: ['string', 'null'], enum: [null, 'not_opted_in', 'suppressed', 'contact_removed', 'cancelled'] },
+    updated_at: { type: 'string', format: 'date-time' },
+  },
+}
+
+/** Numbered placeholder values are keyed "1" to "999". */
+function numberedKeys(v: { variables?: Record<string, unknown> }, errors: Record<string, string[]>) {
+  for (const k of Object.keys(v.variables ?? {})) if (!/^[1-9][0-9]{0,2}$/.test(k)) fieldError(errors, 'variables', 'The variables keys must be the numbers of placeholders, "1" to "999".')
+}
+
+export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
+  const campaigns = svc.campaigns
+  const find = (ws: string, id: string) => {
+    if (!UUID.test(id)) throw notFound('campaign')
+    return campaigns.get(ws, id)
+  }
+  const action = (name: 'pause' | 'resume' | 'cancel', summary: string, description: string) =>
+    ({
+      handler: ({ caller, params }: any) => {
+        find(caller.workspace.id, params.id)
+        return { data: campaigns.toPublic(campaigns[name](caller.workspace.id, params.id)) }
+      },
+      opts: {
+        scope: 'campaigns:send' as const,
+        detail: op({ summary, description, tag: 'Campaigns', scope: 'campaigns:send', params: ['id'], ok: { status: 200, data: campaignDoc, description: 'The campaign.' }, errors: [404, 409] }),
+      },
+    }) as const
+  const pause = action('pause', 'Pause a running campaign', 'Stops releasing its recipients within one pacing tick. 409 (invalid_campaign_state) unless running.')
+  const resume = action('resume', 'Resume a paused campaign', '409 unless paused.')
+  const cancel = action('cancel', 'Cancel a campaign', 'From draft, scheduled, running or paused. Nothing already sent is touched; nothing more is released (pending recipients become skipped, reason cancelled).')
+  return new Elysia()
+    .use(auth)
+    .get('/campaigns', ({ caller, query }) => paged(query, (l, o) => campaigns.repo.list(caller.workspace.id, l, o), (c) => campaigns.toPublic(c)), {
+      scope: 'campaigns:read',
+      detail: op({ summary: 'List campaigns', description: 'Newest first, each with live counts.', tag: 'Campaigns', scope: 'campaigns:read', query: pageQuery, ok: { status: 200, data: campaignDoc, list: true, description: 'A page of campaigns.' }, errors: [422] }),
+    })
+    .post(
+      '/campaigns/audience/preview',
+      ({ caller, body }) => {
+        const input = validate(previewBody, body ?? {})
+        const { count, rows } = campaigns.repo.preview(caller.workspace.id, input.audience ?? {}, 10)
+        return { data: { count, sample: (rows as any[]).map((r) => svc.contacts.toPublic(r)) } }
+      },
+      {
+        scope: 'campaigns:read',
+        detail: op({
+          summary: 'Preview an audience',
+          description: 'How many contacts the audience holds now (opted in, not suppressed, metadata filters) and up to 10 of them. Creates nothing.',
+          tag: 'Campaigns',
+          scope: 'campaigns:read',
+          body: previewBody,
+          ok: { status: 200, data: { type: 'object', properties: { count: { type: 'integer' }, sample: { type: 'array', items: contactDoc } } }, description: 'Count and sample.' },
+          errors: [400, 422],
+        }),
+      },
+    )
+    .get('/campaigns/:id', ({ caller, params }) => ({ data: campaigns.toPublic(find(caller.workspace.id, params.id)) }), {
+      scope: 'campaigns:read',
+      detail: op({ summary: 'One campaign', description: 'With live counts.', tag: 'Campaigns', scope: 'campaigns:read', params: ['id'], ok: { status: 200, data: campaignDoc, description: 'The campaign.' }, errors: [404] }),
+    })
+    .get(
+      '/campaigns/:id/recipients',
+      ({ caller, params, query }) => {
+        find(caller.workspace.id, params.id)
+        return paged(query, (l, o) => campaigns.repo.recipients(params.id, l, o), (r) => ({
+          contact_id: r.contact_id,
+          phone: r.phone,
+          status: r.status === 'released' ? (r.message_status ?? 'queued') : r.status,
+          message_id: r.message_id,
+          skipped_reason: r.skipped_reason,
+          updated_at: iso(r.updated_at),
+        }))
+      },
+      {
+        scope: 'campaigns:read',
+        detail: op({ summary: 'Recipients of a campaign', description: 'Frozen when the campaign started; each with its message status.', tag: 'Campaigns', scope: 'campaigns:read', params: ['id'], query: pageQuery, ok: { status: 200, data: recipientDoc, list: true, description: 'A page of recipients.' }, errors: [404, 422] }),
+      },
+    )
+    .post(
+      '/campaigns',
+      ({ caller, body, set }) => {
+        const input = validate(createBody, body, numberedKeys)
+        set.status = 201
+        return { data: campaigns.toPublic(campaigns.create(caller.workspace.id, input)) }
+      },
+      {
+        scope: 'campaigns:write',
+        detail: op({ summary: 'Create a campaign', description: 'Created as draft. Schedule it with POST /campaigns/{id}/schedule (campaigns:send).', tag: 'Campaigns', scope: 'campaigns:write', body: createBody, ok: { status: 201, data: campaignDoc, description: 'Created.' }, errors: [400, 404, 422] }),
+      },
+    )
+    .put(
+      '/campaigns/:id',
+      ({ caller, params, body }) => {
+        find(caller.workspace.id, params.id)
+        const input = validate(updateBody, body, (v, errors) => {
+          if (Object.values(v).every((x) => x === undefined)) fieldError(errors, 'name', 'Give at least one field to change.')
+          numberedKeys(v, errors)
+        })
+        return { data: campaigns.toPublic(campaigns.update(caller.workspace.id, params.id, input)) }
+      },
+      {
+        scope: 'campaigns:write',
+        detail: op({ summary: 'Update a campaign', description: 'Only while draft or scheduled (else 409 invalid_campaign_state); changes the fields given.', tag: 'Campaigns', scope: 'campaigns:write', params: ['id'], body: updateBody, ok: { status: 200, data: campaignDoc, description: 'Updated.' }, errors: [400, 404, 409, 422] }),
+      },
+    )
+    .delete(
+      '/campaigns/:id',
+      ({ caller, params, set }) => {
+        find(caller.workspace.id, params.id)
+        campaigns.remove(caller.workspace.id, params.id)
+        set.status = 204
+        return ''
+      },
+      {
+        scope: 'campaigns:write',
+        detail: op({ summary: 'Delete a campaign', description: 'Not while running (409). An unfinished campaign is cancelled first.', tag: 'Campaigns', scope: 'campaigns:write', params: ['id'], ok: { status: 204, description: 'Deleted.' }, errors: [404, 409] }),
+      },
+    )
+    .post(
+      '/campaigns/:id/schedule',
+      ({ caller, params, body }) => {
+        find(caller.workspace.id, params.id)
+        const input = validate(scheduleBody, body ?? {})
+        return { data: campaigns.toPublic(campaigns.schedule(caller.workspace.id, params.id, input.at)) }
+      },
+      {
+        scope: 'campaigns:send',
+        detail: op({
+          summary: 'Schedule or start a campaign',
+          description: 'From draft (or to move a scheduled one). At the time it starts, the audience is frozen and each recipient becomes one paced message on the campaign’s number, re-checked for consent when released. 422 when numbered placeholders lack values.',
+          tag: 'Campaigns',
+          scope: 'campaigns:send',
+          params: ['id'],
+          body: scheduleBody,
+          ok: { status: 200, data: campaignDoc, description: 'Scheduled or running.' },
+          errors: [400, 404, 409, 422],
+        }),
+      },
+    )
+    .post('/campaigns/:id/pause', pause.handler, pause.opts)
+    .post('/campaigns/:id/resume', resume.handler, resume.opts)
+    .post('/campaigns/:id/cancel', cancel.handler, cancel.opts)
+}

@@ -1,0 +1,305 @@
+/**
+ * Opt-in campaigns. draft → scheduled → running ⇄ paused → completed; any unfinished state →
+ * cancelled. Starting freezes the audience (opted in, not suppressed, metadata filters) into
+ * recipients and snapshots the template body. Each recipient becomes one message only when its
+ * number releases it, after consent and suppression are checked again (an opt-out mid-campaign is
+ * skipped). Scheduled starts are croner jobs, re-armed from the table at every start.
+ */
+import { Cron } from 'croner'
+import type { Deps } from '../../deps'
+import { conflict, notFound, validationFailed } from '../../http/errors'
+import { iso, uuid } from '../../http/format'
+import type { Logger } from '../../http/log'
+import type { ConnectionService } from '../connections/service'
+import type { ContactService } from '../contacts/service'
+import type { MessageRow } from '../messages/repo'
+import type { MessageService } from '../messages/service'
+import type { SuppressionService } from '../suppressions/service'
+import { render } from '../templates/render'
+import type { TemplateService } from '../templates/service'
+import type { WebhookService } from '../webhooks/service'
+import { type Audience, CampaignRepo, type CampaignRow, type CampaignStatus } from './repo'
+
+export interface CampaignInput {
+  name?: string
+  template_id?: string
+  connection_id?: string
+  audience?: Audience
+  variables?: Record<string, string | number | boolean>
+  scheduled_at?: string | null
+}
+
+const MAX_SKIPS_PER_RELEASE = 200
+
+export class CampaignService {
+  readonly repo: CampaignRepo
+  private jobs = new Map<string, Cron>()
+  /** A campaign started or resumed on a number: the pacer should look at it. */
+  onRunnable: (connectionId: string) => void = () => {}
+
+  constructor(
+    private readonly deps: Deps,
+    private readonly templates: TemplateService,
+    private readonly connections: ConnectionService,
+    private readonly contacts: ContactService,
+    private readonly suppressions: SuppressionService,
+    private readonly messages: MessageService,
+    private readonly webhooks: WebhookService,
+    private readonly log: Logger,
+  ) {
+    this.repo = new CampaignRepo(deps.db)
+  }
+
+  toPublic(row: CampaignRow) {
+    return {
+      id: row.id,
+      name: row.name,
+      template_id: row.template_id,
+      connection_id: row.connection_id,
+      audience: JSON.parse(row.audience) as Audience,
+      variables: JSON.parse(row.variables) as Record<string, string>,
+      status: row.status,
+      scheduled_at: iso(row.scheduled_at),
+      started_at: iso(row.started_at),
+      finished_at: iso(row.finished_at),
+      created_at: iso(row.created_at),
+      updated_at: iso(row.updated_at),
+      counts: this.repo.counts(row.id),
+    }
+  }
+
+  get(workspaceId: string, id: string): CampaignRow {
+    const row = this.repo.get(workspaceId, id)
+    if (!row) throw notFound('campaign')
+    return row
+  }
+
+  private illegal(row: CampaignRow, action: string) {
+    return conflict('invalid_campaign_state', `The campaign is ${row.status}; it cannot be ${action}.`)
+  }
+
+  private checkRefs(workspaceId: string, input: CampaignInput) {
+    if (input.template_id) this.templates.get(workspaceId, input.template_id)
+    if (input.connection_id) this.connections.get(workspaceId, input.connection_id)
+  }
+
+  private scheduledTime(at: string | null | undefined): number | null {
+    if (!at) return null
+    const t = Date.parse(at)
+    if (t <= this.deps.clock.now()) throw validationFailed({ scheduled_at: ['The scheduled_at field must be a time in the future.'] })
+    return t
+  }
+
+  create(workspaceId: string, input: Required<Pick<CampaignInput, 'name' | 'template_id' | 'connection_id'>> & CampaignInput): CampaignRow {
+    this.checkRefs(workspaceId, input)
+    const now = this.deps.clock.now()
+    const row: CampaignRow = {
+      id: uuid(),
+      workspace_id: workspaceId,
+      name: input.name,
+      template_id: input.template_id,
+      connection_id: input.connection_id,
+      audience: JSON.stringify(input.audience ?? {}),
+      variables: JSON.stringify(input.variables ?? {}),
+      body: null,
+      status: 'draft',
+      scheduled_at: this.scheduledTime(input.scheduled_at),
+      started_at: null,
+      finished_at: null,
+      created_at: now,
+      updated_at: now,
+      deleted_at: null,
+    }
+    this.deps.writer.now(() => this.repo.insert(row))
+    return row
+  }
+
+  /** PUT: only while draft or scheduled. A scheduled campaign is re-armed with its new time. */
+  update(workspaceId: string, id: string, input: CampaignInput): CampaignRow {
+    const row = this.get(workspaceId, id)
+    if (row.status !== 'draft' && row.status !== 'scheduled') throw this.illegal(row, 'changed')
+    this.checkRefs(workspaceId, input)
+    const fields: Partial<CampaignRow> = { updated_at: this.deps.clock.now() }
+    if (input.name !== undefined) fields.name = input.name
+    if (input.template_id !== undefined) fields.template_id = input.template_id
+    if (input.connection_id !== undefined) fields.connection_id = input.connection_id
+    if (input.audience !== undefined) fields.audience = JSON.stringify(input.audience)
+    if (input.variables !== undefined) fields.variables = JSON.stringify(input.variables)
+    if (input.scheduled_at !== undefined) {
+      fields.scheduled_at = this.scheduledTime(input.scheduled_at)
+      if (row.status === 'scheduled' && fields.scheduled_at === null) throw validationFailed({ scheduled_at: ['A scheduled campaign needs a scheduled_at time; cancel it to stop it.'] })
+    }
+    this.deps.writer.now(() => this.repo.update(id, fields))
+    const next = this.repo.getAny(id)!
+    if (next.status === 'scheduled') this.arm(next)
+    return next
+  }
+
+  remove(workspaceId: string, id: string) {
+    const row = this.get(workspaceId, id)
+    if (row.status === 'running') throw this.illegal(row, 'deleted while running; pause or cancel it first')
+    this.disarm(id)
+    const now = this.deps.clock.now()
+    this.deps.writer.now(() => {
+      this.repo.skipAllPending(id, 'cancelled', now)
+      this.repo.update(id, { deleted_at: now, updated_at: now, ...(row.status === 'completed' || row.status === 'cancelled' ? {} : { status: 'cancelled' as CampaignStatus, finished_at: now }) })
+    })
+  }
+
+  /** Schedule at a time, or start now when `at` is omitted or not in the future. */
+  schedule(workspaceId: string, id: string, at: string | null | undefined): CampaignRow {
+    const row = this.get(workspaceId, id)
+    if (row.status !== 'draft' && row.status !== 'scheduled') throw this.illegal(row, 'scheduled')
+    const tpl = this.templates.get(workspaceId, row.template_id)
+    this.connections.get(workspaceId, row.connection_id)
+    const vars = JSON.parse(row.variables) as Record<string, unknown>
+    const missing = (JSON.parse(tpl.variables) as string[]).filter((v) => /^\d+$/.test(v) && (vars[v] === undefined || vars[v] === ''))
+    if (missing.length) throw validationFailed({ variables: [`Values are needed for the numbered placeholders ${missing.map((m) => `{{${m}}}`).join(', ')}.`] })
+    const now = this.deps.clock.now()
+    const when = at ? Date.parse(at) : (row.scheduled_at ?? now)
+    this.deps.writer.now(() => this.repo.update(id, { status: 'scheduled', scheduled_at: Math.max(when, now), updated_at: now }))
+    if (when <= now) return this.start(id)
+    const next = this.repo.getAny(id)!
+    this.arm(next)
+    return next
+  }
+
+  /** Start a scheduled campaign: snapshot the body, freeze the audience, let the number release it. */
+  start(id: string): CampaignRow {
+    this.disarm(id)
+    const row = this.repo.getAny(id)
+    if (!row || row.deleted_at !== null || row.status !== 'scheduled') return row!
+    const now = this.deps.clock.now()
+    const total = this.deps.writer.now(() => {
+      const tpl = this.templates.repo.get(row.workspace_id, row.template_id)
+      if (!tpl) {
+        this.repo.update(id, { status: 'cancelled', finished_at: now, updated_at: now })
+        return -1
+      }
+      this.repo.update(id, { status: 'running', started_at: now, body: tpl.body, updated_at: now })
+      return this.repo.freeze(id, row.workspace_id, JSON.parse(row.audience), now)
+    })
+    if (total === -1) this.log.warn('campaign cancelled at start: its template is gone', { campaign_id: id })
+    else if (total === 0) this.checkComplete(id)
+    else this.onRunnable(row.connection_id)
+    return this.repo.getAny(id)!
+  }
+
+  pause(workspaceId: string, id: string) {
+    return this.transition(workspaceId, id, ['running'], 'paused', 'paused')
+  }
+
+  resume(workspaceId: string, id: string) {
+    const row = this.transition(workspaceId, id, ['paused'], 'running', 'resumed')
+    this.onRunnable(row.connection_id)
+    this.checkComplete(id)
+    return this.repo.getAny(id)!
+  }
+
+  /** Cancel: nothing already sent is touched; nothing more is released. */
+  cancel(workspaceId: string, id: string) {
+    const row = this.get(workspaceId, id)
+    if (!['draft', 'scheduled', 'running', 'paused'].includes(row.status)) throw this.illegal(row, 'cancelled')
+    this.disarm(id)
+    const now = this.deps.clock.now()
+    this.deps.writer.now(() => {
+      this.repo.skipAllPending(id, 'cancelled', now)
+      this.repo.update(id, { status: 'cancelled', finished_at: now, updated_at: now })
+    })
+    return this.repo.getAny(id)!
+  }
+
+  private transition(workspaceId: string, id: string, from: CampaignStatus[], to: CampaignStatus, verb: string) {
+    const row = this.get(workspaceId, id)
+    if (!from.includes(row.status)) throw this.illegal(row, verb)
+    this.deps.writer.now(() => this.repo.update(id, { status: to, updated_at: this.deps.clock.now() }))
+    return this.repo.getAny(id)!
+  }
+
+  /**
+   * The pacer's campaign lane (inside its write): the next recipient of a running campaign on
+   * this number, re-checked and rendered into a queued message; ineligible recipients are
+   * skipped on the way. null when no running campaign of the number has anyone left.
+   */
+  releaseNextInTx(connectionId: string, now: number): MessageRow | null {
+    const live = this.connections.find(connectionId)
+    if (!live) return null
+    let skips = 0
+    for (const c of this.repo.running(connectionId)) {
+      for (;;) {
+        const r = this.repo.nextPending(c.id)
+        if (!r) {
+          queueMicrotask(() => this.checkComplete(c.id))
+          break
+        }
+        const contact = this.contacts.repo.get(c.workspace_id, r.contact_id)
+        const reason = !contact ? 'contact_removed' : contact.consent_status !== 'opted_in' ? 'not_opted_in' : this.suppressions.isSuppressed(c.workspace_id, contact.phone) ? 'suppressed' : null
+        if (reason || !contact) {
+          this.repo.skip(r.seq, reason ?? 'contact_removed', now)
+          if (++skips >= MAX_SKIPS_PER_RELEASE) return null
+          continue
+        }
+        const text = render(c.body ?? '', {
+          name: contact.name,
+          phone: contact.phone,
+          metadata: JSON.parse(contact.metadata),
+          numbered: JSON.parse(c.variables),
+        }).text
+        const msg = this.messages.queueInTx(
+          { id: uuid(), workspace_id: c.workspace_id, connection_id: connectionId, contact_id: contact.id, group_id: null, campaign_id: c.id, recipient: contact.phone, sender: live.row.phone, body: text, attachments: '[]' },
+          now,
+        )
+        this.contacts.repo.touch(contact.id, now)
+        this.repo.released(r.seq, msg.id, now)
+        return msg
+      }
+    }
+    return null
+  }
+
+  /** A running campaign with nobody pending and nothing in flight is completed (and announced). */
+  checkComplete(id: string) {
+    const row = this.repo.getAny(id)
+    if (!row || row.status !== 'running') return
+    if (this.repo.pendingCount(id) > 0 || this.repo.inFlight(id) > 0) return
+    const now = this.deps.clock.now()
+    this.deps.writer.now(() => {
+      this.repo.update(id, { status: 'completed', finished_at: now, updated_at: now })
+      this.webhooks.enqueueInTx(row.workspace_id, 'campaign.completed', this.toPublic(this.repo.getAny(id)!))
+    })
+  }
+
+  /** Start-up: re-arm every scheduled campaign (those already due start now). */
+  armAll() {
+    for (const row of this.repo.scheduled()) this.arm(row)
+  }
+
+  stop() {
+    for (const j of this.jobs.values()) j.stop()
+    this.jobs.clear()
+  }
+
+  private arm(row: CampaignRow) {
+    this.disarm(row.id)
+    const at = row.scheduled_at ?? this.deps.clock.now()
+    if (at <= this.deps.clock.now()) {
+      queueMicrotask(() => this.start(row.id))
+      return
+    }
+    this.jobs.set(
+      row.id,
+      new Cron(new Date(at), { maxRuns: 1 }, () => {
+        try {
+          this.start(row.id)
+        } catch (e) {
+          this.log.error('campaign start failed', { campaign_id: row.id, error: String(e) })
+        }
+      }),
+    )
+  }
+
+  private disarm(id: string) {
+    this.jobs.get(id)?.stop()
+    this.jobs.delete(id)
+  }
+}

@@ -1,0 +1,48 @@
+/**
+ * Template placeholders: {{name}}, {{phone}}, {{metadata.<key>}} and numbered {{1}}, {{2}}, ...
+ * (whitespace inside the braces is allowed). Anything else between double braces is an unknown
+ * placeholder and refused when the template is saved.
+ */
+const PLACEHOLDER = /\{\{\s*([^{}]*?)\s*\}\}/g
+const KNOWN = /^(name|phone|metadata\.[A-Za-z0-9_.-]{1,64}|[1-9][0-9]{0,2})$/
+
+/** The placeholders of a body in order of first appearance, and the unknown ones. */
+export function placeholders(body: string): { variables: string[]; unknown: string[] } {
+  const variables: string[] = []
+  const unknown: string[] = []
+  for (const m of body.matchAll(PLACEHOLDER)) {
+    const name = m[1]!
+    if (!KNOWN.test(name)) {
+      if (!unknown.includes(name)) unknown.push(name)
+    } else if (!variables.includes(name)) variables.push(name)
+  }
+  return { variables, unknown }
+}
+
+export interface RenderValues {
+  name?: string | null
+  phone?: string | null
+  metadata?: Record<string, unknown>
+  /** numbered values: {"1": "..."} */
+  numbered?: Record<string, unknown>
+}
+
+/** Render a body; returns the text and the placeholders that had no value (rendered empty). */
+export function render(body: string, values: RenderValues): { text: string; missing: string[] } {
+  const missing: string[] = []
+  const text = body.replace(PLACEHOLDER, (whole, raw: string) => {
+    const name = raw.trim()
+    let v: unknown
+    if (name === 'name') v = values.name
+    else if (name === 'phone') v = values.phone
+    else if (name.startsWith('metadata.')) v = values.metadata?.[name.slice('metadata.'.length)]
+    else if (/^[1-9][0-9]{0,2}$/.test(name)) v = values.numbered?.[name]
+    else return whole
+    if (v === undefined || v === null || v === '') {
+      if (!missing.includes(name)) missing.push(name)
+      return ''
+    }
+    return String(v)
+  })
+  return { text, missing }
+}

@@ -1,0 +1,55 @@
+/** Template SQL. */
+import type { Database } from 'bun:sqlite'
+
+export interface TemplateRow {
+  id: string
+  workspace_id: string
+  name: string
+  body: string
+  category: 'utility' | 'marketing'
+  variables: string
+  created_at: number
+  updated_at: number
+  deleted_at: number | null
+}
+
+export class TemplateRepo {
+  private insertStmt
+  private updateStmt
+  private deleteStmt
+  private getStmt
+  private listStmt
+  private countStmt
+  private usedStmt
+
+  constructor(db: Database) {
+    this.insertStmt = db.query('INSERT INTO templates (id, workspace_id, name, body, category, variables, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $name, $body, $category, $variables, $created_at, $updated_at, NULL)')
+    this.updateStmt = db.query('UPDATE templates SET name = $name, body = $body, category = $category, variables = $variables, updated_at = $updated_at WHERE id = $id')
+    this.deleteStmt = db.query('UPDATE templates SET deleted_at = ?, updated_at = ? WHERE id = ?')
+    this.getStmt = db.query<TemplateRow, [string, string]>('SELECT * FROM templates WHERE id = ? AND workspace_id = ? AND deleted_at IS NULL')
+    this.listStmt = db.query<TemplateRow, [string, number, number]>('SELECT * FROM templates WHERE workspace_id = ? AND deleted_at IS NULL ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?')
+    this.countStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM templates WHERE workspace_id = ? AND deleted_at IS NULL')
+    this.usedStmt = db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM campaigns WHERE template_id = ? AND deleted_at IS NULL AND status IN ('scheduled', 'running', 'paused')")
+  }
+
+  insert(row: TemplateRow) {
+    const { deleted_at: _, ...rest } = row
+    this.insertStmt.run(rest as any)
+  }
+  update(row: TemplateRow) {
+    this.updateStmt.run({ id: row.id, name: row.name, body: row.body, category: row.category, variables: row.variables, updated_at: row.updated_at } as any)
+  }
+  remove(id: string, at: number) {
+    this.deleteStmt.run(at, at, id)
+  }
+  get(workspaceId: string, id: string) {
+    return this.getStmt.get(id, workspaceId)
+  }
+  list(workspaceId: string, limit: number, offset: number) {
+    return { rows: this.listStmt.all(workspaceId, limit, offset), total: this.countStmt.get(workspaceId)!.n }
+  }
+  /** Campaigns that still need the template (scheduled, running or paused). */
+  activeUses(id: string) {
+    return this.usedStmt.get(id)!.n
+  }
+}

@@ -1,0 +1,129 @@
+/** /api/v1/templates: list, get, preview, create, update, delete. */
+import { Elysia } from 'elysia'
+import type { authPlugin } from '../../http/auth'
+import { op } from '../../http/docs'
+import { notFound } from '../../http/errors'
+import { paged, pageQuery } from '../../http/format'
+import { fieldError, s, UUID, validate } from '../../http/schema'
+import type { Services } from '../../services'
+
+const BODY = s.string().length(1, 4096).describe('Up to 4096 characters with placeholders {{name}}, {{phone}}, {{metadata.key}} and numbered {{1}}.', 'Hi {{name}}, your {{metadata.plan}} plan renews soon. Use code {{1}}.')
+const createBody = s.object({
+  name: s.string().length(1, 120),
+  body: BODY,
+  category: s.string().oneOf(['utility', 'marketing']).optional().describe('Default utility.'),
+})
+const updateBody = s.object({
+  name: s.string().length(1, 120).optional(),
+  body: BODY.optional(),
+  category: s.string().oneOf(['utility', 'marketing']).optional(),
+})
+const previewQuery = s.object({
+  contact_id: s.string().format('uuid').optional().describe('Render with this contact’s name, phone and metadata.'),
+  name: s.string().length(0, 255).optional(),
+  phone: s.string().length(0, 32).optional(),
+})
+
+export const templateDoc = {
+  type: 'object',
+  properties: {
+    id: { type: 'string', format: 'uuid' },
+    name: { type: 'string' },
+    body: { type: 'string' },
+    variables: { type: 'array', items: { type: 'string' }, description: 'Placeholders in order of appearance, e.g. ["name", "metadata.plan", "1"].' },
+    category: { type: 'string', enum: ['utility', 'marketing'] },
+    created_at: { type: 'string', format: 'date-time' },
+    updated_at: { type: 'string', format: 'date-time' },
+  },
+}
+
+export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
+  const templates = svc.templates
+  const find = (ws: string, id: string) => {
+    if (!UUID.test(id)) throw notFound('template')
+    return templates.get(ws, id)
+  }
+  return new Elysia()
+    .use(auth)
+    .get('/templates', ({ caller, query }) => paged(query, (l, o) => templates.repo.list(caller.workspace.id, l, o), (t) => templates.toPublic(t)), {
+      scope: 'templates:read',
+      detail: op({ summary: 'List templates', description: 'Newest first.', tag: 'Templates', scope: 'templates:read', query: pageQuery, ok: { status: 200, data: templateDoc, list: true, description: 'A page of templates.' }, errors: [422] }),
+    })
+    .get('/templates/:id', ({ caller, params }) => ({ data: templates.toPublic(find(caller.workspace.id, params.id)) }), {
+      scope: 'templates:read',
+      detail: op({ summary: 'One template', tag: 'Templates', scope: 'templates:read', params: ['id'], ok: { status: 200, data: templateDoc, description: 'The template.' }, errors: [404] }),
+    })
+    .get(
+      '/templates/:id/preview',
+      ({ caller, params, query }) => {
+        const tpl = find(caller.workspace.id, params.id)
+        const q = validate(previewQuery, { contact_id: query.contact_id, name: query.name, phone: query.phone })
+        const numbered: Record<string, string> = {}
+        const metadata: Record<string, unknown> = {}
+        for (const [k, v] of Object.entries(query)) {
+          if (typeof v !== 'string') continue
+          if (/^[1-9][0-9]{0,2}$/.test(k)) numbered[k] = v
+          else if (k.startsWith('metadata.')) metadata[k.slice(9)] = v
+        }
+        let values = { name: q.name, phone: q.phone, metadata, numbered }
+        if (q.contact_id) {
+          const c = svc.contacts.repo.get(caller.workspace.id, q.contact_id)
+          if (!c) throw notFound('contact')
+          values = { name: q.name ?? c.name ?? undefined, phone: q.phone ?? c.phone, metadata: { ...JSON.parse(c.metadata), ...metadata }, numbered }
+        }
+        return { data: templates.preview(tpl, values) }
+      },
+      {
+        scope: 'templates:read',
+        detail: op({
+          summary: 'Preview a template',
+          description: 'Renders the body with a contact (contact_id) and/or query values: name, phone, metadata.<key>=..., and numbered 1=..., 2=.... Returns the text and the placeholders that had no value (rendered empty).',
+          tag: 'Templates',
+          scope: 'templates:read',
+          params: ['id'],
+          query: previewQuery,
+          ok: { status: 200, data: { type: 'object', properties: { body: { type: 'string' }, variables: { type: 'array', items: { type: 'string' } }, missing: { type: 'array', items: { type: 'string' } } } }, description: 'The rendered text.' },
+          errors: [404, 422],
+        }),
+      },
+    )
+    .post(
+      '/templates',
+      ({ caller, body, set }) => {
+        const input = validate(createBody, body)
+        set.status = 201
+        return { data: templates.toPublic(templates.create(caller.workspace.id, input)) }
+      },
+      {
+        scope: 'templates:write',
+        detail: op({ summary: 'Create a template', description: 'Unknown placeholders are refused with 422.', tag: 'Templates', scope: 'templates:write', body: createBody, ok: { status: 201, data: templateDoc, description: 'Created.' }, errors: [400, 422] }),
+      },
+    )
+    .put(
+      '/templates/:id',
+      ({ caller, params, body }) => {
+        find(caller.workspace.id, params.id)
+        const input = validate(updateBody, body, (v, errors) => {
+          if (v.name === undefined && v.body === undefined && v.category === undefined) fieldError(errors, 'body', 'Give at least one of name, body or category.')
+        })
+        return { data: templates.toPublic(templates.update(caller.workspace.id, params.id, input)) }
+      },
+      {
+        scope: 'templates:write',
+        detail: op({ summary: 'Update a template', description: 'Changes the fields given. A campaign that already started keeps the body it started with.', tag: 'Templates', scope: 'templates:write', params: ['id'], body: updateBody, ok: { status: 200, data: templateDoc, description: 'Updated.' }, errors: [400, 404, 422] }),
+      },
+    )
+    .delete(
+      '/templates/:id',
+      ({ caller, params, set }) => {
+        find(caller.workspace.id, params.id)
+        templates.remove(caller.workspace.id, params.id)
+        set.status = 204
+        return ''
+      },
+      {
+        scope: 'templates:write',
+        detail: op({ summary: 'Delete a template', description: 'Refused with 409 template_in_use while a scheduled, running or paused campaign uses it.', tag: 'Templates', scope: 'templates:write', params: ['id'], ok: { status: 204, description: 'Deleted.' }, errors: [404, 409] }),
+      },
+    )
+}

@@ -1,0 +1,65 @@
+/** Message templates with placeholders; preview renders them for a contact or given values. */
+import type { Deps } from '../../deps'
+import { conflict, notFound, validationFailed } from '../../http/errors'
+import { iso, uuid } from '../../http/format'
+import { placeholders, render, type RenderValues } from './render'
+import { TemplateRepo, type TemplateRow } from './repo'
+
+export interface TemplateInput {
+  name?: string
+  body?: string
+  category?: 'utility' | 'marketing'
+}
+
+export class TemplateService {
+  readonly repo: TemplateRepo
+
+  constructor(private readonly deps: Deps) {
+    this.repo = new TemplateRepo(deps.db)
+  }
+
+  toPublic(row: TemplateRow) {
+    return { id: row.id, name: row.name, body: row.body, variables: JSON.parse(row.variables) as string[], category: row.category, created_at: iso(row.created_at), updated_at: iso(row.updated_at) }
+  }
+
+  private variablesOf(body: string): string[] {
+    const { variables, unknown } = placeholders(body)
+    if (unknown.length) throw validationFailed({ body: [`Unknown placeholders: ${unknown.map((u) => `{{${u}}}`).join(', ')}. Use {{name}}, {{phone}}, {{metadata.key}} or numbered {{1}}.`] })
+    return variables
+  }
+
+  get(workspaceId: string, id: string): TemplateRow {
+    const row = this.repo.get(workspaceId, id)
+    if (!row) throw notFound('template')
+    return row
+  }
+
+  create(workspaceId: string, input: Required<Pick<TemplateInput, 'name' | 'body'>> & TemplateInput): TemplateRow {
+    const variables = this.variablesOf(input.body)
+    const now = this.deps.clock.now()
+    const row: TemplateRow = { id: uuid(), workspace_id: workspaceId, name: input.name, body: input.body, category: input.category ?? 'utility', variables: JSON.stringify(variables), created_at: now, updated_at: now, deleted_at: null }
+    this.deps.writer.now(() => this.repo.insert(row))
+    return row
+  }
+
+  update(workspaceId: string, id: string, input: TemplateInput): TemplateRow {
+    const row = this.get(workspaceId, id)
+    const body = input.body ?? row.body
+    const next: TemplateRow = { ...row, name: input.name ?? row.name, body, category: input.category ?? row.category, variables: JSON.stringify(this.variablesOf(body)), updated_at: this.deps.clock.now() }
+    this.deps.writer.now(() => this.repo.update(next))
+    return next
+  }
+
+  remove(workspaceId: string, id: string) {
+    this.deps.writer.now(() => {
+      this.get(workspaceId, id)
+      if (this.repo.activeUses(id) > 0) throw conflict('template_in_use', 'The template is used by a scheduled, running or paused campaign.')
+      this.repo.remove(id, this.deps.clock.now())
+    })
+  }
+
+  preview(row: TemplateRow, values: RenderValues) {
+    const { text, missing } = render(row.body, values)
+    return { body: text, variables: JSON.parse(row.variables) as string[], missing }
+  }
+}

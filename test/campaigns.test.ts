@@ -1,0 +1,212 @@
+/** Campaigns (campaigns:read/write/send; CONTRACT §2): audience, lifecycle, consent, pacing, restarts. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { inProcess } from './support/inproc'
+import { TestServer, newPhone } from './support/server'
+import { waitFor } from './support/wait'
+
+const NO_RECEIPTS = { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }
+const policy = (gap: number) => ({ hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: gap, max_gap_seconds: gap })
+
+let srv: TestServer
+beforeAll(async () => {
+  srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+})
+afterAll(() => srv.close())
+
+async function setup(gap = 0, on: TestServer = srv) {
+  const t = await on.tenant()
+  await on.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: policy(gap) } })
+  const conn = (await on.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config: NO_RECEIPTS })).json.data
+  const tpl = (await on.api(t.key, 'POST', '/templates', { json: { name: 'Promo', body: 'Hi {{name}}, {{metadata.plan}} deal: {{1}}', category: 'marketing' } })).json.data
+  const contact = async (fields: Record<string, unknown>) => (await on.api(t.key, 'POST', '/contacts', { json: { phone: newPhone(), ...fields } })).json.data
+  const campaign = async (extra: Record<string, unknown> = {}) =>
+    (await on.api(t.key, 'POST', '/campaigns', { json: { name: 'Spring', template_id: tpl.id, connection_id: conn.id, variables: { '1': 'SPRING20' }, ...extra } })).json.data
+  return { ...t, conn, tpl, contact, campaign }
+}
+
+const get = (key: string, id: string, on = srv) => on.api(key, 'GET', `/campaigns/${id}`).then((r) => r.json.data)
+
+describe('audience', () => {
+  test('only opted-in, unsuppressed contacts matching the metadata filters (value and type)', async () => {
+    const { ws, key, contact } = await setup()
+    const a = await contact({ name: 'A', consent_status: 'opted_in', metadata: { plan: 'pro', vip: true } })
+    await contact({ name: 'B', consent_status: 'opted_in', metadata: { plan: 'free' } })
+    await contact({ name: 'C', consent_status: 'unknown', metadata: { plan: 'pro' } })
+    await contact({ name: 'D', consent_status: 'opted_out', metadata: { plan: 'pro' } })
+    const e = await contact({ name: 'E', consent_status: 'opted_in', metadata: { plan: 'pro' } })
+    await contact({ name: 'F', consent_status: 'opted_in', metadata: { plan: 'pro', vip: 1 } })
+    await srv.admin('POST', `/workspaces/${ws.id}/suppressions`, { phone: e.phone })
+    const all = await srv.api(key, 'POST', '/campaigns/audience/preview', { json: {} })
+    expect(all.json.data.count).toBe(3)
+    const pro = await srv.api(key, 'POST', '/campaigns/audience/preview', { json: { audience: { metadata: { plan: 'pro' } } } })
+    expect(pro.json.data.count).toBe(2)
+    const vip = await srv.api(key, 'POST', '/campaigns/audience/preview', { json: { audience: { metadata: { vip: true } } } })
+    expect(vip.json.data.sample.map((c: any) => c.id)).toEqual([a.id])
+    expect((await srv.api(key, 'GET', '/campaigns')).json.data).toEqual([])
+    expect((await srv.api(key, 'POST', '/campaigns/audience/preview', { json: { audience: { metadata: 'x' } } })).status).toBe(422)
+  })
+})
+
+describe('lifecycle', () => {
+  test('schedule now: frozen recipients get rendered, paced messages; completed with counts and a webhook', async () => {
+    const { ws, key, contact, campaign } = await setup()
+    const events: any[] = []
+    const rx = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: async (req) => (events.push(await req.json()), new Response('ok')) })
+    await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: `http://127.0.0.1:${rx.port}/`, events: ['campaign.completed'] })
+    const people = [await contact({ name: 'Ann', consent_status: 'opted_in', metadata: { plan: 'pro' } }), await contact({ name: 'Ben', consent_status: 'opted_in', metadata: { plan: 'free' } })]
+    await contact({ name: 'Cat', consent_status: 'unknown' })
+    const c = await campaign()
+    expect(c).toMatchObject({ status: 'draft', counts: { total: 0, queued: 0, sent: 0, delivered: 0, read: 0, failed: 0, skipped: 0 } })
+    const started = await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })
+    expect(started.status).toBe(200)
+    expect(['running', 'completed']).toContain(started.json.data.status)
+    const done = await waitFor(async () => ((await get(key, c.id)).status === 'completed' ? get(key, c.id) : null))
+    expect(done.counts).toEqual({ total: 2, queued: 0, sent: 2, delivered: 0, read: 0, failed: 0, skipped: 0 })
+    expect(done.finished_at).not.toBeNull()
+    const msgs = (await srv.api(key, 'GET', '/messages')).json.data
+    expect(msgs.map((m: any) => m.body).sort()).toEqual(['Hi Ann, pro deal: SPRING20', 'Hi Ben, free deal: SPRING20'])
+    const recips = (await srv.api(key, 'GET', `/campaigns/${c.id}/recipients`)).json.data
+    expect(recips.map((r: any) => [r.phone, r.status]).sort()).toEqual(people.map((p) => [p.phone, 'sent']).sort())
+    await waitFor(() => events.length >= 1)
+    expect(events[0]).toMatchObject({ type: 'campaign.completed', data: { id: c.id, status: 'completed', counts: { total: 2, sent: 2 } } })
+    rx.stop(true)
+  })
+
+  test('an opt-out during the campaign is skipped when its turn comes; pause, resume and cancel', async () => {
+    const { key, conn, contact, campaign } = await setup(1)
+    const people = []
+    for (let i = 0; i < 6; i++) people.push(await contact({ name: `P${i}`, consent_status: 'opted_in' }))
+    const c = await campaign()
+    await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })
+    await waitFor(async () => (await get(key, c.id)).counts.sent >= 1)
+    // the last recipient writes STOP before the campaign reaches them
+    await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: people[5].phone, body: 'STOP' })
+    await waitFor(async () => (await get(key, c.id)).counts.sent >= 2)
+    const paused = await srv.api(key, 'POST', `/campaigns/${c.id}/pause`)
+    expect(paused.json.data.status).toBe('paused')
+    const sentAtPause = (await get(key, c.id)).counts.sent
+    await Bun.sleep(2500)
+    expect((await get(key, c.id)).counts.sent).toBeLessThanOrEqual(sentAtPause + 1)
+    const pauseAgain = await srv.api(key, 'POST', `/campaigns/${c.id}/pause`)
+    expect([pauseAgain.status, pauseAgain.json.code, pauseAgain.json.message]).toEqual([409, 'invalid_campaign_state', 'The campaign is paused; it cannot be paused.'])
+    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/resume`)).json.data.status).toBe('running')
+    const done = await waitFor(async () => ((await get(key, c.id)).status === 'completed' ? get(key, c.id) : null), 20_000)
+    expect(done.counts).toMatchObject({ total: 6, sent: 5, skipped: 1 })
+    const skipped = (await srv.api(key, 'GET', `/campaigns/${c.id}/recipients?per_page=100`)).json.data.find((r: any) => r.status === 'skipped')
+    expect(skipped).toMatchObject({ phone: people[5].phone, skipped_reason: 'not_opted_in', message_id: null })
+    const cancelDone = await srv.api(key, 'POST', `/campaigns/${c.id}/cancel`)
+    expect([cancelDone.status, cancelDone.json.message]).toEqual([409, 'The campaign is completed; it cannot be cancelled.'])
+  }, 40_000)
+
+  test('cancel releases nothing more and leaves what was sent', async () => {
+    const { key, contact, campaign } = await setup(1)
+    for (let i = 0; i < 5; i++) await contact({ consent_status: 'opted_in' })
+    const c = await campaign()
+    await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })
+    await waitFor(async () => (await get(key, c.id)).counts.sent >= 1)
+    const cancelled = (await srv.api(key, 'POST', `/campaigns/${c.id}/cancel`)).json.data
+    expect(cancelled.status).toBe('cancelled')
+    await Bun.sleep(1500)
+    const after = await get(key, c.id)
+    expect(after.counts.sent + after.counts.queued).toBeLessThanOrEqual(2)
+    expect(after.counts.skipped).toBeGreaterThanOrEqual(3)
+    expect(after.counts.total).toBe(5)
+    const sentMsgs = (await srv.api(key, 'GET', '/messages?status=sent')).json.meta.total
+    await Bun.sleep(1200)
+    expect((await srv.api(key, 'GET', '/messages?status=sent')).json.meta.total).toBe(sentMsgs)
+  })
+
+  test('transitions, edits and deletion follow the state machine', async () => {
+    const { key, tpl, campaign } = await setup()
+    const c = await campaign({ scheduled_at: new Date(Date.now() + 3_600_000).toISOString() })
+    for (const a of ['pause', 'resume']) expect((await srv.api(key, 'POST', `/campaigns/${c.id}/${a}`)).json.message).toBe(`The campaign is draft; it cannot be ${a === 'pause' ? 'paused' : 'resumed'}.`)
+    expect((await srv.api(key, 'PUT', `/campaigns/${c.id}`, { json: { name: 'Renamed' } })).json.data.name).toBe('Renamed')
+    const sched = await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })
+    expect(sched.json.data.status).toBe('scheduled')
+    expect((await srv.api(key, 'DELETE', `/templates/${tpl.id}`)).json.code).toBe('template_in_use')
+    expect((await srv.api(key, 'PUT', `/campaigns/${c.id}`, { json: { scheduled_at: new Date(Date.now() + 7_200_000).toISOString() } })).status).toBe(200)
+    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/cancel`)).json.data.status).toBe('cancelled')
+    expect((await srv.api(key, 'PUT', `/campaigns/${c.id}`, { json: { name: 'x' } })).status).toBe(409)
+    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).status).toBe(409)
+    expect((await srv.api(key, 'DELETE', `/campaigns/${c.id}`)).status).toBe(204)
+    expect((await srv.api(key, 'GET', `/campaigns/${c.id}`)).status).toBe(404)
+    expect((await srv.api(key, 'DELETE', `/templates/${tpl.id}`)).status).toBe(204)
+  })
+
+  test('validation: references, numbered values, past times; scopes', async () => {
+    const { ws, key, conn, tpl, campaign } = await setup()
+    const bad = await srv.api(key, 'POST', '/campaigns', { json: { name: 'x', template_id: crypto.randomUUID(), connection_id: conn.id } })
+    expect([bad.status, bad.json.message]).toEqual([404, 'The template was not found.'])
+    expect((await srv.api(key, 'POST', '/campaigns', { json: { name: 'x', template_id: tpl.id, connection_id: crypto.randomUUID() } })).status).toBe(404)
+    expect((await srv.api(key, 'POST', '/campaigns', { json: { name: 'x', template_id: tpl.id, connection_id: conn.id, variables: { first: 'x' } } })).json.errors.variables).toBeDefined()
+    expect((await srv.api(key, 'POST', '/campaigns', { json: { name: 'x', template_id: tpl.id, connection_id: conn.id, scheduled_at: '2001-01-01T00:00:00Z' } })).status).toBe(422)
+    const noVars = await campaign({ variables: {} })
+    const r = await srv.api(key, 'POST', `/campaigns/${noVars.id}/schedule`, { json: {} })
+    expect([r.status, Object.keys(r.json.errors)]).toEqual([422, ['variables']])
+    const writer = (await srv.key(ws.id, ['campaigns:write', 'campaigns:read'])).key
+    const sender = (await srv.key(ws.id, ['campaigns:send'])).key
+    expect((await srv.api(writer, 'POST', `/campaigns/${noVars.id}/schedule`, { json: {} })).status).toBe(403)
+    expect((await srv.api(sender, 'POST', '/campaigns', { json: { name: 'x', template_id: tpl.id, connection_id: conn.id } })).status).toBe(403)
+    expect((await srv.api(sender, 'GET', '/campaigns')).status).toBe(403)
+    const other = await setup()
+    expect((await srv.api(other.key, 'GET', `/campaigns/${noVars.id}`)).status).toBe(404)
+    expect((await srv.api(other.key, 'POST', `/campaigns/${noVars.id}/cancel`)).status).toBe(404)
+  })
+})
+
+describe('scheduling and restarts', () => {
+  test('a scheduled campaign survives a restart and starts on time; a running one continues after a crash, nothing twice', async () => {
+    const own = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const s = await setup(1, own)
+      for (let i = 0; i < 4; i++) await s.contact({ consent_status: 'opted_in' })
+      const at = new Date(Date.now() + 3000)
+      const c = await s.campaign()
+      expect((await own.api(s.key, 'POST', `/campaigns/${c.id}/schedule`, { json: { at: at.toISOString() } })).json.data.status).toBe('scheduled')
+      await own.stop('SIGKILL')
+      await own.boot()
+      const key = (await own.key(s.ws.id)).key
+      const running = await waitFor(async () => ((await get(key, c.id, own)).status !== 'scheduled' ? get(key, c.id, own) : null))
+      expect(Date.parse(running.started_at)).toBeGreaterThanOrEqual(at.getTime())
+      expect(Date.parse(running.started_at)).toBeLessThan(at.getTime() + 2000)
+      await waitFor(async () => (await get(key, c.id, own)).counts.sent >= 1)
+      await own.stop('SIGKILL')
+      await own.boot()
+      const key2 = (await own.key(s.ws.id)).key
+      const done = await waitFor(async () => ((await get(key2, c.id, own)).status === 'completed' ? get(key2, c.id, own) : null), 20_000)
+      expect(done.counts.total).toBe(4)
+      expect(done.counts.sent + done.counts.failed).toBe(4)
+      const msgs = (await own.api(key2, 'GET', '/messages?per_page=100')).json.data
+      expect(new Set(msgs.map((m: any) => m.recipient)).size).toBe(msgs.length)
+      expect(msgs).toHaveLength(4)
+    } finally {
+      await own.close()
+    }
+  }, 60_000)
+})
+
+describe('fair sharing (controlled clock)', () => {
+  test('one-to-one messages and a large campaign alternate on the same number', async () => {
+    const env = await inProcess()
+    try {
+      const { svc } = env
+      const ws = svc.workspaces.create({ name: 'Fair' })
+      svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10) } })
+      const conn = svc.connections.create(ws.id, { phone: '+15550001000', driver: 'sandbox', config: NO_RECEIPTS })
+      for (let i = 0; i < 20; i++) await svc.contacts.upsert(ws.id, { phone: `+1555300${String(i).padStart(4, '0')}`, consent_status: 'opted_in' }, 'test')
+      const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
+      const c = svc.campaigns.create(ws.id, { name: 'Big', template_id: tpl.id, connection_id: conn.id })
+      svc.campaigns.schedule(ws.id, c.id, null)
+      env.timers.advance(0)
+      const orders = []
+      for (let i = 0; i < 3; i++) orders.push(await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+1555400${i}000`, body: `order ${i}`, attachments: [] }))
+      env.timers.advance(60_000)
+      const released = env.db.query("SELECT body, sending_at FROM messages WHERE sending_at IS NOT NULL ORDER BY sending_at, seq").all() as { body: string; sending_at: number }[]
+      expect(released.slice(0, 7).map((r) => r.body)).toEqual(['Offer', 'order 0', 'Offer', 'order 1', 'Offer', 'order 2', 'Offer'])
+      const gaps = released.slice(1).map((r, i) => r.sending_at - released[i]!.sending_at)
+      expect(gaps.every((g) => g === 10_000)).toBe(true)
+    } finally {
+      await env.close()
+    }
+  })
+})

@@ -1,0 +1,66 @@
+/** Templates (templates:read/write): placeholders, preview, CRUD, in-use protection. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { TestServer, newPhone } from './support/server'
+
+let srv: TestServer
+beforeAll(async () => {
+  srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+})
+afterAll(() => srv.close())
+
+describe('templates', () => {
+  test('create lists placeholders in order; unknown placeholders are 422; CRUD and pagination', async () => {
+    const { key } = await srv.tenant()
+    const r = await srv.api(key, 'POST', '/templates', { json: { name: 'Renewal', body: 'Hi {{name}}, your {{ metadata.plan }} plan renews. Code {{1}} for {{name}} at {{phone}}', category: 'marketing' } })
+    expect(r.status).toBe(201)
+    expect(r.json.data).toMatchObject({ name: 'Renewal', category: 'marketing', variables: ['name', 'metadata.plan', '1', 'phone'] })
+    for (const body of ['Hi {{first_name}}', 'x {{metadata.}}', '{{0}}', '{{ 1 2 }}', 'a {{metadata.a b}}']) {
+      const bad = await srv.api(key, 'POST', '/templates', { json: { name: 'Bad', body } })
+      expect(bad.status).toBe(422)
+      expect(bad.json.errors.body[0]).toContain('Unknown placeholders')
+    }
+    for (const body of [{ name: 'x' }, { body: 'x' }, { name: 'x', body: 'a'.repeat(4097) }, { name: 'x', body: 'y', category: 'promo' }]) {
+      expect((await srv.api(key, 'POST', '/templates', { json: body })).status).toBe(422)
+    }
+    const id = r.json.data.id
+    const upd = await srv.api(key, 'PUT', `/templates/${id}`, { json: { body: 'Bye {{name}}' } })
+    expect(upd.json.data).toMatchObject({ name: 'Renewal', body: 'Bye {{name}}', variables: ['name'] })
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: {} })).status).toBe(422)
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { body: '{{nope}}' } })).status).toBe(422)
+    await srv.api(key, 'POST', '/templates', { json: { name: 'Second', body: 'x' } })
+    const list = await srv.api(key, 'GET', '/templates?per_page=1')
+    expect(list.json.meta).toMatchObject({ total: 2, last_page: 2 })
+    expect(list.json.data[0].name).toBe('Second')
+    expect((await srv.api(key, 'DELETE', `/templates/${id}`)).status).toBe(204)
+    expect((await srv.api(key, 'GET', `/templates/${id}`)).status).toBe(404)
+  })
+
+  test('preview renders with a contact or query values and names what had no value', async () => {
+    const { key } = await srv.tenant()
+    const t = (await srv.api(key, 'POST', '/templates', { json: { name: 'P', body: 'Hi {{name}} ({{phone}}), plan {{metadata.plan}}, code {{1}}, tier {{metadata.tier}}' } })).json.data
+    const phone = newPhone()
+    const c = (await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Ada', metadata: { plan: 'pro' } } })).json.data
+    const p1 = await srv.api(key, 'GET', `/templates/${t.id}/preview?contact_id=${c.id}&1=SPRING`)
+    expect(p1.json.data).toEqual({ body: `Hi Ada (${phone}), plan pro, code SPRING, tier `, variables: ['name', 'phone', 'metadata.plan', '1', 'metadata.tier'], missing: ['metadata.tier'] })
+    const p2 = await srv.api(key, 'GET', `/templates/${t.id}/preview?name=Bob&metadata.tier=gold`)
+    expect(p2.json.data.body).toBe('Hi Bob (), plan , code , tier gold')
+    expect(p2.json.data.missing).toEqual(['phone', 'metadata.plan', '1'])
+    expect((await srv.api(key, 'GET', `/templates/${t.id}/preview?contact_id=${crypto.randomUUID()}`)).status).toBe(404)
+    expect((await srv.api(key, 'GET', `/templates/${t.id}/preview?contact_id=nope`)).status).toBe(422)
+  })
+
+  test('scopes and isolation', async () => {
+    const a = await srv.tenant()
+    const b = await srv.tenant()
+    const t = (await srv.api(a.key, 'POST', '/templates', { json: { name: 'T', body: 'x' } })).json.data
+    const reader = (await srv.key(a.ws.id, ['templates:read'])).key
+    expect((await srv.api(reader, 'GET', `/templates/${t.id}`)).status).toBe(200)
+    expect((await srv.api(reader, 'POST', '/templates', { json: { name: 'T', body: 'x' } })).status).toBe(403)
+    expect((await srv.api(reader, 'DELETE', `/templates/${t.id}`)).status).toBe(403)
+    const writer = (await srv.key(a.ws.id, ['templates:write'])).key
+    expect((await srv.api(writer, 'GET', '/templates')).status).toBe(403)
+    for (const [m, p] of [['GET', `/templates/${t.id}`], ['PUT', `/templates/${t.id}`], ['DELETE', `/templates/${t.id}`], ['GET', `/templates/${t.id}/preview`]] as const) {
+      expect((await srv.api(b.key, m, p, m === 'PUT' ? { json: { name: 'x' } } : {})).status).toBe(404)
+    }
+  })
+})
