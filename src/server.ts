@@ -62,9 +62,10 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   return new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes * 2 } })
     .onRequest(({ request, set }) => {
       requestNotes.set(request, { start: performance.now() })
-      const length = Number(request.headers.get('content-length') ?? 0)
-      const multipart = (request.headers.get('content-type') ?? '').toLowerCase().startsWith('multipart/form-data')
-      if (length > (multipart ? config.maxUploadBytes : config.maxJsonBytes)) {
+      const declared = request.headers.get('content-length')
+      if (declared === null) return
+      const length = Number(declared)
+      if (length > config.maxJsonBytes && length > ((request.headers.get('content-type') ?? '').toLowerCase().startsWith('multipart/form-data') ? config.maxUploadBytes : config.maxJsonBytes)) {
         set.status = 413
         Object.assign(set.headers, SECURITY_HEADERS)
         set.headers['connection'] = 'close'

@@ -24,11 +24,12 @@ export interface Caller {
 
 const BEARER = /^Bearer +(\S+) *$/i
 
-/** Sent on every API, admin and error response (set where those responses build their headers). */
+/**
+ * Sent on every API, admin and error response (set where those responses build their headers).
+ * JSON responses need no frame or referrer policy; the HTML pages (docs) send those themselves.
+ */
 export const SECURITY_HEADERS = {
   'x-content-type-options': 'nosniff',
-  'referrer-policy': 'no-referrer',
-  'x-frame-options': 'DENY',
   'cache-control': 'no-store',
 }
 

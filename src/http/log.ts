@@ -37,12 +37,27 @@ export class Logger {
     }
   }
 
+  private stampMs = 0
+  private stamp = ''
+
+  /** ISO time, formatted at most once per millisecond. */
+  private now(): string {
+    const t = Date.now()
+    if (t !== this.stampMs) {
+      this.stampMs = t
+      this.stamp = new Date(t).toISOString()
+    }
+    return this.stamp
+  }
+
   /** The per-request line: time, method, route, status, ms, workspace id, key id. */
   request(method: string, route: string, status: number, note: RequestNote | undefined) {
     const ms = note ? Math.round((performance.now() - note.start) * 100) / 100 : null
     const ws = note?.workspaceId ? `"${note.workspaceId}"` : 'null'
     const key = note?.keyId ? `"${note.keyId}"` : 'null'
-    this.emit(`{"time":"${new Date().toISOString()}","level":"info","msg":"request","method":${JSON.stringify(method)},"route":${JSON.stringify(route)},"status":${status},"ms":${ms},"workspace_id":${ws},"key_id":${key}}\n`)
+    const r = SAFE.test(route) ? `"${route}"` : JSON.stringify(route)
+    const m = SAFE.test(method) ? `"${method}"` : JSON.stringify(method)
+    this.emit(`{"time":"${this.now()}","level":"info","msg":"request","method":${m},"route":${r},"status":${status},"ms":${ms},"workspace_id":${ws},"key_id":${key}}\n`)
   }
 
   enabled(level: Exclude<Level, 'silent'>) {
@@ -74,3 +89,6 @@ export interface RequestNote {
 }
 
 export const requestNotes = new WeakMap<Request, RequestNote>()
+
+/** Characters that never need escaping in a JSON string (route patterns, methods). */
+const SAFE = /^[A-Za-z0-9/_.:{}-]*$/
