@@ -11,3 +11,11 @@ declare module 'swagger-ui-dist/swagger-ui.css' {
   const text: string
   export default text
 }
+declare module '*.html' {
+  const text: string
+  export default text
+}
+declare module '*.css' {
+  const text: string
+  export default text
+}

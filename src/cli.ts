@@ -1,7 +1,7 @@
 /**
  * Admin subcommands of `capstan`: thin clients of the admin API (CONTRACT §6) for operators on
  * the VPS. They read CAPSTAN_URL (default http://127.0.0.1:$CAPSTAN_PORT) and CAPSTAN_ADMIN_TOKEN.
- * Output is the API's JSON (pretty by default, one line with --json).
+ * Output is a table or key: value lines by default, the API's JSON on one line with --json.
  */
 import { parseArgs } from 'node:util'
 
@@ -91,7 +91,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan suppressions add --workspace ID --phone +E164 [--reason TEXT]
   capstan suppressions list --workspace ID | remove --workspace ID +E164
   capstan admin METHOD PATH [JSON]      any admin API call, e.g. capstan admin GET /workspaces
-Add --json for one-line JSON output.`
+Add --json for the API's JSON on one line.`
 
 /** Run an admin subcommand; returns the process exit code, or null when `argv` is not one. */
 export async function runAdminCommand(argv: string[], env: Record<string, string | undefined>): Promise<number | null> {
@@ -160,11 +160,36 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
   let out = text
   if (text) {
     try {
-      out = JSON.stringify(JSON.parse(text), null, args.values.json ? undefined : 2)
+      const json = JSON.parse(text)
+      out = args.values.json ? JSON.stringify(json) : human(json)
     } catch {
       // not JSON: print as it came
     }
-  }
+  } else if (res.ok) out = 'done'
   if (out) (res.ok ? console.log : console.error)(out)
   return res.ok ? 0 : 1
+}
+
+const COLUMNS = ['id', 'name', 'phone', 'slug', 'prefix', 'status', 'driver', 'scopes', 'url', 'events', 'type', 'action', 'key_id', 'attempts', 'reason', 'created_at', 'at']
+
+const show = (v: unknown): string => (v === null || v === undefined ? '' : Array.isArray(v) ? v.join(',') : typeof v === 'object' ? JSON.stringify(v) : String(v))
+
+/** A table for lists, key: value lines for one record, the message for errors. */
+export function human(json: any): string {
+  if (json && typeof json.message === 'string' && json.code) {
+    const errs = json.errors ? Object.entries(json.errors).map(([k, v]) => `  ${k}: ${(v as string[]).join(' ')}`).join('\n') : ''
+    return `${json.message} (${json.code})${errs ? `\n${errs}` : ''}`
+  }
+  const data = json?.data ?? json
+  if (Array.isArray(data)) {
+    if (data.length === 0) return '(none)'
+    const cols = COLUMNS.filter((c) => data.some((r) => r && r[c] !== undefined))
+    const rows = data.map((r) => cols.map((c) => show(r[c])))
+    const widths = cols.map((c, i) => Math.min(60, Math.max(c.length, ...rows.map((r) => r[i]!.length))))
+    const line = (cells: string[]) => cells.map((x, i) => x.slice(0, 60).padEnd(widths[i]!)).join('  ').trimEnd()
+    const meta = json?.meta ? `\n(page ${json.meta.page} of ${json.meta.last_page}, ${json.meta.total} in all)` : ''
+    return [line(cols.map((c) => c.toUpperCase())), ...rows.map(line)].join('\n') + meta
+  }
+  if (data && typeof data === 'object') return Object.entries(data).map(([k, v]) => `${k}: ${show(v)}`).join('\n')
+  return show(data)
 }

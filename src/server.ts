@@ -6,12 +6,15 @@
 import { openapi } from '@elysiajs/openapi'
 import { Elysia } from 'elysia'
 import type { Database } from 'bun:sqlite'
+import { dashboardAdminRoutes } from './dashboard/admin-views'
+import { dashboardRoutes } from './dashboard/routes'
 import { docsUi } from './docs/ui'
 import { parseBody } from './http/body'
 import { SECURITY_HEADERS, authPlugin } from './http/auth'
 import { DOC_COMPONENTS, hidden } from './http/docs'
 import { payloadTooLarge, toErrorResponse } from './http/errors'
 import { requestNotes } from './http/log'
+import { Sessions } from './http/session'
 import { campaignApiRoutes } from './modules/campaigns/routes'
 import { connectionAdminRoutes } from './modules/connections/routes'
 import { contactApiRoutes } from './modules/contacts/routes'
@@ -44,7 +47,8 @@ function databaseOk(db: Database): boolean {
 
 export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const { config } = svc.deps
-  const auth = authPlugin({ config, keys: svc.keys, adminTokenHash })
+  const sessions = new Sessions(adminTokenHash)
+  const auth = authPlugin({ config, keys: svc.keys, adminTokenHash, sessions })
 
   const api = new Elysia({ prefix: '/api/v1' }).use(workspaceApiRoutes(svc, auth)).use(contactApiRoutes(svc, auth)).use(messageApiRoutes(svc, auth)).use(mediaApiRoutes(svc, auth)).use(groupApiRoutes(svc, auth))
     .use(templateApiRoutes(svc, auth))
@@ -56,6 +60,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     .use(suppressionAdminRoutes(svc, auth))
     .use(connectionAdminRoutes(svc, auth))
     .use(webhookAdminRoutes(svc, auth))
+    .use(dashboardAdminRoutes(svc, auth))
 
   // Bun's own hard cap sits well above ours, so a declared Content-Length over our limit gets the
   // JSON 413 below (answered before the body is read); only bodies beyond twice the limit meet Bun's.
@@ -101,10 +106,11 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
           servers: [{ url: '/' }],
           components: DOC_COMPONENTS as any,
         },
-        exclude: { paths: ['/healthz', '/readyz', '/docs', '/openapi.json'] },
+        exclude: { paths: ['/healthz', '/readyz', '/docs', '/openapi.json', '/admin', '/admin/app.js', '/admin/app.css', '/admin/session'] },
       }),
     )
     .use(docsUi)
+    .use(dashboardRoutes(config, sessions, auth))
     .get('/healthz', ({ set }) => {
       Object.assign(set.headers, SECURITY_HEADERS)
       return { status: 'ok' }

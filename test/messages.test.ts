@@ -190,7 +190,8 @@ describe('the log', () => {
     const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'out' } })).json.data
     await waitStatus(key, out.id, 'sent')
     const inbound = (await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'hello?' })).json.data
-    expect(inbound).toMatchObject({ direction: 'inbound', status: 'delivered', body: 'hello?' })
+    expect(inbound).toMatchObject({ direction: 'inbound', status: 'delivered', body: 'hello?', recipient: conn.phone })
+    expect(inbound.sender).toMatch(/^\+1555/)
     expect(inbound.timeline.map((e: any) => e.status)).toEqual(['delivered'])
     const all = await srv.api(key, 'GET', '/messages')
     expect(all.json.data.map((m: any) => m.id)).toEqual([inbound.id, out.id])

@@ -13,9 +13,10 @@ import type { Scope } from '../modules/keys/model'
 import { type AuthenticatedKey, type KeyService, sha256 } from '../modules/keys/service'
 import type { WorkspaceRow } from '../modules/workspaces/repo'
 import { UNREADABLE } from './body'
-import { adminUnauthenticated, authRateLimited, badRequest, insufficientScope, rateLimited, unauthenticated, workspaceUnavailable } from './errors'
+import { ApiError, adminUnauthenticated, authRateLimited, badRequest, insufficientScope, rateLimited, unauthenticated, workspaceUnavailable } from './errors'
 import { WindowCounter } from './limits'
 import { requestNotes } from './log'
+import type { Sessions } from './session'
 
 export interface Caller {
   key: AuthenticatedKey
@@ -23,6 +24,8 @@ export interface Caller {
 }
 
 const BEARER = /^Bearer +(\S+) *$/i
+
+const csrfFailed = () => new ApiError(403, 'csrf_failed', 'This request needs the X-Capstan-CSRF header.')
 
 /**
  * Sent on every API, admin and error response (set where those responses build their headers).
@@ -48,16 +51,26 @@ export interface AuthOptions {
   keys: KeyService
   /** SHA-256 of the admin token. */
   adminTokenHash: Uint8Array
+  sessions: Sessions
 }
 
-export function authPlugin({ config, keys, adminTokenHash }: AuthOptions) {
+export function authPlugin({ config, keys, adminTokenHash, sessions }: AuthOptions) {
   const failures = new WindowCounter(config.authFailLimit, config.rateWindowMs)
   const perKey = new WindowCounter(config.keyRateLimit, config.rateWindowMs)
   const limitHeader = String(config.keyRateLimit)
 
   const ipOf = (request: Request, server: any) => clientIp(request, server, config.trustProxy)
 
-  return new Elysia({ name: 'capstan-auth' }).macro({
+  /** Dashboard sign-in: the admin token against the same per-IP failed-auth limit. */
+  const checkAdminToken = (request: Request, server: any, token: unknown): boolean => {
+    const ip = ipOf(request, server)
+    if (failures.exceeded(ip)) throw authRateLimited()
+    if (typeof token === 'string' && timingSafeEqual(sha256(token), adminTokenHash)) return true
+    failures.hit(ip)
+    return false
+  }
+
+  return new Elysia({ name: 'capstan-auth' }).decorate('checkAdminToken', checkAdminToken).macro({
     scope: (scope: Scope) => ({
       resolve({ request, server, set, body }): { caller: Caller } {
         // the IP is only looked at when some address has failed recently (the common case costs nothing)
@@ -91,13 +104,20 @@ export function authPlugin({ config, keys, adminTokenHash }: AuthOptions) {
         Object.assign(set.headers, SECURITY_HEADERS)
         const ip = ipOf(request, server)
         if (failures.exceeded(ip)) throw authRateLimited()
-        const m = BEARER.exec(request.headers.get('authorization') ?? '')
-        if (!m || !timingSafeEqual(sha256(m[1]!), adminTokenHash)) {
-          failures.hit(ip)
-          throw adminUnauthenticated()
+        const header = request.headers.get('authorization')
+        const m = BEARER.exec(header ?? '')
+        if (m && timingSafeEqual(sha256(m[1]!), adminTokenHash)) {
+          if (body === UNREADABLE) throw badRequest()
+          return { operator: true }
         }
-        if (body === UNREADABLE) throw badRequest()
-        return { operator: true }
+        // the dashboard: a session cookie, plus the CSRF header on anything that changes state
+        if (!header && sessions.valid(request.headers.get('cookie'))) {
+          if (request.method !== 'GET' && request.method !== 'HEAD' && request.headers.get('x-capstan-csrf') !== '1') throw csrfFailed()
+          if (body === UNREADABLE) throw badRequest()
+          return { operator: true }
+        }
+        failures.hit(ip)
+        throw adminUnauthenticated()
       },
     }),
   })

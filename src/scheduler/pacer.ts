@@ -117,10 +117,9 @@ export class Pacer {
     this.schedule(0)
   }
 
-  /** What the scheduler knows of a number (for the dashboard and tests). */
-  snapshot(connectionId: string) {
-    const st = this.states.get(connectionId)
-    return st ? { last: st.last, gap: st.gap, releasesLastDay: st.times.length - st.start } : null
+  /** When a number may release next under its policy (ms), from what the scheduler knows. */
+  nextReleaseAt(connectionId: string, policy: Policy): number {
+    return Math.max(dueAt(this.state(connectionId), policy, this.clock.now()), this.clock.now())
   }
 
   private state(connectionId: string): NumberState {

@@ -93,6 +93,7 @@ export class MessageService {
       connection_id: row.connection_id,
       contact_id: row.contact_id,
       recipient: row.recipient,
+      sender: row.sender,
       group_id: row.group_id,
       body: row.body,
       attachments: JSON.parse(row.attachments) as string[],

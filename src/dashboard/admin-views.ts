@@ -1,0 +1,112 @@
+/**
+ * Admin API views the dashboard needs beyond CONTRACT §6: a live per-number view of the queue
+ * against the caps, the message log and campaigns of a workspace, messages per day, and a test
+ * event for a webhook endpoint.
+ */
+import { Elysia } from 'elysia'
+import type { authPlugin } from '../http/auth'
+import { hidden } from '../http/docs'
+import { iso, paged, uuid } from '../http/format'
+import { s, validate } from '../http/schema'
+import { STATUSES } from '../modules/messages/model'
+import type { Services } from '../services'
+
+const HOUR = 3_600_000
+const DAY = 86_400_000
+
+const logQuery = s.object({
+  direction: s.string().oneOf(['inbound', 'outbound']).optional(),
+  status: s.string().oneOf(STATUSES).optional(),
+  page: s.integer().range(1, 1_000_000).optional(),
+  per_page: s.integer().range(1, 100).optional(),
+})
+const daysQuery = s.object({ days: s.integer().range(1, 90).optional() })
+
+export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
+  const db = svc.deps.db
+  const queued = db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM messages WHERE connection_id = ? AND status = 'queued'")
+  const pendingRecipients = db.query<{ n: number }, [string]>(
+    "SELECT COUNT(*) AS n FROM campaign_recipients r JOIN campaigns c ON c.id = r.campaign_id WHERE c.connection_id = ? AND c.status = 'running' AND r.status = 'pending'",
+  )
+  const perDay = (col: string) =>
+    db.query<{ day: string; n: number }, [string, number]>(`SELECT strftime('%Y-%m-%d', ${col} / 1000, 'unixepoch') AS day, COUNT(*) AS n FROM messages WHERE workspace_id = ? AND direction = 'outbound' AND ${col} >= ? GROUP BY day`)
+  const dayQueries = { sent: perDay('sent_at'), delivered: perDay('delivered_at'), read: perDay('read_at'), failed: perDay('failed_at') }
+
+  return new Elysia()
+    .use(auth)
+    .get(
+      '/workspaces/:id/numbers/live',
+      ({ params }) => {
+        const ws = svc.workspaces.get(params.id)
+        const policy = svc.workspaces.settings(ws).sending_policy
+        const now = svc.deps.clock.now()
+        return {
+          data: svc.connections.listForWorkspace(ws.id).map((c) => {
+            const releases = svc.messages.repo.releasesSince(c.row.id, now - DAY)
+            const depth = queued.get(c.row.id)!.n + pendingRecipients.get(c.row.id)!.n
+            return {
+              id: c.row.id,
+              phone: c.row.phone,
+              name: c.row.name,
+              status: c.row.status,
+              queue_depth: depth,
+              sent_last_hour: releases.filter((t) => t > now - HOUR).length,
+              sent_last_day: releases.length,
+              hourly_cap: policy.hourly_cap,
+              daily_cap: policy.daily_cap,
+              next_release_at: depth > 0 && c.row.status === 'online' ? iso(svc.pacer.nextReleaseAt(c.row.id, policy)) : null,
+            }
+          }),
+        }
+      },
+      { admin: true, detail: hidden },
+    )
+    .get(
+      '/workspaces/:id/messages',
+      ({ params, query }) => {
+        svc.workspaces.get(params.id)
+        const q = validate(logQuery, query)
+        return paged(query, (l, o) => svc.messages.list(params.id, { direction: q.direction, status: q.status }, l, o), (m) => svc.messages.toPublic(m))
+      },
+      { admin: true, detail: hidden },
+    )
+    .get(
+      '/workspaces/:id/campaigns',
+      ({ params, query }) => {
+        svc.workspaces.get(params.id)
+        return paged(query, (l, o) => svc.campaigns.repo.list(params.id, l, o), (c) => svc.campaigns.toPublic(c))
+      },
+      { admin: true, detail: hidden },
+    )
+    .get(
+      '/workspaces/:id/stats/daily',
+      ({ params, query }) => {
+        svc.workspaces.get(params.id)
+        const days = validate(daysQuery, query).days ?? 14
+        const today = Math.floor(svc.deps.clock.now() / DAY) * DAY
+        const since = today - (days - 1) * DAY
+        const rows = new Map<string, { day: string; sent: number; delivered: number; read: number; failed: number }>()
+        for (let d = since; d <= today; d += DAY) {
+          const day = new Date(d).toISOString().slice(0, 10)
+          rows.set(day, { day, sent: 0, delivered: 0, read: 0, failed: 0 })
+        }
+        for (const [k, q] of Object.entries(dayQueries)) for (const r of q.all(params.id, since)) if (rows.has(r.day)) rows.get(r.day)![k as 'sent'] = r.n
+        return { data: [...rows.values()] }
+      },
+      { admin: true, detail: hidden },
+    )
+    .post(
+      '/webhooks/:id/test',
+      ({ params, set }) => {
+        const hook = svc.webhooks.get(params.id)
+        const now = svc.deps.clock.now()
+        const payload = JSON.stringify({ type: 'webhook.test', timestamp: new Date(now).toISOString(), data: { endpoint_id: hook.id, message: 'A test event from Capstan.' } })
+        const id = `msg_${uuid().replaceAll('-', '')}`
+        svc.deps.writer.now(() => svc.webhooks.repo.enqueue(id, hook.id, hook.workspace_id, 'webhook.test', payload, now))
+        svc.webhooks.kick()
+        set.status = 202
+        return { data: { id, type: 'webhook.test' } }
+      },
+      { admin: true, detail: hidden },
+    )
+}

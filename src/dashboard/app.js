@@ -1,0 +1,363 @@
+// Capstan operator dashboard: a small single-page app over the admin API (/admin/api), signed in
+// with the admin token (exchanged for an HttpOnly session cookie). Every value from the server is
+// HTML-escaped before it is put on the page.
+'use strict'
+
+const SCOPES = ['contacts:read', 'contacts:write', 'messages:write', 'messages:read', 'media:read', 'groups:read', 'groups:send', 'templates:read', 'templates:write', 'campaigns:read', 'campaigns:write', 'campaigns:send']
+const EVENTS = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'campaign.completed']
+const $ = (sel) => document.querySelector(sel)
+const main = $('#main')
+
+const esc = (v) => String(v ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c])
+const badge = (v) => `<span class="badge ${esc(v)}">${esc(v)}</span>`
+const when = (t) => (t ? new Date(t).toLocaleString() : '—')
+const cell = (label, html) => `<td data-label="${esc(label)}">${html}</td>`
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.message) || `HTTP ${status}`)
+    this.status = status
+    this.body = body
+  }
+}
+
+async function api(method, path, body) {
+  const res = await fetch(`/admin/api${path}`, {
+    method,
+    credentials: 'same-origin',
+    headers: { accept: 'application/json', 'x-capstan-csrf': '1', ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+  const text = await res.text()
+  const json = text ? JSON.parse(text) : null
+  if (res.status === 401) {
+    showLogin()
+    throw new ApiError(401, json)
+  }
+  if (!res.ok) throw new ApiError(res.status, json)
+  return json
+}
+
+function toast(text, error = false) {
+  const t = $('#toast')
+  t.textContent = text
+  t.className = `toast show${error ? ' error' : ''}`
+  clearTimeout(toast.timer)
+  toast.timer = setTimeout(() => (t.className = 'toast'), 3500)
+}
+
+function errorText(e) {
+  if (e.body && e.body.errors) return `${e.message} ${Object.entries(e.body.errors).map(([k, v]) => `${k}: ${v.join(' ')}`).join('; ')}`
+  return e.message
+}
+
+/** Run an action, report failures, re-render on success. */
+async function act(fn, done) {
+  try {
+    const r = await fn()
+    if (done) toast(done)
+    await route()
+    return r
+  } catch (e) {
+    if (e.status !== 401) toast(errorText(e), true)
+  }
+}
+
+function formData(form) {
+  const out = {}
+  for (const [k, v] of new FormData(form).entries()) out[k] = v
+  return out
+}
+
+// ---------------------------------------------------------------- sign in
+
+function showLogin(message) {
+  $('#tabs').hidden = true
+  $('#sign-out').hidden = true
+  $('#ws-name').textContent = ''
+  main.innerHTML = `<div class="card login"><h1>Sign in</h1>
+    <p class="muted">Use the admin token printed at Capstan's first start (or CAPSTAN_ADMIN_TOKEN).</p>
+    <form id="login" class="inline"><label style="flex:1">Admin token<input name="token" type="password" autocomplete="current-password" required></label>
+    <button type="submit">Sign in</button></form>${message ? `<p class="muted">${esc(message)}</p>` : ''}</div>`
+  $('#login').onsubmit = async (ev) => {
+    ev.preventDefault()
+    const res = await fetch('/admin/session', { method: 'POST', credentials: 'same-origin', headers: { 'content-type': 'application/json', 'x-capstan-csrf': '1' }, body: JSON.stringify(formData(ev.target)) })
+    if (res.ok) {
+      location.hash = '#/workspaces'
+      route()
+    } else showLogin(res.status === 429 ? 'Too many attempts; wait a minute.' : 'That token is not valid.')
+  }
+}
+
+$('#sign-out').onclick = async () => {
+  await fetch('/admin/session', { method: 'DELETE', credentials: 'same-origin', headers: { 'x-capstan-csrf': '1' } })
+  showLogin('Signed out.')
+}
+
+// ---------------------------------------------------------------- workspaces
+
+async function workspacesPage() {
+  const { data } = await api('GET', '/workspaces?per_page=100')
+  $('#tabs').hidden = true
+  $('#ws-name').textContent = ''
+  main.innerHTML = `<h1>Workspaces</h1>
+    <div class="card"><form id="new-ws" class="inline"><label>Name<input name="name" required maxlength="120"></label>
+    <label>Slug (optional)<input name="slug" pattern="[a-z0-9]+(-[a-z0-9]+)*"></label><button type="submit">Create workspace</button></form></div>
+    <table class="stack"><thead><tr><th>Name</th><th>Slug</th><th>Status</th><th></th></tr></thead><tbody>
+    ${data.map((w) => `<tr>${cell('Name', `<a href="#/w/${esc(w.id)}/overview">${esc(w.name)}</a>`)}${cell('Slug', esc(w.slug))}${cell('Status', badge(w.status))}
+      ${cell('', `<button class="secondary" data-rename="${esc(w.id)}">Rename</button> <button class="${w.status === 'active' ? 'danger' : 'secondary'}" data-status="${esc(w.id)}" data-to="${w.status === 'active' ? 'inactive' : 'active'}">${w.status === 'active' ? 'Deactivate' : 'Activate'}</button>`)}</tr>`).join('')}
+    </tbody></table>`
+  $('#new-ws').onsubmit = (ev) => {
+    ev.preventDefault()
+    const body = formData(ev.target)
+    if (!body.slug) delete body.slug
+    act(() => api('POST', '/workspaces', body), 'Workspace created')
+  }
+  main.querySelectorAll('[data-rename]').forEach((b) => (b.onclick = () => {
+    const name = prompt('New name')
+    if (name) act(() => api('PATCH', `/workspaces/${b.dataset.rename}`, { name }), 'Renamed')
+  }))
+  main.querySelectorAll('[data-status]').forEach((b) => (b.onclick = () => act(() => api('PATCH', `/workspaces/${b.dataset.status}`, { status: b.dataset.to }), 'Status changed')))
+}
+
+// ---------------------------------------------------------------- one workspace
+
+const TABS = [
+  ['overview', 'Overview'], ['keys', 'API keys'], ['numbers', 'Numbers'], ['policy', 'Sending policy'], ['messages', 'Messages'],
+  ['campaigns', 'Campaigns'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppressions'], ['audit', 'Audit log'],
+]
+
+function tabs(ws, current) {
+  const nav = $('#tabs')
+  nav.hidden = false
+  nav.innerHTML = TABS.map(([k, label]) => `<a href="#/w/${esc(ws.id)}/${k}" class="${k === current ? 'active' : ''}">${esc(label)}</a>`).join('')
+  $('#ws-name').textContent = `${ws.name} (${ws.status})`
+}
+
+function chart(days) {
+  const series = [['sent', '#1f6feb'], ['delivered', '#2e7d32'], ['read', '#7b61ff'], ['failed', '#c62828']]
+  const max = Math.max(1, ...days.flatMap((d) => series.map(([k]) => d[k])))
+  const w = 700
+  const h = 160
+  const group = w / days.length
+  const bw = Math.max(2, (group - 6) / series.length)
+  const bars = days.map((d, i) => series.map(([k, color], j) => {
+    const bh = Math.round((d[k] / max) * (h - 20))
+    return `<rect x="${i * group + 3 + j * bw}" y="${h - bh}" width="${bw - 1}" height="${bh}" fill="${color}"><title>${esc(d.day)} ${k}: ${d[k]}</title></rect>`
+  }).join('')).join('')
+  const labels = days.map((d, i) => (i % 2 === 0 ? `<text x="${i * group + 2}" y="${h + 14}" font-size="10" fill="#667085">${esc(d.day.slice(5))}</text>` : '')).join('')
+  return `<svg class="chart" viewBox="0 0 ${w} ${h + 18}" role="img" aria-label="Messages per day">${bars}${labels}</svg>
+    <div class="legend">${series.map(([k, c]) => `<span><span style="color:${c}">■</span> ${k}</span>`).join('')}</div>`
+}
+
+function numbersLive(rows) {
+  if (!rows.length) return '<p class="muted">No numbers yet.</p>'
+  return `<table class="stack"><thead><tr><th>Number</th><th>Status</th><th>Queue</th><th>Last hour</th><th>Last 24 h</th><th>Next release</th></tr></thead><tbody>
+  ${rows.map((n) => `<tr>${cell('Number', esc(n.phone))}${cell('Status', badge(n.status))}${cell('Queue', esc(n.queue_depth))}
+    ${cell('Last hour', `${esc(n.sent_last_hour)} / ${esc(n.hourly_cap)}`)}${cell('Last 24 h', `${esc(n.sent_last_day)} / ${esc(n.daily_cap)}`)}${cell('Next release', when(n.next_release_at))}</tr>`).join('')}</tbody></table>`
+}
+
+const pages = {
+  async overview(ws) {
+    const [{ data: days }, { data: live }] = await Promise.all([api('GET', `/workspaces/${ws.id}/stats/daily?days=14`), api('GET', `/workspaces/${ws.id}/numbers/live`)])
+    main.innerHTML = `<h1>Overview</h1><div class="card"><h2>Messages per day (14 days)</h2>${chart(days)}</div>
+      <div class="card"><h2>Numbers right now</h2>${numbersLive(live)}</div>`
+  },
+
+  async keys(ws) {
+    const { data } = await api('GET', `/workspaces/${ws.id}/keys`)
+    main.innerHTML = `<h1>API keys</h1>
+      <div class="card"><form id="new-key"><div class="inline"><label style="flex:1">Name<input name="name" required maxlength="100" placeholder="shop backend"></label>
+      <label>Expires (optional)<input name="expires_at" type="datetime-local"></label></div>
+      <p class="muted">Scopes (none ticked = all twelve, fixed now):</p>
+      <div class="scopes">${SCOPES.map((s) => `<label><input type="checkbox" name="scope" value="${s}">${s}</label>`).join('')}</div>
+      <button type="submit">Create key</button></form><div id="new-secret"></div></div>
+      <div class="card muted">Rotation: create the new key, deploy it, revoke the old one (it is refused on its very next request), then remove it from the list.</div>
+      <table class="stack"><thead><tr><th>Name</th><th>Prefix</th><th>Scopes</th><th>Status</th><th>Created</th><th></th></tr></thead><tbody>
+      ${data.map((k) => `<tr>${cell('Name', esc(k.name))}${cell('Prefix', `<span class="mono">${esc(k.prefix)}</span>`)}${cell('Scopes', `<span class="muted">${k.scopes.length === 12 ? 'all twelve' : esc(k.scopes.join(', '))}</span>`)}
+        ${cell('Status', badge(k.status))}${cell('Created', when(k.created_at))}
+        ${cell('', k.status === 'active' ? `<button class="danger" data-revoke="${esc(k.id)}">Revoke</button>` : `<button class="secondary" data-remove="${esc(k.id)}">Remove</button>`)}</tr>`).join('')}
+      </tbody></table>`
+    $('#new-key').onsubmit = async (ev) => {
+      ev.preventDefault()
+      const f = ev.target
+      const scopes = [...f.querySelectorAll('input[name=scope]:checked')].map((i) => i.value)
+      const body = { name: f.name.value, ...(scopes.length ? { scopes } : {}) }
+      if (f.expires_at.value) body.expires_at = new Date(f.expires_at.value).toISOString()
+      try {
+        const { data } = await api('POST', `/workspaces/${ws.id}/keys`, body)
+        await pages.keys(ws)
+        $('#new-secret').innerHTML = `<div class="secret"><strong>Copy this key now — it will not be shown again.</strong>
+          <span class="mono" id="key-plain">${esc(data.key)}</span><button class="secondary" id="copy-key">Copy</button></div>`
+        $('#copy-key').onclick = () => navigator.clipboard.writeText(data.key).then(() => toast('Copied'), () => toast('Copy failed; select the key and copy it', true))
+      } catch (e) {
+        toast(errorText(e), true)
+      }
+    }
+    main.querySelectorAll('[data-revoke]').forEach((b) => (b.onclick = () => confirm('Revoke this key? It stops working at once, for good.') && act(() => api('POST', `/keys/${b.dataset.revoke}/revoke`), 'Key revoked')))
+    main.querySelectorAll('[data-remove]').forEach((b) => (b.onclick = () => act(() => api('DELETE', `/keys/${b.dataset.remove}`), 'Key removed')))
+  },
+
+  async numbers(ws) {
+    const { data } = await api('GET', `/workspaces/${ws.id}/connections`)
+    main.innerHTML = `<h1>Numbers</h1>
+      <div class="card"><form id="new-conn" class="inline"><label>Phone (E.164)<input name="phone" required placeholder="+14155550100"></label>
+      <label>Name<input name="name"></label><label>Network<select name="driver"><option value="sandbox">sandbox</option></select></label><button type="submit">Add number</button></form></div>
+      ${data.map((c) => `<div class="card"><strong>${esc(c.phone)}</strong> ${esc(c.name || '')} ${badge(c.status)} <span class="muted">${esc(c.driver)}</span>
+        <p><button class="secondary" data-toggle="${esc(c.id)}" data-to="${c.status === 'online' ? 'offline' : 'online'}">${c.status === 'online' ? 'Go offline' : 'Go online'}</button>
+        <button class="danger" data-del="${esc(c.id)}">Remove</button></p>
+        ${c.driver === 'sandbox' ? `<form class="inline" data-inbound="${esc(c.id)}"><label>Simulate inbound from<input name="from" required placeholder="+14155550123"></label>
+          <label style="flex:1">Text<input name="body" required></label><button class="secondary" type="submit">Receive</button></form>` : ''}</div>`).join('') || '<p class="muted">No numbers yet.</p>'}`
+    $('#new-conn').onsubmit = (ev) => {
+      ev.preventDefault()
+      act(() => api('POST', `/workspaces/${ws.id}/connections`, formData(ev.target)), 'Number added')
+    }
+    main.querySelectorAll('[data-toggle]').forEach((b) => (b.onclick = () => act(() => api('PATCH', `/connections/${b.dataset.toggle}`, { status: b.dataset.to }), `Number ${b.dataset.to}`)))
+    main.querySelectorAll('[data-del]').forEach((b) => (b.onclick = () => confirm('Remove this number? Its queued messages fail.') && act(() => api('DELETE', `/connections/${b.dataset.del}`), 'Number removed')))
+    main.querySelectorAll('[data-inbound]').forEach((f) => (f.onsubmit = (ev) => {
+      ev.preventDefault()
+      act(() => api('POST', `/connections/${f.dataset.inbound}/sandbox/inbound`, formData(f)), 'Inbound message logged')
+    }))
+  },
+
+  async policy(ws) {
+    const full = (await api('GET', `/workspaces/${ws.id}`)).data
+    const p = full.settings.sending_policy
+    const { data: live } = await api('GET', `/workspaces/${ws.id}/numbers/live`)
+    main.innerHTML = `<h1>Sending policy and limits</h1>
+      <div class="card"><form id="policy" class="inline">
+        <label>Hourly cap per number<input name="hourly_cap" type="number" min="1" value="${esc(p.hourly_cap)}"></label>
+        <label>Daily cap per number<input name="daily_cap" type="number" min="1" value="${esc(p.daily_cap)}"></label>
+        <label>Min gap (s)<input name="min_gap_seconds" type="number" min="0" step="0.1" value="${esc(p.min_gap_seconds)}"></label>
+        <label>Max gap (s)<input name="max_gap_seconds" type="number" min="0" step="0.1" value="${esc(p.max_gap_seconds)}"></label>
+        <button type="submit">Save policy</button></form></div>
+      <div class="card"><form id="limits" class="inline">
+        <label>Messages per month (empty = unlimited)<input name="message_allowance" type="number" min="0" value="${esc(full.settings.message_allowance ?? '')}"></label>
+        <label>Media max bytes<input name="max_bytes" type="number" min="1024" value="${esc(full.settings.media.max_bytes)}"></label>
+        <label>Media retention (days)<input name="retention_days" type="number" min="1" value="${esc(full.settings.media.retention_days)}"></label>
+        <button type="submit">Save limits</button></form></div>
+      <div class="card"><h2>Per number</h2>${numbersLive(live)}</div>`
+    $('#policy').onsubmit = (ev) => {
+      ev.preventDefault()
+      const f = formData(ev.target)
+      act(() => api('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: Number(f.hourly_cap), daily_cap: Number(f.daily_cap), min_gap_seconds: Number(f.min_gap_seconds), max_gap_seconds: Number(f.max_gap_seconds) } } }), 'Policy saved')
+    }
+    $('#limits').onsubmit = (ev) => {
+      ev.preventDefault()
+      const f = formData(ev.target)
+      act(() => api('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: f.message_allowance === '' ? null : Number(f.message_allowance), media: { max_bytes: Number(f.max_bytes), retention_days: Number(f.retention_days) } } }), 'Limits saved')
+    }
+  },
+
+  async messages(ws, params) {
+    const q = new URLSearchParams({ per_page: '50', ...(params.direction ? { direction: params.direction } : {}), ...(params.status ? { status: params.status } : {}), page: params.page || '1' })
+    const { data, meta } = await api('GET', `/workspaces/${ws.id}/messages?${q}`)
+    const opt = (name, values) => `<select name="${name}"><option value="">any ${name}</option>${values.map((v) => `<option ${params[name] === v ? 'selected' : ''}>${v}</option>`).join('')}</select>`
+    main.innerHTML = `<h1>Messages</h1><form id="filter" class="inline card">${opt('direction', ['inbound', 'outbound'])}${opt('status', ['queued', 'sending', 'sent', 'delivered', 'read', 'failed'])}<button type="submit" class="secondary">Filter</button>
+      <span class="muted">${esc(meta.total)} messages · page ${esc(meta.page)} of ${esc(meta.last_page)}</span></form>
+      <table class="stack"><thead><tr><th>When</th><th>Direction</th><th>To / from</th><th>Status</th><th>Body</th><th>Timeline</th></tr></thead><tbody>
+      ${data.map((m) => `<tr>${cell('When', when(m.created_at))}${cell('Direction', esc(m.direction))}${cell('To / from', esc(m.direction === 'inbound' ? m.sender : m.recipient || (m.group_id ? 'group' : '')))}
+        ${cell('Status', `${badge(m.status)}${m.error ? `<div class="muted">${esc(m.error.code)}</div>` : ''}`)}${cell('Body', esc((m.body || '').slice(0, 120)))}
+        ${cell('Timeline', `<ul class="timeline">${m.timeline.map((e) => `<li>${esc(e.status)} · ${new Date(e.at).toLocaleTimeString()}</li>`).join('')}</ul>`)}</tr>`).join('')}</tbody></table>
+      <p>${meta.page > 1 ? `<a href="#/w/${esc(ws.id)}/messages?${new URLSearchParams({ ...params, page: String(meta.page - 1) })}">← newer</a>` : ''}
+      ${meta.page < meta.last_page ? ` <a href="#/w/${esc(ws.id)}/messages?${new URLSearchParams({ ...params, page: String(meta.page + 1) })}">older →</a>` : ''}</p>`
+    $('#filter').onsubmit = (ev) => {
+      ev.preventDefault()
+      const f = formData(ev.target)
+      location.hash = `#/w/${ws.id}/messages?${new URLSearchParams(Object.fromEntries(Object.entries(f).filter(([, v]) => v)))}`
+    }
+  },
+
+  async campaigns(ws) {
+    const { data } = await api('GET', `/workspaces/${ws.id}/campaigns?per_page=100`)
+    main.innerHTML = `<h1>Campaigns</h1><p class="muted">Campaigns are created and launched through the API (campaigns:write, campaigns:send).</p>
+      ${data.map((c) => {
+        const done = c.counts.sent + c.counts.delivered + c.counts.read + c.counts.failed + c.counts.skipped
+        const pct = c.counts.total ? Math.round((done / c.counts.total) * 100) : 0
+        return `<div class="card"><strong>${esc(c.name)}</strong> ${badge(c.status)}
+          <div class="bar" title="${pct}%"><span style="width:${pct}%"></span></div>
+          <p class="muted">${pct}% · total ${esc(c.counts.total)} · queued ${esc(c.counts.queued)} · sent ${esc(c.counts.sent)} · delivered ${esc(c.counts.delivered)} · read ${esc(c.counts.read)} · failed ${esc(c.counts.failed)} · skipped ${esc(c.counts.skipped)}</p>
+          <p class="muted">Scheduled ${when(c.scheduled_at)} · started ${when(c.started_at)} · finished ${when(c.finished_at)}</p></div>`
+      }).join('') || '<p class="muted">No campaigns yet.</p>'}`
+  },
+
+  async webhooks(ws) {
+    const { data } = await api('GET', `/workspaces/${ws.id}/webhooks`)
+    const histories = await Promise.all(data.map((h) => api('GET', `/webhooks/${h.id}/deliveries?per_page=10`)))
+    main.innerHTML = `<h1>Webhooks</h1>
+      <div class="card"><form id="new-hook"><div class="inline"><label style="flex:1">URL<input name="url" required placeholder="https://shop.example/capstan"></label></div>
+      <div class="scopes">${EVENTS.map((e) => `<label><input type="checkbox" name="event" value="${e}">${e}</label>`).join('')}</div>
+      <p class="muted">None ticked = every event.</p><button type="submit">Add endpoint</button></form><div id="new-hook-secret"></div></div>
+      ${data.map((h, i) => `<div class="card"><span class="mono">${esc(h.url)}</span> ${badge(h.status)}
+        <p class="muted">${esc(h.events.join(', '))}</p>
+        <p><button class="secondary" data-secret="${esc(h.id)}">Show signing secret</button> <button class="secondary" data-test="${esc(h.id)}">Send test event</button> <button class="danger" data-del="${esc(h.id)}">Remove</button></p>
+        <div id="secret-${esc(h.id)}"></div>
+        <table class="stack"><thead><tr><th>Event</th><th>Status</th><th>Attempts</th><th>Last answer</th><th>Next attempt</th></tr></thead><tbody>
+        ${histories[i].data.map((d) => `<tr>${cell('Event', esc(d.type))}${cell('Status', badge(d.status))}${cell('Attempts', esc(d.attempts))}${cell('Last answer', esc(d.last_status_code ?? d.last_error ?? '—'))}${cell('Next attempt', when(d.next_attempt_at))}</tr>`).join('')}
+        </tbody></table></div>`).join('')}`
+    $('#new-hook').onsubmit = async (ev) => {
+      ev.preventDefault()
+      const f = ev.target
+      const events = [...f.querySelectorAll('input[name=event]:checked')].map((i) => i.value)
+      try {
+        const { data: hook } = await api('POST', `/workspaces/${ws.id}/webhooks`, { url: f.url.value, ...(events.length ? { events } : {}) })
+        await pages.webhooks(ws)
+        $('#new-hook-secret').innerHTML = `<div class="secret"><strong>Signing secret</strong> (verify the webhook-signature header with it)<span class="mono">${esc(hook.secret)}</span></div>`
+      } catch (e) {
+        toast(errorText(e), true)
+      }
+    }
+    main.querySelectorAll('[data-secret]').forEach((b) => (b.onclick = async () => {
+      const { data: h } = await api('GET', `/webhooks/${b.dataset.secret}`)
+      $(`#secret-${CSS.escape(h.id)}`).innerHTML = `<div class="secret"><span class="mono">${esc(h.secret)}</span></div>`
+    }))
+    main.querySelectorAll('[data-test]').forEach((b) => (b.onclick = () => act(() => api('POST', `/webhooks/${b.dataset.test}/test`), 'Test event queued')))
+    main.querySelectorAll('[data-del]').forEach((b) => (b.onclick = () => confirm('Remove this endpoint?') && act(() => api('DELETE', `/webhooks/${b.dataset.del}`), 'Endpoint removed')))
+  },
+
+  async suppressions(ws) {
+    const { data } = await api('GET', `/workspaces/${ws.id}/suppressions?per_page=100`)
+    main.innerHTML = `<h1>Suppression list</h1><p class="muted">Numbers here are never messaged, whatever their consent.</p>
+      <div class="card"><form id="new-sup" class="inline"><label>Phone (E.164)<input name="phone" required></label><label style="flex:1">Reason<input name="reason"></label><button type="submit">Suppress</button></form></div>
+      <table class="stack"><thead><tr><th>Phone</th><th>Reason</th><th>Since</th><th></th></tr></thead><tbody>
+      ${data.map((s) => `<tr>${cell('Phone', esc(s.phone))}${cell('Reason', esc(s.reason || ''))}${cell('Since', when(s.created_at))}${cell('', `<button class="secondary" data-unsup="${esc(s.phone)}">Remove</button>`)}</tr>`).join('')}</tbody></table>`
+    $('#new-sup').onsubmit = (ev) => {
+      ev.preventDefault()
+      const f = formData(ev.target)
+      act(() => api('POST', `/workspaces/${ws.id}/suppressions`, { phone: f.phone, ...(f.reason ? { reason: f.reason } : {}) }), 'Number suppressed')
+    }
+    main.querySelectorAll('[data-unsup]').forEach((b) => (b.onclick = () => act(() => api('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(b.dataset.unsup)}`), 'Removed')))
+  },
+
+  async audit(ws) {
+    const { data } = await api('GET', `/workspaces/${ws.id}/audit-log?per_page=100`)
+    main.innerHTML = `<h1>Audit log</h1><table class="stack"><thead><tr><th>When</th><th>Action</th><th>Key</th></tr></thead><tbody>
+      ${data.map((e) => `<tr>${cell('When', when(e.at))}${cell('Action', esc(e.action))}${cell('Key', `<span class="mono">${esc(e.key_id)}</span>`)}</tr>`).join('')}</tbody></table>`
+  },
+}
+
+// ---------------------------------------------------------------- routing
+
+async function route() {
+  try {
+    await api('GET', '/session')
+  } catch {
+    return
+  }
+  $('#sign-out').hidden = false
+  const [path, query] = (location.hash.slice(1) || '/workspaces').split('?')
+  const parts = path.split('/').filter(Boolean)
+  try {
+    if (parts[0] === 'w' && parts[1]) {
+      const ws = (await api('GET', `/workspaces/${parts[1]}`)).data
+      const page = pages[parts[2]] ? parts[2] : 'overview'
+      tabs(ws, page)
+      await pages[page](ws, Object.fromEntries(new URLSearchParams(query || '')))
+    } else await workspacesPage()
+  } catch (e) {
+    if (e.status !== 401) main.innerHTML = `<p class="card">${esc(errorText(e))}</p>`
+  }
+}
+
+window.addEventListener('hashchange', route)
+route()

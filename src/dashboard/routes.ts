@@ -1,0 +1,46 @@
+/**
+ * The operator dashboard at /admin: the page and its assets (embedded in the binary), and
+ * sign-in/out that exchanges the admin token for a session cookie.
+ */
+import { Elysia } from 'elysia'
+import type { Config } from '../config'
+import type { authPlugin } from '../http/auth'
+import { hidden } from '../http/docs'
+import { type Sessions, sessionCookie } from '../http/session'
+import appCss from './app.css' with { type: 'text' }
+import appJs from './app.js' with { type: 'text' }
+import pageHtml from './index.html' with { type: 'text' }
+
+// a text import; Bun's types describe .html imports as bundles
+const page = pageHtml as unknown as string
+
+const PAGE_HEADERS = {
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'referrer-policy': 'no-referrer',
+  'cache-control': 'no-store',
+  'content-security-policy': "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+}
+
+export function dashboardRoutes(config: Config, sessions: Sessions, auth: ReturnType<typeof authPlugin>) {
+  const secure = (request: Request) => new URL(request.url).protocol === 'https:' || (config.trustProxy && request.headers.get('x-forwarded-proto') === 'https')
+  return new Elysia()
+    .use(auth)
+    .get('/admin', () => new Response(page, { headers: { ...PAGE_HEADERS, 'content-type': 'text/html; charset=utf-8' } }), { detail: hidden })
+    .get('/admin/app.js', () => new Response(appJs, { headers: { ...PAGE_HEADERS, 'content-type': 'text/javascript; charset=utf-8' } }), { detail: hidden })
+    .get('/admin/app.css', () => new Response(appCss, { headers: { ...PAGE_HEADERS, 'content-type': 'text/css; charset=utf-8' } }), { detail: hidden })
+    .post(
+      '/admin/session',
+      ({ request, server, body, checkAdminToken }) => {
+        const token = (body as Record<string, unknown> | null)?.token
+        if (request.headers.get('x-capstan-csrf') !== '1' || !checkAdminToken(request, server, token)) {
+          return new Response(JSON.stringify({ message: 'A valid admin token is required.', code: 'unauthenticated' }), { status: 401, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' } })
+        }
+        const s = sessions.issue()
+        return new Response(null, { status: 204, headers: { 'set-cookie': sessionCookie(s.value, s.maxAge, secure(request)), 'cache-control': 'no-store' } })
+      },
+      { detail: hidden },
+    )
+    .delete('/admin/session', ({ request }) => new Response(null, { status: 204, headers: { 'set-cookie': sessionCookie('', 0, secure(request)) } }), { detail: hidden })
+    .get('/admin/api/session', () => ({ data: { signed_in: true } }), { admin: true, detail: hidden })
+}

@@ -1,0 +1,163 @@
+/**
+ * The operator dashboard end to end in a real headless Chromium (Debian's, driven by
+ * playwright-core). With UPDATE_SCREENSHOTS=1 it also writes docs/screenshots/*.png.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { mkdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { type Browser, chromium, type Page } from 'playwright-core'
+import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
+import { waitFor } from './support/wait'
+
+const SHOTS = process.env.UPDATE_SCREENSHOTS === '1' ? join(import.meta.dir, '..', 'docs', 'screenshots') : null
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
+
+let srv: TestServer
+let browser: Browser
+beforeAll(async () => {
+  srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  })
+  if (SHOTS) mkdirSync(SHOTS, { recursive: true })
+})
+afterAll(async () => {
+  await browser?.close()
+  await srv.close()
+})
+
+async function shot(page: Page, name: string) {
+  if (SHOTS) await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true })
+}
+
+async function signIn(page: Page) {
+  await page.goto(`${srv.base}/admin`)
+  await page.fill('input[name=token]', ADMIN_TOKEN)
+  await page.click('#login button[type=submit]')
+  await page.waitForSelector('h1:has-text("Workspaces")')
+}
+
+describe('dashboard', () => {
+  test('sign in; create a workspace and a key seen once; revoke it and the API answers 401', async () => {
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    const errors: string[] = []
+    page.on('pageerror', (e) => errors.push(e.message))
+    await page.goto(`${srv.base}/admin`)
+    await shot(page, 'sign-in')
+    await page.fill('input[name=token]', 'not-the-admin-token')
+    await page.click('#login button[type=submit]')
+    await page.waitForSelector('text=That token is not valid.')
+    await signIn(page)
+
+    await page.fill('#new-ws input[name=name]', 'Acme Store')
+    await page.click('#new-ws button[type=submit]')
+    await page.waitForSelector('a:has-text("Acme Store")')
+    await shot(page, 'workspaces')
+    const wsId = (await srv.admin('GET', '/workspaces?per_page=100')).json.data.find((w: any) => w.name === 'Acme Store').id
+    await page.click('a:has-text("Acme Store")')
+    await page.waitForSelector('h1:has-text("Overview")')
+
+    await page.click('nav a:has-text("API keys")')
+    await page.fill('#new-key input[name=name]', 'shop backend')
+    await page.check('input[value="contacts:read"]')
+    await page.click('#new-key button[type=submit]')
+    const plain = (await page.textContent('#key-plain'))!.trim()
+    expect(plain).toMatch(/^cap_[a-z0-9]{16}\.[A-Za-z0-9]{48}$/)
+    await page.waitForSelector('text=it will not be shown again')
+    await shot(page, 'api-keys')
+    expect((await srv.api(plain, 'GET', '/workspace')).json.data.id).toBe(wsId)
+    // shown once: after leaving the page the plaintext is nowhere on it
+    await page.click('nav a:has-text("Audit log")')
+    await page.waitForSelector('text=api_key.created')
+    await page.click('nav a:has-text("API keys")')
+    await page.waitForSelector('button:has-text("Revoke")')
+    expect(await page.content()).not.toContain(plain.split('.')[1])
+
+    page.once('dialog', (d) => d.accept())
+    await page.click('button:has-text("Revoke")')
+    await page.waitForSelector('button:has-text("Remove")')
+    expect((await srv.api(plain, 'GET', '/workspace')).status).toBe(401)
+    await page.click('button:has-text("Remove")')
+    await page.waitForSelector('button:has-text("Remove")', { state: 'detached' })
+    expect(errors).toEqual([])
+    await page.close()
+  })
+
+  test('change the sending policy; add a sandbox number and send through it; see it in the log', async () => {
+    const t = await srv.tenant()
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    await signIn(page)
+    await page.goto(`${srv.base}/admin#/w/${t.ws.id}/policy`)
+    await page.waitForSelector('#policy')
+    await page.fill('#policy input[name=hourly_cap]', '120')
+    await page.fill('#policy input[name=min_gap_seconds]', '0')
+    await page.fill('#policy input[name=max_gap_seconds]', '0')
+    await page.click('#policy button[type=submit]')
+    await page.waitForSelector('text=Policy saved')
+    expect((await srv.admin('GET', `/workspaces/${t.ws.id}`)).json.data.settings.sending_policy).toMatchObject({ hourly_cap: 120, min_gap_seconds: 0, max_gap_seconds: 0 })
+
+    await page.click('nav a:has-text("Numbers")')
+    const phone = newPhone('+1444')
+    await page.fill('#new-conn input[name=phone]', phone)
+    await page.fill('#new-conn input[name=name]', 'Shop')
+    await page.click('#new-conn button[type=submit]')
+    await page.waitForSelector(`text=${phone}`)
+    const conn = (await srv.admin('GET', `/workspaces/${t.ws.id}/connections`)).json.data[0]
+    expect(conn).toMatchObject({ phone, status: 'online', driver: 'sandbox' })
+    await page.fill(`form[data-inbound] input[name=from]`, '+14155550123')
+    await page.fill(`form[data-inbound] input[name=body]`, 'Where is my order?')
+    await page.click('form[data-inbound] button')
+    await page.waitForSelector('text=Inbound message logged')
+    await shot(page, 'numbers')
+
+    const sent = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'Your order #1001 has shipped' } })
+    expect(sent.status).toBe(202)
+    await waitFor(async () => (await srv.api(t.key, 'GET', `/messages/${sent.json.data.id}`)).json.data.status !== 'queued')
+    await page.click('nav a:has-text("Messages")')
+    await page.waitForSelector('text=Your order #1001 has shipped')
+    await page.waitForSelector('text=Where is my order?')
+    await shot(page, 'messages')
+    await page.click('nav a:has-text("Sending policy")')
+    await page.waitForSelector(`td:has-text("${phone}")`)
+    await shot(page, 'sending-policy')
+    await page.click('nav a:has-text("Overview")')
+    await page.waitForSelector('svg.chart')
+    const tallest = await page.$$eval('svg.chart rect', (rs) => Math.max(...rs.map((r) => Number(r.getAttribute('height')))))
+    expect(tallest).toBeGreaterThan(0)
+    await shot(page, 'overview')
+    // a phone-sized screen: the tables stack, nothing overflows sideways
+    await page.setViewportSize({ width: 390, height: 844 })
+    await page.click('nav a:has-text("Messages")')
+    await page.waitForSelector('text=Your order #1001 has shipped')
+    // runs in the browser page
+    const overflow = await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')
+    expect(overflow).toBeLessThanOrEqual(0)
+    await shot(page, 'messages-phone')
+    await page.close()
+  })
+
+  test('the session cookie is HttpOnly and SameSite=Strict; cookie writes need the CSRF header', async () => {
+    const login = await fetch(`${srv.base}/admin/session`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-capstan-csrf': '1' }, body: JSON.stringify({ token: ADMIN_TOKEN }) })
+    expect(login.status).toBe(204)
+    const cookie = login.headers.get('set-cookie')!
+    expect(cookie).toContain('HttpOnly')
+    expect(cookie).toContain('SameSite=Strict')
+    expect(cookie).toContain('Path=/admin')
+    expect(cookie).not.toContain('Secure') // plain http here; behind TLS it is Secure
+    const session = cookie.split(';')[0]!
+    expect((await fetch(`${srv.base}/admin/api/workspaces`, { headers: { cookie: session } })).status).toBe(200)
+    const noCsrf = await fetch(`${srv.base}/admin/api/workspaces`, { method: 'POST', headers: { cookie: session, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'x' }) })
+    expect(noCsrf.status).toBe(403)
+    expect(((await noCsrf.json()) as { code: string }).code).toBe('csrf_failed')
+    const withCsrf = await fetch(`${srv.base}/admin/api/workspaces`, { method: 'POST', headers: { cookie: session, 'content-type': 'application/json', 'x-capstan-csrf': '1' }, body: JSON.stringify({ name: 'via cookie' }) })
+    expect(withCsrf.status).toBe(201)
+    const forged = session.replace(/\.[^.]+$/, '.AAAA')
+    expect((await fetch(`${srv.base}/admin/api/workspaces`, { headers: { cookie: forged } })).status).toBe(401)
+    const loginNoCsrf = await fetch(`${srv.base}/admin/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: ADMIN_TOKEN }) })
+    expect(loginNoCsrf.status).toBe(401)
+    const page = await fetch(`${srv.base}/admin`)
+    expect(page.headers.get('content-security-policy')).toContain("script-src 'self'")
+    expect(await page.text()).not.toMatch(/https?:\/\//)
+  })
+})
