@@ -117,6 +117,10 @@ describe('dashboard', () => {
     await page.click('nav a:has-text("Messages")')
     await page.waitForSelector('text=Your order #1001 has shipped')
     await page.waitForSelector('text=Where is my order?')
+    // sandbox test tool: a delivery receipt from the message log
+    await page.click(`button[data-receipt="${sent.json.data.id}"][data-to="delivered"]`)
+    await page.waitForSelector('text=Receipt: delivered')
+    expect((await srv.api(t.key, 'GET', `/messages/${sent.json.data.id}`)).json.data.status).toBe('delivered')
     await shot(page, 'messages')
     await page.click('nav a:has-text("Sending policy")')
     await page.waitForSelector(`td:has-text("${phone}")`)

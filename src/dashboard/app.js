@@ -258,9 +258,11 @@ const pages = {
       <table class="stack"><thead><tr><th>When</th><th>Direction</th><th>To / from</th><th>Status</th><th>Body</th><th>Timeline</th></tr></thead><tbody>
       ${data.map((m) => `<tr>${cell('When', when(m.created_at))}${cell('Direction', esc(m.direction))}${cell('To / from', esc(m.direction === 'inbound' ? m.sender : m.recipient || (m.group_id ? 'group' : '')))}
         ${cell('Status', `${badge(m.status)}${m.error ? `<div class="muted">${esc(m.error.code)}</div>` : ''}`)}${cell('Body', esc((m.body || '').slice(0, 120)))}
-        ${cell('Timeline', `<ul class="timeline">${m.timeline.map((e) => `<li>${esc(e.status)} · ${new Date(e.at).toLocaleTimeString()}</li>`).join('')}</ul>`)}</tr>`).join('')}</tbody></table>
+        ${cell('Timeline', `<ul class="timeline">${m.timeline.map((e) => `<li>${esc(e.status)} · ${new Date(e.at).toLocaleTimeString()}</li>`).join('')}</ul>${
+          m.direction === 'outbound' && !m.group_id ? `<div class="muted">sandbox receipt: ${['delivered', 'read', 'failed'].map((s) => `<button class="link" data-receipt="${esc(m.id)}" data-to="${s}">${s}</button>`).join(' ')}</div>` : ''}`)}</tr>`).join('')}</tbody></table>
       <p>${meta.page > 1 ? `<a href="#/w/${esc(ws.id)}/messages?${new URLSearchParams({ ...params, page: String(meta.page - 1) })}">← newer</a>` : ''}
       ${meta.page < meta.last_page ? ` <a href="#/w/${esc(ws.id)}/messages?${new URLSearchParams({ ...params, page: String(meta.page + 1) })}">older →</a>` : ''}</p>`
+    main.querySelectorAll('[data-receipt]').forEach((b) => (b.onclick = () => act(() => api('POST', `/messages/${b.dataset.receipt}/sandbox/receipt`, { status: b.dataset.to }), `Receipt: ${b.dataset.to}`)))
     $('#filter').onsubmit = (ev) => {
       ev.preventDefault()
       const f = formData(ev.target)
