@@ -9,6 +9,7 @@ import type { Database } from 'bun:sqlite'
 import { dashboardAdminRoutes } from './dashboard/admin-views'
 import { dashboardRoutes } from './dashboard/routes'
 import { docsUi } from './docs/ui'
+import { handleCloudApiWebhook } from './network/cloud-api-webhook'
 import { parseBody } from './http/body'
 import { SECURITY_HEADERS, authPlugin } from './http/auth'
 import { DOC_COMPONENTS, hidden } from './http/docs'
@@ -67,6 +68,12 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   return new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes * 2 } })
     .onRequest(({ request, set }) => {
       requestNotes.set(request, { start: performance.now() })
+      // network webhooks need the raw body (their signatures cover it): handled before parsing
+      const hooks = request.url.indexOf('/hooks/whatsapp/')
+      if (hooks !== -1 && request.url.indexOf('/', 8) === hooks) {
+        const id = request.url.slice(hooks + '/hooks/whatsapp/'.length).split(/[/?#]/)[0]!
+        return handleCloudApiWebhook(request, decodeURIComponent(id), svc)
+      }
       const declared = request.headers.get('content-length')
       if (declared === null) return
       const length = Number(declared)

@@ -36,7 +36,7 @@ describe('restart', () => {
       await srv.stop('SIGKILL')
 
       await srv.boot()
-      await srv.admin('PATCH', `/connections/${conn.id}`, { config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })
+      await srv.admin('PATCH', `/connections/${conn.id}`, { config: { accept_after_ms: 0 } })
       const key2 = (await srv.key(t.ws.id)).key
       const final = await waitFor(async () => {
         const s = await Promise.all(ids.map(async (id) => (await srv.api(key2, 'GET', `/messages/${id}`)).json.data))

@@ -204,6 +204,7 @@ const pages = {
       <div class="card"><form id="new-conn" class="inline"><label>Phone (E.164)<input name="phone" required placeholder="+14155550100"></label>
       <label>Name<input name="name"></label><label>Network<select name="driver"><option value="sandbox">sandbox</option></select></label><button type="submit">Add number</button></form></div>
       ${data.map((c) => `<div class="card"><strong>${esc(c.phone)}</strong> ${esc(c.name || '')} ${badge(c.status)} <span class="muted">${esc(c.driver)}</span>
+        ${c.status_reason ? `<div class="muted">Offline: ${esc(c.status_reason)}</div>` : ''}
         <p><button class="secondary" data-toggle="${esc(c.id)}" data-to="${c.status === 'online' ? 'offline' : 'online'}">${c.status === 'online' ? 'Go offline' : 'Go online'}</button>
         <button class="danger" data-del="${esc(c.id)}">Remove</button></p>
         ${c.driver === 'sandbox' ? `<form class="inline" data-inbound="${esc(c.id)}"><label>Simulate inbound from<input name="from" required placeholder="+14155550123"></label>

@@ -5,6 +5,7 @@ import m0003 from '../../migrations/0003_message_counts.sql' with { type: 'text'
 import m0004 from '../../migrations/0004_media.sql' with { type: 'text' }
 import m0005 from '../../migrations/0005_groups.sql' with { type: 'text' }
 import m0006 from '../../migrations/0006_campaigns.sql' with { type: 'text' }
+import m0007 from '../../migrations/0007_connection_status_reason.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -13,4 +14,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 4, name: '0004_media', sql: m0004 },
   { version: 5, name: '0005_groups', sql: m0005 },
   { version: 6, name: '0006_campaigns', sql: m0006 },
+  { version: 7, name: '0007_connection_status_reason', sql: m0007 },
 ]

@@ -4,13 +4,21 @@
  * inbound messages) through the `DriverEvents` it is given.
  */
 
+export interface OutboundMedia {
+  id: string
+  mimeType: string
+  filename: string
+  /** The stored bytes (read only when the driver needs them). */
+  bytes(): Promise<Uint8Array>
+}
+
 export interface OutboundMessage {
   id: string
   recipient: string | null
   /** The network's id of the group, for group messages. */
   groupExternalId: string | null
   body: string | null
-  attachments: string[]
+  attachments: OutboundMedia[]
 }
 
 export interface GroupInfo {
@@ -22,12 +30,16 @@ export interface GroupInfo {
   isAdmin: boolean
 }
 
-/** A send the network refused. `retryable` sends are tried again later; others fail the message. */
+/**
+ * A send the network refused. `retryable` sends are tried again later; others fail the message.
+ * `throttled`: the network asked this number to slow down (its pacing is slowed as well).
+ */
 export class DriverError extends Error {
   constructor(
     readonly code: string,
     message: string,
     readonly retryable = false,
+    readonly throttled = false,
   ) {
     super(message)
   }
@@ -51,6 +63,8 @@ export interface ConnectionDriver {
   listGroups(): Promise<GroupInfo[] | null>
   /** Apply a new driver config (admin PATCH). */
   configure(config: Record<string, unknown>): void
+  /** Check the number with the network: online, or offline with a reason. Optional. */
+  probe?(): Promise<{ online: boolean; reason: string | null }>
   /** Stop timers; the connection was removed or the server stops. */
   close(): void
 }
@@ -61,12 +75,20 @@ export interface DriverContext {
   config: Record<string, unknown>
   /** Whether the number is online right now (the core keeps this). */
   online: () => boolean
+  /** The driver learned the number went offline (or back online), with the reason. */
+  reportStatus: (status: 'online' | 'offline', reason: string | null) => void
   events: DriverEvents
+  log: { warn(msg: string, fields?: Record<string, unknown>): void }
 }
 
 export interface DriverFactory {
   readonly name: string
-  /** Validate and normalise a config object; returns field errors keyed by config.<field>. */
-  checkConfig(config: unknown): { config: Record<string, unknown> } | { errors: Record<string, string[]> }
+  /**
+   * Validate and normalise a config object (merged over `previous` on PATCH); returns field
+   * errors keyed by config.<field>.
+   */
+  checkConfig(config: unknown, previous?: Record<string, unknown>): { config: Record<string, unknown> } | { errors: Record<string, string[]> }
+  /** Config fields that are secrets: stored encrypted, never returned or logged. */
+  readonly secretFields?: readonly string[]
   create(ctx: DriverContext): ConnectionDriver
 }

@@ -95,10 +95,10 @@ export class SandboxConnection implements ConnectionDriver {
 
 export const sandboxDriver: DriverFactory = {
   name: 'sandbox',
-  checkConfig(config: unknown) {
-    if (config === undefined || config === null) return { config: { ...DEFAULTS } }
+  checkConfig(config: unknown, previous?: Record<string, unknown>) {
+    if (config === undefined || config === null) return { config: { ...DEFAULTS, ...previous } }
     if (typeof config !== 'object' || Array.isArray(config)) return { errors: { config: ['The config field must be an object.'] } }
-    const c = { ...DEFAULTS, ...(config as Record<string, unknown>) }
+    const c = { ...DEFAULTS, ...previous, ...(config as Record<string, unknown>) }
     const errors: Record<string, string[]> = {}
     if (!delay(c.delivered_after_ms)) errors['config.delivered_after_ms'] = ['The config.delivered_after_ms field must be null or a whole number of milliseconds up to 86400000.']
     if (!delay(c.read_after_ms)) errors['config.read_after_ms'] = ['The config.read_after_ms field must be null or a whole number of milliseconds up to 86400000.']

@@ -33,6 +33,8 @@ export const realTimers: Timers = {
 interface NumberState {
   /** which lane goes first at the next release */
   campaignNext: boolean
+  /** the network asked this number to slow down: nothing is released before this time */
+  slowUntil?: number
   last: number | null
   /** seconds, drawn after each release */
   gap: number
@@ -57,6 +59,7 @@ export function dueAt(st: NumberState, p: Policy, now: number): number {
   }
   const gap = Math.min(Math.max(st.gap, p.min_gap_seconds), p.max_gap_seconds)
   let due = st.last === null ? -Infinity : st.last + gap * 1000
+  if (st.slowUntil !== undefined) due = Math.max(due, st.slowUntil)
   const n = st.times.length - st.start
   if (n >= p.daily_cap) due = Math.max(due, st.times[st.times.length - p.daily_cap]! + DAY)
   // hourly: count releases in the trailing hour
@@ -109,6 +112,13 @@ export class Pacer {
   wake(connectionId: string) {
     this.pending.add(connectionId)
     this.schedule(0)
+  }
+
+  /** The network throttled this number: release nothing more from it for `ms`. */
+  slowDown(connectionId: string, ms = 60_000) {
+    const st = this.state(connectionId)
+    st.slowUntil = Math.max(st.slowUntil ?? 0, this.clock.now() + ms)
+    this.schedule(ms)
   }
 
   /** Wake every number of a workspace (its policy changed). */

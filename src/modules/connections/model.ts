@@ -5,7 +5,7 @@ import { phoneField } from '../contacts/model'
 export const createConnectionBody = s.object({
   phone: phoneField().describe('The E.164 number this connection sends from.'),
   name: s.string().length(0, 120).nullable().optional(),
-  driver: s.string().oneOf(['sandbox']).describe('The messaging network driver.'),
+  driver: s.string().oneOf(['sandbox', 'cloud_api']).describe('The messaging network driver: sandbox, or cloud_api (WhatsApp Cloud API).'),
   receives: s.boolean().optional().describe('Whether the number receives inbound messages (default true).'),
 })
 

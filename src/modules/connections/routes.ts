@@ -19,12 +19,12 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     .use(auth)
     .post(
       '/workspaces/:id/connections',
-      ({ params, body, set }) => {
+      async ({ params, body, set }) => {
         svc.workspaces.get(params.id)
         const input = validate(createConnectionBody, body)
         const row = conns.create(params.id, { ...input, config: (body as Record<string, unknown>).config })
         set.status = 201
-        return { data: conns.toAdmin(row) }
+        return { data: conns.toAdmin(await conns.verify(row.id)) }
       },
       { admin: true, detail: hidden },
     )
@@ -39,10 +39,14 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     .get('/connections/:id', ({ params }) => ({ data: conns.toAdmin(conns.getAny(params.id).row) }), { admin: true, detail: hidden })
     .patch(
       '/connections/:id',
-      ({ params, body }) => {
+      async ({ params, body }) => {
         conns.getAny(params.id)
         const input = validate(patchConnectionBody, body)
-        return { data: conns.toAdmin(conns.patch(params.id, { ...input, config: (body as Record<string, unknown>).config })) }
+        const raw = body as Record<string, unknown>
+        conns.patch(params.id, { ...input, config: raw.config })
+        // ask the network again when the config changed or the number was set online
+        const row = raw.config !== undefined || input.status === 'online' ? await conns.verify(params.id) : conns.getAny(params.id).row
+        return { data: conns.toAdmin(row) }
       },
       { admin: true, detail: hidden },
     )

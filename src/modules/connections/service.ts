@@ -6,11 +6,16 @@
 import type { Deps } from '../../deps'
 import { notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
+import type { Logger } from '../../http/log'
+import { cloudApiDriver } from '../../network/cloud-api'
 import type { ConnectionDriver, DriverEvents, DriverFactory } from '../../network/driver'
 import { sandboxDriver } from '../../network/sandbox'
+import type { SecretBox } from '../../secrets'
 import { ConnectionRepo, type ConnectionRow } from './repo'
 
-export const DRIVERS: Record<string, DriverFactory> = { sandbox: sandboxDriver }
+export const DRIVERS: Record<string, DriverFactory> = { sandbox: sandboxDriver, cloud_api: cloudApiDriver }
+
+type Config = Record<string, unknown>
 
 export interface LiveConnection {
   row: ConnectionRow
@@ -24,8 +29,33 @@ export class ConnectionService {
   /** Called when a number comes online or changes, so the pacer can look at its queue. */
   onChange: (connectionId: string) => void = () => {}
 
-  constructor(private readonly deps: Deps) {
+  constructor(
+    private readonly deps: Deps,
+    private readonly box: SecretBox,
+    private readonly log: Logger,
+  ) {
     this.repo = new ConnectionRepo(deps.db)
+  }
+
+  /** Secret config fields are stored sealed ({"$sealed": ...}); everything else as given. */
+  private seal(driver: string, config: Config): string {
+    const out: Config = { ...config }
+    for (const f of DRIVERS[driver]!.secretFields ?? []) if (typeof out[f] === 'string') out[f] = { $sealed: this.box.seal(out[f] as string) }
+    return JSON.stringify(out)
+  }
+
+  /** The config as the driver needs it (secrets opened). */
+  private open(row: ConnectionRow): Config {
+    const out = JSON.parse(row.config) as Config
+    for (const [k, v] of Object.entries(out)) if (v && typeof v === 'object' && '$sealed' in (v as Config)) out[k] = this.box.open((v as { $sealed: string }).$sealed)
+    return out
+  }
+
+  /** The config as operators see it: secrets are only said to be set. */
+  private redacted(row: ConnectionRow): Config {
+    const out = JSON.parse(row.config) as Config
+    for (const f of DRIVERS[row.driver]?.secretFields ?? []) if (out[f] !== undefined) out[f] = '(set)'
+    return out
   }
 
   /** Load every connection and start its driver; `events` receives receipts and inbound messages. */
@@ -46,9 +76,11 @@ export class ConnectionService {
     entry.driver = factory.create({
       connectionId: row.id,
       phone: row.phone,
-      config: JSON.parse(row.config),
+      config: this.open(row),
       online: () => entry.row.status === 'online',
+      reportStatus: (status, reason) => this.setStatus(row.id, status, reason),
       events: this.events!,
+      log: this.log,
     })
     this.live.set(row.id, entry)
     return entry
@@ -62,8 +94,9 @@ export class ConnectionService {
       name: row.name,
       driver: row.driver,
       status: row.status,
+      status_reason: row.status_reason,
       receives: row.receives === 1,
-      config: JSON.parse(row.config),
+      config: this.redacted(row),
       created_at: iso(row.created_at),
       updated_at: iso(row.updated_at),
     }
@@ -96,6 +129,27 @@ export class ConnectionService {
     return [...this.live.values()]
   }
 
+  /** A driver told us the number's state changed (e.g. its token was rejected). */
+  setStatus(id: string, status: 'online' | 'offline', reason: string | null) {
+    const c = this.live.get(id)
+    if (!c || (c.row.status === status && c.row.status_reason === reason)) return
+    const next: ConnectionRow = { ...c.row, status, status_reason: reason, updated_at: this.deps.clock.now() }
+    this.deps.writer.now(() => this.repo.update(next))
+    c.row = next
+    if (status === 'offline') this.log.warn('connection offline', { connection_id: id, reason })
+    this.onChange(id)
+  }
+
+  /** Ask the network about a number that can tell (cloud_api); sets online/offline with the reason. */
+  async verify(id: string): Promise<ConnectionRow> {
+    const c = this.getAny(id)
+    if (c.driver.probe && c.row.status === 'online') {
+      const r = await c.driver.probe()
+      this.setStatus(id, r.online ? 'online' : 'offline', r.reason)
+    }
+    return this.getAny(id).row
+  }
+
   create(workspaceId: string, input: { phone: string; name?: string | null; driver: string; receives?: boolean; config?: unknown }): ConnectionRow {
     const factory = DRIVERS[input.driver]!
     const checked = factory.checkConfig(input.config)
@@ -110,8 +164,9 @@ export class ConnectionService {
         name: input.name ?? null,
         driver: input.driver,
         status: 'online',
+        status_reason: null,
         receives: input.receives === false ? 0 : 1,
-        config: JSON.stringify(checked.config),
+        config: this.seal(input.driver, checked.config),
         created_at: now,
         updated_at: now,
         deleted_at: null,
@@ -128,20 +183,22 @@ export class ConnectionService {
     const c = this.getAny(id)
     let config = c.row.config
     if (input.config !== undefined) {
-      const checked = DRIVERS[c.row.driver]!.checkConfig(input.config)
+      const checked = DRIVERS[c.row.driver]!.checkConfig(input.config, this.open(c.row))
       if ('errors' in checked) throw validationFailed(checked.errors)
-      config = JSON.stringify(checked.config)
+      config = this.seal(c.row.driver, checked.config)
     }
+    const status = (input.status as ConnectionRow['status']) ?? c.row.status
     const next: ConnectionRow = {
       ...c.row,
       name: input.name !== undefined ? input.name : c.row.name,
-      status: (input.status as ConnectionRow['status']) ?? c.row.status,
+      status,
+      status_reason: input.status !== undefined ? (status === 'offline' ? 'set offline by the operator' : null) : c.row.status_reason,
       config,
       updated_at: this.deps.clock.now(),
     }
     this.deps.writer.now(() => this.repo.update(next))
     c.row = next
-    if (input.config !== undefined) c.driver.configure(JSON.parse(config))
+    if (input.config !== undefined) c.driver.configure(this.open(next))
     this.onChange(id)
     return next
   }

@@ -41,6 +41,7 @@ export class MessageRepo {
   private inFlightStmt
   private expiredStmt
   private queuedForConnStmt
+  private byExternalStmt
   private usageGet
   private usageAdd
   private lists = new Map<string, ReturnType<Database['query']>>()
@@ -59,6 +60,7 @@ export class MessageRepo {
     this.inFlightStmt = db.query<MessageRow, []>("SELECT * FROM messages WHERE status = 'sending'")
     this.expiredStmt = db.query<MessageRow, [number, number]>("SELECT * FROM messages WHERE status = 'queued' AND created_at <= ? ORDER BY seq LIMIT ?")
     this.queuedForConnStmt = db.query<MessageRow, [string]>("SELECT * FROM messages WHERE connection_id = ? AND status = 'queued'")
+    this.byExternalStmt = db.query<MessageRow, [string, string]>('SELECT * FROM messages WHERE connection_id = ? AND external_id = ?')
     this.usageGet = db.query<{ messages: number }, [string, string]>('SELECT messages FROM usage_monthly WHERE workspace_id = ? AND month = ?')
     this.usageAdd = db.query('INSERT INTO usage_monthly (workspace_id, month, messages) VALUES (?, ?, 1) ON CONFLICT (workspace_id, month) DO UPDATE SET messages = messages + 1')
   }
@@ -68,6 +70,10 @@ export class MessageRepo {
   }
   get(workspaceId: string, id: string) {
     return this.byIdStmt.get(id, workspaceId)
+  }
+  /** A message by the network's id for it. */
+  byExternal(connectionId: string, externalId: string) {
+    return this.byExternalStmt.get(connectionId, externalId)
   }
   getAny(id: string) {
     return this.byIdAnyStmt.get(id)

@@ -8,7 +8,7 @@ import type { Deps } from '../../deps'
 import { notFound, refused } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { ReceiptStatus } from '../../network/driver'
-import { DriverError } from '../../network/driver'
+import { DriverError, type OutboundMedia } from '../../network/driver'
 import type { ConnectionService, LiveConnection } from '../connections/service'
 import type { ContactService } from '../contacts/service'
 import type { MediaRow } from '../media/repo'
@@ -289,18 +289,45 @@ export class MessageService {
   onDispatchError: (e: unknown) => void = () => {}
   /** Called after a released message reached sent or failed (campaign completion watches it). */
   onSettled: (row: MessageRow) => void = () => {}
+  /** The network asked a number to slow down (the pacer backs off). */
+  onThrottled: (connectionId: string) => void = () => {}
+
+  /** The message's attachments as the driver gets them; null when one is gone (expired). */
+  private outboundMedia(row: MessageRow): OutboundMedia[] | null {
+    const out: OutboundMedia[] = []
+    for (const id of JSON.parse(row.attachments) as string[]) {
+      const m = this.media.repo.get(row.workspace_id, id)
+      if (!m) return null
+      out.push({ id: m.id, mimeType: m.mime_type, filename: m.filename, bytes: async () => new Uint8Array(await this.media.store.file(m.sha256).arrayBuffer()) })
+    }
+    return out
+  }
 
   private async dispatchOnce(live: LiveConnection, row: MessageRow, groupExternalId: string | null) {
     const backoff = [1000, 2000, 4000, 8000, 16000]
+    // a network that asks to slow down is given time (about half an hour) before the message fails
+    const throttleBackoff = [5000, 15000, 30000, 60000, 120000, 300000, 600000, 900000]
+    const attachments = this.outboundMedia(row)
+    if (!attachments) {
+      await this.markFailed(row.id, 'media_unavailable', 'An attachment expired before the message was sent.')
+      this.onSettled(row)
+      return
+    }
+    let throttles = 0
     for (let attempt = 0; ; attempt++) {
       try {
-        const r = await live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments: JSON.parse(row.attachments) })
+        const r = await live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments })
         await this.markSent(row.id, r.externalId)
         this.onSettled(row)
         return
       } catch (e) {
         const err = e instanceof DriverError ? e : new DriverError('driver_error', 'The network driver failed.', false)
-        if (err.retryable && attempt < backoff.length) {
+        if (err.throttled && throttles < throttleBackoff.length) {
+          this.onThrottled(live.row.id)
+          await Bun.sleep(throttleBackoff[throttles++]!)
+          continue
+        }
+        if (err.retryable && !err.throttled && attempt < backoff.length) {
           await Bun.sleep(backoff[attempt]!)
           continue
         }

@@ -1,0 +1,84 @@
+/**
+ * The public webhook route of a Cloud API connection: /hooks/whatsapp/{connection id}.
+ * GET answers Meta's verification (hub.mode=subscribe, hub.verify_token, hub.challenge). POST is
+ * accepted only with a valid X-Hub-Signature-256 over the raw body; statuses update messages
+ * (forward only — duplicates and out-of-order events change nothing, and a status that arrives
+ * before the send was recorded is tried again shortly), inbound messages are logged (opt-out
+ * keywords apply). Payloads it does not know are acknowledged and logged, never an error.
+ */
+import { timingSafeEqual } from 'node:crypto'
+import type { Services } from '../services'
+import { CloudApiConnection } from './cloud-api'
+
+const json = (status: number, body: unknown) => new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' } })
+const RETRY_UNKNOWN_MS = [1000, 3000, 10000]
+
+function validSignature(secret: string, raw: Uint8Array, header: string | null): boolean {
+  if (!header?.startsWith('sha256=')) return false
+  const want = Buffer.from(new Bun.CryptoHasher('sha256', secret).update(raw).digest('hex'))
+  const got = Buffer.from(header.slice(7).trim().toLowerCase())
+  return got.length === want.length && timingSafeEqual(got, want)
+}
+
+export async function handleCloudApiWebhook(request: Request, connectionId: string, svc: Services): Promise<Response> {
+  const live = svc.connections.find(connectionId)
+  if (!live || !(live.driver instanceof CloudApiConnection)) return json(404, { message: 'The connection was not found.', code: 'not_found' })
+  const driver = live.driver
+  const url = new URL(request.url)
+  if (request.method === 'GET') {
+    const mode = url.searchParams.get('hub.mode')
+    const token = url.searchParams.get('hub.verify_token') ?? ''
+    const challenge = url.searchParams.get('hub.challenge') ?? ''
+    const ok = mode === 'subscribe' && token.length === driver.verifyToken.length && timingSafeEqual(Buffer.from(token), Buffer.from(driver.verifyToken))
+    return ok ? new Response(challenge, { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' } }) : json(403, { message: 'The verify token does not match.', code: 'forbidden' })
+  }
+  if (request.method !== 'POST') return json(405, { message: 'Only GET and POST are accepted here.', code: 'method_not_allowed' })
+  const raw = new Uint8Array(await request.arrayBuffer())
+  if (!validSignature(driver.appSecret, raw, request.headers.get('x-hub-signature-256'))) {
+    svc.log.warn('cloud api webhook refused: bad signature', { connection_id: connectionId })
+    return json(401, { message: 'The X-Hub-Signature-256 signature is not valid.', code: 'invalid_signature' })
+  }
+  try {
+    const body = JSON.parse(Buffer.from(raw).toString('utf8'))
+    await apply(body, connectionId, svc)
+  } catch (e) {
+    svc.log.warn('cloud api webhook payload not understood; acknowledged', { connection_id: connectionId, error: String((e as Error)?.message ?? e).slice(0, 200) })
+  }
+  return json(200, { received: true })
+}
+
+async function apply(body: any, connectionId: string, svc: Services) {
+  let known = 0
+  for (const entry of Array.isArray(body?.entry) ? body.entry : []) {
+    for (const change of Array.isArray(entry?.changes) ? entry.changes : []) {
+      const value = change?.value ?? {}
+      for (const st of Array.isArray(value.statuses) ? value.statuses : []) {
+        if (typeof st?.id !== 'string' || typeof st?.status !== 'string') continue
+        known++
+        applyStatus(connectionId, st.id, st.status, st.errors?.[0], svc, 0)
+      }
+      for (const m of Array.isArray(value.messages) ? value.messages : []) {
+        if (typeof m?.from !== 'string') continue
+        known++
+        const from = m.from.startsWith('+') ? m.from : `+${m.from}`
+        if (!/^\+[1-9][0-9]{6,14}$/.test(from)) continue
+        const text = m.type === 'text' ? String(m.text?.body ?? '') : typeof m.button?.text === 'string' ? m.button.text : `[${String(m.type ?? 'unknown').slice(0, 30)} message]`
+        await svc.messages.inbound(connectionId, from, text.slice(0, 4096) || '[empty message]')
+      }
+    }
+  }
+  if (known === 0) svc.log.info('cloud api webhook without statuses or messages; acknowledged', { connection_id: connectionId, field: String(body?.entry?.[0]?.changes?.[0]?.field ?? '').slice(0, 50) })
+}
+
+/** Apply one status; a message not yet known (its send result not recorded) is retried shortly. */
+function applyStatus(connectionId: string, externalId: string, status: string, error: any, svc: Services, attempt: number) {
+  const row = svc.messages.repo.byExternal(connectionId, externalId)
+  if (!row) {
+    const wait = RETRY_UNKNOWN_MS[attempt]
+    if (wait !== undefined) setTimeout(() => applyStatus(connectionId, externalId, status, error, svc, attempt + 1), wait)
+    return
+  }
+  if (status === 'delivered' || status === 'read') void svc.messages.receipt(row.id, status)
+  else if (status === 'failed') void svc.messages.receipt(row.id, 'failed', { code: `cloud_api_${error?.code ?? 'failed'}`, message: String(error?.message ?? error?.title ?? 'The Cloud API reported the message as failed.').slice(0, 300) })
+  // "sent" is recorded when the send call returns; other statuses (e.g. deleted) are ignored
+}

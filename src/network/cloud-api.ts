@@ -1,0 +1,196 @@
+/**
+ * Meta's WhatsApp Cloud API (the official HTTPS Graph API) behind the driver interface.
+ *
+ * Shapes follow Meta's published Cloud API reference:
+ * - send: POST {base}/{version}/{phone-number-id}/messages with
+ *   {messaging_product: "whatsapp", recipient_type: "individual", to, type, text|image|...}
+ *   → {messages: [{id: "wamid..."}]}; errors → {error: {code, message, error_data?}}.
+ * - media: POST {base}/{version}/{phone-number-id}/media, multipart (file, type,
+ *   messaging_product) → {id}; a media message then refers to it by id.
+ * - probe: GET {base}/{version}/{phone-number-id} (code 190 = the access token was rejected;
+ *   100 / 33 = no such phone number id for this token).
+ * - webhooks (see handleCloudApiWebhook): GET verification with hub.mode/hub.verify_token/
+ *   hub.challenge; POST signed with X-Hub-Signature-256 = "sha256=" + hex HMAC-SHA256 of the raw
+ *   body keyed with the app secret; body {object, entry: [{changes: [{field, value: {metadata,
+ *   statuses: [{id, status, errors?}], messages: [{from, id, type, text: {body}}]}}]}]}.
+ * Throughput errors (130429, 131056) are retried and slow the number's pacing; the Cloud API
+ * cannot list groups, so groups are reported as unsupported.
+ */
+import type { ConnectionDriver, DriverContext, DriverFactory, OutboundMedia, OutboundMessage } from './driver'
+import { DriverError } from './driver'
+
+export const DEFAULT_GRAPH_BASE = 'https://graph.facebook.com'
+export const DEFAULT_GRAPH_VERSION = 'v21.0'
+const TIMEOUT_MS = 20_000
+
+/** Cloud API error codes that mean "slow down" rather than "this message is wrong". */
+const THROTTLE_CODES = new Set([130429, 131056, 80007, 4, 613])
+/** The token is no good: the number cannot send until the operator fixes the config. */
+const AUTH_CODES = new Set([190, 0, 10, 200])
+
+interface CloudConfig {
+  phone_number_id: string
+  access_token: string
+  app_secret: string
+  verify_token: string
+  graph_base_url: string
+  graph_version: string
+}
+
+const MEDIA_KIND: Record<string, 'image' | 'audio' | 'video' | 'document' | 'sticker'> = {
+  'image/jpeg': 'image',
+  'image/png': 'image',
+  'image/webp': 'sticker',
+  'audio/aac': 'audio',
+  'audio/amr': 'audio',
+  'audio/mpeg': 'audio',
+  'audio/mp4': 'audio',
+  'audio/ogg': 'audio',
+  'video/mp4': 'video',
+  'video/3gpp': 'video',
+}
+
+interface GraphError {
+  code: number
+  message: string
+}
+
+export class CloudApiConnection implements ConnectionDriver {
+  private config: CloudConfig
+
+  constructor(private readonly ctx: DriverContext) {
+    this.config = ctx.config as unknown as CloudConfig
+  }
+
+  configure(config: Record<string, unknown>) {
+    this.config = config as unknown as CloudConfig
+  }
+
+  /** The connection's secrets, for the webhook route. */
+  get appSecret() {
+    return this.config.app_secret
+  }
+  get verifyToken() {
+    return this.config.verify_token
+  }
+
+  private url(path: string) {
+    return `${this.config.graph_base_url.replace(/\/+$/, '')}/${this.config.graph_version}/${path}`
+  }
+
+  /** One Graph API call; resolves with the JSON body or throws a GraphError-shaped DriverError. */
+  private async call(method: string, path: string, body?: unknown): Promise<any> {
+    let res: Response
+    try {
+      res = await fetch(this.url(path), {
+        method,
+        headers: { authorization: `Bearer ${this.config.access_token}`, ...(body instanceof FormData || body === undefined ? {} : { 'content-type': 'application/json' }) },
+        body: body === undefined ? undefined : body instanceof FormData ? body : JSON.stringify(body),
+        signal: AbortSignal.timeout(TIMEOUT_MS),
+      })
+    } catch {
+      throw new DriverError('network_unreachable', 'The Cloud API could not be reached.', true)
+    }
+    const json = (await res.json().catch(() => null)) as any
+    if (res.ok && json) return json
+    const err: GraphError = { code: Number(json?.error?.code ?? res.status), message: String(json?.error?.message ?? `HTTP ${res.status}`).slice(0, 300) }
+    throw this.mapError(err, res.status)
+  }
+
+  private mapError(err: GraphError, httpStatus: number): DriverError {
+    if (THROTTLE_CODES.has(err.code) || httpStatus === 429) return new DriverError(`cloud_api_${err.code}`, `The Cloud API asked to slow down: ${err.message}`, true, true)
+    if (AUTH_CODES.has(err.code) || httpStatus === 401) {
+      this.ctx.reportStatus('offline', `The Cloud API rejected the access token (code ${err.code}).`)
+      return new DriverError('connection_offline', 'The Cloud API rejected the access token; the number is offline until its config is fixed.')
+    }
+    if (httpStatus >= 500) return new DriverError(`cloud_api_${err.code}`, `The Cloud API failed: ${err.message}`, true)
+    return new DriverError(`cloud_api_${err.code}`, err.message)
+  }
+
+  async probe(): Promise<{ online: boolean; reason: string | null }> {
+    try {
+      await this.call('GET', `${encodeURIComponent(this.config.phone_number_id)}?fields=display_phone_number,verified_name`)
+      return { online: true, reason: null }
+    } catch (e) {
+      const err = e as DriverError
+      if (err.code === 'connection_offline') return { online: false, reason: 'The Cloud API rejected the access token.' }
+      if (err.code === 'cloud_api_100' || err.code === 'cloud_api_33') return { online: false, reason: 'The phone number id is not registered for this access token.' }
+      if (err.code === 'network_unreachable') return { online: false, reason: 'The Cloud API could not be reached.' }
+      return { online: false, reason: err.message }
+    }
+  }
+
+  private async uploadMedia(m: OutboundMedia): Promise<string> {
+    const form = new FormData()
+    form.set('messaging_product', 'whatsapp')
+    form.set('type', m.mimeType)
+    form.set('file', new File([await m.bytes()], m.filename, { type: m.mimeType }))
+    const r = await this.call('POST', `${encodeURIComponent(this.config.phone_number_id)}/media`, form)
+    if (typeof r?.id !== 'string') throw new DriverError('cloud_api_bad_response', 'The Cloud API did not return a media id.', true)
+    return r.id
+  }
+
+  async send(message: OutboundMessage): Promise<{ externalId: string }> {
+    if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
+    if (message.groupExternalId !== null || !message.recipient) throw new DriverError('unsupported', 'The Cloud API cannot post into groups.')
+    const to = message.recipient.replace(/^\+/, '')
+    const base = { messaging_product: 'whatsapp', recipient_type: 'individual', to }
+    const path = `${encodeURIComponent(this.config.phone_number_id)}/messages`
+    const ids: string[] = []
+    // one Cloud API message per attachment, the text as the first one's caption (where allowed)
+    let caption = message.body
+    for (const m of message.attachments) {
+      const mediaId = await this.uploadMedia(m)
+      const kind = MEDIA_KIND[m.mimeType] ?? 'document'
+      const payload: Record<string, unknown> = { id: mediaId }
+      if (kind === 'document') payload.filename = m.filename
+      if (caption && (kind === 'image' || kind === 'video' || kind === 'document')) {
+        payload.caption = caption
+        caption = null
+      }
+      const r = await this.call('POST', path, { ...base, type: kind, [kind]: payload })
+      ids.push(r?.messages?.[0]?.id)
+    }
+    if (caption) {
+      const r = await this.call('POST', path, { ...base, type: 'text', text: { body: caption, preview_url: false } })
+      ids.push(r?.messages?.[0]?.id)
+    }
+    const externalId = ids.find((x) => typeof x === 'string')
+    if (!externalId) throw new DriverError('cloud_api_bad_response', 'The Cloud API did not return a message id.')
+    return { externalId }
+  }
+
+  async confirm() {
+    // the Cloud API cannot be asked whether it got a send by our id
+    return null
+  }
+
+  async listGroups() {
+    return null
+  }
+
+  close() {}
+}
+
+const digits = /^[0-9]{5,30}$/
+const str = (v: unknown, max = 1000) => typeof v === 'string' && v.length > 0 && v.length <= max
+
+export const cloudApiDriver: DriverFactory = {
+  name: 'cloud_api',
+  secretFields: ['access_token', 'app_secret'],
+  checkConfig(config: unknown, previous?: Record<string, unknown>) {
+    if (config !== undefined && config !== null && (typeof config !== 'object' || Array.isArray(config))) return { errors: { config: ['The config field must be an object.'] } }
+    const c: Record<string, unknown> = { graph_base_url: DEFAULT_GRAPH_BASE, graph_version: DEFAULT_GRAPH_VERSION, ...previous, ...(config as Record<string, unknown> | undefined) }
+    const errors: Record<string, string[]> = {}
+    if (typeof c.phone_number_id !== 'string' || !digits.test(c.phone_number_id)) errors['config.phone_number_id'] = ['The config.phone_number_id field must be the numeric phone number id from Meta.']
+    if (!str(c.access_token, 4096)) errors['config.access_token'] = ['The config.access_token field is required.']
+    if (!str(c.app_secret, 200)) errors['config.app_secret'] = ['The config.app_secret field is required (it verifies webhook signatures).']
+    if (!str(c.verify_token, 200)) errors['config.verify_token'] = ['The config.verify_token field is required (Meta sends it when you register the webhook).']
+    if (typeof c.graph_base_url !== 'string' || !/^https?:\/\/[^\s/?#]+(\/[^\s?#]*)?$/.test(c.graph_base_url)) errors['config.graph_base_url'] = ['The config.graph_base_url field must be an http or https URL.']
+    if (typeof c.graph_version !== 'string' || !/^v[0-9]{1,3}\.[0-9]{1,2}$/.test(c.graph_version)) errors['config.graph_version'] = ['The config.graph_version field must look like v21.0.']
+    if (Object.keys(errors).length) return { errors }
+    const { phone_number_id, access_token, app_secret, verify_token, graph_base_url, graph_version } = c
+    return { config: { phone_number_id, access_token, app_secret, verify_token, graph_base_url, graph_version } }
+  },
+  create: (ctx) => new CloudApiConnection(ctx),
+}

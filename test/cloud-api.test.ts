@@ -1,0 +1,265 @@
+/**
+ * The WhatsApp Cloud API driver against a local fake of the Graph API and a local sender of
+ * signed webhooks, both built from Meta's published request/response shapes (see
+ * src/network/cloud-api.ts). No test reaches the internet.
+ */
+import { Database } from 'bun:sqlite'
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { readdirSync, readFileSync, statSync } from 'node:fs'
+import { join } from 'node:path'
+import { TestClamd } from './support/clamd'
+import * as files from './support/files'
+import { TestServer, newPhone } from './support/server'
+import { waitFor } from './support/wait'
+
+const TOKEN = 'EAAG-test-access-token-0123456789abcdef'
+const APP_SECRET = 'test-app-secret-9f8e7d6c'
+const VERIFY = 'capstan-verify-token'
+const PNID = '109876543210'
+
+interface Seen {
+  method: string
+  path: string
+  auth: string | null
+  json?: any
+  form?: Record<string, string>
+}
+
+/** A fake Graph API: send, media upload and phone number lookup, with scripted failures. */
+function fakeGraph() {
+  const seen: Seen[] = []
+  const state = { rejectTokens: false, throttleNext: 0 }
+  const server = Bun.serve({
+    hostname: '127.0.0.1',
+    port: 0,
+    async fetch(req) {
+      const url = new URL(req.url)
+      const auth = req.headers.get('authorization')
+      const err = (status: number, code: number, message: string) => Response.json({ error: { message, type: 'OAuthException', code, fbtrace_id: 'AbCdEf' } }, { status })
+      if (auth !== `Bearer ${TOKEN}` || state.rejectTokens) {
+        seen.push({ method: req.method, path: url.pathname, auth })
+        return err(401, 190, 'Error validating access token: Session has expired.')
+      }
+      const m = /^\/v21\.0\/(\d+)(\/messages|\/media)?$/.exec(url.pathname)
+      if (!m || m[1] !== PNID) return err(400, 100, 'Unsupported get request. Object does not exist.')
+      if (req.method === 'GET' && !m[2]) return Response.json({ display_phone_number: '15550001234', verified_name: 'Acme', id: PNID })
+      if (req.method === 'POST' && m[2] === '/media') {
+        const fd = await req.formData()
+        const file = fd.get('file') as File
+        seen.push({ method: 'POST', path: url.pathname, auth, form: { type: String(fd.get('type')), messaging_product: String(fd.get('messaging_product')), filename: file.name, size: String(file.size) } })
+        return Response.json({ id: `media-${seen.length}` })
+      }
+      if (req.method === 'POST' && m[2] === '/messages') {
+        const json = await req.json()
+        seen.push({ method: 'POST', path: url.pathname, auth, json })
+        if (state.throttleNext > 0) {
+          state.throttleNext--
+          return err(400, 130429, 'Rate limit hit')
+        }
+        if (json.to === '15550009001') return err(400, 131026, 'Message undeliverable')
+        return Response.json({ messaging_product: 'whatsapp', contacts: [{ input: json.to, wa_id: json.to }], messages: [{ id: `wamid.${crypto.randomUUID()}` }] })
+      }
+      return err(400, 100, 'Unsupported request')
+    },
+  })
+  return { base: `http://127.0.0.1:${server.port}`, seen, state, stop: () => server.stop(true) }
+}
+
+/** Post a webhook the way Meta does: JSON body signed with the app secret. */
+async function deliver(base: string, connId: string, body: unknown, secret = APP_SECRET) {
+  const raw = JSON.stringify(body)
+  const sig = `sha256=${new Bun.CryptoHasher('sha256', secret).update(raw).digest('hex')}`
+  return fetch(`${base}/hooks/whatsapp/${connId}`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-hub-signature-256': sig }, body: raw })
+}
+
+const statusEvent = (wamid: string, status: string, errors?: unknown[]) => ({
+  object: 'whatsapp_business_account',
+  entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { display_phone_number: '15550001234', phone_number_id: PNID }, statuses: [{ id: wamid, status, timestamp: '1763700000', recipient_id: '15551234567', ...(errors ? { errors } : {}) }] } }] }],
+})
+const inboundEvent = (from: string, text: string) => ({
+  object: 'whatsapp_business_account',
+  entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: PNID }, contacts: [{ profile: { name: 'Ada' }, wa_id: from }], messages: [{ from, id: `wamid.in-${crypto.randomUUID()}`, timestamp: '1763700000', type: 'text', text: { body: text } }] } }] }],
+})
+
+let graph: ReturnType<typeof fakeGraph>
+let clamd: TestClamd
+let srv: TestServer
+beforeAll(async () => {
+  graph = fakeGraph()
+  clamd = await TestClamd.start()
+  srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
+})
+afterAll(async () => {
+  await srv.close()
+  await clamd.stop()
+  graph.stop()
+})
+
+async function setup(config: Record<string, unknown> = {}) {
+  const t = await srv.tenant()
+  await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+  const r = await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, {
+    phone: newPhone('+1444'),
+    driver: 'cloud_api',
+    config: { phone_number_id: PNID, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base, graph_version: 'v21.0', ...config },
+  })
+  return { ...t, conn: r.json.data, created: r }
+}
+
+const msg = (key: string, id: string) => srv.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
+
+describe('connecting a number', () => {
+  test('config is validated; secrets are never returned, logged or stored in clear', async () => {
+    const ws = await srv.workspace()
+    const bad = await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'cloud_api', config: { phone_number_id: 'abc', graph_base_url: 'ftp://x' } })
+    expect(Object.keys(bad.json.errors).sort()).toEqual(['config.access_token', 'config.app_secret', 'config.graph_base_url', 'config.phone_number_id', 'config.verify_token'])
+    const { conn, created } = await setup()
+    expect(created.status).toBe(201)
+    expect(conn).toMatchObject({ driver: 'cloud_api', status: 'online', status_reason: null })
+    expect(conn.config).toMatchObject({ phone_number_id: PNID, access_token: '(set)', app_secret: '(set)', graph_base_url: graph.base })
+    const listed = await srv.admin('GET', `/connections/${conn.id}`)
+    expect(listed.text).not.toContain(TOKEN)
+    expect(listed.text).not.toContain(APP_SECRET)
+    await Bun.sleep(100)
+    expect(srv.output).not.toContain(TOKEN)
+    const walk = (d: string): string[] => readdirSync(d).flatMap((f) => (statSync(join(d, f)).isDirectory() ? walk(join(d, f)) : [join(d, f)]))
+    for (const f of walk(srv.dataDir)) {
+      const content = readFileSync(f)
+      expect(content.includes(TOKEN)).toBe(false)
+      expect(content.includes(APP_SECRET)).toBe(false)
+    }
+  })
+
+  test('a rejected token or an unknown number id leaves the number offline with the reason', async () => {
+    const a = await setup({ access_token: 'EAAG-wrong-token' })
+    expect(a.conn).toMatchObject({ status: 'offline' })
+    expect(a.conn.status_reason).toContain('rejected the access token')
+    const b = await setup({ phone_number_id: '555000111' })
+    expect(b.conn.status).toBe('offline')
+    expect(b.conn.status_reason).toContain('not registered')
+    const fixed = await srv.admin('PATCH', `/connections/${a.conn.id}`, { config: { access_token: TOKEN }, status: 'online' })
+    expect(fixed.json.data).toMatchObject({ status: 'online', status_reason: null })
+  })
+
+  test('groups are reported as unsupported for a Cloud API number', async () => {
+    const { key, conn } = await setup()
+    const numbers = (await srv.api(key, 'POST', '/groups/sync')).json.data.numbers
+    expect(numbers).toEqual([{ number: conn.phone, status: 'unsupported', groups: null, error: 'This network cannot report groups.' }])
+  })
+})
+
+describe('sending', () => {
+  test('text goes out as a Cloud API text message; the wamid is the external id', async () => {
+    const { key, conn } = await setup()
+    const to = newPhone()
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
+    const sent = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'sent' ? msg(key, r.json.data.id) : null))
+    const call = graph.seen.filter((s) => s.json?.to === to.slice(1))
+    expect(call).toHaveLength(1)
+    expect(call[0]).toMatchObject({ path: `/v21.0/${PNID}/messages`, auth: `Bearer ${TOKEN}`, json: { messaging_product: 'whatsapp', recipient_type: 'individual', to: to.slice(1), type: 'text', text: { body: 'Your order shipped' } } })
+    expect(sent.outcome.state).toBe('sent')
+  })
+
+  test('media is uploaded to the media endpoint and sent by id with the text as caption', async () => {
+    const { key, conn } = await setup()
+    const fd = new FormData()
+    fd.set('file', new File([files.png()], 'receipt.png'))
+    const media = (await srv.api(key, 'POST', '/media', { multipart: fd })).json.data
+    const to = newPhone()
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your receipt', media: { attachments: [{ media_id: media.id }] } } })
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    const upload = graph.seen.find((s) => s.path.endsWith('/media') && s.form?.filename === 'receipt.png')
+    expect(upload?.form).toMatchObject({ type: 'image/png', messaging_product: 'whatsapp' })
+    const send = graph.seen.find((s) => s.json?.to === to.slice(1))
+    expect(send?.json).toMatchObject({ type: 'image', image: { caption: 'Your receipt' } })
+    expect(send?.json.image.id).toMatch(/^media-/)
+  })
+
+  test('a Cloud API error fails the message with its code and message', async () => {
+    const { key, conn } = await setup()
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: '+15550009001', body: 'x' } })
+    const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
+    expect(failed.error).toEqual({ code: 'cloud_api_131026', message: 'Message undeliverable' })
+  })
+
+  test('a throughput error is retried instead of failing, and slows the number', async () => {
+    const { ws, key, conn } = await setup()
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 1, max_gap_seconds: 1 } } })
+    graph.state.throttleNext = 1
+    const first = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'one' } })
+    const second = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'two' } })
+    await waitFor(async () => (await msg(key, first.json.data.id)).status === 'sent', 15_000)
+    // the network asked to slow down: the number holds its next release for a while
+    expect((await msg(key, second.json.data.id)).status).toBe('queued')
+    const live = (await srv.admin('GET', `/workspaces/${ws.id}/numbers/live`)).json.data[0]
+    expect(Date.parse(live.next_release_at)).toBeGreaterThan(Date.now() + 30_000)
+  }, 30_000)
+
+  test('a token rejected while sending fails the message and takes the number offline with the reason', async () => {
+    const { key, conn } = await setup()
+    graph.state.rejectTokens = true
+    try {
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })
+      const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
+      expect(failed.error.code).toBe('connection_offline')
+      const c = (await srv.admin('GET', `/connections/${conn.id}`)).json.data
+      expect(c.status).toBe('offline')
+      expect(c.status_reason).toContain('code 190')
+      expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })).json.code).toBe('connection_offline')
+    } finally {
+      graph.state.rejectTokens = false
+    }
+  })
+})
+
+describe('webhooks from Meta', () => {
+  test('GET verification answers the challenge only for the verify token', async () => {
+    const { conn } = await setup()
+    const ok = await fetch(`${srv.base}/hooks/whatsapp/${conn.id}?hub.mode=subscribe&hub.verify_token=${VERIFY}&hub.challenge=1158201444`)
+    expect([ok.status, await ok.text()]).toEqual([200, '1158201444'])
+    expect((await fetch(`${srv.base}/hooks/whatsapp/${conn.id}?hub.mode=subscribe&hub.verify_token=nope&hub.challenge=1`)).status).toBe(403)
+    expect((await fetch(`${srv.base}/hooks/whatsapp/${crypto.randomUUID()}?hub.mode=subscribe&hub.verify_token=${VERIFY}&hub.challenge=1`)).status).toBe(404)
+  })
+
+  test('signed statuses move messages forward; duplicates and out-of-order events change nothing; bad signatures are refused', async () => {
+    const { key, conn } = await setup()
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'track me' } })
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    const sendCall = graph.seen.filter((s) => s.json?.text?.body === 'track me')
+    expect(sendCall).toHaveLength(1)
+    // the driver stored the wamid Meta returned as the external id; statuses refer to it
+    const d = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+    const ext = (d.query('SELECT external_id FROM messages WHERE id = ?').get(r.json.data.id) as any).external_id as string
+    d.close()
+    expect(ext).toMatch(/^wamid\./)
+    const forged = await deliver(srv.base, conn.id, statusEvent(ext, 'read'), 'wrong-secret')
+    expect(forged.status).toBe(401)
+    expect((await msg(key, r.json.data.id)).status).toBe('sent')
+    expect((await deliver(srv.base, conn.id, statusEvent(ext, 'read'))).status).toBe(200)
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'read')
+    expect((await deliver(srv.base, conn.id, statusEvent(ext, 'delivered'))).status).toBe(200)
+    expect((await deliver(srv.base, conn.id, statusEvent(ext, 'read'))).status).toBe(200)
+    expect((await deliver(srv.base, conn.id, statusEvent(ext, 'failed', [{ code: 131026, title: 'Undeliverable' }]))).status).toBe(200)
+    await Bun.sleep(200)
+    const final = await msg(key, r.json.data.id)
+    expect(final.status).toBe('read')
+    expect(final.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'read', 'delivered'])
+  })
+
+  test('inbound messages are logged and STOP opts the sender out; unknown payloads are acknowledged', async () => {
+    const { key, conn } = await setup()
+    const from = newPhone()
+    expect((await deliver(srv.base, conn.id, inboundEvent(from.slice(1), 'Hi, where is my order?'))).status).toBe(200)
+    expect((await deliver(srv.base, conn.id, inboundEvent(from.slice(1), 'stop'))).status).toBe(200)
+    const inbound = (await srv.api(key, 'GET', '/messages?direction=inbound')).json.data
+    expect(inbound.map((m: any) => m.body)).toEqual(['stop', 'Hi, where is my order?'])
+    expect(inbound[0].sender).toBe(from)
+    expect((await srv.api(key, 'GET', '/contacts')).json.data.find((c: any) => c.phone === from).consent_status).toBe('opted_out')
+    for (const odd of [{ object: 'whatsapp_business_account', entry: [{ changes: [{ field: 'account_update', value: { event: 'VERIFIED_ACCOUNT' } }] }] }, { hello: 'world' }, []]) {
+      expect((await deliver(srv.base, conn.id, odd)).status).toBe(200)
+    }
+    const notJson = await fetch(`${srv.base}/hooks/whatsapp/${conn.id}`, { method: 'POST', headers: { 'x-hub-signature-256': `sha256=${new Bun.CryptoHasher('sha256', APP_SECRET).update('{oops').digest('hex')}` }, body: '{oops' })
+    expect(notJson.status).toBe(200)
+    expect((await srv.request('GET', '/healthz')).status).toBe(200)
+  })
+})
