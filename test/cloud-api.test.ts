@@ -50,7 +50,7 @@ function fakeGraph() {
         return Response.json({ id: `media-${seen.length}` })
       }
       if (req.method === 'POST' && m[2] === '/messages') {
-        const json = await req.json()
+        const json = (await req.json()) as { to: string }
         seen.push({ method: 'POST', path: url.pathname, auth, json })
         if (state.throttleNext > 0) {
           state.throttleNext--
