@@ -79,6 +79,8 @@ export interface DriverContext {
   reportStatus: (status: 'online' | 'offline', reason: string | null) => void
   events: DriverEvents
   log: { warn(msg: string, fields?: Record<string, unknown>): void }
+  /** CAPSTAN_DATA_DIR, for drivers that keep state on disk (the sandbox's record of sends). */
+  dataDir: string
 }
 
 export interface DriverFactory {

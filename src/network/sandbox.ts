@@ -4,8 +4,48 @@
  * own), fails the configured recipients, answers group lists with what the operator gave it, and
  * refuses when offline. Its groups live in memory only, so participant numbers never reach disk.
  */
+import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import type { ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
 import { DriverError } from './driver'
+
+/**
+ * The simulated network's durable record of every send it accepted: one JSON line per send in
+ * CAPSTAN_DATA_DIR/sandbox/<connection id>.jsonl, written before the send is acknowledged. Tests
+ * compare it with what the API accepted; crash recovery asks it whether a send got through.
+ */
+export class SandboxLedger {
+  private accepted: Map<string, string> | null = null
+
+  constructor(private readonly path: string) {}
+
+  private load() {
+    if (this.accepted) return this.accepted
+    this.accepted = new Map()
+    if (existsSync(this.path)) {
+      for (const line of readFileSync(this.path, 'utf8').split('\n')) {
+        if (!line) continue
+        try {
+          const r = JSON.parse(line) as { message_id: string; external_id: string }
+          this.accepted.set(r.message_id, r.external_id)
+        } catch {
+          // a line cut by a crash: that send was never acknowledged
+        }
+      }
+    }
+    return this.accepted
+  }
+
+  record(entry: { message_id: string; external_id: string; recipient: string | null; group: string | null; body: string | null; attachments: number; at: string }) {
+    mkdirSync(join(this.path, '..'), { recursive: true, mode: 0o700 })
+    appendFileSync(this.path, JSON.stringify(entry) + '\n', { mode: 0o600 })
+    this.load().set(entry.message_id, entry.external_id)
+  }
+
+  find(messageId: string) {
+    return this.load().get(messageId) ?? null
+  }
+}
 
 export interface SandboxConfig {
   delivered_after_ms: number | null
@@ -31,11 +71,11 @@ export class SandboxConnection implements ConnectionDriver {
   private config: SandboxConfig
   private timers = new Set<Timer>()
   private groups: GroupInfo[] = []
-  /** Sends this process accepted (in memory; a restart forgets them). */
-  private accepted = new Map<string, string>()
+  private ledger: SandboxLedger
 
   constructor(private readonly ctx: DriverContext) {
     this.config = { ...DEFAULTS, ...(ctx.config as Partial<SandboxConfig>) }
+    this.ledger = new SandboxLedger(join(ctx.dataDir, 'sandbox', `${ctx.connectionId}.jsonl`))
   }
 
   configure(config: Record<string, unknown>) {
@@ -49,7 +89,7 @@ export class SandboxConnection implements ConnectionDriver {
       throw new DriverError('recipient_unreachable', 'The network could not deliver to this recipient.')
     }
     const externalId = `sbx_${crypto.randomUUID()}`
-    this.accepted.set(message.id, externalId)
+    this.ledger.record({ message_id: message.id, external_id: externalId, recipient: message.recipient, group: message.groupExternalId, body: message.body, attachments: message.attachments.length, at: new Date().toISOString() })
     if (message.groupExternalId === null) {
       this.later(this.config.delivered_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, message.id, 'delivered'))
       this.later(this.config.read_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, message.id, 'read'))
@@ -58,7 +98,7 @@ export class SandboxConnection implements ConnectionDriver {
   }
 
   async confirm(messageId: string) {
-    const externalId = this.accepted.get(messageId)
+    const externalId = this.ledger.find(messageId)
     return externalId ? { externalId } : null
   }
 

@@ -81,6 +81,7 @@ export class ConnectionService {
       reportStatus: (status, reason) => this.setStatus(row.id, status, reason),
       events: this.events!,
       log: this.log,
+      dataDir: this.deps.config.dataDir,
     })
     this.live.set(row.id, entry)
     return entry

@@ -30,6 +30,15 @@ export interface SendInput {
   attachments: string[]
 }
 
+/** How long a driver may take to accept one send. */
+export const DRIVER_TIMEOUT_MS = 60_000
+const TIMED_OUT = Symbol('timed out')
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: Timer
+  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(TIMED_OUT), ms)))]).finally(() => clearTimeout(timer))
+}
+
 /** What a caller decides about a new message; the rest starts empty. */
 export type MessageFields = Pick<NewMessage, 'id' | 'workspace_id' | 'connection_id' | 'contact_id' | 'group_id' | 'recipient' | 'sender' | 'body' | 'attachments'> & { campaign_id?: string | null }
 
@@ -316,11 +325,19 @@ export class MessageService {
     let throttles = 0
     for (let attempt = 0; ; attempt++) {
       try {
-        const r = await live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments })
+        const r = await withTimeout(live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments }), DRIVER_TIMEOUT_MS)
         await this.markSent(row.id, r.externalId)
         this.onSettled(row)
         return
       } catch (e) {
+        if (e === TIMED_OUT) {
+          // the network may or may not have it: never send again blindly
+          const confirmed = await live.driver.confirm(row.id).catch(() => null)
+          if (confirmed) await this.markSent(row.id, confirmed.externalId)
+          else await this.markFailed(row.id, 'send_timeout', 'The network did not answer in time; the message was not sent again.')
+          this.onSettled(row)
+          return
+        }
         const err = e instanceof DriverError ? e : new DriverError('driver_error', 'The network driver failed.', false)
         if (err.throttled && throttles < throttleBackoff.length) {
           this.onThrottled(live.row.id)
