@@ -9,6 +9,7 @@
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { resolveAdminToken } from './admin-token'
+import { backup, restore } from './backup'
 import { systemClock } from './clock'
 import { CLI_HELP, runAdminCommand } from './cli'
 import { ConfigError, loadConfig } from './config'
@@ -26,7 +27,10 @@ const HELP = `capstan ${VERSION} — self-hosted messaging API appliance
 usage:
   capstan serve        run the HTTP API, admin API, docs and scheduler
   capstan migrate      apply database migrations and exit
+  capstan backup DIR   consistent copy of the database, media, key file (while the server runs)
+  capstan restore DIR  put a backup into CAPSTAN_DATA_DIR (server stopped; --force to overwrite)
   capstan version      print the version
+  capstan healthcheck  exit 0 when the local server answers GET /healthz
 
 ${CLI_HELP}
 
@@ -105,6 +109,33 @@ async function main(argv: string[]) {
       db.close()
       console.log(applied.length ? `applied migrations ${applied.join(', ')}` : 'database is up to date')
       return
+    }
+    case 'backup':
+    case 'restore': {
+      const config = configOrExit()
+      const target = argv[1]
+      if (!target) fail(`usage: capstan ${command} <dir>`)
+      try {
+        if (command === 'backup') {
+          const r = backup(config.dataDir, target)
+          console.log(`backup written to ${r.dir}: ${r.messages} messages, ${r.media} media files${r.missing.length ? ` (${r.missing.length} media files deleted by retention meanwhile)` : ''}`)
+        } else {
+          const r = restore(target, config.dataDir, argv.includes('--force'))
+          console.log(`restored into ${config.dataDir}: ${r.messages} messages; start the server with this CAPSTAN_DATA_DIR`)
+        }
+      } catch (e) {
+        fail((e as Error).message)
+      }
+      return
+    }
+    case 'healthcheck': {
+      // for container HEALTHCHECK: exit 0 when GET /healthz answers 200 on this host
+      const port = process.env.CAPSTAN_PORT || '8080'
+      const ok = await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(3000) }).then(
+        (r) => r.ok,
+        () => false,
+      )
+      process.exit(ok ? 0 : 1)
     }
     case 'version':
     case '--version':

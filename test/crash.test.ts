@@ -99,7 +99,7 @@ describe('crash test', () => {
       expect(accepted.size).toBeGreaterThan(50)
       for (const id of accepted.keys()) expect(inLog.has(id)).toBe(true)
       for (const r of rows) expect(['sent', 'delivered', 'read', 'failed']).toContain(r.status)
-      for (const r of rows.filter((x) => x.status === 'failed')) expect(['send_interrupted', 'send_timeout']).toContain(r.error_code)
+      for (const r of rows.filter((x) => x.status === 'failed')) expect(['send_interrupted', 'send_timeout']).toContain(r.error_code ?? '')
       for (const ids of byKey.values()) expect(ids.size).toBe(1)
       // what the network received: every message at most once, and only messages in the log
       const dir = join(srv.dataDir, 'sandbox')

@@ -175,6 +175,8 @@ describe('configuration and start-up', () => {
       expect((db.query('PRAGMA journal_mode').get() as any).journal_mode).toBe('wal')
       db.close()
       expect((await runCapstan(['version'], {})).out.trim()).toMatch(/^\d+\.\d+\.\d+$/)
+      expect((await runCapstan(['healthcheck'], { CAPSTAN_PORT: new URL(srv.base).port })).code).toBe(0)
+      expect((await runCapstan(['healthcheck'], { CAPSTAN_PORT: '1' })).code).toBe(1)
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }

@@ -1,0 +1,84 @@
+/**
+ * `capstan backup <dir>` and `capstan restore <dir>`.
+ *
+ * Backup works while the server runs: `VACUUM INTO` writes a transactionally consistent copy of
+ * the database (WAL readers never block the server), then the media files that copy refers to
+ * are copied (they are content-addressed and never change), with the key file that decrypts
+ * stored secrets and the sandbox's records. Restore puts a backup into an empty data directory
+ * (the server stopped) and checks the database's integrity.
+ */
+import { Database } from 'bun:sqlite'
+import { copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { migrate, openDatabase } from './db/open'
+import { VERSION } from './version'
+
+export interface BackupResult {
+  dir: string
+  messages: number
+  media: number
+  missing: string[]
+}
+
+function copyDir(from: string, to: string) {
+  if (!existsSync(from)) return
+  mkdirSync(to, { recursive: true, mode: 0o700 })
+  for (const f of readdirSync(from, { withFileTypes: true })) {
+    if (f.isDirectory()) copyDir(join(from, f.name), join(to, f.name))
+    else if (f.isFile()) copyFileSync(join(from, f.name), join(to, f.name))
+  }
+}
+
+export function backup(dataDir: string, dir: string): BackupResult {
+  const source = join(dataDir, 'capstan.db')
+  if (!existsSync(source)) throw new Error(`no database at ${source}`)
+  if (existsSync(join(dir, 'capstan.db'))) throw new Error(`${dir} already holds a backup`)
+  mkdirSync(dir, { recursive: true, mode: 0o700 })
+  const db = new Database(source, { readonly: true })
+  db.run('PRAGMA busy_timeout = 10000')
+  try {
+    db.query('VACUUM INTO ?').run(join(dir, 'capstan.db'))
+  } finally {
+    db.close()
+  }
+  const copy = new Database(join(dir, 'capstan.db'), { readonly: true })
+  const shas = copy.query<{ sha256: string }, []>('SELECT DISTINCT sha256 FROM media').all().map((r) => r.sha256)
+  const messages = copy.query<{ n: number }, []>('SELECT COUNT(*) AS n FROM messages').get()!.n
+  copy.close()
+  const missing: string[] = []
+  for (const sha of shas) {
+    const from = join(dataDir, 'media', sha.slice(0, 2), sha)
+    if (!existsSync(from)) {
+      missing.push(sha) // deleted by retention after the snapshot
+      continue
+    }
+    mkdirSync(join(dir, 'media', sha.slice(0, 2)), { recursive: true, mode: 0o700 })
+    copyFileSync(from, join(dir, 'media', sha.slice(0, 2), sha))
+  }
+  if (existsSync(join(dataDir, 'secret.key'))) copyFileSync(join(dataDir, 'secret.key'), join(dir, 'secret.key'))
+  copyDir(join(dataDir, 'sandbox'), join(dir, 'sandbox'))
+  writeFileSync(join(dir, 'manifest.json'), JSON.stringify({ capstan: VERSION, created_at: new Date().toISOString(), messages, media_files: shas.length - missing.length, missing_media: missing }, null, 2))
+  return { dir, messages, media: shas.length - missing.length, missing }
+}
+
+export function restore(dir: string, dataDir: string, force = false): { messages: number } {
+  const from = join(dir, 'capstan.db')
+  if (!existsSync(from)) throw new Error(`no backup at ${dir} (capstan.db missing)`)
+  if (existsSync(join(dataDir, 'capstan.db')) && !force) throw new Error(`${dataDir} already holds a database; stop the server and move it away (or pass --force)`)
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 })
+  // a forced restore replaces the database whole: its old WAL must not be replayed onto the copy
+  for (const f of ['capstan.db-wal', 'capstan.db-shm']) rmSync(join(dataDir, f), { force: true })
+  copyFileSync(from, join(dataDir, 'capstan.db'))
+  copyDir(join(dir, 'media'), join(dataDir, 'media'))
+  copyDir(join(dir, 'sandbox'), join(dataDir, 'sandbox'))
+  if (existsSync(join(dir, 'secret.key'))) copyFileSync(join(dir, 'secret.key'), join(dataDir, 'secret.key'))
+  const db = openDatabase(join(dataDir, 'capstan.db'))
+  try {
+    const ok = (db.query('PRAGMA integrity_check').get() as { integrity_check: string }).integrity_check
+    if (ok !== 'ok') throw new Error(`the restored database failed its integrity check: ${ok}`)
+    migrate(db)
+    return { messages: db.query<{ n: number }, []>('SELECT COUNT(*) AS n FROM messages').get()!.n }
+  } finally {
+    db.close()
+  }
+}

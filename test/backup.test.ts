@@ -1,0 +1,65 @@
+/** `capstan backup` while the server runs under load, then `capstan restore` and a fresh start. */
+import { describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { TestClamd } from './support/clamd'
+import * as files from './support/files'
+import { TestServer, newPhone } from './support/server'
+
+const ROOT = join(import.meta.dir, '..')
+
+function capstan(args: string[], env: Record<string, string>) {
+  const base: Record<string, string> = {}
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) base[k] = v
+  const p = Bun.spawnSync(['bun', 'src/main.ts', ...args], { cwd: ROOT, env: { ...base, ...env } })
+  return { code: p.exitCode, out: p.stdout.toString(), err: p.stderr.toString() }
+}
+
+describe('backup and restore', () => {
+  test('an online backup restores into a working server with every message, media file and secret', async () => {
+    const clamd = await TestClamd.start()
+    const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
+    const backupDir = join(mkdtempSync(join(tmpdir(), 'capstan-backup-')), 'b1')
+    const restoredDir = mkdtempSync(join(tmpdir(), 'capstan-restored-'))
+    let restored: TestServer | null = null
+    try {
+      const t = await srv.tenant()
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+      const hook = (await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: 'http://127.0.0.1:9/h' })).json.data
+      const pngBytes = files.png()
+      const fd = new FormData()
+      fd.set('file', new File([pngBytes], 'logo.png'))
+      const media = (await srv.api(t.key, 'POST', '/media', { multipart: fd })).json.data
+      const before: string[] = []
+      for (let i = 0; i < 30; i++) before.push((await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `m${i}`, ...(i === 0 ? { media: { attachments: [{ media_id: media.id }] } } : {}) } })).json.data.id)
+      // keep writing while the backup runs
+      let writing = true
+      const load = (async () => {
+        while (writing) await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'during backup' } })
+      })()
+      const b = capstan(['backup', backupDir], { CAPSTAN_DATA_DIR: srv.dataDir })
+      writing = false
+      await load
+      expect(b.code).toBe(0)
+      expect(b.out).toContain('backup written')
+      expect(capstan(['backup', backupDir], { CAPSTAN_DATA_DIR: srv.dataDir }).code).toBe(2) // never overwrites
+
+      const r = capstan(['restore', backupDir], { CAPSTAN_DATA_DIR: restoredDir })
+      expect(r.code).toBe(0)
+      expect(capstan(['restore', backupDir], { CAPSTAN_DATA_DIR: restoredDir }).err).toContain('already holds a database')
+      restored = await TestServer.start({ dataDir: restoredDir, env: { CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
+      for (const id of before) expect((await restored.api(t.key, 'GET', `/messages/${id}`)).status).toBe(200)
+      const dl = await fetch(`${restored.base}/api/v1/media/${media.id}/download`, { headers: { authorization: `Bearer ${t.key}` } })
+      expect(Buffer.from(await dl.arrayBuffer()).equals(Buffer.from(pngBytes))).toBe(true)
+      expect((await restored.admin('GET', `/webhooks/${hook.id}`)).json.data.secret).toBe(hook.secret)
+      expect((await restored.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'after restore' } })).status).toBe(202)
+    } finally {
+      await restored?.close()
+      await srv.close()
+      await clamd.stop()
+      rmSync(join(backupDir, '..'), { recursive: true, force: true })
+      rmSync(restoredDir, { recursive: true, force: true })
+    }
+  }, 60_000)
+})
