@@ -81,6 +81,11 @@ async function serve() {
   log.flush()
 
   let stopping = false
+  /**
+   * Graceful stop: release nothing more (the queue stays intact in the database), answer the
+   * requests already received, let sends already handed to a network record their outcome
+   * (up to 10 s; whatever is left is settled by crash recovery at the next start), then close.
+   */
   const stop = async (signal: string) => {
     if (stopping) return
     stopping = true
@@ -88,6 +93,9 @@ async function serve() {
     for (const j of jobs) j.stop()
     stopServices(svc)
     await app.stop()
+    const left = await svc.messages.drain(10_000)
+    if (left > 0) log.warn('stopping with sends in flight; the next start settles them', { in_flight: left })
+    log.info('capstan stopped', { signal })
     log.flush()
     db.close()
     process.exit(0)

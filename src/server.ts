@@ -65,7 +65,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
 
   // Bun's own hard cap sits well above ours, so a declared Content-Length over our limit gets the
   // JSON 413 below (answered before the body is read); only bodies beyond twice the limit meet Bun's.
-  return new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes * 2 } })
+  return new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes * 2, idleTimeout: 30 } })
     .onRequest(({ request, set }) => {
       requestNotes.set(request, { start: performance.now() })
       // network webhooks need the raw body (their signatures cover it): handled before parsing

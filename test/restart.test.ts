@@ -76,4 +76,34 @@ describe('restart', () => {
       await srv.close()
     }
   }, 30_000)
+
+  test('SIGTERM stops gracefully: in-flight sends record their outcome, the queue stays intact, nothing fails', async () => {
+    const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const t = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 100, daily_cap: 100, min_gap_seconds: 0.5, max_gap_seconds: 0.5 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [], accept_after_ms: 800 } })).json.data
+      const ids: string[] = []
+      for (let i = 0; i < 6; i++) ids.push((await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `g${i}` } })).json.data.id)
+      const status = (id: string) => srv.api(t.key, 'GET', `/messages/${id}`).then((r) => r.json.data.status as string)
+      await waitFor(async () => (await status(ids[0]!)) === 'sending')
+      srv.proc.kill('SIGTERM')
+      expect(await srv.proc.exited).toBe(0)
+      expect(srv.output).toContain('capstan stopped')
+      const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+      const rows = db.query(`SELECT status FROM messages WHERE id IN (${ids.map(() => '?').join(',')})`).all(...ids) as { status: string }[]
+      db.close()
+      expect(rows.filter((r) => r.status === 'sending')).toEqual([])
+      expect(rows.filter((r) => r.status === 'queued').length).toBeGreaterThan(0)
+      await srv.boot()
+      await srv.admin('PATCH', `/connections/${conn.id}`, { config: { accept_after_ms: 0 } })
+      const key = (await srv.key(t.ws.id)).key
+      await waitFor(async () => {
+        const all = await Promise.all(ids.map((id) => srv.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data.status)))
+        return all.every((s) => s === 'sent')
+      }, 20_000)
+    } finally {
+      await srv.close()
+    }
+  }, 60_000)
 })

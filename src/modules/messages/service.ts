@@ -285,13 +285,26 @@ export class MessageService {
   }
 
   /** Hand one released message to its number's driver and record the outcome. */
+  /** Sends handed to a driver whose outcome is not recorded yet. */
+  inFlight = 0
+
+  /** Wait (up to `ms`) until every send handed to a driver has its outcome recorded. */
+  async drain(ms: number) {
+    const end = Date.now() + ms
+    while (this.inFlight > 0 && Date.now() < end) await Bun.sleep(20)
+    return this.inFlight
+  }
+
   async dispatch(live: LiveConnection, row: MessageRow, groupExternalId: string | null = null) {
+    this.inFlight++
     try {
       await this.dispatchOnce(live, row, groupExternalId)
     } catch (e) {
       // the outcome could not be written (the server is stopping): the message stays `sending`
       // and is settled by crash recovery at the next start
       this.onDispatchError(e)
+    } finally {
+      this.inFlight--
     }
   }
 
