@@ -1,0 +1,136 @@
+/**
+ * Property-based bad input (fast-check) over every /api/v1 operation: random JSON, form and
+ * multipart bodies, query strings and headers. Properties: never a 5xx; every error is the
+ * contract's JSON ({message, code}); an error never echoes a submitted value or the bearer; and a
+ * refused request changes no row (idempotency records of refusals aside, which are by design).
+ */
+import { Database } from 'bun:sqlite'
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { join } from 'node:path'
+import fc from 'fast-check'
+import { TestServer, newPhone } from './support/server'
+
+const MARK = 'zq7mark'
+let srv: TestServer
+let key: string
+let ids: Record<string, string>
+let db: Database
+
+beforeAll(async () => {
+  srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '10000000', CAPSTAN_LOG_LEVEL: 'warn' } })
+  const t = await srv.tenant()
+  key = t.key
+  const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+  await srv.admin('PUT', `/connections/${conn.id}/sandbox/groups`, { groups: [{ external_id: 'g', name: 'G', participants: ['+447900000009'], announce: false, admin: true }] })
+  await srv.api(key, 'POST', '/groups/sync')
+  const template = (await srv.api(key, 'POST', '/templates', { json: { name: 'T', body: 'hi' } })).json.data
+  ids = {
+    conn: conn.id,
+    message: (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })).json.data.id,
+    group: (await srv.api(key, 'GET', '/groups')).json.data[0].id,
+    template: template.id,
+    campaign: (await srv.api(key, 'POST', '/campaigns', { json: { name: 'C', template_id: template.id, connection_id: conn.id } })).json.data.id,
+  }
+  db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+})
+afterAll(async () => {
+  db.close()
+  await srv.close()
+})
+
+const TABLES = ['contacts', 'consent_ledger', 'messages', 'media', 'groups', 'templates', 'campaigns', 'campaign_recipients', 'suppressions', 'usage_monthly']
+const snapshot = () =>
+  TABLES.map((t) => `${t}:${(db.query(`SELECT COUNT(*) AS n FROM ${t}`).get() as { n: number }).n}`).join(',') +
+  `,usage:${(db.query('SELECT COALESCE(SUM(messages), 0) AS n FROM usage_monthly').get() as { n: number }).n}`
+const stateOf = () => JSON.stringify([snapshot(), db.query('SELECT name, body, category FROM templates ORDER BY id').all(), db.query('SELECT name, status FROM campaigns ORDER BY id').all()])
+
+const ops = () => [
+  ['GET', '/workspace'],
+  ['GET', '/contacts'],
+  ['POST', '/contacts'],
+  ['POST', '/messages'],
+  ['GET', '/messages'],
+  ['GET', `/messages/${ids.message}`],
+  ['POST', '/media'],
+  ['GET', `/media/${ids.message}`],
+  ['GET', '/groups'],
+  ['POST', `/groups/${ids.group}/messages`],
+  ['GET', '/templates'],
+  ['GET', `/templates/${ids.template}/preview`],
+  ['POST', '/templates'],
+  ['PUT', `/templates/${ids.template}`],
+  ['GET', '/campaigns'],
+  ['GET', `/campaigns/${ids.campaign}/recipients`],
+  ['POST', '/campaigns/audience/preview'],
+  ['POST', '/campaigns'],
+  ['PUT', `/campaigns/${ids.campaign}`],
+  ['POST', `/campaigns/${ids.campaign}/schedule`],
+  ['POST', `/campaigns/${ids.campaign}/pause`],
+] as const
+
+// strings that carry the marker, so an echo in an error is detectable
+const marked = fc.string({ maxLength: 12 }).map((s) => `${s}${MARK}`)
+const value = fc.oneof(marked, fc.integer(), fc.double(), fc.boolean(), fc.constant(null), fc.constantFrom('+15551234567', 'opted_in', ids?.conn ?? 'x', ''))
+const field = fc.constantFrom('phone', 'name', 'consent_status', 'metadata', 'connection_id', 'recipient', 'contact_id', 'body', 'media', 'file', 'template_id', 'audience', 'variables', 'scheduled_at', 'at', 'category', marked as any)
+const json = fc.dictionary(field as fc.Arbitrary<string>, fc.oneof(value, fc.array(value, { maxLength: 3 }), fc.dictionary(fc.oneof(marked, fc.constantFrom('attachments', 'metadata', 'plan')), value, { maxKeys: 3 })), { maxKeys: 6 })
+const formKey = fc.oneof(field as fc.Arbitrary<string>, fc.constantFrom('media[attachments][0][media_id]', 'metadata[plan]', 'a[', 'x[][y]', '__proto__[x]', 'media[attachments][999][media_id]'))
+const form = fc.array(fc.tuple(formKey, fc.oneof(marked, fc.constantFrom('+15551234567', 'hello'))), { maxLength: 6 })
+
+const input = fc.record({
+  op: fc.nat({ max: 20 }),
+  encoding: fc.constantFrom('json', 'form', 'multipart', 'raw'),
+  json,
+  form,
+  raw: fc.oneof(marked, fc.constantFrom('{', '[]', 'null', '"x"', '{"a":', '\u0000')),
+  query: fc.dictionary(fc.constantFrom('page', 'per_page', 'direction', 'status', 'search', 'contact_id', '1', 'metadata.plan', MARK), fc.oneof(marked, fc.constantFrom('0', '-1', '101', '1e9', 'x', '')), { maxKeys: 3 }),
+  idem: fc.option(fc.oneof(marked, fc.constantFrom('short', 'valid-key-1234', 'bad key!!', 'x'.repeat(300))), { nil: undefined }),
+  contentType: fc.option(fc.constantFrom('application/json', 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data', 'application/xml'), { nil: undefined }),
+})
+
+describe('bad input never breaks the API', () => {
+  test('random bodies, queries and headers on every operation', async () => {
+    let refused = 0
+    await fc.assert(
+      fc.asyncProperty(input, async (x) => {
+        const [method, path] = ops()[x.op]!
+        const headers: Record<string, string> = { authorization: `Bearer ${key}`, accept: 'application/json' }
+        if (x.idem !== undefined) headers['idempotency-key'] = x.idem
+        let body: string | FormData | undefined
+        if (method !== 'GET') {
+          if (x.encoding === 'json') {
+            body = JSON.stringify(x.json)
+            headers['content-type'] = x.contentType ?? 'application/json'
+          } else if (x.encoding === 'form') {
+            body = new URLSearchParams(x.form).toString()
+            headers['content-type'] = x.contentType ?? 'application/x-www-form-urlencoded'
+          } else if (x.encoding === 'multipart') {
+            const fd = new FormData()
+            for (const [k, v] of x.form) fd.append(k, v)
+            body = fd
+          } else {
+            body = x.raw
+            if (x.contentType) headers['content-type'] = x.contentType
+          }
+        }
+        const qs = new URLSearchParams(x.query).toString()
+        const before = stateOf()
+        const res = await fetch(`${srv.base}/api/v1${path}${qs ? `?${qs}` : ''}`, { method, headers, body })
+        const text = await res.text()
+        expect(res.status).toBeLessThan(500)
+        if (res.status >= 400) {
+          refused++
+          const err = JSON.parse(text)
+          expect(typeof err.message).toBe('string')
+          expect(typeof err.code).toBe('string')
+          expect(text).not.toContain(MARK)
+          expect(text).not.toContain(key.split('.')[1]!)
+          await Bun.sleep(5) // a refused send changes nothing, even after its write batch
+          expect(stateOf()).toBe(before)
+        }
+      }),
+      { numRuns: 1500 },
+    )
+    expect(refused).toBeGreaterThan(500)
+    expect(srv.output).not.toContain(MARK)
+  }, 120_000)
+})
