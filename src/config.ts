@@ -28,6 +28,10 @@ export interface Config {
   maxJsonBytes: number
   /** Largest multipart request body accepted, in bytes (413 above). */
   maxUploadBytes: number
+  /** How long clamd may take to scan one file. */
+  clamdTimeoutMs: number
+  /** How long a network driver may take to accept one send. */
+  driverTimeoutMs: number
 }
 
 export class ConfigError extends Error {}
@@ -92,5 +96,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     logLevel: logLevel as Config['logLevel'],
     maxJsonBytes: int(env, 'CAPSTAN_MAX_JSON_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
     maxUploadBytes: int(env, 'CAPSTAN_MAX_UPLOAD_BYTES', 64 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
+    clamdTimeoutMs: int(env, 'CAPSTAN_CLAMD_TIMEOUT_MS', 30_000, 100, 600_000),
+    driverTimeoutMs: int(env, 'CAPSTAN_DRIVER_TIMEOUT_MS', 60_000, 100, 600_000),
   }
 }

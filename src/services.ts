@@ -42,7 +42,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   const suppressions = new SuppressionService(deps)
   const connections = new ConnectionService(deps, box, log)
   const webhooks = new WebhookService(deps, box, log)
-  const media = new MediaService(deps, new MediaStore(deps.config.mediaDir), opts.scanner ?? new ClamdScanner(deps.config.clamd), workspaces, log)
+  const media = new MediaService(deps, new MediaStore(deps.config.mediaDir), opts.scanner ?? new ClamdScanner(deps.config.clamd, deps.config.clamdTimeoutMs), workspaces, log)
   const messages = new MessageService(deps, workspaces, contacts, suppressions, connections, webhooks, media)
   const groups = new GroupService(deps, connections, messages, log)
   const templates = new TemplateService(deps)

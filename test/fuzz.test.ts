@@ -70,7 +70,7 @@ const ops = () => [
 
 // strings that carry the marker, so an echo in an error is detectable
 const marked = fc.string({ maxLength: 12 }).map((s) => `${s}${MARK}`)
-const value = fc.oneof(marked, fc.integer(), fc.double(), fc.boolean(), fc.constant(null), fc.constantFrom('+15551234567', 'opted_in', ids?.conn ?? 'x', ''))
+const value = fc.oneof(marked, fc.integer(), fc.double(), fc.boolean(), fc.constant(null), fc.constantFrom('+15551234567', 'opted_in', '00000000-0000-4000-8000-000000000000', ''))
 const field = fc.constantFrom('phone', 'name', 'consent_status', 'metadata', 'connection_id', 'recipient', 'contact_id', 'body', 'media', 'file', 'template_id', 'audience', 'variables', 'scheduled_at', 'at', 'category', marked as any)
 const json = fc.dictionary(field as fc.Arbitrary<string>, fc.oneof(value, fc.array(value, { maxLength: 3 }), fc.dictionary(fc.oneof(marked, fc.constantFrom('attachments', 'metadata', 'plan')), value, { maxKeys: 3 })), { maxKeys: 6 })
 const formKey = fc.oneof(field as fc.Arbitrary<string>, fc.constantFrom('media[attachments][0][media_id]', 'metadata[plan]', 'a[', 'x[][y]', '__proto__[x]', 'media[attachments][999][media_id]'))

@@ -130,7 +130,7 @@ export class CloudApiConnection implements ConnectionDriver {
     return r.id
   }
 
-  async send(message: OutboundMessage): Promise<{ externalId: string }> {
+  async send(message: OutboundMessage, _signal?: AbortSignal): Promise<{ externalId: string }> {
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
     if (message.groupExternalId !== null || !message.recipient) throw new DriverError('unsupported', 'The Cloud API cannot post into groups.')
     const to = message.recipient.replace(/^\+/, '')

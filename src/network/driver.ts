@@ -55,8 +55,11 @@ export interface DriverEvents {
 }
 
 export interface ConnectionDriver {
-  /** Hand one message to the network; resolves with the network's id once it accepted it. */
-  send(message: OutboundMessage): Promise<{ externalId: string }>
+  /**
+   * Hand one message to the network; resolves with the network's id once it accepted it.
+   * `signal` aborts when the core stops waiting (the message is then failed, never resent).
+   */
+  send(message: OutboundMessage, signal?: AbortSignal): Promise<{ externalId: string }>
   /** Ask whether a send interrupted by a crash reached the network (null: cannot tell). */
   confirm(messageId: string): Promise<{ externalId: string } | null>
   /** The groups the number belongs to, or null when this network cannot report groups. */

@@ -82,8 +82,10 @@ export class SandboxConnection implements ConnectionDriver {
     this.config = { ...DEFAULTS, ...(config as Partial<SandboxConfig>) }
   }
 
-  async send(message: OutboundMessage): Promise<{ externalId: string }> {
+  async send(message: OutboundMessage, signal?: AbortSignal): Promise<{ externalId: string }> {
     if (this.config.accept_after_ms > 0) await Bun.sleep(this.config.accept_after_ms)
+    // the caller gave up waiting: like a network that dropped the request, keep no record of it
+    if (signal?.aborted) throw new DriverError('aborted', 'The send was abandoned.')
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
     if (message.recipient && this.config.fail_recipients.includes(message.recipient)) {
       throw new DriverError('recipient_unreachable', 'The network could not deliver to this recipient.')

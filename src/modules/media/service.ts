@@ -74,6 +74,11 @@ export class MediaService {
       await this.store.put(sha, bytes)
     } catch (e) {
       this.release(sha)
+      const code = (e as NodeJS.ErrnoException)?.code
+      if (code === 'ENOSPC' || code === 'EDQUOT') {
+        this.log.error('media store full', { workspace_id: workspaceId })
+        throw new ApiError(507, 'storage_full', 'The media store is full; the file was not stored.')
+      }
       throw e
     }
     const now = this.deps.clock.now()

@@ -30,13 +30,21 @@ export interface SendInput {
   attachments: string[]
 }
 
-/** How long a driver may take to accept one send. */
-export const DRIVER_TIMEOUT_MS = 60_000
 const TIMED_OUT = Symbol('timed out')
 
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+/** Race a driver call against `ms`; the controller is aborted when time runs out. */
+function withTimeout<T>(run: (signal: AbortSignal) => Promise<T>, ms: number): Promise<T> {
+  const ctl = new AbortController()
   let timer: Timer
-  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(TIMED_OUT), ms)))]).finally(() => clearTimeout(timer))
+  return Promise.race([
+    run(ctl.signal),
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        ctl.abort()
+        reject(TIMED_OUT)
+      }, ms)
+    }),
+  ]).finally(() => clearTimeout(timer))
 }
 
 /** What a caller decides about a new message; the rest starts empty. */
@@ -338,7 +346,7 @@ export class MessageService {
     let throttles = 0
     for (let attempt = 0; ; attempt++) {
       try {
-        const r = await withTimeout(live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments }), DRIVER_TIMEOUT_MS)
+        const r = await withTimeout((signal) => live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments }, signal), this.deps.config.driverTimeoutMs)
         await this.markSent(row.id, r.externalId)
         this.onSettled(row)
         return

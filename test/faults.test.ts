@@ -1,0 +1,205 @@
+/**
+ * Fault tests: clamd dying or hanging mid-scan, the disk filling up while media is stored,
+ * webhook receivers that hang, reset connections or answer 500, and a network driver that does
+ * not answer. Each gives a clean error or a retry and leaves no partial file, row or stuck queue.
+ */
+import { Database } from 'bun:sqlite'
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { TestClamd } from './support/clamd'
+import { TestServer, newPhone } from './support/server'
+import { waitFor } from './support/wait'
+
+function storeFiles(dir: string): string[] {
+  if (!existsSync(dir)) return []
+  return readdirSync(dir).flatMap((f) => (statSync(join(dir, f)).isDirectory() ? storeFiles(join(dir, f)) : [join(dir, f)]))
+}
+
+/** A PDF of `size` bytes whose content depends on `seed`. */
+const pdf = (size: number, seed: number) => {
+  const b = Buffer.alloc(size, 0x20 + (seed % 90))
+  b.write('%PDF-1.4\n')
+  b.writeUInt32BE(seed, 20)
+  return b
+}
+
+async function upload(srv: TestServer, key: string, bytes: Uint8Array) {
+  const fd = new FormData()
+  fd.set('file', new File([bytes], 'f.pdf'))
+  return srv.api(key, 'POST', '/media', { multipart: fd })
+}
+
+/** A unix socket "clamd" that misbehaves: closes mid-stream, or never answers. */
+function badClamd(mode: 'reset' | 'hang') {
+  const path = join(tmpdir(), `bad-clamd-${crypto.randomUUID()}.sock`)
+  const server = createServer((sock) => {
+    let got = 0
+    sock.on('data', (d) => {
+      got += d.length
+      if (mode === 'reset' && got > 4096) sock.destroy()
+    })
+    sock.on('error', () => {})
+  })
+  server.listen(path)
+  return { path, stop: () => server.close() }
+}
+
+describe('scanner faults', () => {
+  for (const mode of ['reset', 'hang'] as const) {
+    test(`a clamd that ${mode === 'reset' ? 'drops the connection' : 'never answers'} mid-scan: 503, nothing stored`, async () => {
+      const bad = badClamd(mode)
+      const srv = await TestServer.start({ env: { CAPSTAN_CLAMD: `unix:${bad.path}`, CAPSTAN_CLAMD_TIMEOUT_MS: '1000' } })
+      try {
+        const t = await srv.tenant()
+        const r = await upload(srv, t.key, pdf(200_000, 1))
+        expect([r.status, r.json.code]).toEqual([503, 'scanner_unavailable'])
+        expect(storeFiles(join(srv.dataDir, 'media'))).toEqual([])
+        const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+        expect((db.query('SELECT COUNT(*) AS n FROM media').get() as { n: number }).n).toBe(0)
+        db.close()
+      } finally {
+        await srv.close()
+        bad.stop()
+      }
+    })
+  }
+
+  test('the real clamd killed during uploads: each upload is stored whole or refused with 503, never half', async () => {
+    const clamd = await TestClamd.start()
+    const srv = await TestServer.start({ env: { CAPSTAN_CLAMD: `unix:${clamd.socket}`, CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const t = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { media: { retention_days: 30, max_bytes: 32 * 1024 * 1024 } } })
+      const uploads = Array.from({ length: 6 }, (_, i) => upload(srv, t.key, pdf(12 * 1024 * 1024, 10 + i)))
+      await Bun.sleep(60)
+      clamd.proc.kill('SIGKILL')
+      const results = await Promise.all(uploads)
+      for (const r of results) expect([201, 503]).toContain(r.status)
+      const stored = results.filter((r) => r.status === 201).map((r) => r.json.data.sha256 as string)
+      const files = storeFiles(join(srv.dataDir, 'media'))
+      expect(files.filter((f) => f.includes(`${join('media', 'tmp')}`))).toEqual([])
+      expect(files.map((f) => f.split('/').pop()).sort()).toEqual([...new Set(stored)].sort())
+      for (const f of files) expect(statSync(f).size).toBe(12 * 1024 * 1024)
+      expect(results.some((r) => r.status === 503)).toBe(true)
+    } finally {
+      await srv.close()
+      await clamd.stop()
+    }
+  }, 60_000)
+})
+
+describe('disk full', () => {
+  let mounted = ''
+  afterAll(() => {
+    if (mounted) Bun.spawnSync(['umount', mounted])
+  })
+
+  test('storing media on a full disk: 507 storage_full, no partial file, no row; works again once there is room', async () => {
+    const clamd = await TestClamd.start()
+    const dataDir = join(tmpdir(), `capstan-full-${crypto.randomUUID()}`)
+    const mediaDir = join(dataDir, 'media')
+    mkdirSync(mediaDir, { recursive: true })
+    // a 1 MiB tmpfs as the media store (root is needed; CI and these machines run as root)
+    const m = Bun.spawnSync(['mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', mediaDir])
+    if (m.exitCode !== 0) throw new Error(`this test needs to mount a tmpfs: ${m.stderr.toString()}`)
+    mounted = mediaDir
+    const srv = await TestServer.start({ dataDir, env: { CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
+    try {
+      const t = await srv.tenant()
+      const first = await upload(srv, t.key, pdf(700_000, 1))
+      expect(first.status).toBe(201)
+      const second = await upload(srv, t.key, pdf(700_000, 2))
+      expect([second.status, second.json.code]).toEqual([507, 'storage_full'])
+      const files = storeFiles(mediaDir)
+      expect(files.map((f) => f.split('/').pop())).toEqual([first.json.data.sha256])
+      const db = new Database(join(dataDir, 'capstan.db'), { readonly: true })
+      expect((db.query('SELECT COUNT(*) AS n FROM media').get() as { n: number }).n).toBe(1)
+      db.close()
+      // the server is fine; a small file still fits
+      expect((await upload(srv, t.key, pdf(100_000, 3))).status).toBe(201)
+    } finally {
+      await srv.close()
+      Bun.spawnSync(['umount', mediaDir])
+      mounted = ''
+      rmSync(dataDir, { recursive: true, force: true })
+      await clamd.stop()
+    }
+  }, 30_000)
+})
+
+describe('webhook receivers that misbehave', () => {
+  let srv: TestServer
+  beforeAll(async () => {
+    srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+  })
+  afterAll(() => srv.close())
+
+  test('hanging, resetting and failing receivers are retried; a healthy endpoint is not held up', async () => {
+    const hang = createServer(() => {}) // accepts, never answers
+    await new Promise<void>((r) => hang.listen(0, '127.0.0.1', r))
+    const reset = createServer((s) => s.destroy())
+    await new Promise<void>((r) => reset.listen(0, '127.0.0.1', r))
+    const fail = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response('no', { status: 500 }) })
+    let healthy = 0
+    const ok = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => (healthy++, new Response('ok')) })
+    try {
+      const t = await srv.tenant()
+      const url = (port: number) => `http://127.0.0.1:${port}/hook`
+      const hooks = {
+        hang: (await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: url((hang.address() as any).port), events: ['message.received'] })).json.data.id,
+        reset: (await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: url((reset.address() as any).port), events: ['message.received'] })).json.data.id,
+        fail: (await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: url(fail.port!), events: ['message.received'] })).json.data.id,
+        ok: (await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: url(ok.port!), events: ['message.received'] })).json.data.id,
+      }
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+      await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'hello' })
+      await waitFor(() => healthy >= 1, 5000)
+      const history = async (id: string) => (await srv.admin('GET', `/webhooks/${id}/deliveries`)).json.data[0]
+      const reset1 = await waitFor(async () => ((await history(hooks.reset)).attempts >= 1 ? history(hooks.reset) : null), 5000)
+      expect(reset1).toMatchObject({ status: 'pending', last_error: 'connection failed' })
+      const fail1 = await waitFor(async () => ((await history(hooks.fail)).attempts >= 1 ? history(hooks.fail) : null), 5000)
+      expect(fail1).toMatchObject({ status: 'pending', last_status_code: 500, last_error: 'HTTP 500' })
+      expect(Date.parse(fail1.next_attempt_at) - Date.now()).toBeGreaterThan(0)
+      const hang1 = await waitFor(async () => ((await history(hooks.hang)).attempts >= 1 ? history(hooks.hang) : null), 20_000)
+      expect(hang1).toMatchObject({ status: 'pending', last_error: 'timed out after 15 s' })
+      // meanwhile new events still reach the healthy endpoint at once
+      await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'again' })
+      await waitFor(() => healthy >= 2, 5000)
+      expect((await history(hooks.ok)).status).toBe('delivered')
+    } finally {
+      hang.close()
+      reset.close()
+      fail.stop(true)
+      ok.stop(true)
+    }
+  }, 40_000)
+})
+
+describe('a network driver that does not answer', () => {
+  test('the send fails as send_timeout, the network keeps no record, it is never resent, the queue moves on', async () => {
+    const srv = await TestServer.start({ env: { CAPSTAN_DRIVER_TIMEOUT_MS: '500', CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const t = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 100, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config: { accept_after_ms: 2000, delivered_after_ms: null, read_after_ms: null } })).json.data
+      const r = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'slow network' } })
+      const failed = await waitFor(async () => {
+        const m = (await srv.api(t.key, 'GET', `/messages/${r.json.data.id}`)).json.data
+        return m.status === 'failed' ? m : null
+      }, 5000)
+      expect(failed.error.code).toBe('send_timeout')
+      await Bun.sleep(2500) // the network's own delay passes: it still has no record of the send
+      const ledger = join(srv.dataDir, 'sandbox', `${conn.id}.jsonl`)
+      expect(existsSync(ledger) ? (await Bun.file(ledger).text()).includes(r.json.data.id) : false).toBe(false)
+      expect((await srv.api(t.key, 'GET', `/messages/${r.json.data.id}`)).json.data.timeline.filter((e: any) => e.status === 'sending')).toHaveLength(1)
+      await srv.admin('PATCH', `/connections/${conn.id}`, { config: { accept_after_ms: 0 } })
+      const next = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'fast again' } })
+      await waitFor(async () => (await srv.api(t.key, 'GET', `/messages/${next.json.data.id}`)).json.data.status === 'sent', 5000)
+    } finally {
+      await srv.close()
+    }
+  }, 30_000)
+})
