@@ -119,4 +119,28 @@ export class Idempotency {
       this.end(ticket)
     }
   }
+
+  /**
+   * A send endpoint's whole answer: run `queue` under the optional Idempotency-Key; it calls
+   * `inTx(row)` inside the write that queued the message, which records the 202 body. Sets the
+   * status and headers (Idempotency-Replayed on a replay) and returns the JSON text.
+   */
+  async send202<R>(
+    opts: { apiKeyId: string; method: string; path: string; header: string | null | undefined; body: unknown },
+    set: { status?: number | string; headers: Record<string, string | number> },
+    queue: (inTx: (row: R) => void) => Promise<unknown>,
+    present: (row: R) => unknown,
+  ): Promise<string> {
+    const out = await this.handle(opts, async (record) => {
+      let text = ''
+      await queue((row) => {
+        text = record(202, { data: present(row) })
+      })
+      return { status: 202, body: text }
+    })
+    set.status = out.status
+    set.headers['content-type'] = 'application/json; charset=utf-8'
+    if (out.replayed) set.headers['idempotency-replayed'] = 'true'
+    return out.body
+  }
 }

@@ -15,35 +15,34 @@ import { DriverError } from './driver'
  * compare it with what the API accepted; crash recovery asks it whether a send got through.
  */
 export class SandboxLedger {
-  private accepted: Map<string, string> | null = null
+  /** The most recent sends, in memory; older ones are looked up in the file (rarely needed). */
+  private recent = new Map<string, string>()
+  private static readonly RECENT = 10_000
 
   constructor(private readonly path: string) {}
-
-  private load() {
-    if (this.accepted) return this.accepted
-    this.accepted = new Map()
-    if (existsSync(this.path)) {
-      for (const line of readFileSync(this.path, 'utf8').split('\n')) {
-        if (!line) continue
-        try {
-          const r = JSON.parse(line) as { message_id: string; external_id: string }
-          this.accepted.set(r.message_id, r.external_id)
-        } catch {
-          // a line cut by a crash: that send was never acknowledged
-        }
-      }
-    }
-    return this.accepted
-  }
 
   record(entry: { message_id: string; external_id: string; recipient: string | null; group: string | null; body: string | null; attachments: number; at: string }) {
     mkdirSync(join(this.path, '..'), { recursive: true, mode: 0o700 })
     appendFileSync(this.path, JSON.stringify(entry) + '\n', { mode: 0o600 })
-    this.load().set(entry.message_id, entry.external_id)
+    this.recent.set(entry.message_id, entry.external_id)
+    if (this.recent.size > SandboxLedger.RECENT) this.recent.delete(this.recent.keys().next().value!)
   }
 
-  find(messageId: string) {
-    return this.load().get(messageId) ?? null
+  /** The network's id for a send it accepted, or null (crash recovery and timeouts ask). */
+  find(messageId: string): string | null {
+    const hit = this.recent.get(messageId)
+    if (hit) return hit
+    if (!existsSync(this.path)) return null
+    const needle = `"message_id":${JSON.stringify(messageId)}`
+    for (const line of readFileSync(this.path, 'utf8').split('\n')) {
+      if (!line.includes(needle)) continue
+      try {
+        return (JSON.parse(line) as { external_id: string }).external_id
+      } catch {
+        // a line cut by a crash: that send was never acknowledged
+      }
+    }
+    return null
   }
 }
 

@@ -216,6 +216,8 @@ export class Pacer {
             st.last = now
             st.gap = this.drawGap(policy)
             st.times.push(now)
+            // only the last max(caps) releases can ever decide a due time
+            if (st.times.length - st.start > Math.max(policy.hourly_cap, policy.daily_cap)) st.start++
             burst++
             due = dueAt(st, policy, now)
           }

@@ -6,6 +6,7 @@ import { notFound } from '../../http/errors'
 import { paged } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
+import type { MessageRow } from '../messages/repo'
 import { messageDoc } from '../messages/model'
 
 const listQuery = s.object({
@@ -83,20 +84,12 @@ export function groupApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin
           if (raw.media !== undefined) fieldError(errors, 'media', 'Group messages are text only.')
         })
         if (!UUID.test(params.id)) throw notFound('group')
-        const out = await svc.idempotency.handle(
+        return svc.idempotency.send202<MessageRow>(
           { apiKeyId: caller.key.id, method: 'POST', path: `/api/v1/groups/${params.id}/messages`, header: request.headers.get('idempotency-key'), body: raw },
-          async (record) => {
-            let text = ''
-            await groups.send(caller.workspace.id, params.id, input.body, (row) => {
-              text = record(202, { data: svc.messages.toPublic(row) })
-            })
-            return { status: 202, body: text }
-          },
+          set,
+          (inTx) => groups.send(caller.workspace.id, params.id, input.body, inTx),
+          (row) => svc.messages.toPublic(row),
         )
-        set.status = out.status
-        set.headers['content-type'] = 'application/json; charset=utf-8'
-        if (out.replayed) set.headers['idempotency-replayed'] = 'true'
-        return out.body
       },
       {
         scope: 'groups:send',

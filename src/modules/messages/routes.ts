@@ -6,6 +6,7 @@ import { notFound } from '../../http/errors'
 import { paged } from '../../http/format'
 import { fieldError, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
+import type { MessageRow } from './repo'
 import { listMessagesQuery, messageDoc, sendMessageBody } from './model'
 
 export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
@@ -22,33 +23,22 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
           if (v.recipient === undefined && v.contact_id === undefined) fieldError(errors, 'recipient', 'The recipient field is required when contact_id is not given.')
           if (v.body === undefined && v.file === undefined && !(v.media?.attachments?.length)) fieldError(errors, 'body', 'Give at least one of body, file or media.attachments.')
         })
-        const out = await svc.idempotency.handle(
+        return svc.idempotency.send202<MessageRow>(
           { apiKeyId: caller.key.id, method: 'POST', path: '/api/v1/messages', header: request.headers.get('idempotency-key'), body: raw },
-          async (record) => {
+          set,
+          async (inTx) => {
             // the file is checked, scanned and stored first; its row commits with the message
             const upload = input.file ? await svc.media.prepare(caller.workspace.id, input.file) : undefined
-            let text = ''
             let committed = false
             try {
-              await messages.send(
-                caller.workspace.id,
-                { ...input, attachments: (input.media?.attachments ?? []).map((a) => a.media_id) },
-                (row) => {
-                  text = record(202, { data: messages.toPublic(row) })
-                },
-                upload,
-              )
+              await messages.send(caller.workspace.id, { ...input, attachments: (input.media?.attachments ?? []).map((a) => a.media_id) }, inTx, upload)
               committed = true
             } finally {
               if (upload) await svc.media.settle(upload, committed)
             }
-            return { status: 202, body: text }
           },
+          (row) => messages.toPublic(row),
         )
-        set.status = out.status
-        set.headers['content-type'] = 'application/json; charset=utf-8'
-        if (out.replayed) set.headers['idempotency-replayed'] = 'true'
-        return out.body
       },
       {
         scope: 'messages:write',
