@@ -26,7 +26,10 @@ const updateBody = s.object({
   variables: variables.optional(),
   scheduled_at: s.string().format('date-time').nullable().optional(),
 })
-const scheduleBody = s.object({ at: s.string().format('date-time').nullable().optional().describe('When to start; omitted (and no scheduled_at on the campaign) or in the past = now.') })
+const scheduleBody = s.object({
+  at: s.string().format('date-time').nullable().optional().describe('When to start; omitted (and no scheduled_at on the campaign) or in the past = now.'),
+  scheduled_at: s.string().format('date-time').nullable().optional().describe('The same as at (the campaign field’s name).'),
+})
 const previewBody = s.object({ audience: audience.optional() })
 
 const countsDoc = { type: 'object', properties: Object.fromEntries(['total', 'queued', 'sent', 'delivered', 'read', 'failed', 'skipped'].map((k) => [k, { type: 'integer' }])) }
@@ -178,7 +181,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
       ({ caller, params, body }) => {
         find(caller.workspace.id, params.id)
         const input = validate(scheduleBody, body ?? {})
-        return { data: campaigns.toPublic(campaigns.schedule(caller.workspace.id, params.id, input.at)) }
+        return { data: campaigns.toPublic(campaigns.schedule(caller.workspace.id, params.id, input.at ?? input.scheduled_at)) }
       },
       {
         scope: 'campaigns:send',
