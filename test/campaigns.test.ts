@@ -116,6 +116,22 @@ describe('lifecycle', () => {
     expect((await srv.api(key, 'GET', '/messages?status=sent')).json.meta.total).toBe(sentMsgs)
   })
 
+  test('removing the number cancels its unfinished campaigns; pending recipients are skipped', async () => {
+    const { key, conn, contact, campaign } = await setup(60)
+    for (let i = 0; i < 3; i++) await contact({ consent_status: 'opted_in' })
+    const running = await campaign()
+    await srv.api(key, 'POST', `/campaigns/${running.id}/schedule`, { json: {} })
+    await waitFor(async () => (await get(key, running.id)).counts.sent >= 1)
+    const draft = await campaign({ name: 'Draft' })
+    expect((await srv.admin('DELETE', `/connections/${conn.id}`)).status).toBe(204)
+    const after = await get(key, running.id)
+    expect(after.status).toBe('cancelled')
+    expect(after.counts).toMatchObject({ total: 3, sent: 1, skipped: 2 })
+    const reasons = (await srv.api(key, 'GET', `/campaigns/${running.id}/recipients`)).json.data.filter((r: any) => r.status === 'skipped').map((r: any) => r.skipped_reason)
+    expect(reasons).toEqual(['connection_removed', 'connection_removed'])
+    expect((await get(key, draft.id)).status).toBe('cancelled')
+  })
+
   test('transitions, edits and deletion follow the state machine', async () => {
     const { key, tpl, campaign } = await setup()
     const c = await campaign({ scheduled_at: new Date(Date.now() + 3_600_000).toISOString() })

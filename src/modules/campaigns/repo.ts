@@ -171,6 +171,10 @@ export class CampaignRepo {
   scheduled() {
     return this.scheduledStmt.all()
   }
+  /** Unfinished campaigns that send through a number. */
+  unfinishedFor(connectionId: string) {
+    return this.db.query<CampaignRow, [string]>("SELECT * FROM campaigns WHERE connection_id = ? AND status IN ('draft', 'scheduled', 'running', 'paused') AND deleted_at IS NULL").all(connectionId)
+  }
 
   /** Freeze the audience into recipients (one statement); returns how many. */
   freeze(campaignId: string, workspaceId: string, audience: Audience, at: number): number {

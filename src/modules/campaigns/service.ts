@@ -269,6 +269,16 @@ export class CampaignService {
     })
   }
 
+  /** A number is being removed (inside its write): its unfinished campaigns are cancelled. */
+  cancelForConnectionInTx(connectionId: string) {
+    const now = this.deps.clock.now()
+    for (const c of this.repo.unfinishedFor(connectionId)) {
+      this.disarm(c.id)
+      this.repo.skipAllPending(c.id, 'connection_removed', now)
+      this.repo.update(c.id, { status: 'cancelled', finished_at: now, updated_at: now })
+    }
+  }
+
   /** Start-up: re-arm every scheduled campaign (those already due start now). */
   armAll() {
     for (const row of this.repo.scheduled()) this.arm(row)

@@ -53,7 +53,10 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     .delete(
       '/connections/:id',
       ({ params, set }) => {
-        conns.remove(params.id, () => svc.messages.failQueuedInTx(params.id))
+        conns.remove(params.id, () => {
+          svc.messages.failQueuedInTx(params.id)
+          svc.campaigns.cancelForConnectionInTx(params.id)
+        })
         set.status = 204
         return ''
       },
