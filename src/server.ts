@@ -46,12 +46,19 @@ function databaseOk(db: Database): boolean {
   }
 }
 
+const HOOKS = '/hooks/whatsapp/'
+
 export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const { config } = svc.deps
   const sessions = new Sessions(adminTokenHash)
   const auth = authPlugin({ config, keys: svc.keys, adminTokenHash, sessions })
 
-  const api = new Elysia({ prefix: '/api/v1' }).use(workspaceApiRoutes(svc, auth)).use(contactApiRoutes(svc, auth)).use(messageApiRoutes(svc, auth)).use(mediaApiRoutes(svc, auth)).use(groupApiRoutes(svc, auth))
+  const api = new Elysia({ prefix: '/api/v1' })
+    .use(workspaceApiRoutes(svc, auth))
+    .use(contactApiRoutes(svc, auth))
+    .use(messageApiRoutes(svc, auth))
+    .use(mediaApiRoutes(svc, auth))
+    .use(groupApiRoutes(svc, auth))
     .use(templateApiRoutes(svc, auth))
     .use(campaignApiRoutes(svc, auth))
 
@@ -68,20 +75,23 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   return new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes * 2, idleTimeout: 30 } })
     .onRequest(({ request, set }) => {
       requestNotes.set(request, { start: performance.now() })
-      // network webhooks need the raw body (their signatures cover it): handled before parsing
-      const hooks = request.url.indexOf('/hooks/whatsapp/')
+      // network webhooks need the raw body (their signatures cover it): handled before parsing.
+      // The path starts after "http://host", i.e. at the first "/" past the scheme.
+      const hooks = request.url.indexOf(HOOKS)
       if (hooks !== -1 && request.url.indexOf('/', 8) === hooks) {
-        const id = request.url.slice(hooks + '/hooks/whatsapp/'.length).split(/[/?#]/)[0]!
+        const id = request.url.slice(hooks + HOOKS.length).split(/[/?#]/)[0]!
         return handleCloudApiWebhook(request, decodeURIComponent(id), svc)
       }
-      const declared = request.headers.get('content-length')
-      if (declared === null) return
-      const length = Number(declared)
-      if (length > config.maxJsonBytes && length > ((request.headers.get('content-type') ?? '').toLowerCase().startsWith('multipart/form-data') ? config.maxUploadBytes : config.maxJsonBytes)) {
-        set.status = 413
-        Object.assign(set.headers, SECURITY_HEADERS)
-        set.headers['connection'] = 'close'
-        return payloadTooLarge().toBody()
+      // 413 before the body is read; the content type is only looked at for large bodies
+      const length = Number(request.headers.get('content-length') ?? 0)
+      if (length > config.maxJsonBytes) {
+        const multipart = (request.headers.get('content-type') ?? '').toLowerCase().startsWith('multipart/form-data')
+        if (length > (multipart ? config.maxUploadBytes : config.maxJsonBytes)) {
+          set.status = 413
+          Object.assign(set.headers, SECURITY_HEADERS)
+          set.headers['connection'] = 'close'
+          return payloadTooLarge().toBody()
+        }
       }
     })
     .onParse(({ request, contentType }) => parseBody(request, contentType))
@@ -108,7 +118,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
             title: 'Capstan Messaging API',
             version: VERSION,
             description:
-              'Workspace-scoped API for sending paced messages through connected numbers, managing contacts and consent, media, the message log and groups. Every request needs `Authorization: Bearer <API key>` and the scope named on each operation.',
+              'Workspace-scoped API for sending paced messages through connected numbers, managing contacts and consent, media, the message log, groups, templates and opt-in campaigns. Every request needs `Authorization: Bearer <API key>` and the scope named on each operation (`x-required-scope`). Errors are JSON `{message, code}`, plus `errors` on validation failures.',
           },
           servers: [{ url: '/' }],
           components: DOC_COMPONENTS as any,
