@@ -35,9 +35,10 @@ export class ContactService {
    * Create or update the contact with this phone; must run inside a write. Consent changes only
    * when `consent_status` is given, and each change is written to the ledger with `source`.
    */
-  upsertInTx(workspaceId: string, input: UpsertInput, source: string): { row: ContactRow; created: boolean } {
+  upsertInTx(workspaceId: string, input: UpsertInput, source: string, known?: ContactRow | null): { row: ContactRow; created: boolean } {
     const now = this.deps.clock.now()
-    const existing = this.repo.getByPhone(workspaceId, input.phone)
+    // `known`: the caller already looked the phone up in this write (null = it is not there)
+    const existing = known !== undefined ? known : this.repo.getByPhone(workspaceId, input.phone)
     if (!existing) {
       const row: ContactRow = {
         id: uuid(),

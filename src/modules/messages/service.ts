@@ -162,7 +162,7 @@ export class MessageService {
       if (this.suppressions.isSuppressed(workspaceId, phone)) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
       this.checkSendable(live, workspaceId, now)
       if (upload) this.media.insertInTx(upload)
-      if (!contact) contact = this.contacts.upsertInTx(workspaceId, { phone }, 'send').row
+      if (!contact) contact = this.contacts.upsertInTx(workspaceId, { phone }, 'send', null).row
       else this.contacts.repo.touch(contact.id, now)
       const attachments = upload ? [...input.attachments, upload.id] : input.attachments
       const msg = this.queueInTx(

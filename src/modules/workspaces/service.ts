@@ -38,8 +38,20 @@ export class WorkspaceService {
     this.repo = new WorkspaceRepo(deps.db)
   }
 
-  /** The settings object with defaults filled in (older rows may miss newer keys). */
+  /** Parsed settings per row object (a patch replaces the row, so this never goes stale). */
+  private parsed = new WeakMap<WorkspaceRow, WorkspaceSettings>()
+
+  /** The settings object with defaults filled in (older rows may miss newer keys). Do not mutate. */
   settings(row: WorkspaceRow): WorkspaceSettings {
+    let s = this.parsed.get(row)
+    if (!s) {
+      s = this.parse(row)
+      this.parsed.set(row, s)
+    }
+    return s
+  }
+
+  private parse(row: WorkspaceRow): WorkspaceSettings {
     const stored = JSON.parse(row.settings) as Partial<WorkspaceSettings>
     return {
       sending_policy: { ...DEFAULT_SETTINGS.sending_policy, ...stored.sending_policy },
@@ -107,7 +119,7 @@ export class WorkspaceService {
     }
     return this.deps.writer.now(() => {
       const row = this.get(id)
-      const settings = this.settings(row)
+      const settings = structuredClone(this.settings(row))
       if (input.settings?.sending_policy) settings.sending_policy = input.settings.sending_policy
       if (input.settings && 'message_allowance' in input.settings && input.settings.message_allowance !== undefined) {
         settings.message_allowance = input.settings.message_allowance
