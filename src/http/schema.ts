@@ -305,8 +305,6 @@ export const s = {
   file: () => new FileSchema(),
 }
 
-export type Infer<X> = X extends Schema<infer T> ? T : never
-
 /** Validate `input` against an object schema; throws 422 validation_failed with every error. */
 export function validate<S extends Shape>(schema: ObjectSchema<S>, input: unknown, extra?: (value: Out<S>, errors: FieldErrors) => void): Out<S> {
   const ctx: Ctx = { errors: {} }

@@ -81,8 +81,6 @@ export class Pacer {
   private timerAt = Infinity
   private running = false
   private ticking = false
-  /** Test hook: called after each tick with what it released. */
-  onRelease: (rows: MessageRow[]) => void = () => {}
 
   constructor(
     private readonly deps: Deps,
@@ -226,7 +224,6 @@ export class Pacer {
         }
       })
       for (const r of released) void this.messages.dispatch(r.live, r.row, this.groupExternalId(r.row))
-      if (released.length > 0) this.onRelease(released.map((r) => r.row))
       if (next < Infinity) this.schedule(next - now)
     } catch (e) {
       this.log.error('pacer tick failed', { error: String((e as Error)?.stack ?? e) })

@@ -153,7 +153,3 @@ export async function freePort(): Promise<number> {
   srv.stop(true)
   return port
 }
-
-export function cleanupDir(dir: string) {
-  rmSync(dir, { recursive: true, force: true })
-}

@@ -33,8 +33,6 @@ export class WebhookService {
   private inFlight = 0
   private running = false
   private readonly maxInFlight = 16
-  /** Test hook: the fetch used for deliveries. */
-  fetch: typeof fetch = fetch
 
   constructor(
     private readonly deps: Deps,
@@ -164,7 +162,7 @@ export class WebhookService {
     let code: number | null = null
     let error = ''
     try {
-      const res = await this.fetch(endpoint.url, {
+      const res = await fetch(endpoint.url, {
         method: 'POST',
         headers: {
           'content-type': 'application/json',
