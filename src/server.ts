@@ -14,7 +14,7 @@ import { parseBody } from './http/body'
 import { SECURITY_HEADERS, authPlugin } from './http/auth'
 import { DOC_COMPONENTS, hidden } from './http/docs'
 import { payloadTooLarge, toErrorResponse } from './http/errors'
-import { requestNotes } from './http/log'
+import { noteOf, peekNote } from './http/log'
 import { Sessions } from './http/session'
 import { campaignApiRoutes } from './modules/campaigns/routes'
 import { connectionAdminRoutes } from './modules/connections/routes'
@@ -46,12 +46,16 @@ function databaseOk(db: Database): boolean {
   }
 }
 
-const HOOKS = '/hooks/whatsapp/'
-
 export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const { config } = svc.deps
   const sessions = new Sessions(adminTokenHash)
-  const auth = authPlugin({ config, keys: svc.keys, adminTokenHash, sessions })
+  let root: Elysia<any, any, any, any, any, any, any> | null = null
+  const auth = authPlugin({ config, server: () => root?.server ?? null, keys: svc.keys, adminTokenHash, sessions })
+  const log = svc.log
+  const logRequest = (request: Request, set: object, route: string, status: unknown) => {
+    if (!log.enabled('info')) return
+    log.request(request.method, route || new URL(request.url).pathname.slice(0, 200), typeof status === 'number' ? status : 200, peekNote(set))
+  }
 
   const api = new Elysia({ prefix: '/api/v1' })
     .use(workspaceApiRoutes(svc, auth))
@@ -71,42 +75,37 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     .use(dashboardAdminRoutes(svc, auth))
 
   // Bun's own hard cap sits well above ours, so a declared Content-Length over our limit gets the
-  // JSON 413 below (answered before the body is read); only bodies beyond twice the limit meet Bun's.
-  return new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes * 2, idleTimeout: 30 } })
-    .onRequest(({ request, set }) => {
-      requestNotes.set(request, { start: performance.now() })
-      // network webhooks need the raw body (their signatures cover it): handled before parsing.
-      // The path starts after "http://host", i.e. at the first "/" past the scheme.
-      const hooks = request.url.indexOf(HOOKS)
-      if (hooks !== -1 && request.url.indexOf('/', 8) === hooks) {
-        const id = request.url.slice(hooks + HOOKS.length).split(/[/?#]/)[0]!
-        return handleCloudApiWebhook(request, decodeURIComponent(id), svc)
-      }
-      // 413 before the body is read; the content type is only looked at for large bodies
-      const length = Number(request.headers.get('content-length') ?? 0)
-      if (length > config.maxJsonBytes) {
-        const multipart = (request.headers.get('content-type') ?? '').toLowerCase().startsWith('multipart/form-data')
-        if (length > (multipart ? config.maxUploadBytes : config.maxJsonBytes)) {
-          set.status = 413
-          Object.assign(set.headers, SECURITY_HEADERS)
-          set.headers['connection'] = 'close'
-          return payloadTooLarge().toBody()
-        }
-      }
-    })
-    .onParse(({ request, contentType }) => parseBody(request, contentType))
+  // JSON 413 from the parse step (answered before the body is read); only bodies beyond twice the
+  // limit meet Bun's. There is deliberately no onRequest hook: it would put an await in front of
+  // every route, and everything it could do has a cheaper place below.
+  root = new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes * 2, idleTimeout: 30 } })
+  return root
     .onError(({ code, error, set, request }) => {
       const { status, body } = toErrorResponse(error, code)
       if (status >= 500) svc.log.error('request failed', { method: request.method, path: new URL(request.url).pathname, error: String((error as Error)?.stack ?? error) })
       set.status = status
       Object.assign(set.headers, SECURITY_HEADERS)
       set.headers['content-type'] = 'application/json; charset=utf-8'
+      if (status === 413) set.headers['connection'] = 'close'
       return body
     })
-    .onAfterResponse(({ request, set, route }) => {
-      if (!svc.log.enabled('info')) return
-      const status = typeof set.status === 'number' ? set.status : 200
-      svc.log.request(request.method, route || new URL(request.url).pathname.slice(0, 200), status, requestNotes.get(request))
+    // the request log line, written as the response is mapped — errors and unknown routes
+    // included. It hands the value back unchanged: Elysia's not-found path uses what this returns.
+    .mapResponse(({ request, route, set, responseValue }) => {
+      logRequest(request, set, route, responseValue instanceof Response ? responseValue.status : set.status)
+      return responseValue as Response
+    })
+    // network webhooks need the raw body (their signatures cover it): no body parsing here
+    .all('/hooks/whatsapp/:id', ({ request, params }) => {
+      if (Number(request.headers.get('content-length') ?? 0) > config.maxJsonBytes) throw payloadTooLarge()
+      return handleCloudApiWebhook(request, params.id, svc)
+    }, { parse: 'none', detail: hidden })
+    .onParse(({ request, contentType, set }) => {
+      noteOf(set)
+      // 413 before the body is read; the content type is only looked at for large bodies
+      const length = Number(request.headers.get('content-length') ?? 0)
+      if (length > config.maxJsonBytes && length > (contentType.toLowerCase().startsWith('multipart/form-data') ? config.maxUploadBytes : config.maxJsonBytes)) throw payloadTooLarge()
+      return parseBody(request, contentType)
     })
     .use(
       openapi({

@@ -31,9 +31,9 @@ export function dashboardRoutes(config: Config, sessions: Sessions, auth: Return
     .get('/admin/app.css', () => new Response(appCss, { headers: { ...PAGE_HEADERS, 'content-type': 'text/css; charset=utf-8' } }), { detail: hidden })
     .post(
       '/admin/session',
-      ({ request, server, body, checkAdminToken }) => {
+      ({ request, body, checkAdminToken }) => {
         const token = (body as Record<string, unknown> | null)?.token
-        if (request.headers.get('x-capstan-csrf') !== '1' || !checkAdminToken(request, server, token)) {
+        if (request.headers.get('x-capstan-csrf') !== '1' || !checkAdminToken(request, token)) {
           return new Response(JSON.stringify({ message: 'A valid admin token is required.', code: 'unauthenticated' }), { status: 401, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' } })
         }
         const s = sessions.issue()

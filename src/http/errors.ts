@@ -55,6 +55,9 @@ export const refused = (code: string, message: string) => new ApiError(422, code
 /** Map anything thrown to {status, body}. Unknown errors become a 500 without details. */
 export function toErrorResponse(error: unknown, elysiaCode?: string | number): { status: number; body: Record<string, unknown> } {
   if (error instanceof ApiError) return { status: error.status, body: error.toBody() }
+  // what the body-parsing step throws (the 413) reaches us wrapped in Elysia's PARSE error
+  const cause = (error as { cause?: unknown } | null)?.cause
+  if (cause instanceof ApiError) return { status: cause.status, body: cause.toBody() }
   switch (elysiaCode) {
     case 'NOT_FOUND':
       return { status: 404, body: { message: 'The route was not found.', code: 'not_found' } }

@@ -8,30 +8,45 @@ import type { Config } from '../config'
 const ORDER = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 } as const
 type Level = keyof typeof ORDER
 
+const BUFFER_BYTES = 64 * 1024
+
 export class Logger {
   private readonly min: number
-  private buffer = ''
+  /**
+   * Lines are copied into one reusable byte buffer as they are made, so each line's string dies
+   * young; holding hundreds of strings until a flush costs the garbage collector more than the copy.
+   */
+  private readonly out = Buffer.allocUnsafe(BUFFER_BYTES)
+  private used = 0
   private flushTimer: Timer | null = null
 
   constructor(level: Config['logLevel']) {
     this.min = ORDER[level]
   }
 
-  /** Lines are buffered and written together: at most 50 ms later, at 64 KiB, or at once for warnings and errors. */
+  /** Lines are buffered and written together: at most 50 ms later, when the buffer fills, or at once for warnings and errors. */
   private emit(line: string) {
-    this.buffer += line
-    if (this.buffer.length >= 65536) this.flush()
-    else if (!this.flushTimer) this.flushTimer = setTimeout(() => this.flush(), 50)
+    const worst = line.length * 3 // UTF-8 bytes at most
+    if (worst > BUFFER_BYTES - this.used) {
+      this.flush()
+      if (worst > BUFFER_BYTES) return this.writeOut(Buffer.from(line))
+    }
+    this.used += this.out.write(line, this.used)
+    if (!this.flushTimer) this.flushTimer = setTimeout(() => this.flush(), 50)
   }
 
   flush() {
     if (this.flushTimer) clearTimeout(this.flushTimer)
     this.flushTimer = null
-    if (!this.buffer) return
-    const out = this.buffer
-    this.buffer = ''
+    if (this.used === 0) return
+    const n = this.used
+    this.used = 0
+    this.writeOut(this.out.subarray(0, n))
+  }
+
+  private writeOut(bytes: Uint8Array) {
     try {
-      writeSync(1, out)
+      for (let done = 0; done < bytes.length; ) done += writeSync(1, bytes, done, bytes.length - done)
     } catch {
       // stdout closed or full: logging must never take the server down
     }
@@ -81,14 +96,32 @@ export class Logger {
   }
 }
 
-/** What a request line names beyond method/route/status: filled in by the auth step. */
+/**
+ * What a request line names beyond method/route/status. Opened by the first step that runs for a
+ * request (body parsing or authentication) — which is where its `ms` counts from — and filled in
+ * by authentication. Routes with neither (health, docs, an unknown path) log `ms: null`.
+ *
+ * It rides on the request's own response-settings object (Elysia's `set`), not in a WeakMap
+ * keyed by the Request: weak tables cost the garbage collector work on every request.
+ */
 export interface RequestNote {
   start: number
   workspaceId?: string
   keyId?: string
 }
 
-export const requestNotes = new WeakMap<Request, RequestNote>()
+const NOTE: unique symbol = Symbol('capstan request note')
+type Noted = { [NOTE]?: RequestNote }
+
+/** The request's note, opened now if no step has yet. */
+export function noteOf(set: object): RequestNote {
+  return ((set as Noted)[NOTE] ??= { start: performance.now() })
+}
+
+/** The request's note if a step opened one. */
+export function peekNote(set: object): RequestNote | undefined {
+  return (set as Noted)[NOTE]
+}
 
 /** Characters that never need escaping in a JSON string (route patterns, methods). */
 const SAFE = /^[A-Za-z0-9/_.:{}-]*$/
