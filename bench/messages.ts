@@ -1,8 +1,9 @@
 /**
- * Messaging benchmarks (issue: messaging). Run: bun bench/messages.ts [post|release|list|all] [seconds]
+ * Messaging benchmarks (issue: messaging). Run: bun bench/messages.ts [post|release|list|all] [seconds] [rounds]
  *
  * post:    POST /api/v1/messages with 50 keys against a bare Bun hello and a bare durable-insert
- *          server (bench/bare-insert.ts), same run. Target: >= 50% of the bare insert ceiling.
+ *          server (bench/bare-insert.ts), measured in turns, medians. Target: >= 50% of the bare
+ *          insert ceiling.
  * release: 1,000 sandbox numbers at zero gap release a pre-filled queue, in-process over a real
  *          SQLite file and the real sandbox driver. Target: >= 5,000 messages/s. Then the
  *          scheduler's CPU use while messages are queued but none is due (target ~0%).
@@ -19,10 +20,11 @@ import { Writer } from '../src/db/writer'
 import { Logger } from '../src/http/log'
 import { SecretBox } from '../src/secrets'
 import { buildServices, startServices, stopServices } from '../src/services'
-import { ROOT, fmt, freePort, startBare, startCapstan, wrk } from './support'
+import { ROOT, fmt, freePort, ratio, rounds, startBare, startCapstan, wrk } from './support'
 
 const what = process.argv[2] ?? 'all'
 const seconds = Number(process.argv[3] ?? 8)
+const turns = Number(process.argv[4] ?? 5)
 
 async function post() {
   const bare = await startBare()
@@ -47,15 +49,19 @@ request = function()
   ${withAuth ? 'h["Authorization"] = "Bearer " .. keys[(n % #keys) + 1]' : ''}
   return wrk.format("POST", nil, h, body)
 end`
-    const hello = await wrk(`${bare.base}/`, { seconds })
-    const insert = await wrk(`http://127.0.0.1:${port}/`, { seconds, lua: lua(false) })
-    await wrk(`${cap.base}/api/v1/messages`, { seconds: 2, lua: lua(true) })
-    const send = await wrk(`${cap.base}/api/v1/messages`, { seconds, lua: lua(true) })
-    console.log(`\nPOST /messages, wrk -t1 -c50 -d${seconds}s, 50 API keys\n`)
-    console.log('| target | result | of insert ceiling |\n|---|---|---|')
-    console.log(`| bare Bun.serve hello | ${fmt(hello)} | — |`)
-    console.log(`| bare durable insert (JSON parse + INSERT, group commit, FULL sync) | ${fmt(insert)} | 100% |`)
-    console.log(`| POST /api/v1/messages | ${fmt(send)} | ${((send.rps / insert.rps) * 100).toFixed(0)}% |`)
+    const [hello, insert, send] = await rounds(
+      [
+        { name: 'bare Bun.serve hello', url: `${bare.base}/` },
+        { name: 'bare durable insert (JSON parse + INSERT, group commit, FULL sync)', url: `http://127.0.0.1:${port}/`, lua: lua(false) },
+        { name: 'POST /api/v1/messages', url: `${cap.base}/api/v1/messages`, lua: lua(true) },
+      ],
+      { rounds: turns, seconds },
+    )
+    console.log(`\nPOST /messages, wrk -t1 -c50, 50 API keys, ${turns} rounds of ${seconds} s in turns, medians\n`)
+    console.log('| target | median result | of insert ceiling |\n|---|---|---|')
+    console.log(`| ${hello!.name} | ${fmt(hello!.median)} | — |`)
+    console.log(`| ${insert!.name} | ${fmt(insert!.median)} | 100% |`)
+    console.log(`| ${send!.name} | ${fmt(send!.median)} | ${ratio(send!, insert!)} |`)
   } finally {
     bare.stop()
     ins.kill()

@@ -115,3 +115,52 @@ export async function wrk(url: string, opts: { seconds?: number; connections?: n
 }
 
 export const fmt = (r: WrkResult) => `${Math.round(r.rps).toLocaleString('en-US')} req/s, p50 ${r.p50.toFixed(2)} ms, p99 ${r.p99.toFixed(2)} ms${r.errors ? `, ${r.errors} errors` : ''}`
+
+export interface Load {
+  name: string
+  url: string
+  lua?: string
+  headers?: Record<string, string>
+}
+
+export interface RoundsResult {
+  name: string
+  runs: WrkResult[]
+  /** Median of the rounds: requests/s, p50 and p99 each taken separately. */
+  median: WrkResult
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b)
+  const m = s.length >> 1
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2
+}
+
+/**
+ * Measure several loads in turns — A, B, C, A, B, C, ... — after one warm-up run each, and take
+ * the median of each. These machines are shared and noisy: a single run of each load can land in
+ * a fast or a slow minute, while turns put every load through the same minutes.
+ */
+export async function rounds(loads: Load[], opts: { rounds: number; seconds: number; connections?: number }): Promise<RoundsResult[]> {
+  const connections = opts.connections ?? 50
+  for (const l of loads) await wrk(l.url, { seconds: 2, connections, lua: l.lua, headers: l.headers })
+  const runs: WrkResult[][] = loads.map(() => [])
+  for (let r = 0; r < opts.rounds; r++) {
+    for (const [i, l] of loads.entries()) runs[i]!.push(await wrk(l.url, { seconds: opts.seconds, connections, lua: l.lua, headers: l.headers }))
+  }
+  return loads.map((l, i) => {
+    const rs = runs[i]!
+    return {
+      name: l.name,
+      runs: rs,
+      median: { rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)), errors: rs.reduce((a, r) => a + r.errors, 0) },
+    }
+  })
+}
+
+/** "43% (38–51%)": the ratio of medians, then the range of the per-round ratios. */
+export function ratio(x: RoundsResult, ceiling: RoundsResult): string {
+  const per = x.runs.map((r, i) => r.rps / ceiling.runs[i]!.rps)
+  const pct = (v: number) => `${Math.round(v * 100)}%`
+  return `${pct(x.median.rps / ceiling.median.rps)} (rounds ${pct(Math.min(...per))}–${pct(Math.max(...per))})`
+}

@@ -209,6 +209,33 @@ describe('the log', () => {
     for (const bad of ['direction=sideways', 'status=lost', 'per_page=0']) expect((await srv.api(key, 'GET', `/messages?${bad}`)).status).toBe(422)
   })
 
+  test('direction-only and status-only filters merge their status/direction ranges newest first, across pages', async () => {
+    const { ws, key, conn } = await setup()
+    const receipts = ['delivered', 'failed', 'read', null, 'delivered', 'failed', null, 'read']
+    for (const [i, receipt] of receipts.entries()) {
+      const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `out ${i}` } })).json.data
+      await waitStatus(key, out.id, 'sent')
+      if (receipt) await srv.admin('POST', `/messages/${out.id}/sandbox/receipt`, { status: receipt })
+      if (i % 3 === 0) await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: `in ${i}` })
+    }
+    const all = (await srv.api(key, 'GET', '/messages?per_page=100')).json.data as any[]
+    expect(all).toHaveLength(11)
+    const pages = async (qs: string) => {
+      const reader = (await srv.key(ws.id, ['messages:read'])).key // a fresh rate-limit window per filter
+      const ids: string[] = []
+      for (let page = 1; page <= 6; page++) {
+        const r = await srv.api(reader, 'GET', `/messages?${qs}&per_page=2&page=${page}`)
+        expect(r.status, JSON.stringify(r.json)).toBe(200)
+        ids.push(...r.json.data.map((m: any) => m.id))
+      }
+      return ids
+    }
+    for (const direction of ['inbound', 'outbound']) expect(await pages(`direction=${direction}`)).toEqual(all.filter((m) => m.direction === direction).map((m) => m.id))
+    for (const status of ['sent', 'delivered', 'read', 'failed']) expect(await pages(`status=${status}`)).toEqual(all.filter((m) => m.status === status).map((m) => m.id))
+    // delivered spans both directions: inbound messages and delivered outbound ones, interleaved
+    expect(new Set(all.filter((m) => m.status === 'delivered').map((m) => m.direction))).toEqual(new Set(['inbound', 'outbound']))
+  })
+
   test('inbound STOP opts the contact out in the consent ledger; later sends are refused', async () => {
     const { key, conn } = await setup()
     const phone = newPhone()

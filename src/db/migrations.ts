@@ -6,6 +6,7 @@ import m0004 from '../../migrations/0004_media.sql' with { type: 'text' }
 import m0005 from '../../migrations/0005_groups.sql' with { type: 'text' }
 import m0006 from '../../migrations/0006_campaigns.sql' with { type: 'text' }
 import m0007 from '../../migrations/0007_connection_status_reason.sql' with { type: 'text' }
+import m0008 from '../../migrations/0008_fewer_message_indexes.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -15,4 +16,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 5, name: '0005_groups', sql: m0005 },
   { version: 6, name: '0006_campaigns', sql: m0006 },
   { version: 7, name: '0007_connection_status_reason', sql: m0007 },
+  { version: 8, name: '0008_fewer_message_indexes', sql: m0008 },
 ]

@@ -31,6 +31,23 @@ export interface MessageRow {
 
 export type NewMessage = Omit<MessageRow, 'seq'>
 
+const STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'failed'] as const
+const DIRECTIONS = ['inbound', 'outbound'] as const
+const BY_DIRECTION_STATUS = 'SELECT * FROM messages INDEXED BY messages_log_direction_status WHERE workspace_id = $ws'
+
+/**
+ * The log's query for a filter, newest first once ORDER BY seq DESC is added. No filter walks
+ * (workspace, seq); a direction or status alone is the union of the (workspace, direction,
+ * status, seq) ranges it covers, which SQLite merges in seq order — a page reads only its rows
+ * (migration 0008 dropped the indexes these filters once had of their own).
+ */
+function listSql(filter: { direction?: string; status?: string }): string {
+  if (filter.direction && filter.status) return `${BY_DIRECTION_STATUS} AND direction = $direction AND status = $status`
+  if (filter.direction) return STATUSES.map((s) => `${BY_DIRECTION_STATUS} AND direction = $direction AND status = '${s}'`).join(' UNION ALL ')
+  if (filter.status) return DIRECTIONS.map((d) => `${BY_DIRECTION_STATUS} AND direction = '${d}' AND status = $status`).join(' UNION ALL ')
+  return 'SELECT * FROM messages WHERE workspace_id = $ws'
+}
+
 export class MessageRepo {
   private insertStmt
   private byIdStmt
@@ -119,7 +136,7 @@ export class MessageRepo {
     const key = where.join(' AND ')
     let q = this.lists.get(key)
     if (!q) {
-      q = this.db.query(`SELECT * FROM messages WHERE ${key} ORDER BY seq DESC LIMIT $limit OFFSET $offset`)
+      q = this.db.query(`${listSql(filter)} ORDER BY seq DESC LIMIT $limit OFFSET $offset`)
       this.lists.set(key, q)
     }
     let c = this.counts.get(key)
