@@ -20,7 +20,7 @@ import { Writer } from '../src/db/writer'
 import { Logger } from '../src/http/log'
 import { SecretBox } from '../src/secrets'
 import { buildServices, startServices, stopServices } from '../src/services'
-import { ROOT, fmt, freePort, ratio, rounds, startBare, startCapstan, wrk } from './support'
+import { ROOT, fmt, freePort, ratio, rounds, startBare, startBareInsert, startCapstan, wrk } from './support'
 
 const what = process.argv[2] ?? 'all'
 const seconds = Number(process.argv[3] ?? 8)
@@ -28,10 +28,7 @@ const turns = Number(process.argv[4] ?? 5)
 
 async function post() {
   const bare = await startBare()
-  const dir = mkdtempSync(join(tmpdir(), 'bare-insert-'))
-  const port = await freePort()
-  const ins = Bun.spawn(['bun', join(ROOT, 'bench/bare-insert.ts')], { env: { ...process.env, PORT: String(port), DB_PATH: join(dir, 'b.db') }, stdout: 'ignore', stderr: 'inherit' })
-  await Bun.sleep(500)
+  const ins = await startBareInsert()
   const cap = await startCapstan()
   try {
     const ws = (await cap.admin('POST', '/workspaces', { name: 'Bench' })).data
@@ -52,7 +49,7 @@ end`
     const [hello, insert, send] = await rounds(
       [
         { name: 'bare Bun.serve hello', url: `${bare.base}/` },
-        { name: 'bare durable insert (JSON parse + INSERT, group commit, FULL sync)', url: `http://127.0.0.1:${port}/`, lua: lua(false) },
+        { name: 'bare durable insert (JSON parse + INSERT, group commit, FULL sync)', url: `${ins.base}/`, lua: lua(false) },
         { name: 'POST /api/v1/messages', url: `${cap.base}/api/v1/messages`, lua: lua(true) },
       ],
       { rounds: turns, seconds },
@@ -64,9 +61,8 @@ end`
     console.log(`| ${send!.name} | ${fmt(send!.median)} | ${ratio(send!, insert!)} |`)
   } finally {
     bare.stop()
-    ins.kill()
+    ins.stop()
     await cap.stop()
-    rmSync(dir, { recursive: true, force: true })
   }
 }
 

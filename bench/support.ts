@@ -37,6 +37,25 @@ export async function startBare() {
   return { base: `http://127.0.0.1:${port}`, stop: () => proc.kill() }
 }
 
+/** The durable-insert ceiling (bench/bare-insert.ts) on its own SQLite file; POST JSON with `recipient` and `body`. */
+export async function startBareInsert() {
+  const port = await freePort()
+  const dir = mkdtempSync(join(tmpdir(), 'bare-insert-'))
+  const proc = Bun.spawn(['bun', join(ROOT, 'bench/bare-insert.ts')], { env: { ...process.env, PORT: String(port), DB_PATH: join(dir, 'b.db') }, stdout: 'ignore', stderr: 'inherit' })
+  for (let i = 0; i < 200; i++) {
+    const r = await fetch(`http://127.0.0.1:${port}/`, { method: 'POST', body: '{"recipient":"+15550000000","body":"up?"}' }).catch(() => null)
+    if (r?.status === 202) break
+    await Bun.sleep(50)
+  }
+  return {
+    base: `http://127.0.0.1:${port}`,
+    stop: () => {
+      proc.kill()
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
+
 export async function startCapstan(env: Record<string, string> = {}) {
   const port = await freePort()
   const dir = mkdtempSync(join(tmpdir(), 'capstan-bench-'))

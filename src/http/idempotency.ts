@@ -102,6 +102,8 @@ export class Idempotency {
     opts: { apiKeyId: string; method: string; path: string; header: string | null | undefined; body: unknown },
     run: (record: (status: number, body: unknown) => string) => Promise<{ status: number; body: string }>,
   ): Promise<{ status: number; body: string; replayed: boolean }> {
+    // no Idempotency-Key: nothing to look up, record or release
+    if (opts.header === null || opts.header === undefined) return { ...(await run((_status, body) => JSON.stringify(body))), replayed: false }
     const begun = await this.begin(opts.apiKeyId, opts.method, opts.path, opts.header, opts.body)
     if (begun && 'replay' in begun) return { ...begun.replay, replayed: true }
     const ticket = begun?.ticket

@@ -65,14 +65,27 @@ export class Logger {
     return this.stamp
   }
 
+  /** `"level":…,"route":…,"status":` per method and route pattern, built once (routes are few). */
+  private readonly middles = new Map<string, string>()
+
+  private middle(method: string, route: string): string {
+    const id = method + ' ' + route
+    let m = this.middles.get(id)
+    if (m === undefined) {
+      const q = (v: string) => (SAFE.test(v) ? `"${v}"` : JSON.stringify(v))
+      m = `","level":"info","msg":"request","method":${q(method)},"route":${q(route)},"status":`
+      // an unknown path is logged as itself: those are not kept
+      if (this.middles.size < 1000) this.middles.set(id, m)
+    }
+    return m
+  }
+
   /** The per-request line: time, method, route, status, ms, workspace id, key id. */
   request(method: string, route: string, status: number, note: RequestNote | undefined) {
-    const ms = note ? Math.round((performance.now() - note.start) * 100) / 100 : null
-    const ws = note?.workspaceId ? `"${note.workspaceId}"` : 'null'
-    const key = note?.keyId ? `"${note.keyId}"` : 'null'
-    const r = SAFE.test(route) ? `"${route}"` : JSON.stringify(route)
-    const m = SAFE.test(method) ? `"${method}"` : JSON.stringify(method)
-    this.emit(`{"time":"${this.now()}","level":"info","msg":"request","method":${m},"route":${r},"status":${status},"ms":${ms},"workspace_id":${ws},"key_id":${key}}\n`)
+    const tail = note
+      ? `,"ms":${Math.round((performance.now() - note.start) * 100) / 100},"workspace_id":${note.workspaceId ? `"${note.workspaceId}"` : 'null'},"key_id":${note.keyId ? `"${note.keyId}"` : 'null'}}\n`
+      : ',"ms":null,"workspace_id":null,"key_id":null}\n'
+    this.emit(`{"time":"${this.now()}${this.middle(method, route)}${status}${tail}`)
   }
 
   enabled(level: Exclude<Level, 'silent'>) {
