@@ -18,6 +18,10 @@ export function openDatabase(path: string): Database {
   db.run('PRAGMA foreign_keys = ON')
   db.run('PRAGMA temp_store = MEMORY')
   db.run('PRAGMA cache_size = -32000')
+  // checkpoint every ~40 MiB of WAL instead of SQLite's ~4 MiB: under a stream of sends the same
+  // index pages are rewritten again and again, and a rarer checkpoint copies each of them once
+  // (measured: ~7% more sends per second; bench/messages.ts post).
+  db.run('PRAGMA wal_autocheckpoint = 10000')
   return db
 }
 
