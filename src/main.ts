@@ -71,6 +71,15 @@ async function serve() {
   if (admin.generated) {
     process.stdout.write(`Capstan admin token (shown once; only its hash is stored): ${admin.generated}\n`)
   }
+  // Before anything starts (crash recovery, the scheduler): is the port free? A second Capstan
+  // must stop here with one line, not run its start-up against a database another one is serving.
+  if (config.port !== 0) {
+    try {
+      Bun.serve({ hostname: config.host, port: config.port, reusePort: false, fetch: () => new Response(null) }).stop(true)
+    } catch {
+      fail(`cannot listen on ${config.host}:${config.port}: the address is in use (is another Capstan running?)`)
+    }
+  }
   const deps = { config, db, writer: new Writer(db), clock: systemClock }
   const svc = buildServices(deps, log, SecretBox.load(config.dataDir, config.secretKey))
   await startServices(svc)

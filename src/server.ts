@@ -78,7 +78,9 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   // JSON 413 from the parse step (answered before the body is read); only bodies beyond twice the
   // limit meet Bun's. There is deliberately no onRequest hook: it would put an await in front of
   // every route, and everything it could do has a cheaper place below.
-  root = new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes * 2, idleTimeout: 30 } })
+  // reusePort off (Elysia turns it on): a second Capstan started on the same port must fail, not
+  // silently share the port and split the traffic between two processes and two databases.
+  root = new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes * 2, idleTimeout: 30, reusePort: false, development: false } })
   return root
     .onError(({ code, error, set, request }) => {
       const { status, body } = toErrorResponse(error, code)

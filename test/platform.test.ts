@@ -123,6 +123,17 @@ async function runCapstan(args: string[], env: Record<string, string>) {
 }
 
 describe('configuration and start-up', () => {
+  test('a second server on a port in use stops with one line and touches nothing', async () => {
+    const port = new URL(srv.base).port
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-second-'))
+    const r = await runCapstan(['serve'], { CAPSTAN_HOST: '127.0.0.1', CAPSTAN_PORT: port, CAPSTAN_DATA_DIR: dir, CAPSTAN_ADMIN_TOKEN: 'second-admin-token-0123456789abcd' })
+    expect(r.code).toBe(2)
+    expect(r.err.trim().split('\n')).toEqual([`capstan: cannot listen on 127.0.0.1:${port}: the address is in use (is another Capstan running?)`])
+    // the first server still answers alone
+    expect((await srv.request('GET', '/healthz')).status).toBe(200)
+    rmSync(dir, { recursive: true, force: true })
+  })
+
   test('a bad value stops the start with one line naming the variable', async () => {
     for (const [name, value] of [['CAPSTAN_PORT', 'eighty'], ['CAPSTAN_CLAMD', 'clamd.sock'], ['CAPSTAN_TRUST_PROXY', 'maybe'], ['CAPSTAN_LOG_LEVEL', 'loud'], ['CAPSTAN_KEY_RATE_LIMIT', '0']]) {
       const r = await runCapstan(['serve'], { [name]: value!, CAPSTAN_DATA_DIR: join(tmpdir(), 'capstan-never') })
