@@ -14,6 +14,7 @@ import { systemClock } from './clock'
 import { CLI_HELP, runAdminCommand } from './cli'
 import { ConfigError, loadConfig } from './config'
 import { migrate, openDatabase } from './db/open'
+import { DataDirLocked, lockDataDir } from './db/lock'
 import { Writer } from './db/writer'
 import { Logger } from './http/log'
 import { buildApp } from './server'
@@ -62,8 +63,19 @@ function configOrExit() {
   }
 }
 
+/** The data directory's lock, or one line and exit 2 when another Capstan holds it. */
+function lockOrExit(dataDir: string) {
+  try {
+    return lockDataDir(dataDir)
+  } catch (e) {
+    if (e instanceof DataDirLocked) fail(e.message)
+    throw e
+  }
+}
+
 async function serve() {
   const config = configOrExit()
+  const lock = lockOrExit(config.dataDir)
   const log = new Logger(config.logLevel)
   const db = openDatabase(config.dbPath)
   const applied = migrate(db)
@@ -107,6 +119,7 @@ async function serve() {
     log.info('capstan stopped', { signal })
     log.flush()
     db.close()
+    lock.release()
     process.exit(0)
   }
   process.on('SIGTERM', () => void stop('SIGTERM'))
@@ -121,9 +134,11 @@ async function main(argv: string[]) {
       return serve()
     case 'migrate': {
       const config = configOrExit()
+      const lock = lockOrExit(config.dataDir)
       const db = openDatabase(config.dbPath)
       const applied = migrate(db)
       db.close()
+      lock.release()
       console.log(applied.length ? `applied migrations ${applied.join(', ')}` : 'database is up to date')
       return
     }
@@ -137,6 +152,7 @@ async function main(argv: string[]) {
           const r = backup(config.dataDir, target)
           console.log(`backup written to ${r.dir}: ${r.messages} messages, ${r.media} media files${r.missing.length ? ` (${r.missing.length} media files deleted by retention meanwhile)` : ''}`)
         } else {
+          lockOrExit(config.dataDir)
           const r = restore(target, config.dataDir, argv.includes('--force'))
           console.log(`restored into ${config.dataDir}: ${r.messages} messages; start the server with this CAPSTAN_DATA_DIR`)
         }

@@ -134,6 +134,19 @@ describe('configuration and start-up', () => {
     rmSync(dir, { recursive: true, force: true })
   })
 
+  test('one Capstan per data directory: serve on another port, migrate and a forced restore all refuse while it runs', async () => {
+    const env = { CAPSTAN_HOST: '127.0.0.1', CAPSTAN_PORT: String(await freePort()), CAPSTAN_DATA_DIR: srv.dataDir, CAPSTAN_ADMIN_TOKEN: 'second-admin-token-0123456789abcd' }
+    const line = `capstan: ${srv.dataDir} is in use by another Capstan process (serve, migrate or restore)`
+    for (const args of [['serve'], ['migrate'], ['restore', srv.dataDir, '--force']]) {
+      const r = await runCapstan(args, env)
+      expect(r.code).toBe(2)
+      expect(r.err.trim().split('\n')).toEqual([line])
+    }
+    // the running server is untouched and still serves its data
+    const { key } = await srv.tenant()
+    expect((await srv.api(key, 'GET', '/workspace')).status).toBe(200)
+  })
+
   test('a bad value stops the start with one line naming the variable', async () => {
     for (const [name, value] of [['CAPSTAN_PORT', 'eighty'], ['CAPSTAN_CLAMD', 'clamd.sock'], ['CAPSTAN_TRUST_PROXY', 'maybe'], ['CAPSTAN_LOG_LEVEL', 'loud'], ['CAPSTAN_KEY_RATE_LIMIT', '0']]) {
       const r = await runCapstan(['serve'], { [name]: value!, CAPSTAN_DATA_DIR: join(tmpdir(), 'capstan-never') })
