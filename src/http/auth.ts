@@ -3,8 +3,9 @@
  * failed-auth limit for the client IP → bearer (401) → workspace active (403) → per-key limit
  * (429, counting every authenticated request) → scope (403) → unreadable body (400).
  *
- * Routes declare their scope beside themselves: `{ scope: 'contacts:read' }`. Admin routes
- * declare `{ admin: true }`; a wrong admin token counts toward the same per-IP failed-auth limit.
+ * An /api/v1 route declares its operation once — `{ api: { summary, tag, scope: 'contacts:read',
+ * ... } }` — which is both its OpenAPI entry and the scope enforced here. Admin routes declare
+ * `{ admin: true }`; a wrong admin token counts toward the same per-IP failed-auth limit.
  */
 import { timingSafeEqual } from 'node:crypto'
 import { Elysia } from 'elysia'
@@ -16,6 +17,7 @@ import { UNREADABLE } from './body'
 import { ApiError, adminUnauthenticated, authRateLimited, badRequest, insufficientScope, rateLimited, unauthenticated, workspaceUnavailable } from './errors'
 import { WindowCounter } from './limits'
 import { noteOf } from './log'
+import { type OpOptions, op } from './docs'
 import type { Sessions } from './session'
 
 export interface Caller {
@@ -81,37 +83,43 @@ export function authPlugin({ config, server, keys, adminTokenHash, sessions }: A
     return false
   }
 
+  /** The API caller for a route that needs `scope` (see the order of checks above). */
+  const resolveCaller = (scope: Scope) =>
+    function resolve({ request, set, body }: { request: Request; set: { headers: Record<string, string | number> }; body: unknown }): { caller: Caller } {
+      const note = noteOf(set)
+      // the IP is only looked at when some address has failed recently (the common case costs nothing)
+      const ip = failures.active() ? ipOf(request) : null
+      if (ip !== null && failures.exceeded(ip)) throw authRateLimited()
+      const token = bearerToken(request.headers.get('authorization'))
+      const found = token ? keys.authenticate(token) : null
+      if (!found) {
+        failures.hit(ip ?? ipOf(request))
+        throw unauthenticated()
+      }
+      note.workspaceId = found.workspace.id
+      note.keyId = found.key.keyId
+      if (found.workspace.status !== 'active') throw workspaceUnavailable()
+      const left = perKey.hit(found.key.id)
+      // a fresh object of one fixed shape (nothing has set a header yet): cheaper for the engine,
+      // and for Bun to turn into response headers, than adding to Elysia's null-prototype one
+      set.headers = {
+        'x-content-type-options': 'nosniff',
+        'cache-control': 'no-store',
+        'x-ratelimit-limit': limitHeader,
+        'x-ratelimit-remaining': String(left > 0 ? left : 0),
+      } as typeof set.headers
+      if (left < 0) throw rateLimited()
+      if (!found.key.scopes.has(scope)) throw insufficientScope()
+      if (body === UNREADABLE) throw badRequest()
+      return { caller: found }
+    }
+
   return new Elysia({ name: 'capstan-auth' }).decorate('checkAdminToken', checkAdminToken).macro({
-    scope: (scope: Scope) => ({
-      resolve({ request, set, body }): { caller: Caller } {
-        const note = noteOf(set)
-        // the IP is only looked at when some address has failed recently (the common case costs nothing)
-        const ip = failures.active() ? ipOf(request) : null
-        if (ip !== null && failures.exceeded(ip)) throw authRateLimited()
-        const token = bearerToken(request.headers.get('authorization'))
-        const found = token ? keys.authenticate(token) : null
-        if (!found) {
-          failures.hit(ip ?? ipOf(request))
-          throw unauthenticated()
-        }
-        note.workspaceId = found.workspace.id
-        note.keyId = found.key.keyId
-        if (found.workspace.status !== 'active') throw workspaceUnavailable()
-        const left = perKey.hit(found.key.id)
-        // a fresh object of one fixed shape (nothing has set a header yet): cheaper for the engine,
-        // and for Bun to turn into response headers, than adding to Elysia's null-prototype one
-        set.headers = {
-          'x-content-type-options': 'nosniff',
-          'cache-control': 'no-store',
-          'x-ratelimit-limit': limitHeader,
-          'x-ratelimit-remaining': String(left > 0 ? left : 0),
-        } as typeof set.headers
-        if (left < 0) throw rateLimited()
-        if (!found.key.scopes.has(scope)) throw insufficientScope()
-        if (body === UNREADABLE) throw badRequest()
-        return { caller: found }
-      },
-    }),
+    /**
+     * An /api/v1 route, stated once: `api: { summary, tag, scope, ... }` is the OpenAPI operation
+     * (see `op`) and the scope this route enforces — the two cannot drift apart.
+     */
+    api: (operation: OpOptions & { scope: Scope }) => ({ detail: op(operation), resolve: resolveCaller(operation.scope) }),
     admin: (enabled: boolean) => ({
       resolve({ request, body, set }): { operator: true } {
         if (!enabled) return { operator: true }

@@ -48,10 +48,10 @@ export interface OpOptions {
   body?: Schema<any>
   /** The body may carry files: documented as multipart only for those fields' sake. */
   query?: Schema<any>
-  params?: string[]
+  params?: readonly string[]
   /** status → response data schema (wrapped in {data}) or a description only */
   ok: { status: number; data?: Json; list?: boolean; description: string; headers?: Json }
-  errors?: number[]
+  errors?: readonly number[]
   idempotent?: boolean
 }
 

@@ -1,7 +1,6 @@
 /** /api/v1/campaigns: CRUD, audience preview, recipients, schedule/pause/resume/cancel. */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
-import { op } from '../../http/docs'
 import { notFound } from '../../http/errors'
 import { iso, paged, pageQuery } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
@@ -81,8 +80,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         return { data: campaigns.toPublic(campaigns[name](caller.workspace.id, params.id)) }
       },
       opts: {
-        scope: 'campaigns:send' as const,
-        detail: op({ summary, description, tag: 'Campaigns', scope: 'campaigns:send', params: ['id'], ok: { status: 200, data: campaignDoc, description: 'The campaign.' }, errors: [404, 409] }),
+        api: { summary, description, tag: 'Campaigns', scope: 'campaigns:send', params: ['id'], ok: { status: 200, data: campaignDoc, description: 'The campaign.' }, errors: [404, 409] },
       },
     }) as const
   const pause = action('pause', 'Pause a running campaign', 'Stops releasing its recipients within one pacing tick. 409 (invalid_campaign_state) unless running.')
@@ -91,8 +89,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
   return new Elysia()
     .use(auth)
     .get('/campaigns', ({ caller, query }) => paged(query, (l, o) => campaigns.repo.list(caller.workspace.id, l, o), (c) => campaigns.toPublic(c)), {
-      scope: 'campaigns:read',
-      detail: op({ summary: 'List campaigns', description: 'Newest first, each with live counts.', tag: 'Campaigns', scope: 'campaigns:read', query: pageQuery, ok: { status: 200, data: campaignDoc, list: true, description: 'A page of campaigns.' }, errors: [422] }),
+      api: { summary: 'List campaigns', description: 'Newest first, each with live counts.', tag: 'Campaigns', scope: 'campaigns:read', query: pageQuery, ok: { status: 200, data: campaignDoc, list: true, description: 'A page of campaigns.' }, errors: [422] },
     })
     .post(
       '/campaigns/audience/preview',
@@ -102,8 +99,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         return { data: { count, sample: (rows as any[]).map((r) => svc.contacts.toPublic(r)) } }
       },
       {
-        scope: 'campaigns:read',
-        detail: op({
+        api: {
           summary: 'Preview an audience',
           description: 'How many contacts the audience holds now (opted in, not suppressed, metadata filters) and up to 10 of them. Creates nothing.',
           tag: 'Campaigns',
@@ -111,12 +107,11 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
           body: previewBody,
           ok: { status: 200, data: { type: 'object', properties: { count: { type: 'integer' }, sample: { type: 'array', items: contactDoc } } }, description: 'Count and sample.' },
           errors: [400, 422],
-        }),
+        },
       },
     )
     .get('/campaigns/:id', ({ caller, params }) => ({ data: campaigns.toPublic(find(caller.workspace.id, params.id)) }), {
-      scope: 'campaigns:read',
-      detail: op({ summary: 'One campaign', description: 'With live counts.', tag: 'Campaigns', scope: 'campaigns:read', params: ['id'], ok: { status: 200, data: campaignDoc, description: 'The campaign.' }, errors: [404] }),
+      api: { summary: 'One campaign', description: 'With live counts.', tag: 'Campaigns', scope: 'campaigns:read', params: ['id'], ok: { status: 200, data: campaignDoc, description: 'The campaign.' }, errors: [404] },
     })
     .get(
       '/campaigns/:id/recipients',
@@ -132,8 +127,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         }))
       },
       {
-        scope: 'campaigns:read',
-        detail: op({ summary: 'Recipients of a campaign', description: 'Frozen when the campaign started; each with its message status.', tag: 'Campaigns', scope: 'campaigns:read', params: ['id'], query: pageQuery, ok: { status: 200, data: recipientDoc, list: true, description: 'A page of recipients.' }, errors: [404, 422] }),
+        api: { summary: 'Recipients of a campaign', description: 'Frozen when the campaign started; each with its message status.', tag: 'Campaigns', scope: 'campaigns:read', params: ['id'], query: pageQuery, ok: { status: 200, data: recipientDoc, list: true, description: 'A page of recipients.' }, errors: [404, 422] },
       },
     )
     .post(
@@ -144,8 +138,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         return { data: campaigns.toPublic(campaigns.create(caller.workspace.id, input)) }
       },
       {
-        scope: 'campaigns:write',
-        detail: op({ summary: 'Create a campaign', description: 'Created as draft. Schedule it with POST /campaigns/{id}/schedule (campaigns:send).', tag: 'Campaigns', scope: 'campaigns:write', body: createBody, ok: { status: 201, data: campaignDoc, description: 'Created.' }, errors: [400, 404, 422] }),
+        api: { summary: 'Create a campaign', description: 'Created as draft. Schedule it with POST /campaigns/{id}/schedule (campaigns:send).', tag: 'Campaigns', scope: 'campaigns:write', body: createBody, ok: { status: 201, data: campaignDoc, description: 'Created.' }, errors: [400, 404, 422] },
       },
     )
     .put(
@@ -159,8 +152,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         return { data: campaigns.toPublic(campaigns.update(caller.workspace.id, params.id, input)) }
       },
       {
-        scope: 'campaigns:write',
-        detail: op({ summary: 'Update a campaign', description: 'Only while draft or scheduled (else 409 invalid_campaign_state); changes the fields given.', tag: 'Campaigns', scope: 'campaigns:write', params: ['id'], body: updateBody, ok: { status: 200, data: campaignDoc, description: 'Updated.' }, errors: [400, 404, 409, 422] }),
+        api: { summary: 'Update a campaign', description: 'Only while draft or scheduled (else 409 invalid_campaign_state); changes the fields given.', tag: 'Campaigns', scope: 'campaigns:write', params: ['id'], body: updateBody, ok: { status: 200, data: campaignDoc, description: 'Updated.' }, errors: [400, 404, 409, 422] },
       },
     )
     .delete(
@@ -172,8 +164,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         return ''
       },
       {
-        scope: 'campaigns:write',
-        detail: op({ summary: 'Delete a campaign', description: 'Not while running (409). An unfinished campaign is cancelled first.', tag: 'Campaigns', scope: 'campaigns:write', params: ['id'], ok: { status: 204, description: 'Deleted.' }, errors: [404, 409] }),
+        api: { summary: 'Delete a campaign', description: 'Not while running (409). An unfinished campaign is cancelled first.', tag: 'Campaigns', scope: 'campaigns:write', params: ['id'], ok: { status: 204, description: 'Deleted.' }, errors: [404, 409] },
       },
     )
     .post(
@@ -184,8 +175,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         return { data: campaigns.toPublic(campaigns.schedule(caller.workspace.id, params.id, input.at ?? input.scheduled_at)) }
       },
       {
-        scope: 'campaigns:send',
-        detail: op({
+        api: {
           summary: 'Schedule or start a campaign',
           description: 'From draft (or to move a scheduled one). At the time it starts, the audience is frozen and each recipient becomes one paced message on the campaign’s number, re-checked for consent when released. 422 when numbered placeholders lack values.',
           tag: 'Campaigns',
@@ -194,7 +184,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
           body: scheduleBody,
           ok: { status: 200, data: campaignDoc, description: 'Scheduled or running.' },
           errors: [400, 404, 409, 422],
-        }),
+        },
       },
     )
     .post('/campaigns/:id/pause', pause.handler, pause.opts)

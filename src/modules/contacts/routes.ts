@@ -1,7 +1,6 @@
 /** GET /api/v1/contacts and POST /api/v1/contacts (upsert by phone). */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
-import { op } from '../../http/docs'
 import { pageQuery, paged } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
@@ -31,8 +30,7 @@ export function contactApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
         return paged(query, (limit, offset) => contacts.list(caller.workspace.id, limit, offset), (r) => contacts.toPublic(r))
       },
       {
-        scope: 'contacts:read',
-        detail: op({
+        api: {
           summary: 'List contacts',
           description: 'Newest activity first (creation, update, message out or in).',
           tag: 'Contacts',
@@ -40,7 +38,7 @@ export function contactApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
           query: pageQuery,
           ok: { status: 200, data: contactDoc, list: true, description: 'A page of contacts.' },
           errors: [422],
-        }),
+        },
       },
     )
     .post(
@@ -52,8 +50,7 @@ export function contactApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
         return { data: contacts.toPublic(row) }
       },
       {
-        scope: 'contacts:write',
-        detail: op({
+        api: {
           summary: 'Create or update a contact by phone',
           description: 'Upsert keyed by the E.164 phone: 201 when created, 200 when updated. consent_status changes only when sent.',
           tag: 'Contacts',
@@ -61,7 +58,7 @@ export function contactApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
           body: upsertContactBody,
           ok: { status: 201, data: contactDoc, description: 'Created (200 with the same body when an existing contact was updated).' },
           errors: [400, 413, 422],
-        }),
+        },
       },
     )
 }

@@ -1,7 +1,6 @@
 /** GET /api/v1/groups, POST /api/v1/groups/sync, POST /api/v1/groups/{id}/messages. */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
-import { op } from '../../http/docs'
 import { notFound } from '../../http/errors'
 import { paged } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
@@ -61,19 +60,17 @@ export function groupApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         return paged(query, (limit, offset) => groups.list(caller.workspace.id, q.search || null, limit, offset), (g) => groups.toPublic(g))
       },
       {
-        scope: 'groups:read',
-        detail: op({ summary: 'List groups', description: 'The mirror of the groups the connected numbers belong to, largest first.', tag: 'Groups', scope: 'groups:read', query: listQuery, ok: { status: 200, data: groupDoc, list: true, description: 'A page of groups.' }, errors: [422] }),
+        api: { summary: 'List groups', description: 'The mirror of the groups the connected numbers belong to, largest first.', tag: 'Groups', scope: 'groups:read', query: listQuery, ok: { status: 200, data: groupDoc, list: true, description: 'A page of groups.' }, errors: [422] },
       },
     )
     .post('/groups/sync', async ({ caller }) => ({ data: { numbers: await groups.sync(caller.workspace.id) } }), {
-      scope: 'groups:read',
-      detail: op({
+      api: {
         summary: 'Re-read the groups of every connected number',
         description: 'Each number is read independently: an offline or failing number reports failed and keeps its previous mirror; a network that cannot list groups reports unsupported. Groups a number has left are removed together with the messages sent to them. Idempotent by nature.',
         tag: 'Groups',
         scope: 'groups:read',
         ok: { status: 200, data: syncDoc, description: 'One entry per number.' },
-      }),
+      },
     })
     .post(
       '/groups/:id/messages',
@@ -92,8 +89,7 @@ export function groupApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         )
       },
       {
-        scope: 'groups:send',
-        detail: op({
+        api: {
           summary: 'Post a text message into a group',
           description:
             'Queued on the paced queue of the number that is in the group. Refused with 422 before anything is queued when the group lets only admins post and the number is not one (group_admin_only), or the number is not connected (group_number_disconnected). The final status of a group message is sent: no delivered or read is ever reported. Counts as one message of the allowance.',
@@ -104,7 +100,7 @@ export function groupApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin
           idempotent: true,
           ok: { status: 202, data: messageDoc, description: 'Queued.' },
           errors: [400, 404, 409, 413, 422],
-        }),
+        },
       },
     )
 }

@@ -2,7 +2,6 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { SECURITY_HEADERS } from '../../http/auth'
-import { op } from '../../http/docs'
 import { notFound } from '../../http/errors'
 import { s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
@@ -46,24 +45,23 @@ export function mediaApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         return { data: media.toPublic(row) }
       },
       {
-        scope: 'messages:write',
+        api: {
+          summary: 'Upload media',
+          description:
+            'multipart/form-data with the file in field "file". The size is checked against the workspace limit, the type is decided from the bytes, and the file is scanned for malware by ClamAV before it is stored; all of that completes before the response. The id is usable as media_id in a send until the media expires (workspace retention).',
+          tag: 'Media',
+          scope: 'messages:write',
+          ok: { status: 201, data: mediaDoc, description: 'Stored.' },
+          errors: [400, 413, 422, 503],
+        },
+        // merged into the operation the api option builds
         detail: {
-          ...op({
-            summary: 'Upload media',
-            description:
-              'multipart/form-data with the file in field "file". The size is checked against the workspace limit, the type is decided from the bytes, and the file is scanned for malware by ClamAV before it is stored; all of that completes before the response. The id is usable as media_id in a send until the media expires (workspace retention).',
-            tag: 'Media',
-            scope: 'messages:write',
-            ok: { status: 201, data: mediaDoc, description: 'Stored.' },
-            errors: [400, 413, 422, 503],
-          }),
           requestBody: { required: true, content: { 'multipart/form-data': { schema: uploadBody.toJsonSchema() } } },
         },
       },
     )
     .get('/media/:id', ({ caller, params }) => ({ data: media.toPublic(find(caller.workspace.id, params.id)) }), {
-      scope: 'media:read',
-      detail: op({ summary: 'A media record', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, data: mediaDoc, description: 'The media record.' }, errors: [404] }),
+      api: { summary: 'A media record', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, data: mediaDoc, description: 'The media record.' }, errors: [404] },
     })
     .get(
       '/media/:id/download',
@@ -81,8 +79,7 @@ export function mediaApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         })
       },
       {
-        scope: 'media:read',
-        detail: op({ summary: 'Download media', description: 'Streams the stored bytes with their type, Content-Length and Content-Disposition: attachment.', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, description: 'The file.' }, errors: [404] }),
+        api: { summary: 'Download media', description: 'Streams the stored bytes with their type, Content-Length and Content-Disposition: attachment.', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, description: 'The file.' }, errors: [404] },
       },
     )
 }

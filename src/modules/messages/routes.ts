@@ -1,7 +1,6 @@
 /** POST /api/v1/messages, GET /api/v1/messages, GET /api/v1/messages/{id}. */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
-import { op } from '../../http/docs'
 import { notFound } from '../../http/errors'
 import { paged } from '../../http/format'
 import { fieldError, UUID, validate } from '../../http/schema'
@@ -41,8 +40,7 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
         )
       },
       {
-        scope: 'messages:write',
-        detail: op({
+        api: {
           summary: 'Queue a message',
           description:
             'Queues a one-to-one message (text, a file, or both) through one of the workspace’s connected numbers. Exactly one of recipient and contact_id; at least one of body, file, media.attachments. 202 means queued and durable, not delivered: the message is released at the number’s pace and delivery arrives through webhooks. Refused with 422 for an opted-out or suppressed recipient (recipient_opted_out, recipient_suppressed), an offline number (connection_offline), a used-up monthly allowance (allowance_exhausted), or a file that is infected (malware_detected) or of an unsupported type (unsupported_media); 503 scanner_unavailable while the malware scanner is unreachable. Attachments must be media of this workspace that has not expired (404).',
@@ -52,7 +50,7 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
           idempotent: true,
           ok: { status: 202, data: messageDoc, description: 'Queued.', headers: { 'Idempotency-Replayed': { schema: { type: 'string', enum: ['true'] }, description: 'On a replayed response.' } } },
           errors: [400, 404, 409, 413, 422, 503],
-        }),
+        },
       },
     )
     .get(
@@ -62,8 +60,7 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
         return paged(query, (limit, offset) => messages.list(caller.workspace.id, { direction: q.direction, status: q.status }, limit, offset), (r) => messages.toPublic(r))
       },
       {
-        scope: 'messages:read',
-        detail: op({
+        api: {
           summary: 'The message log',
           description: 'Inbound and outbound messages, newest first, each with its delivery outcome and timeline.',
           tag: 'Messages',
@@ -71,7 +68,7 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
           query: listMessagesQuery,
           ok: { status: 200, data: messageDoc, list: true, description: 'A page of messages.' },
           errors: [422],
-        }),
+        },
       },
     )
     .get(
@@ -81,8 +78,7 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
         return { data: messages.toPublic(messages.get(caller.workspace.id, params.id)) }
       },
       {
-        scope: 'messages:read',
-        detail: op({ summary: 'One message', tag: 'Messages', scope: 'messages:read', params: ['id'], ok: { status: 200, data: messageDoc, description: 'The message with outcome and timeline.' }, errors: [404] }),
+        api: { summary: 'One message', tag: 'Messages', scope: 'messages:read', params: ['id'], ok: { status: 200, data: messageDoc, description: 'The message with outcome and timeline.' }, errors: [404] },
       },
     )
 }

@@ -1,7 +1,6 @@
 /** /api/v1/templates: list, get, preview, create, update, delete. */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
-import { op } from '../../http/docs'
 import { notFound } from '../../http/errors'
 import { paged, pageQuery } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
@@ -46,12 +45,10 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
   return new Elysia()
     .use(auth)
     .get('/templates', ({ caller, query }) => paged(query, (l, o) => templates.repo.list(caller.workspace.id, l, o), (t) => templates.toPublic(t)), {
-      scope: 'templates:read',
-      detail: op({ summary: 'List templates', description: 'Newest first.', tag: 'Templates', scope: 'templates:read', query: pageQuery, ok: { status: 200, data: templateDoc, list: true, description: 'A page of templates.' }, errors: [422] }),
+      api: { summary: 'List templates', description: 'Newest first.', tag: 'Templates', scope: 'templates:read', query: pageQuery, ok: { status: 200, data: templateDoc, list: true, description: 'A page of templates.' }, errors: [422] },
     })
     .get('/templates/:id', ({ caller, params }) => ({ data: templates.toPublic(find(caller.workspace.id, params.id)) }), {
-      scope: 'templates:read',
-      detail: op({ summary: 'One template', tag: 'Templates', scope: 'templates:read', params: ['id'], ok: { status: 200, data: templateDoc, description: 'The template.' }, errors: [404] }),
+      api: { summary: 'One template', tag: 'Templates', scope: 'templates:read', params: ['id'], ok: { status: 200, data: templateDoc, description: 'The template.' }, errors: [404] },
     })
     .get(
       '/templates/:id/preview',
@@ -74,8 +71,7 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         return { data: templates.preview(tpl, values) }
       },
       {
-        scope: 'templates:read',
-        detail: op({
+        api: {
           summary: 'Preview a template',
           description: 'Renders the body with a contact (contact_id) and/or query values: name, phone, metadata.<key>=..., and numbered 1=..., 2=.... Returns the text and the placeholders that had no value (rendered empty).',
           tag: 'Templates',
@@ -84,7 +80,7 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
           query: previewQuery,
           ok: { status: 200, data: { type: 'object', properties: { body: { type: 'string' }, variables: { type: 'array', items: { type: 'string' } }, missing: { type: 'array', items: { type: 'string' } } } }, description: 'The rendered text.' },
           errors: [404, 422],
-        }),
+        },
       },
     )
     .post(
@@ -95,8 +91,7 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         return { data: templates.toPublic(templates.create(caller.workspace.id, input)) }
       },
       {
-        scope: 'templates:write',
-        detail: op({ summary: 'Create a template', description: 'Unknown placeholders are refused with 422.', tag: 'Templates', scope: 'templates:write', body: createBody, ok: { status: 201, data: templateDoc, description: 'Created.' }, errors: [400, 422] }),
+        api: { summary: 'Create a template', description: 'Unknown placeholders are refused with 422.', tag: 'Templates', scope: 'templates:write', body: createBody, ok: { status: 201, data: templateDoc, description: 'Created.' }, errors: [400, 422] },
       },
     )
     .put(
@@ -109,8 +104,7 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         return { data: templates.toPublic(templates.update(caller.workspace.id, params.id, input)) }
       },
       {
-        scope: 'templates:write',
-        detail: op({ summary: 'Update a template', description: 'Changes the fields given. A campaign that already started keeps the body it started with.', tag: 'Templates', scope: 'templates:write', params: ['id'], body: updateBody, ok: { status: 200, data: templateDoc, description: 'Updated.' }, errors: [400, 404, 422] }),
+        api: { summary: 'Update a template', description: 'Changes the fields given. A campaign that already started keeps the body it started with.', tag: 'Templates', scope: 'templates:write', params: ['id'], body: updateBody, ok: { status: 200, data: templateDoc, description: 'Updated.' }, errors: [400, 404, 422] },
       },
     )
     .delete(
@@ -122,8 +116,7 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         return ''
       },
       {
-        scope: 'templates:write',
-        detail: op({ summary: 'Delete a template', description: 'Refused with 409 template_in_use while a scheduled, running or paused campaign uses it.', tag: 'Templates', scope: 'templates:write', params: ['id'], ok: { status: 204, description: 'Deleted.' }, errors: [404, 409] }),
+        api: { summary: 'Delete a template', description: 'Refused with 409 template_in_use while a scheduled, running or paused campaign uses it.', tag: 'Templates', scope: 'templates:write', params: ['id'], ok: { status: 204, description: 'Deleted.' }, errors: [404, 409] },
       },
     )
 }

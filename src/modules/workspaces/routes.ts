@@ -1,7 +1,7 @@
 /** GET /api/v1/workspace and the admin workspace routes. */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
-import { hidden, op } from '../../http/docs'
+import { hidden } from '../../http/docs'
 import { paged } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
@@ -19,8 +19,7 @@ export const workspaceDoc = {
 
 export function workspaceApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   return new Elysia().use(auth).get('/workspace', ({ caller }) => ({ data: svc.workspaces.toPublic(caller.workspace) }), {
-    scope: 'contacts:read',
-    detail: op({ summary: 'The workspace of the API key', tag: 'Workspace', scope: 'contacts:read', ok: { status: 200, data: workspaceDoc, description: 'The workspace.' } }),
+    api: { summary: 'The workspace of the API key', tag: 'Workspace', scope: 'contacts:read', ok: { status: 200, data: workspaceDoc, description: 'The workspace.' } },
   })
 }
 
