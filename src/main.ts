@@ -152,8 +152,10 @@ async function main(argv: string[]) {
           const r = backup(config.dataDir, target)
           console.log(`backup written to ${r.dir}: ${r.messages} messages, ${r.media} media files${r.missing.length ? ` (${r.missing.length} media files deleted by retention meanwhile)` : ''}`)
         } else {
-          lockOrExit(config.dataDir)
+          // held (referenced) until the restore is done: an unreferenced handle may be collected and closed
+          const lock = lockOrExit(config.dataDir)
           const r = restore(target, config.dataDir, argv.includes('--force'))
+          lock.release()
           console.log(`restored into ${config.dataDir}: ${r.messages} messages; start the server with this CAPSTAN_DATA_DIR`)
         }
       } catch (e) {
