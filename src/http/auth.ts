@@ -103,8 +103,7 @@ export function authPlugin({ config, server, keys, adminTokenHash, sessions }: A
       // a fresh object of one fixed shape (nothing has set a header yet): cheaper for the engine,
       // and for Bun to turn into response headers, than adding to Elysia's null-prototype one
       set.headers = {
-        'x-content-type-options': 'nosniff',
-        'cache-control': 'no-store',
+        ...SECURITY_HEADERS,
         'x-ratelimit-limit': limitHeader,
         'x-ratelimit-remaining': String(left > 0 ? left : 0),
       } as typeof set.headers
@@ -128,8 +127,8 @@ export function authPlugin({ config, server, keys, adminTokenHash, sessions }: A
         const ip = ipOf(request)
         if (failures.exceeded(ip)) throw authRateLimited()
         const header = request.headers.get('authorization')
-        const m = BEARER.exec(header ?? '')
-        if (m && timingSafeEqual(sha256(m[1]!), adminTokenHash)) {
+        const token = bearerToken(header)
+        if (token && timingSafeEqual(sha256(token), adminTokenHash)) {
           if (body === UNREADABLE) throw badRequest()
           return { operator: true }
         }
