@@ -1,13 +1,17 @@
 /**
  * Group commit: every write of the API goes through `write(fn)`.
  *
- * Writes requested in the same turn of the event loop run one after another inside one
+ * Writes that arrive while a batch gathers (see `gather`) run one after another inside one
  * `BEGIN IMMEDIATE` transaction, each in its own SAVEPOINT (a write that throws is rolled back
  * alone), and one COMMIT — one fsync — makes them all durable. Only then are their promises
  * resolved, so a response is never sent for a write that could still be lost. `fn` must be
  * synchronous and must not do slow I/O: it runs while the batch's transaction is open.
  */
 import type { Database } from 'bun:sqlite'
+
+/** How long the first write of a batch may wait for others (ms), and the most writes in one. */
+const MAX_WAIT_MS = 2
+const MAX_BATCH = 1000
 
 interface Pending {
   fn: () => unknown
@@ -18,6 +22,8 @@ interface Pending {
 export class Writer {
   private queue: Pending[] = []
   private scheduled = false
+  private firstAt = 0
+  private seen = 0
   private readonly sql
 
   constructor(private readonly db: Database) {
@@ -37,9 +43,28 @@ export class Writer {
       this.queue.push({ fn, resolve, reject })
       if (!this.scheduled) {
         this.scheduled = true
-        setImmediate(() => this.flush())
+        this.firstAt = performance.now()
+        this.seen = 0
+        setImmediate(this.gather)
       }
     })
+  }
+
+  /**
+   * Runs after each turn of the event loop while writes wait: as long as the last turn brought
+   * more of them (requests still arriving), give the others one more turn, up to MAX_WAIT_MS
+   * after the first or MAX_BATCH writes; then commit them all with one fsync. A lone write
+   * waits one extra turn (microseconds); under load a batch grows to the number of concurrent
+   * writers instead of splitting them into several smaller commits.
+   */
+  private readonly gather = () => {
+    const n = this.queue.length
+    if (n > this.seen && n < MAX_BATCH && performance.now() - this.firstAt < MAX_WAIT_MS) {
+      this.seen = n
+      setImmediate(this.gather)
+      return
+    }
+    this.flush()
   }
 
   /** Run `fn` in its own transaction right now (admin paths, jobs). */

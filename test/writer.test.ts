@@ -1,0 +1,99 @@
+/**
+ * Group commit (src/db/writer.ts) over a real SQLite file: writes that keep arriving turn after
+ * turn share one commit, a lone write is not held back, a steady stream still commits within the
+ * gathering limit, and a write that throws is rolled back alone.
+ */
+import { afterEach, expect, test } from 'bun:test'
+import { Database } from 'bun:sqlite'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { openDatabase } from '../src/db/open'
+import { Writer } from '../src/db/writer'
+
+let dir: string | null = null
+let db: Database | null = null
+afterEach(() => {
+  db?.close()
+  if (dir) rmSync(dir, { recursive: true, force: true })
+  db = null
+  dir = null
+})
+
+/** A writer over a fresh file, counting the COMMITs it runs (the statement itself is real). */
+function setup() {
+  dir = mkdtempSync(join(tmpdir(), 'capstan-writer-'))
+  db = openDatabase(join(dir, 'w.db'))
+  db.run('CREATE TABLE t (n INTEGER NOT NULL UNIQUE)')
+  const commits = { n: 0 }
+  const prepare = db.prepare.bind(db)
+  ;(db as any).prepare = (sql: string) => {
+    const stmt = prepare(sql)
+    if (sql !== 'COMMIT') return stmt
+    return { run: () => (commits.n++, stmt.run()) }
+  }
+  const writer = new Writer(db)
+  const insert = db.prepare('INSERT INTO t (n) VALUES (?)')
+  const put = (n: number) => writer.write(() => insert.run(n).changes)
+  const rows = () => (db!.query('SELECT n FROM t ORDER BY n').all() as { n: number }[]).map((r) => r.n)
+  return { writer, put, rows, commits }
+}
+
+const nextTurn = () => new Promise<void>((r) => setImmediate(r))
+
+test('writes that arrive over consecutive turns of the event loop share one commit', async () => {
+  const { put, rows, commits } = setup()
+  const pending: Promise<number>[] = []
+  for (let turn = 0; turn < 5; turn++) {
+    pending.push(put(turn * 2), put(turn * 2 + 1))
+    await nextTurn()
+  }
+  expect(await Promise.all(pending)).toEqual(Array(10).fill(1))
+  expect(commits.n).toBe(1)
+  expect(rows()).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+})
+
+test('a lone write commits within a few turns, not after the gathering limit', async () => {
+  const { put, rows, commits } = setup()
+  let done = false
+  void put(7).then(() => (done = true))
+  for (let i = 0; i < 3 && !done; i++) await nextTurn()
+  expect(done).toBe(true)
+  expect(commits.n).toBe(1)
+  expect(rows()).toEqual([7])
+})
+
+test('a steady stream of writes still commits while it goes on (a batch gathers for at most 2 ms)', async () => {
+  const { put, rows, commits } = setup()
+  const pending: Promise<number>[] = []
+  const start = performance.now()
+  let n = 0
+  while (performance.now() - start < 30) {
+    pending.push(put(n++))
+    // a write in every turn, but far fewer than a batch's 1,000 within its 2 ms
+    const t = performance.now()
+    while (performance.now() - t < 0.05);
+    await nextTurn()
+  }
+  expect(n).toBeLessThan(1000)
+  // some batches committed while the stream was still going
+  expect(commits.n).toBeGreaterThan(1)
+  await Promise.all(pending)
+  expect(rows().length).toBe(n)
+})
+
+test('a write that throws is rolled back alone; the others in its batch commit', async () => {
+  const { writer, put, rows, commits } = setup()
+  const insert = db!.prepare('INSERT INTO t (n) VALUES (?)')
+  const a = put(1)
+  const bad = writer.write(() => {
+    insert.run(2)
+    insert.run(1) // UNIQUE violation after a write of its own
+  })
+  const c = put(3)
+  await expect(bad).rejects.toThrow()
+  expect(await a).toBe(1)
+  expect(await c).toBe(1)
+  expect(commits.n).toBe(1)
+  expect(rows()).toEqual([1, 3])
+})
