@@ -29,6 +29,7 @@ const turns = Number(process.argv[4] ?? 5)
 async function post() {
   const bare = await startBare()
   const ins = await startBareInsert()
+  const insGather = await startBareInsert(true)
   const cap = await startCapstan()
   try {
     const ws = (await cap.admin('POST', '/workspaces', { name: 'Bench' })).data
@@ -46,10 +47,11 @@ request = function()
   ${withAuth ? 'h["Authorization"] = "Bearer " .. keys[(n % #keys) + 1]' : ''}
   return wrk.format("POST", nil, h, body)
 end`
-    const [hello, insert, send] = await rounds(
+    const [hello, insert, gathered, send] = await rounds(
       [
         { name: 'bare Bun.serve hello', url: `${bare.base}/` },
         { name: 'bare durable insert (JSON parse + INSERT, group commit, FULL sync)', url: `${ins.base}/`, lua: lua(false) },
+        { name: 'the same, batches gathered like Capstan’s writer', url: `${insGather.base}/`, lua: lua(false) },
         { name: 'POST /api/v1/messages', url: `${cap.base}/api/v1/messages`, lua: lua(true) },
       ],
       { rounds: turns, seconds },
@@ -58,10 +60,12 @@ end`
     console.log('| target | median result | of insert ceiling |\n|---|---|---|')
     console.log(`| ${hello!.name} | ${fmt(hello!.median)} | — |`)
     console.log(`| ${insert!.name} | ${fmt(insert!.median)} | 100% |`)
-    console.log(`| ${send!.name} | ${fmt(send!.median)} | ${ratio(send!, insert!)} |`)
+    console.log(`| ${gathered!.name} | ${fmt(gathered!.median)} | ${ratio(gathered!, insert!)} |`)
+    console.log(`| ${send!.name} | ${fmt(send!.median)} | ${ratio(send!, insert!)}; of the gathered one: ${ratio(send!, gathered!)} |`)
   } finally {
     bare.stop()
     ins.stop()
+    insGather.stop()
     await cap.stop()
   }
 }

@@ -37,11 +37,14 @@ export async function startBare() {
   return { base: `http://127.0.0.1:${port}`, stop: () => proc.kill() }
 }
 
-/** The durable-insert ceiling (bench/bare-insert.ts) on its own SQLite file; POST JSON with `recipient` and `body`. */
-export async function startBareInsert() {
+/**
+ * The durable-insert ceiling (bench/bare-insert.ts) on its own SQLite file; POST JSON with
+ * `recipient` and `body`. `gather`: batch its commits the way Capstan's writer does.
+ */
+export async function startBareInsert(gather = false) {
   const port = await freePort()
   const dir = mkdtempSync(join(tmpdir(), 'bare-insert-'))
-  const proc = Bun.spawn(['bun', join(ROOT, 'bench/bare-insert.ts')], { env: { ...process.env, PORT: String(port), DB_PATH: join(dir, 'b.db') }, stdout: 'ignore', stderr: 'inherit' })
+  const proc = Bun.spawn(['bun', join(ROOT, 'bench/bare-insert.ts')], { env: { ...process.env, PORT: String(port), DB_PATH: join(dir, 'b.db'), GATHER: gather ? '1' : '0' }, stdout: 'ignore', stderr: 'inherit' })
   for (let i = 0; i < 200; i++) {
     const r = await fetch(`http://127.0.0.1:${port}/`, { method: 'POST', body: '{"recipient":"+15550000000","body":"up?"}' }).catch(() => null)
     if (r?.status === 202) break

@@ -91,9 +91,44 @@ test('a write that throws is rolled back alone; the others in its batch commit',
     insert.run(1) // UNIQUE violation after a write of its own
   })
   const c = put(3)
-  await expect(bad).rejects.toThrow()
-  expect(await a).toBe(1)
-  expect(await c).toBe(1)
+  const settled = await Promise.allSettled([a, bad, c])
+  expect(settled.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
   expect(commits.n).toBe(1)
   expect(rows()).toEqual([1, 3])
+})
+
+test('a refusal (a write that throws before writing) costs no second pass; one that fails half-way makes the batch run again', async () => {
+  const { writer, rows, commits } = setup()
+  const insert = db!.prepare('INSERT INTO t (n) VALUES (?)')
+  const runs = { a: 0, b: 0 }
+  const counted = (name: 'a' | 'b', n: number) => writer.write(() => (runs[name]++, insert.run(n).changes))
+
+  // a refusal, and a first statement that fails on its own (SQLite undoes that statement)
+  const first = await Promise.allSettled([
+    counted('a', 1),
+    writer.write(() => {
+      throw new Error('refused')
+    }),
+    writer.write(() => insert.run(1)),
+    counted('b', 2),
+  ])
+  expect(first.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'rejected', 'fulfilled'])
+  expect(String((first[1] as PromiseRejectedResult).reason)).toContain('refused')
+  expect(String((first[2] as PromiseRejectedResult).reason)).toContain('UNIQUE')
+  expect(runs).toEqual({ a: 1, b: 1 })
+
+  // half-way: everything is rolled back and the batch runs again, each write in a savepoint
+  const second = await Promise.allSettled([
+    counted('a', 3),
+    writer.write(() => {
+      insert.run(4)
+      insert.run(3)
+    }),
+    counted('b', 5),
+  ])
+  expect(second.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+  // a ran in the fast pass and again in the careful one; the fast pass stopped before b
+  expect(runs).toEqual({ a: 3, b: 2 })
+  expect(commits.n).toBe(2)
+  expect(rows()).toEqual([1, 2, 3, 5])
 })
