@@ -1,5 +1,6 @@
 /** Campaigns (campaigns:read/write/send; CONTRACT §2): audience, lifecycle, consent, pacing, restarts. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { RUNNING_FOR_CONNECTION } from '../src/modules/campaigns/repo'
 import { inProcess } from './support/inproc'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
@@ -205,6 +206,17 @@ describe('scheduling and restarts', () => {
 })
 
 describe('fair sharing (controlled clock)', () => {
+  test('the campaign lane finds a number’s running campaigns through the index, not by scanning every campaign', async () => {
+    const env = await inProcess()
+    try {
+      const plan = env.db.query(`EXPLAIN QUERY PLAN ${RUNNING_FOR_CONNECTION}`).all('x') as { detail: string }[]
+      expect(plan.map((p) => p.detail).join(' | ')).toContain('USING INDEX campaigns_active')
+      expect(plan.some((p) => p.detail.startsWith('SCAN campaigns'))).toBe(false)
+    } finally {
+      await env.close()
+    }
+  })
+
   test('one-to-one messages and a large campaign alternate on the same number', async () => {
     const env = await inProcess()
     try {

@@ -19,10 +19,16 @@ export class SandboxLedger {
   private recent = new Map<string, string>()
   private static readonly RECENT = 10_000
 
+  /** Whether the ledger's directory has been made (once per ledger, not once per send). */
+  private dirReady = false
+
   constructor(private readonly path: string) {}
 
   record(entry: { message_id: string; external_id: string; recipient: string | null; group: string | null; body: string | null; attachments: number; at: string }) {
-    mkdirSync(join(this.path, '..'), { recursive: true, mode: 0o700 })
+    if (!this.dirReady) {
+      mkdirSync(join(this.path, '..'), { recursive: true, mode: 0o700 })
+      this.dirReady = true
+    }
     appendFileSync(this.path, JSON.stringify(entry) + '\n', { mode: 0o600 })
     this.recent.set(entry.message_id, entry.external_id)
     if (this.recent.size > SandboxLedger.RECENT) this.recent.delete(this.recent.keys().next().value!)

@@ -69,6 +69,15 @@ function audienceWhere(workspaceId: string, audience: Audience): { sql: string; 
   return { sql: parts.join(' AND '), params }
 }
 
+/**
+ * The running campaigns of a number: the pacer's campaign lane asks on every release. The
+ * `status IN (...)` term repeats the partial index's own condition (campaigns_active): SQLite
+ * uses a partial index only when the query states its WHERE, and without it every release
+ * scanned all campaigns of every workspace.
+ */
+export const RUNNING_FOR_CONNECTION =
+  "SELECT * FROM campaigns WHERE connection_id = ? AND status IN ('scheduled', 'running', 'paused') AND status = 'running' AND deleted_at IS NULL ORDER BY started_at, id"
+
 export class CampaignRepo {
   private insertStmt
   private getStmt
@@ -96,7 +105,7 @@ export class CampaignRepo {
     this.getAnyStmt = db.query<CampaignRow, [string]>('SELECT * FROM campaigns WHERE id = ?')
     this.listStmt = db.query<CampaignRow, [string, number, number]>('SELECT * FROM campaigns WHERE workspace_id = ? AND deleted_at IS NULL ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?')
     this.countStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM campaigns WHERE workspace_id = ? AND deleted_at IS NULL')
-    this.runningForConn = db.query<CampaignRow, [string]>("SELECT * FROM campaigns WHERE connection_id = ? AND status = 'running' AND deleted_at IS NULL ORDER BY started_at, id")
+    this.runningForConn = db.query<CampaignRow, [string]>(RUNNING_FOR_CONNECTION)
     this.nextPendingStmt = db.query<RecipientRow, [string]>("SELECT * FROM campaign_recipients WHERE campaign_id = ? AND status = 'pending' ORDER BY seq LIMIT 1")
     this.releaseStmt = db.query("UPDATE campaign_recipients SET status = 'released', message_id = ?, updated_at = ? WHERE seq = ?")
     this.skipStmt = db.query("UPDATE campaign_recipients SET status = 'skipped', skipped_reason = ?, updated_at = ? WHERE seq = ?")
