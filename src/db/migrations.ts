@@ -7,6 +7,7 @@ import m0005 from '../../migrations/0005_groups.sql' with { type: 'text' }
 import m0006 from '../../migrations/0006_campaigns.sql' with { type: 'text' }
 import m0007 from '../../migrations/0007_connection_status_reason.sql' with { type: 'text' }
 import m0008 from '../../migrations/0008_fewer_message_indexes.sql' with { type: 'text' }
+import m0009 from '../../migrations/0009_running_campaigns_index.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -17,4 +18,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 6, name: '0006_campaigns', sql: m0006 },
   { version: 7, name: '0007_connection_status_reason', sql: m0007 },
   { version: 8, name: '0008_fewer_message_indexes', sql: m0008 },
+  { version: 9, name: '0009_running_campaigns_index', sql: m0009 },
 ]
