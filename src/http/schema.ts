@@ -16,7 +16,8 @@ export interface Ctx {
 
 function add(ctx: Ctx, path: string, message: string) {
   const key = path || 'body'
-  ;(ctx.errors[key] ??= []).push(message)
+  const list = (ctx.errors[key] ??= [])
+  if (!list.includes(message)) list.push(message)
 }
 
 const label = (path: string) => path || 'body'
@@ -264,7 +265,8 @@ class MetadataSchema extends Schema<Record<string, string | number | boolean>> {
         add(ctx, path, `The ${label(path)} keys must be 1 to ${this.maxKeyLength} letters, digits, dots, dashes or underscores.`)
         ok = false
       } else if (typeof v === 'string' ? codePoints(v) > this.maxValueLength : !(typeof v === 'boolean' || (typeof v === 'number' && Number.isFinite(v)))) {
-        add(ctx, `${path}.${k}`, `The ${path}.${k} field must be a string of at most ${this.maxValueLength} characters, a number or a boolean.`)
+        // reported under the field itself: a key is the caller's input and is never echoed back
+        add(ctx, path, `Each value of the ${label(path)} field must be a string of at most ${this.maxValueLength} characters, a number or a boolean.`)
         ok = false
       } else out[k] = v as string | number | boolean
     }
