@@ -20,7 +20,11 @@ export class Logger {
   private used = 0
   private flushTimer: Timer | null = null
 
-  constructor(level: Config['logLevel']) {
+  /** `fd`: where lines go (standard output; a test passes a file). */
+  constructor(
+    level: Config['logLevel'],
+    private readonly fd = 1,
+  ) {
     this.min = ORDER[level]
   }
 
@@ -46,7 +50,7 @@ export class Logger {
 
   private writeOut(bytes: Uint8Array) {
     try {
-      for (let done = 0; done < bytes.length; ) done += writeSync(1, bytes, done, bytes.length - done)
+      for (let done = 0; done < bytes.length; ) done += writeSync(this.fd, bytes, done, bytes.length - done)
     } catch {
       // stdout closed or full: logging must never take the server down
     }
@@ -65,27 +69,55 @@ export class Logger {
     return this.stamp
   }
 
-  /** `"level":…,"route":…,"status":` per method and route pattern, built once (routes are few). */
-  private readonly middles = new Map<string, string>()
+  /** `"level":…,"route":…,"status":` per route pattern and method, built once (routes are few). */
+  private readonly middles = new Map<string, Record<string, string>>()
 
   private middle(method: string, route: string): string {
-    const id = method + ' ' + route
-    let m = this.middles.get(id)
+    // looked up by the two strings as they are: no key is built per request
+    let byMethod = this.middles.get(route)
+    let m = byMethod?.[method]
     if (m === undefined) {
-      const q = (v: string) => (SAFE.test(v) ? `"${v}"` : JSON.stringify(v))
+      // ASCII only, so the line can be copied byte for byte (see `ascii`)
+      const q = (v: string) => (SAFE.test(v) ? `"${v}"` : asciiJson(v))
       m = `","level":"info","msg":"request","method":${q(method)},"route":${q(route)},"status":`
       // an unknown path is logged as itself: those are not kept
-      if (this.middles.size < 1000) this.middles.set(id, m)
+      if (this.middles.size < 1000) {
+        if (!byMethod) this.middles.set(route, (byMethod = Object.create(null) as Record<string, string>))
+        byMethod[method] = m
+      }
     }
     return m
   }
 
-  /** The per-request line: time, method, route, status, ms, workspace id, key id. */
+  /**
+   * The per-request line: time, method, route, status, ms, workspace id, key id. Written piece by
+   * piece into the buffer: no line string is built, so nothing is left for the collector (each
+   * piece is an ASCII string that already exists, or digits written as bytes). Under load, a line
+   * built as a string and then encoded cost several µs per request (BENCHMARKS.md).
+   */
   request(method: string, route: string, status: number, note: RequestNote | undefined) {
-    const tail = note
-      ? `,"ms":${Math.round((performance.now() - note.start) * 100) / 100},"workspace_id":${note.workspaceId ? `"${note.workspaceId}"` : 'null'},"key_id":${note.keyId ? `"${note.keyId}"` : 'null'}}\n`
-      : ',"ms":null,"workspace_id":null,"key_id":null}\n'
-    this.emit(`{"time":"${this.now()}${this.middle(method, route)}${status}${tail}`)
+    const middle = this.middle(method, route)
+    if (middle.length + 256 > BUFFER_BYTES - this.used) this.flush()
+    const out = this.out
+    let at = this.used
+    at = ascii(out, at, '{"time":"')
+    at = ascii(out, at, this.now())
+    at = ascii(out, at, middle)
+    at = writeInt(out, at, status)
+    if (note) {
+      at = ascii(out, at, ',"ms":')
+      at = writeHundredths(out, at, performance.now() - note.start)
+      at = ascii(out, at, ',"workspace_id":')
+      at = writeId(out, at, note.workspaceId)
+      at = ascii(out, at, ',"key_id":')
+      at = writeId(out, at, note.keyId)
+      out[at++] = 0x7d // }
+    } else {
+      at = ascii(out, at, ',"ms":null,"workspace_id":null,"key_id":null}')
+    }
+    out[at++] = 0x0a // \n
+    this.used = at
+    if (!this.flushTimer) this.flushTimer = setTimeout(() => this.flush(), 50)
   }
 
   enabled(level: Exclude<Level, 'silent'>) {
@@ -134,6 +166,50 @@ export function noteOf(set: object): RequestNote {
 /** The request's note if a step opened one. */
 export function peekNote(set: object): RequestNote | undefined {
   return (set as Noted)[NOTE]
+}
+
+/** Writes a non-negative integer's digits at `at`; returns the new end. */
+function writeInt(out: Uint8Array, at: number, n: number): number {
+  if (n >= 10) at = writeInt(out, at, Math.floor(n / 10))
+  out[at] = 0x30 + (n % 10)
+  return at + 1
+}
+
+/** Writes `v` rounded to hundredths as a JSON number (`12`, `0.5`, `3.07`); returns the new end. */
+function writeHundredths(out: Uint8Array, at: number, v: number): number {
+  const h = Math.round(v * 100)
+  if (!(h > 0)) {
+    out[at] = 0x30
+    return at + 1
+  }
+  at = writeInt(out, at, Math.floor(h / 100))
+  const frac = h % 100
+  if (frac === 0) return at
+  out[at++] = 0x2e // .
+  out[at++] = 0x30 + Math.floor(frac / 10)
+  if (frac % 10 !== 0) out[at++] = 0x30 + (frac % 10)
+  return at
+}
+
+/**
+ * Copies an ASCII string's characters as bytes at `at`; returns the new end. A plain loop: for the
+ * short pieces of a log line it costs less than a call into the runtime per piece.
+ */
+function ascii(out: Uint8Array, at: number, text: string): number {
+  for (let i = 0; i < text.length; i++) out[at + i] = text.charCodeAt(i)
+  return at + text.length
+}
+
+/** A JSON string in ASCII only: characters beyond it as \u escapes (still the same JSON value). */
+const asciiJson = (v: string) => JSON.stringify(v).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
+
+/** A quoted id (ASCII: a uuid or a key id), or null. */
+function writeId(out: Uint8Array, at: number, id: string | undefined): number {
+  if (!id) return ascii(out, at, 'null')
+  out[at++] = 0x22 // "
+  at = ascii(out, at, id)
+  out[at++] = 0x22
+  return at
 }
 
 /** Characters that never need escaping in a JSON string (route patterns, methods). */
