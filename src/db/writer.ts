@@ -2,12 +2,12 @@
  * Group commit: every write of the API goes through `write(fn)`.
  *
  * Writes that arrive while a batch gathers (see `gather`) run one after another inside one
- * `BEGIN IMMEDIATE` transaction — a write that throws is rolled back alone (see `run`) — and one
- * COMMIT — one fsync — makes them all durable. Only then are their promises
- * resolved, so a response is never sent for a write that could still be lost. `fn` must be
- * synchronous and must not do slow I/O: it runs while the batch's transaction is open. It may
- * run twice (when another write of its batch fails half-way, the batch is run again): whatever it
- * does outside the database must be safe to repeat.
+ * `BEGIN IMMEDIATE` transaction, a write that throws being rolled back alone (see `run`), and one
+ * COMMIT (one fsync) makes them all durable. Only then are their promises resolved, so a response
+ * is never sent for a write that could still be lost. `fn` must be synchronous and must not do
+ * slow I/O: it runs while the batch's transaction is open. It may run twice (when another write
+ * of its batch fails half-way, the batch is run again), so whatever it does outside the database
+ * must be safe to repeat.
  */
 import type { Database } from 'bun:sqlite'
 
@@ -142,6 +142,6 @@ export class Writer {
 
   /** Rows written so far on this connection (triggers included; a failed statement's are not). */
   private changes(): number {
-    return (this.sql.totalChanges.values()[0]![0] as number)
+    return this.sql.totalChanges.values()[0]![0] as number
   }
 }
