@@ -46,6 +46,9 @@ function databaseOk(db: Database): boolean {
   }
 }
 
+/** The body size a request declares (Content-Length; 0 when absent), read before the body is. */
+const declaredLength = (request: Request) => Number(request.headers.get('content-length') ?? 0)
+
 export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const { config } = svc.deps
   const sessions = new Sessions(adminTokenHash)
@@ -99,13 +102,13 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     })
     // network webhooks need the raw body (their signatures cover it): no body parsing here
     .all('/hooks/whatsapp/:id', ({ request, params }) => {
-      if (Number(request.headers.get('content-length') ?? 0) > config.maxJsonBytes) throw payloadTooLarge()
+      if (declaredLength(request) > config.maxJsonBytes) throw payloadTooLarge()
       return handleCloudApiWebhook(request, params.id, svc)
     }, { parse: 'none', detail: hidden })
     .onParse(({ request, contentType, set }) => {
       noteOf(set)
       // 413 before the body is read; the content type is only looked at for large bodies
-      const length = Number(request.headers.get('content-length') ?? 0)
+      const length = declaredLength(request)
       if (length > config.maxJsonBytes && length > (contentType.toLowerCase().startsWith('multipart/form-data') ? config.maxUploadBytes : config.maxJsonBytes)) throw payloadTooLarge()
       return parseBody(request, contentType)
     })

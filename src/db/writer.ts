@@ -93,7 +93,7 @@ export class Writer {
       results = this.run(batch, false) ?? this.run(batch, true)
     } catch (error) {
       try {
-        this.db.run('ROLLBACK')
+        this.sql.rollback.run()
       } catch {
         // nothing open to roll back
       }

@@ -36,6 +36,11 @@ export class Logger {
       if (worst > BUFFER_BYTES) return this.writeOut(Buffer.from(line))
     }
     this.used += this.out.write(line, this.used)
+    this.flushLater()
+  }
+
+  /** Arm the 50 ms flush if it is not armed yet. */
+  private flushLater() {
     if (!this.flushTimer) this.flushTimer = setTimeout(() => this.flush(), 50)
   }
 
@@ -117,7 +122,7 @@ export class Logger {
     }
     out[at++] = 0x0a // \n
     this.used = at
-    if (!this.flushTimer) this.flushTimer = setTimeout(() => this.flush(), 50)
+    this.flushLater()
   }
 
   enabled(level: Exclude<Level, 'silent'>) {
