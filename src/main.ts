@@ -20,7 +20,7 @@ import { Logger } from './http/log'
 import { buildApp } from './server'
 import { startJobs } from './scheduler/jobs'
 import { SecretBox } from './secrets'
-import { buildServices, startServices, stopServices } from './services'
+import { buildServices, settleServices, startServices, stopServices } from './services'
 import { VERSION } from './version'
 
 const HELP = `capstan ${VERSION} — self-hosted messaging API appliance
@@ -104,8 +104,9 @@ async function serve() {
   let stopping = false
   /**
    * Graceful stop: release nothing more (the queue stays intact in the database), answer the
-   * requests already received, let sends already handed to a network record their outcome
-   * (up to 10 s; whatever is left is settled by crash recovery at the next start), then close.
+   * requests already received, let sends already handed to a network and webhook deliveries
+   * already sent record their outcome (up to 10 s; whatever is left is settled by crash recovery,
+   * or delivered again, at the next start), then close.
    */
   const stop = async (signal: string) => {
     if (stopping) return
@@ -114,8 +115,9 @@ async function serve() {
     for (const j of jobs) j.stop()
     stopServices(svc)
     await app.stop()
-    const left = await svc.messages.drain(10_000)
-    if (left > 0) log.warn('stopping with sends in flight; the next start settles them', { in_flight: left })
+    const left = await settleServices(svc, 10_000)
+    if (left.sends > 0) log.warn('stopping with sends in flight; the next start settles them', { in_flight: left.sends })
+    if (left.deliveries > 0) log.warn('stopping with webhook deliveries in flight; the next start retries them', { in_flight: left.deliveries })
     log.info('capstan stopped', { signal })
     log.flush()
     db.close()

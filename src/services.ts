@@ -102,3 +102,14 @@ export function stopServices(svc: Services) {
   svc.webhooks.stop()
   svc.connections.stop()
 }
+
+/**
+ * After `stopServices`: wait (up to `ms`) until the sends handed to a driver and the webhook
+ * deliveries under way have their outcome recorded, so a restart neither settles those sends by
+ * recovery nor delivers those events again. Returns what is still under way.
+ */
+export async function settleServices(svc: Services, ms: number) {
+  const end = Date.now() + ms
+  while (svc.messages.inFlight + svc.webhooks.inFlight > 0 && Date.now() < end) await Bun.sleep(20)
+  return { sends: svc.messages.inFlight, deliveries: svc.webhooks.inFlight }
+}

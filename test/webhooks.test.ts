@@ -1,5 +1,6 @@
 /** Webhooks (CONTRACT §5): Standard Webhooks signing, outbox retries, restarts, disabling. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { Database } from 'bun:sqlite'
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Webhook } from 'standardwebhooks'
@@ -14,8 +15,11 @@ interface Received {
   at: number
 }
 
-/** A real HTTP receiver on 127.0.0.1 that records requests and answers planned statuses. */
-function receiver() {
+/**
+ * A real HTTP receiver on 127.0.0.1 that records requests (as they arrive) and answers planned
+ * statuses, `answerAfterMs` later.
+ */
+function receiver(answerAfterMs = 0) {
   const got: Received[] = []
   const plan: number[] = []
   const server = Bun.serve({
@@ -24,6 +28,7 @@ function receiver() {
     async fetch(req) {
       const body = await req.text()
       got.push({ headers: Object.fromEntries(req.headers), body, json: JSON.parse(body), at: Date.now() })
+      if (answerAfterMs) await Bun.sleep(answerAfterMs)
       return new Response('{}', { status: plan.shift() ?? 200 })
     },
   })
@@ -126,6 +131,29 @@ describe('durability and administration', () => {
       await dataSrv.close()
     }
   }, 40_000)
+
+  test('SIGTERM lets a delivery under way finish and records it, so the next start does not send it again', async () => {
+    const dataSrv = await TestServer.start()
+    try {
+      const rx = receiver(1500)
+      const t = await dataSrv.tenant()
+      await dataSrv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: rx.url, events: ['message.received'] })
+      const conn = (await dataSrv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+      await dataSrv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'hello' })
+      await waitFor(() => rx.got.length >= 1)
+      // the receiver holds its 200 for 1.5 s: the delivery is in flight when the stop begins
+      await dataSrv.stop('SIGTERM')
+      expect(dataSrv.proc.exitCode).toBe(0)
+      expect(dataSrv.output).toContain('capstan stopped')
+      const db = new Database(join(dataSrv.dataDir, 'capstan.db'), { readonly: true })
+      const rows = db.query('SELECT id, status, attempts, last_status_code FROM webhook_deliveries').all() as { id: string; status: string; attempts: number; last_status_code: number }[]
+      db.close()
+      expect(rows).toEqual([{ id: rx.got[0]!.headers['webhook-id']!, status: 'delivered', attempts: 1, last_status_code: 200 }])
+      rx.stop()
+    } finally {
+      await dataSrv.close()
+    }
+  }, 30_000)
 
   test('the signing secret is encrypted at rest; admin validation; removal', async () => {
     const ws = await srv.workspace()

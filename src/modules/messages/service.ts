@@ -292,17 +292,10 @@ export class MessageService {
     for (const m of this.repo.queuedFor(connectionId)) this.advanceInTx(m.id, 'failed', now, { error_code: 'connection_removed', error_message: 'The connection was removed before the message was sent.' })
   }
 
-  /** Hand one released message to its number's driver and record the outcome. */
-  /** Sends handed to a driver whose outcome is not recorded yet. */
+  /** Sends handed to a driver whose outcome is not recorded yet (a graceful stop waits for them). */
   inFlight = 0
 
-  /** Wait (up to `ms`) until every send handed to a driver has its outcome recorded. */
-  async drain(ms: number) {
-    const end = Date.now() + ms
-    while (this.inFlight > 0 && Date.now() < end) await Bun.sleep(20)
-    return this.inFlight
-  }
-
+  /** Hand one released message to its number's driver and record the outcome. */
   async dispatch(live: LiveConnection, row: MessageRow, groupExternalId: string | null = null) {
     this.inFlight++
     try {

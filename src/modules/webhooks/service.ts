@@ -30,7 +30,8 @@ export function signature(secret: string, id: string, timestamp: number, body: s
 export class WebhookService {
   readonly repo: WebhookRepo
   private timer: Timer | null = null
-  private inFlight = 0
+  /** Deliveries sent whose answer is not recorded yet (a graceful stop waits for them). */
+  inFlight = 0
   private running = false
   private readonly maxInFlight = 16
 
