@@ -104,9 +104,9 @@ async function serve() {
   let stopping = false
   /**
    * Graceful stop: release nothing more (the queue stays intact in the database), answer the
-   * requests already received, let sends already handed to a network and webhook deliveries
-   * already sent record their outcome (up to 10 s; whatever is left is settled by crash recovery,
-   * or delivered again, at the next start), then close.
+   * requests already received, let sends already handed to a network (up to 10 s) and webhook
+   * deliveries already sent (up to 3 s) record their outcome — whatever is left is settled by crash
+   * recovery, or delivered again, at the next start — then close.
    */
   const stop = async (signal: string) => {
     if (stopping) return
@@ -115,7 +115,7 @@ async function serve() {
     for (const j of jobs) j.stop()
     stopServices(svc)
     await app.stop()
-    const left = await settleServices(svc, 10_000)
+    const left = await settleServices(svc)
     if (left.sends > 0) log.warn('stopping with sends in flight; the next start settles them', { in_flight: left.sends })
     if (left.deliveries > 0) log.warn('stopping with webhook deliveries in flight; the next start retries them', { in_flight: left.deliveries })
     log.info('capstan stopped', { signal })

@@ -104,12 +104,24 @@ export function stopServices(svc: Services) {
 }
 
 /**
- * After `stopServices`: wait (up to `ms`) until the sends handed to a driver and the webhook
- * deliveries under way have their outcome recorded, so a restart neither settles those sends by
- * recovery nor delivers those events again. Returns what is still under way.
+ * How long a graceful stop waits for work already handed out. A send's outcome matters (without
+ * it, crash recovery has to settle the message at the next start), so sends get 10 s. A webhook
+ * answer only spares a second delivery that receivers tell apart by its webhook-id anyway, so
+ * deliveries get 3 s: a receiver that hangs does not hold up a restart.
  */
-export async function settleServices(svc: Services, ms: number) {
-  const end = Date.now() + ms
-  while (svc.messages.inFlight + svc.webhooks.inFlight > 0 && Date.now() < end) await Bun.sleep(20)
+export const SETTLE_SENDS_MS = 10_000
+export const SETTLE_DELIVERIES_MS = 3_000
+
+/**
+ * After `stopServices`: wait until the sends handed to a driver and the webhook deliveries under
+ * way have their outcome recorded, each within its time above. Returns what is still under way.
+ */
+export async function settleServices(svc: Services) {
+  const start = Date.now()
+  const waiting = () => {
+    const spent = Date.now() - start
+    return (svc.messages.inFlight > 0 && spent < SETTLE_SENDS_MS) || (svc.webhooks.inFlight > 0 && spent < SETTLE_DELIVERIES_MS)
+  }
+  while (waiting()) await Bun.sleep(20)
   return { sends: svc.messages.inFlight, deliveries: svc.webhooks.inFlight }
 }

@@ -135,7 +135,8 @@ describe('webhook receivers that misbehave', () => {
   beforeAll(async () => {
     srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
   })
-  afterAll(() => srv.close())
+  // a delivery to the hanging receiver is still under way: the graceful stop waits its 3 s for it
+  afterAll(() => srv.close(), 15_000)
 
   test('hanging, resetting and failing receivers are retried; a healthy endpoint is not held up', async () => {
     const hang = createServer(() => {}) // accepts, never answers

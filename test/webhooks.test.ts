@@ -155,6 +155,29 @@ describe('durability and administration', () => {
     }
   }, 30_000)
 
+  test('a receiver that hangs does not hold up a stop: after 3 s Capstan stops and the delivery stays pending', async () => {
+    const dataSrv = await TestServer.start()
+    const rx = receiver(60_000)
+    try {
+      const t = await dataSrv.tenant()
+      await dataSrv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: rx.url, events: ['message.received'] })
+      const conn = (await dataSrv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+      await dataSrv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'hello' })
+      await waitFor(() => rx.got.length >= 1)
+      await dataSrv.stop('SIGTERM')
+      expect(dataSrv.proc.exitCode).toBe(0)
+      expect(dataSrv.output).toContain('stopping with webhook deliveries in flight')
+      const db = new Database(join(dataSrv.dataDir, 'capstan.db'), { readonly: true })
+      const rows = db.query('SELECT status, last_error FROM webhook_deliveries').all()
+      db.close()
+      // not answered, not timed out (15 s): left for the next start to deliver again
+      expect(rows).toEqual([{ status: 'pending', last_error: null }])
+    } finally {
+      rx.stop()
+      await dataSrv.close()
+    }
+  }, 30_000)
+
   test('the signing secret is encrypted at rest; admin validation; removal', async () => {
     const ws = await srv.workspace()
     const created = (await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: 'http://127.0.0.1:9/x' })).json.data
