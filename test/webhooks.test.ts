@@ -102,7 +102,11 @@ describe('delivery', () => {
     const gap = rx.got[1]!.at - rx.got[0]!.at
     expect(gap).toBeGreaterThanOrEqual(4_500)
     expect(gap).toBeLessThan(9_000)
-    const deliveries = (await srv.admin('GET', `/webhooks/${hook.id}/deliveries`)).json.data
+    // the receiver counts the request before Capstan has read its answer and recorded it
+    const deliveries = await waitFor(async () => {
+      const d = (await srv.admin('GET', `/webhooks/${hook.id}/deliveries`)).json.data
+      return d[0]?.status === 'delivered' ? d : null
+    }, 2000)
     expect(deliveries).toHaveLength(1)
     expect(deliveries[0]).toMatchObject({ type: 'message.sent', status: 'delivered', attempts: 2, last_status_code: 200 })
     rx.stop()
