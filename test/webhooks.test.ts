@@ -113,18 +113,34 @@ describe('delivery', () => {
   }, 30_000)
 })
 
+/**
+ * On `server`: a workspace with a webhook for message.received to `rx`, a sandbox number and one
+ * inbound message; resolves with the message once `rx` has its first delivery.
+ */
+async function inboundDelivered(server: TestServer, rx: ReturnType<typeof receiver>) {
+  const t = await server.tenant()
+  await server.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: rx.url, events: ['message.received'] })
+  const conn = (await server.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+  const inbound = (await server.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'hello' })).json.data
+  await waitFor(() => rx.got.length >= 1)
+  return inbound
+}
+
+/** The delivery rows in a stopped server's database file. */
+function deliveryRows(server: TestServer, columns: string) {
+  const db = new Database(join(server.dataDir, 'capstan.db'), { readonly: true })
+  const rows = db.query(`SELECT ${columns} FROM webhook_deliveries`).all()
+  db.close()
+  return rows
+}
+
 describe('durability and administration', () => {
   test('pending deliveries survive a restart', async () => {
     const dataSrv = await TestServer.start()
     try {
       const rx = receiver()
-      const t = await dataSrv.tenant()
-      await dataSrv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: FAST } })
-      await dataSrv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: rx.url, events: ['message.received'] })
-      const conn = (await dataSrv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
       rx.plan.push(503)
-      const inbound = (await dataSrv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'hello' })).json.data
-      await waitFor(() => rx.got.length >= 1)
+      const inbound = await inboundDelivered(dataSrv, rx)
       await dataSrv.stop('SIGKILL')
       await dataSrv.boot()
       await waitFor(() => rx.got.length >= 2, 20_000)
@@ -140,19 +156,12 @@ describe('durability and administration', () => {
     const dataSrv = await TestServer.start()
     try {
       const rx = receiver(1500)
-      const t = await dataSrv.tenant()
-      await dataSrv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: rx.url, events: ['message.received'] })
-      const conn = (await dataSrv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
-      await dataSrv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'hello' })
-      await waitFor(() => rx.got.length >= 1)
+      await inboundDelivered(dataSrv, rx)
       // the receiver holds its 200 for 1.5 s: the delivery is in flight when the stop begins
       await dataSrv.stop('SIGTERM')
       expect(dataSrv.proc.exitCode).toBe(0)
       expect(dataSrv.output).toContain('capstan stopped')
-      const db = new Database(join(dataSrv.dataDir, 'capstan.db'), { readonly: true })
-      const rows = db.query('SELECT id, status, attempts, last_status_code FROM webhook_deliveries').all() as { id: string; status: string; attempts: number; last_status_code: number }[]
-      db.close()
-      expect(rows).toEqual([{ id: rx.got[0]!.headers['webhook-id']!, status: 'delivered', attempts: 1, last_status_code: 200 }])
+      expect(deliveryRows(dataSrv, 'id, status, attempts, last_status_code')).toEqual([{ id: rx.got[0]!.headers['webhook-id']!, status: 'delivered', attempts: 1, last_status_code: 200 }])
       rx.stop()
     } finally {
       await dataSrv.close()
@@ -163,19 +172,12 @@ describe('durability and administration', () => {
     const dataSrv = await TestServer.start()
     const rx = receiver(60_000)
     try {
-      const t = await dataSrv.tenant()
-      await dataSrv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: rx.url, events: ['message.received'] })
-      const conn = (await dataSrv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
-      await dataSrv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'hello' })
-      await waitFor(() => rx.got.length >= 1)
+      await inboundDelivered(dataSrv, rx)
       await dataSrv.stop('SIGTERM')
       expect(dataSrv.proc.exitCode).toBe(0)
       expect(dataSrv.output).toContain('stopping with webhook deliveries in flight')
-      const db = new Database(join(dataSrv.dataDir, 'capstan.db'), { readonly: true })
-      const rows = db.query('SELECT status, last_error FROM webhook_deliveries').all()
-      db.close()
       // not answered, not timed out (15 s): left for the next start to deliver again
-      expect(rows).toEqual([{ status: 'pending', last_error: null }])
+      expect(deliveryRows(dataSrv, 'status, last_error')).toEqual([{ status: 'pending', last_error: null }])
     } finally {
       rx.stop()
       await dataSrv.close()
