@@ -68,6 +68,18 @@ describe('upsert', () => {
     expect(cb.status).toBe(201)
     expect(ca.json.data.id).not.toBe(cb.json.data.id)
   })
+
+  test('metadata keys named like built-in object properties are stored as sent, none lost', async () => {
+    const { key } = await srv.tenant()
+    const phone = newPhone()
+    // raw JSON: a JS object literal would turn `__proto__` into a prototype instead of a key
+    const raw = `{"phone":"${phone}","metadata":{"__proto__":"x","constructor":"y","plan":"pro"}}`
+    const r = await srv.api(key, 'POST', '/contacts', { raw, headers: { 'content-type': 'application/json' } })
+    expect(r.status).toBe(201)
+    expect(r.text).toContain('"metadata":{"__proto__":"x","constructor":"y","plan":"pro"}')
+    const listed = (await srv.api(key, 'GET', '/contacts')).text
+    expect(listed).toContain('"metadata":{"__proto__":"x","constructor":"y","plan":"pro"}')
+  })
 })
 
 describe('validation: 422 naming each bad field, nothing stored, nothing echoed', () => {

@@ -41,6 +41,18 @@ describe('Idempotency-Key', () => {
     expect(await count(key)).toBe(1)
   })
 
+  test('a body that differs only in a member named __proto__ is a different body: 409', async () => {
+    const { key, conn } = await setup()
+    const h = { ...idem(), 'content-type': 'application/json' }
+    const recipient = newPhone()
+    const raw = (extra: string) => `{"connection_id":"${conn.id}","recipient":"${recipient}","body":"a","__proto__":{"x":${extra}}}`
+    expect((await srv.api(key, 'POST', '/messages', { raw: raw('1'), headers: h })).status).toBe(202)
+    expect((await srv.api(key, 'POST', '/messages', { raw: raw('1'), headers: h })).headers.get('idempotency-replayed')).toBe('true')
+    const r = await srv.api(key, 'POST', '/messages', { raw: raw('2'), headers: h })
+    expect([r.status, r.json.code]).toEqual([409, 'idempotency_conflict'])
+    expect(await count(key)).toBe(1)
+  })
+
   test('malformed keys are 422 invalid_idempotency_key; edge lengths are accepted', async () => {
     const { key, conn } = await setup()
     for (const bad of ['abc1234', 'order 12345', 'order#12345', 'order/12345', 'ü'.repeat(10), 'a'.repeat(256)]) {

@@ -32,7 +32,7 @@ async function canonical(value: unknown): Promise<unknown> {
   }
   if (Array.isArray(value)) return Promise.all(value.map(canonical))
   if (value && typeof value === 'object') {
-    const out: Record<string, unknown> = {}
+    const out: Record<string, unknown> = Object.create(null) // every key kept, `__proto__` included
     for (const k of Object.keys(value).sort()) out[k] = await canonical((value as Record<string, unknown>)[k])
     return out
   }

@@ -258,7 +258,8 @@ class MetadataSchema extends Schema<Record<string, string | number | boolean>> {
     if (!isPlainObject(value)) return void add(ctx, path, `The ${label(path)} field must be an object.`)
     const entries = Object.entries(value as Json)
     if (entries.length > this.maxKeys) return void add(ctx, path, `The ${label(path)} field must not have more than ${this.maxKeys} keys.`)
-    const out: Record<string, string | number | boolean> = {}
+    // no prototype: a key such as `__proto__` is kept as the caller's key, not lost to a setter
+    const out: Record<string, string | number | boolean> = Object.create(null)
     let ok = true
     for (const [k, v] of entries) {
       if (codePoints(k) > this.maxKeyLength || k.length === 0 || !/^[A-Za-z0-9_.\-]+$/.test(k)) {
