@@ -112,7 +112,7 @@ describe('keys', () => {
     const ws = await srv.workspace()
     const r = await srv.admin('POST', `/workspaces/${ws.id}/keys`, { name: 'r', scopes: ['contacts:read', 'groups:send'] })
     expect(r.json.data.scopes).toEqual(['contacts:read', 'groups:send'])
-    for (const body of [{ name: 'x', scopes: ['admin:all'] }, { name: 'x', scopes: 'contacts:read' }, { name: '' }, {}, { name: 'x', expires_at: '2001-01-01T00:00:00Z' }, { name: 'x', expires_at: 'tomorrow' }]) {
+    for (const body of [{ name: 'x', scopes: ['admin:all'] }, { name: 'x', scopes: 'contacts:read' }, { name: '' }, {}, { name: 'x', expires_at: '2001-01-01T00:00:00Z' }, { name: 'x', expires_at: 'tomorrow' }, { name: 'x', expires_at: '2099-02-30T00:00:00Z' }, { name: 'x', expires_at: '2099-01-01T24:00:00Z' }]) {
       expect((await srv.admin('POST', `/workspaces/${ws.id}/keys`, body)).status).toBe(422)
     }
     expect((await srv.admin('POST', `/workspaces/${crypto.randomUUID()}/keys`, { name: 'x' })).status).toBe(404)

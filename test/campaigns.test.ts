@@ -160,6 +160,13 @@ describe('lifecycle', () => {
     expect((await srv.api(key, 'POST', '/campaigns', { json: { name: 'x', template_id: tpl.id, connection_id: crypto.randomUUID() } })).status).toBe(404)
     expect((await srv.api(key, 'POST', '/campaigns', { json: { name: 'x', template_id: tpl.id, connection_id: conn.id, variables: { first: 'x' } } })).json.errors.variables).toBeDefined()
     expect((await srv.api(key, 'POST', '/campaigns', { json: { name: 'x', template_id: tpl.id, connection_id: conn.id, scheduled_at: '2001-01-01T00:00:00Z' } })).status).toBe(422)
+    // an impossible date is refused, not rolled over into the next month by the date parser
+    const feb30 = await srv.api(key, 'POST', '/campaigns', { json: { name: 'x', template_id: tpl.id, connection_id: conn.id, scheduled_at: '2099-02-30T09:00:00Z' } })
+    expect([feb30.status, Object.keys(feb30.json.errors)]).toEqual([422, ['scheduled_at']])
+    const draft = await campaign()
+    const at = await srv.api(key, 'POST', `/campaigns/${draft.id}/schedule`, { json: { at: '2099-04-31T09:00:00Z' } })
+    expect([at.status, Object.keys(at.json.errors)]).toEqual([422, ['at']])
+    expect((await srv.api(key, 'GET', `/campaigns/${draft.id}`)).json.data.status).toBe('draft')
     const noVars = await campaign({ variables: {} })
     const r = await srv.api(key, 'POST', `/campaigns/${noVars.id}/schedule`, { json: {} })
     expect([r.status, Object.keys(r.json.errors)]).toEqual([422, ['variables']])
