@@ -112,7 +112,13 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
   } else if (group && COMMANDS[group]) {
     route = COMMANDS[group]
     rest = argv.slice(1)
-  } else return null
+  } else {
+    // a known group with a missing or misspelt subcommand: name the ones it has
+    const subs = Object.keys(COMMANDS).filter((c) => c.startsWith(`${group} `)).map((c) => c.slice(group!.length + 1))
+    if (!subs.length) return null
+    console.error(`capstan: ${sub ? `unknown subcommand "${group} ${sub}"` : `"${group}" needs a subcommand`}: ${subs.join(', ')}; run \`capstan help\``)
+    return 2
+  }
 
   let args: Args
   try {

@@ -131,6 +131,12 @@ async function serve() {
 async function main(argv: string[]) {
   if (Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:\\~BUN')) loadDotEnv(join(dirname(process.execPath), '.env'))
   const [command] = argv
+  // `--help` anywhere only prints the help: `capstan backup --help` must not write a backup
+  // into a directory named "--help", nor `capstan serve -h` start a server
+  if (argv.includes('--help') || argv.includes('-h')) {
+    console.log(HELP)
+    return
+  }
   switch (command) {
     case 'serve':
       return serve()

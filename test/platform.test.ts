@@ -1,7 +1,7 @@
 /** The running appliance: health, docs, OpenAPI, logs, config errors, admin token bootstrap, migrations. */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { TestServer, freePort, newPhone } from './support/server'
@@ -211,6 +211,26 @@ describe('configuration and start-up', () => {
       expect((await runCapstan(['version'], {})).out.trim()).toMatch(/^\d+\.\d+\.\d+$/)
       expect((await runCapstan(['healthcheck'], { CAPSTAN_PORT: new URL(srv.base).port })).code).toBe(0)
       expect((await runCapstan(['healthcheck'], { CAPSTAN_PORT: '1' })).code).toBe(1)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('--help after any command prints the help and does nothing; a group without its subcommand names them', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-help-'))
+    try {
+      for (const args of [['migrate', '--help'], ['backup', '--help'], ['restore', '-h'], ['serve', '--help'], ['keys', 'create', '--help']]) {
+        const r = await runCapstan(args, { CAPSTAN_DATA_DIR: dir, CAPSTAN_PORT: '1' })
+        expect([args, r.code]).toEqual([args, 0])
+        expect(r.out).toContain('usage:')
+      }
+      // nothing was migrated, backed up or restored
+      expect(existsSync(join(dir, 'capstan.db'))).toBe(false)
+      expect(existsSync(join(ROOT, '--help'))).toBe(false)
+      const bare = await runCapstan(['keys'], {})
+      expect([bare.code, bare.err.trim()]).toEqual([2, 'capstan: "keys" needs a subcommand: create, list, revoke, remove; run `capstan help`'])
+      const typo = await runCapstan(['workspaces', 'delete', 'x'], {})
+      expect([typo.code, typo.err]).toEqual([2, expect.stringContaining('unknown subcommand "workspaces delete": create, list, get, update, policy')])
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
