@@ -125,7 +125,7 @@ describe('validation: 422 naming each bad field, nothing stored, nothing echoed'
 
   test('unreadable bodies are 400 with the fixed message', async () => {
     const { key } = await srv.tenant()
-    for (const [type, raw] of [['application/json', '{"phone":'], ['application/json', '[1,2]'], ['text/plain', 'hello'], ['application/x-www-form-urlencoded', 'a[=1']]) {
+    for (const [type, raw] of [['application/json', '{"phone":'], ['application/json', '[1,2]'], ['text/plain', 'hello'], ['application/x-www-form-urlencoded', 'a[=1'], ['application/json', `{"phone":"+15550001111","x":${'['.repeat(33)}${']'.repeat(33)}}`]]) {
       const r = await srv.api(key, 'POST', '/contacts', { raw, headers: { 'content-type': type } })
       expect(r.status).toBe(400)
       expect(r.json).toEqual({ message: 'Request could not be read.', code: 'bad_request' })

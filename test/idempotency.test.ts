@@ -53,6 +53,14 @@ describe('Idempotency-Key', () => {
     expect(await count(key)).toBe(1)
   })
 
+  test('a body nested 100,000 deep is 400 bad_request, not a server error; nothing stored', async () => {
+    const { key, conn } = await setup()
+    const raw = `{"connection_id":"${conn.id}","recipient":"${newPhone()}","body":"a","x":${'['.repeat(100_000)}${']'.repeat(100_000)}}`
+    const r = await srv.api(key, 'POST', '/messages', { raw, headers: { ...idem(), 'content-type': 'application/json' } })
+    expect([r.status, r.json]).toEqual([400, { message: 'Request could not be read.', code: 'bad_request' }])
+    expect(await count(key)).toBe(0)
+  })
+
   test('malformed keys are 422 invalid_idempotency_key; edge lengths are accepted', async () => {
     const { key, conn } = await setup()
     for (const bad of ['abc1234', 'order 12345', 'order#12345', 'order/12345', 'ü'.repeat(10), 'a'.repeat(256)]) {

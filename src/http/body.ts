@@ -11,6 +11,31 @@ export type Body = Record<string, unknown> | typeof UNREADABLE
 
 const MAX_DEPTH = 6
 const MAX_INDEX = 999
+/** Objects and arrays inside one another in a JSON body; no body of this API nests past ~5. */
+export const MAX_JSON_DEPTH = 32
+
+/**
+ * Whether a parsed JSON value nests deeper than MAX_JSON_DEPTH. Walked with its own stack: a body
+ * of 100,000 nested arrays parses fine but would overflow the call stack of any recursive step
+ * after it (the idempotency fingerprint is one).
+ */
+function tooDeep(value: unknown): boolean {
+  const stack: unknown[] = [value]
+  const depths: number[] = [1]
+  while (stack.length) {
+    const v = stack.pop() as Record<string, unknown>
+    const d = depths.pop()!
+    if (d > MAX_JSON_DEPTH) return true
+    for (const k in v) {
+      const x = v[k]
+      if (x !== null && typeof x === 'object') {
+        stack.push(x)
+        depths.push(d + 1)
+      }
+    }
+  }
+  return false
+}
 
 /** Split `a[b][0]` into ['a', 'b', '0']; null when the name is not well formed. */
 function splitName(name: string): string[] | null {
@@ -83,7 +108,7 @@ export async function parseBody(request: Request, contentType: string): Promise<
       const text = await request.text()
       if (text.trim() === '') return {}
       const value = JSON.parse(text)
-      if (!value || typeof value !== 'object' || Array.isArray(value)) return UNREADABLE
+      if (!value || typeof value !== 'object' || Array.isArray(value) || tooDeep(value)) return UNREADABLE
       return value
     }
     if (type === 'application/x-www-form-urlencoded') {
