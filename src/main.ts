@@ -186,8 +186,6 @@ async function main(argv: string[]) {
       return
     case undefined:
     case 'help':
-    case '--help':
-    case '-h':
       console.log(HELP)
       return
   }

@@ -12,27 +12,18 @@ export type Body = Record<string, unknown> | typeof UNREADABLE
 const MAX_DEPTH = 6
 const MAX_INDEX = 999
 /** Objects and arrays inside one another in a JSON body; no body of this API nests past ~5. */
-export const MAX_JSON_DEPTH = 32
+const MAX_JSON_DEPTH = 32
 
 /**
- * Whether a parsed JSON value nests deeper than MAX_JSON_DEPTH. Walked with its own stack: a body
- * of 100,000 nested arrays parses fine but would overflow the call stack of any recursive step
- * after it (the idempotency fingerprint is one).
+ * Whether a parsed JSON value nests deeper than MAX_JSON_DEPTH. A body of 100,000 nested arrays
+ * parses fine but would overflow the call stack of any recursive step after it (the idempotency
+ * fingerprint is one); this walk itself stops one level past the bound.
  */
-function tooDeep(value: unknown): boolean {
-  const stack: unknown[] = [value]
-  const depths: number[] = [1]
-  while (stack.length) {
-    const v = stack.pop() as Record<string, unknown>
-    const d = depths.pop()!
-    if (d > MAX_JSON_DEPTH) return true
-    for (const k in v) {
-      const x = v[k]
-      if (x !== null && typeof x === 'object') {
-        stack.push(x)
-        depths.push(d + 1)
-      }
-    }
+function tooDeep(value: object, depth = 1): boolean {
+  if (depth > MAX_JSON_DEPTH) return true
+  for (const k in value) {
+    const x = (value as Record<string, unknown>)[k]
+    if (x !== null && typeof x === 'object' && tooDeep(x, depth + 1)) return true
   }
   return false
 }

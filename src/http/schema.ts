@@ -136,10 +136,11 @@ const ISO_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9
 export function isIsoTime(value: string): boolean {
   const m = ISO_TIME.exec(value)
   if (!m) return false
-  const [year, month, day, hour, minute, second = 0, offH = 0, offM = 0] = m.slice(1).map((p) => (p === undefined ? undefined : Number(p))) as number[]
-  const leap = year! % 4 === 0 && (year! % 100 !== 0 || year! % 400 === 0)
-  const daysInMonth = month === 2 ? (leap ? 29 : 28) : [4, 6, 9, 11].includes(month!) ? 30 : 31
-  return month! >= 1 && month! <= 12 && day! >= 1 && day! <= daysInMonth && hour! <= 23 && minute! <= 59 && second <= 59 && offH <= 23 && offM <= 59
+  // seconds and the offset are optional (absent: 0)
+  const [year, month, day, hour, minute, second, offH, offM] = m.slice(1).map((p) => Number(p ?? 0)) as [number, number, number, number, number, number, number, number]
+  const leap = year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0)
+  const daysInMonth = month === 2 ? (leap ? 29 : 28) : [4, 6, 9, 11].includes(month) ? 30 : 31
+  return month >= 1 && month <= 12 && day >= 1 && day <= daysInMonth && hour <= 23 && minute <= 59 && second <= 59 && offH <= 23 && offM <= 59
 }
 
 class NumberSchema extends Schema<number> {
