@@ -132,6 +132,47 @@ describe('validation: 422 naming each bad field, nothing stored, nothing echoed'
     }
   })
 
+  test('text that is not UTF-8 is 400 in every encoding, never stored with U+FFFD in its place', async () => {
+    const { key } = await srv.tenant()
+    const latin1 = (s: string) => Uint8Array.from(s, (c) => c.charCodeAt(0))
+    const boundary = 'capstan-test-boundary'
+    // `file`: a part whose bytes hold a real U+FFFD, so the check cannot rest on the body as a whole
+    const multipart = (name: Uint8Array, file = false) =>
+      Buffer.concat([
+        Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="phone"\r\n\r\n+15550001111\r\n`),
+        file ? Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="note"; filename="n.bin"\r\n\r\n\uFFFD\xe9\r\n`) : Buffer.alloc(0),
+        Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="name"\r\n\r\n`),
+        name,
+        Buffer.from(`\r\n--${boundary}--\r\n`),
+      ])
+    const bodies: [string, string | Uint8Array][] = [
+      ['application/json', latin1('{"phone":"+15550001111","name":"Jos\xe9"}')],
+      ['application/json', latin1('{"phone":"+15550001111","metadata":{"caf\xe9":"1"}}')],
+      ['application/x-www-form-urlencoded', 'phone=%2B15550001111&name=Jos%E9'],
+      ['application/x-www-form-urlencoded', latin1('phone=%2B15550001111&name=Jos\xe9')],
+      [`multipart/form-data; boundary=${boundary}`, multipart(latin1('Jos\xe9'))],
+      [`multipart/form-data; boundary=${boundary}`, multipart(latin1('Jos\xe9'), true)],
+    ]
+    for (const [type, raw] of bodies) {
+      const r = await srv.api(key, 'POST', '/contacts', { raw, headers: { 'content-type': type } })
+      expect(r.status).toBe(400)
+      expect(r.json).toEqual({ message: 'Request could not be read.', code: 'bad_request' })
+    }
+    expect((await srv.api(key, 'GET', '/contacts')).json.data).toEqual([])
+    // the same text as UTF-8 is read in all three; a stray % in a form stays as typed; a real U+FFFD is kept
+    const utf8 = new TextEncoder()
+    const ok: [string, string | Uint8Array, string][] = [
+      ['application/json', utf8.encode('{"phone":"+15550001111","name":"José"}'), 'José'],
+      ['application/x-www-form-urlencoded', 'phone=%2B15550001111&name=Jos%C3%A9+100%+sure', 'José 100% sure'],
+      [`multipart/form-data; boundary=${boundary}`, multipart(utf8.encode('José \uFFFD')), 'José \uFFFD'],
+    ]
+    for (const [type, raw, name] of ok) {
+      const r = await srv.api(key, 'POST', '/contacts', { raw, headers: { 'content-type': type } })
+      expect(r.status).toBeLessThan(300)
+      expect(r.json.data.name).toBe(name)
+    }
+  })
+
   test('an oversized body is 413 and nothing is stored', async () => {
     const { key } = await srv.tenant()
     const r = await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'x'.repeat(2 * 1024 * 1024) } })

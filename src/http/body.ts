@@ -91,26 +91,96 @@ function compact(value: unknown): unknown {
   return value
 }
 
-/** Read the request body by its content type. Never throws. */
+/** Fatal: bytes that are not UTF-8 throw instead of silently becoming U+FFFD. A leading BOM is dropped. */
+const utf8 = new TextDecoder('utf-8', { fatal: true })
+
+const encoder = new TextEncoder()
+
+/** The value of one ASCII hex digit, or -1. */
+function hexValue(c: number): number {
+  if (c >= 48 && c <= 57) return c - 48
+  const lower = c | 32
+  return lower >= 97 && lower <= 102 ? lower - 87 : -1
+}
+
+/**
+ * One name or value of an urlencoded body, decoded as the WHATWG form parser does — `+` is a space,
+ * a `%` not followed by two hex digits stays as it is (so `curl -d 'body=100% off'` reads as
+ * typed) — except that percent-escaped bytes which are not UTF-8 give null instead of U+FFFD.
+ */
+function formDecode(s: string): string | null {
+  if (s.indexOf('+') !== -1) s = s.replaceAll('+', ' ')
+  if (s.indexOf('%') === -1) return s
+  const bytes = encoder.encode(s)
+  let n = 0
+  for (let i = 0; i < bytes.length; i++) {
+    const hi = bytes[i] === 37 && i + 2 < bytes.length ? hexValue(bytes[i + 1]!) : -1
+    const lo = hi === -1 ? -1 : hexValue(bytes[i + 2]!)
+    if (lo === -1) bytes[n++] = bytes[i]!
+    else {
+      bytes[n++] = hi * 16 + lo
+      i += 2
+    }
+  }
+  try {
+    return utf8.decode(bytes.subarray(0, n))
+  } catch {
+    return null
+  }
+}
+
+/** The (name, value) pairs of an urlencoded body; null when a name or value is not UTF-8. */
+function formFields(text: string): [string, string][] | null {
+  const pairs: [string, string][] = []
+  for (const part of text.split('&')) {
+    if (!part) continue
+    const eq = part.indexOf('=')
+    const name = formDecode(eq === -1 ? part : part.slice(0, eq))
+    const value = name === null ? null : formDecode(eq === -1 ? '' : part.slice(eq + 1))
+    if (name === null || value === null) return null
+    pairs.push([name, value])
+  }
+  return pairs
+}
+
+/**
+ * The runtime's multipart parser turns bytes that are not UTF-8 in a text field into U+FFFD. A
+ * text field holding U+FFFD whose UTF-8 bytes appear nowhere in the raw body was such a field
+ * (a real U+FFFD sent as UTF-8 is found as sent).
+ */
+function mangledText(fields: [string, unknown][], raw: Uint8Array): boolean {
+  const body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength)
+  for (const [, value] of fields) if (typeof value === 'string' && value.includes('\uFFFD') && body.indexOf(value, 0, 'utf8') === -1) return true
+  return false
+}
+
+/**
+ * Read the request body by its content type. Never throws. Text must be UTF-8 (RFC 8259 for JSON;
+ * the form encodings' own charset): other bytes make the body unreadable, never a silently
+ * replaced character in what is stored.
+ */
 export async function parseBody(request: Request, contentType: string): Promise<Body> {
   const type = contentType.split(';')[0]!.trim().toLowerCase()
   try {
     if (type === 'application/json' || type.endsWith('+json')) {
-      const text = await request.text()
+      const text = utf8.decode(await request.bytes())
       if (text.trim() === '') return {}
       const value = JSON.parse(text)
       if (!value || typeof value !== 'object' || Array.isArray(value) || tooDeep(value)) return UNREADABLE
       return value
     }
     if (type === 'application/x-www-form-urlencoded') {
-      return nestFields(new URLSearchParams(await request.text()).entries())
+      const pairs = formFields(utf8.decode(await request.bytes()))
+      return pairs === null ? UNREADABLE : nestFields(pairs)
     }
     if (type === 'multipart/form-data') {
-      const form = await request.formData()
-      return nestFields(form.entries() as Iterable<[string, unknown]>)
+      const raw = await request.bytes()
+      const form = await new Response(raw, { headers: { 'content-type': request.headers.get('content-type') ?? contentType } }).formData()
+      const fields = [...(form.entries() as Iterable<[string, unknown]>)]
+      return mangledText(fields, raw) ? UNREADABLE : nestFields(fields)
     }
-    const text = await request.text()
-    return text.length === 0 ? {} : UNREADABLE
+    const raw = await request.bytes()
+    return raw.byteLength === 0 ? {} : UNREADABLE
   } catch {
     return UNREADABLE
   }
