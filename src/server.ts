@@ -51,7 +51,7 @@ const declaredLength = (request: Request) => Number(request.headers.get('content
 
 export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const { config } = svc.deps
-  const sessions = new Sessions(adminTokenHash)
+  const sessions = new Sessions(adminTokenHash, svc.deps.db, svc.deps.writer, () => svc.deps.clock.now())
   let root: Elysia<any, any, any, any, any, any, any> | null = null
   const auth = authPlugin({ config, server: () => root?.server ?? null, keys: svc.keys, adminTokenHash, sessions })
   const log = svc.log

@@ -2,7 +2,7 @@
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { join } from 'node:path'
-import { TestServer, newPhone } from './support/server'
+import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
 
 const ALL = ['contacts:read', 'contacts:write', 'messages:write', 'messages:read', 'media:read', 'groups:read', 'groups:send', 'templates:read', 'templates:write', 'campaigns:read', 'campaigns:write', 'campaigns:send']
 
@@ -150,5 +150,47 @@ describe('suppressions', () => {
     expect(list.json.data.map((x: any) => x.phone)).toEqual([phone])
     expect((await srv.admin('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(phone)}`)).status).toBe(204)
     expect((await srv.admin('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(phone)}`)).status).toBe(404)
+  })
+})
+
+describe('dashboard sessions', () => {
+  const signIn = async (s: TestServer) => {
+    const r = await fetch(`${s.base}/admin/session`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-capstan-csrf': '1' }, body: JSON.stringify({ token: ADMIN_TOKEN }) })
+    expect(r.status).toBe(204)
+    expect(r.headers.get('x-content-type-options')).toBe('nosniff')
+    return r.headers.get('set-cookie')!.split(';')[0]!
+  }
+  const statusWith = async (s: TestServer, cookie: string) => (await fetch(`${s.base}/admin/api/session`, { headers: { cookie } })).status
+
+  test('signing out ends the session for every copy of its cookie; sessions survive a restart; only a hash is stored', async () => {
+    const s = await TestServer.start()
+    try {
+      const a = await signIn(s)
+      const b = await signIn(s)
+      expect(await statusWith(s, a)).toBe(200)
+      await s.stop()
+      await s.boot()
+      expect(await statusWith(s, a)).toBe(200)
+      const out = await fetch(`${s.base}/admin/session`, { method: 'DELETE', headers: { cookie: a } })
+      expect(out.status).toBe(204)
+      expect(out.headers.get('set-cookie')).toContain('Max-Age=0')
+      // a copy of the signed-out cookie (still correctly signed and unexpired) no longer works
+      expect(await statusWith(s, a)).toBe(401)
+      expect(await statusWith(s, b)).toBe(200)
+      // a made-up id with a valid-looking shape is refused too
+      expect(await statusWith(s, b.replace(/\.[A-Za-z0-9]+\./, '.x.'))).toBe(401)
+      const db = new Database(join(s.dataDir, 'capstan.db'), { readonly: true })
+      const rows = db.query<{ id: string }, []>('SELECT id FROM dashboard_sessions').all()
+      db.close()
+      expect(rows).toHaveLength(1)
+      expect(rows[0]!.id).toMatch(/^[0-9a-f]{64}$/)
+      expect(b).not.toContain(rows[0]!.id)
+      // a new admin token ends every session
+      await s.stop()
+      await s.boot({ CAPSTAN_ADMIN_TOKEN: 'a-different-admin-token-for-this-test' })
+      expect(await statusWith(s, b)).toBe(401)
+    } finally {
+      await s.close()
+    }
   })
 })

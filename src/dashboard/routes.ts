@@ -4,7 +4,7 @@
  */
 import { Elysia } from 'elysia'
 import type { Config } from '../config'
-import type { authPlugin } from '../http/auth'
+import { type authPlugin, SECURITY_HEADERS } from '../http/auth'
 import { hidden } from '../http/docs'
 import { type Sessions, sessionCookie } from '../http/session'
 import appCss from './app.css' with { type: 'text' }
@@ -31,16 +31,20 @@ export function dashboardRoutes(config: Config, sessions: Sessions, auth: Return
     .get('/admin/app.css', () => new Response(appCss, { headers: { ...PAGE_HEADERS, 'content-type': 'text/css; charset=utf-8' } }), { detail: hidden })
     .post(
       '/admin/session',
-      ({ request, body, checkAdminToken }) => {
+      async ({ request, body, checkAdminToken }) => {
         const token = (body as Record<string, unknown> | null)?.token
         if (request.headers.get('x-capstan-csrf') !== '1' || !checkAdminToken(request, token)) {
-          return new Response(JSON.stringify({ message: 'A valid admin token is required.', code: 'unauthenticated' }), { status: 401, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' } })
+          return new Response(JSON.stringify({ message: 'A valid admin token is required.', code: 'unauthenticated' }), { status: 401, headers: { ...SECURITY_HEADERS, 'content-type': 'application/json; charset=utf-8' } })
         }
-        const s = sessions.issue()
-        return new Response(null, { status: 204, headers: { 'set-cookie': sessionCookie(s.value, s.maxAge, secure(request)), 'cache-control': 'no-store' } })
+        const s = await sessions.issue()
+        return new Response(null, { status: 204, headers: { ...SECURITY_HEADERS, 'set-cookie': sessionCookie(s.value, s.maxAge, secure(request)) } })
       },
       { detail: hidden },
     )
-    .delete('/admin/session', ({ request }) => new Response(null, { status: 204, headers: { 'set-cookie': sessionCookie('', 0, secure(request)) } }), { detail: hidden })
+    // sign-out ends the session on the server too, so a copy of the cookie is worthless after it
+    .delete('/admin/session', async ({ request }) => {
+      await sessions.end(request.headers.get('cookie'))
+      return new Response(null, { status: 204, headers: { ...SECURITY_HEADERS, 'set-cookie': sessionCookie('', 0, secure(request)) } })
+    }, { detail: hidden })
     .get('/admin/api/session', () => ({ data: { signed_in: true } }), { admin: true, detail: hidden })
 }

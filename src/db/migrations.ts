@@ -8,6 +8,7 @@ import m0006 from '../../migrations/0006_campaigns.sql' with { type: 'text' }
 import m0007 from '../../migrations/0007_connection_status_reason.sql' with { type: 'text' }
 import m0008 from '../../migrations/0008_fewer_message_indexes.sql' with { type: 'text' }
 import m0009 from '../../migrations/0009_running_campaigns_index.sql' with { type: 'text' }
+import m0010 from '../../migrations/0010_dashboard_sessions.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -19,4 +20,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 7, name: '0007_connection_status_reason', sql: m0007 },
   { version: 8, name: '0008_fewer_message_indexes', sql: m0008 },
   { version: 9, name: '0009_running_campaigns_index', sql: m0009 },
+  { version: 10, name: '0010_dashboard_sessions', sql: m0010 },
 ]

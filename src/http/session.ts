@@ -1,45 +1,89 @@
 /**
- * Dashboard sessions: a signed cookie `capstan_session=<expiry>.<HMAC-SHA256>` keyed by the
- * admin token's hash, so changing the admin token ends every session. HttpOnly, SameSite=Strict,
- * Path=/admin, Secure when the request came over TLS. Requests authenticated by the cookie that
- * change something must also carry `X-Capstan-CSRF: 1` — a header a cross-site page cannot send
- * without a CORS preflight, which Capstan never grants.
+ * Dashboard sessions: a cookie `capstan_session=<expiry>.<id>.<HMAC-SHA256>`. The random id is
+ * held server-side (its SHA-256 in `dashboard_sessions`), so signing out ends the session for
+ * every copy of the cookie; the HMAC is keyed by the admin token's hash, so changing the admin
+ * token ends every session. HttpOnly, SameSite=Strict, Path=/admin, Secure when the request came
+ * over TLS. Requests authenticated by the cookie that change something must also carry
+ * `X-Capstan-CSRF: 1` — a header a cross-site page cannot send without a CORS preflight, which
+ * Capstan never grants.
  */
+import type { Database } from 'bun:sqlite'
 import { timingSafeEqual } from 'node:crypto'
+import type { Writer } from '../db/writer'
+import { randomString } from './format'
 
 export const SESSION_COOKIE = 'capstan_session'
 export const SESSION_TTL_MS = 8 * 3_600_000
 
+interface Parsed {
+  expiry: number
+  id: string
+}
+
 export class Sessions {
+  private readonly sql
+
   constructor(
     private readonly key: Uint8Array,
+    db: Database,
+    private readonly writer: Writer,
     private readonly now: () => number = Date.now,
-  ) {}
-
-  private sign(expiry: number) {
-    return new Bun.CryptoHasher('sha256', this.key).update(`capstan-session.${expiry}`).digest('base64url')
+  ) {
+    this.sql = {
+      live: db.prepare<{ one: number }, [string, number]>('SELECT 1 AS one FROM dashboard_sessions WHERE id = ? AND expires_at > ?'),
+      insert: db.prepare('INSERT INTO dashboard_sessions (id, expires_at) VALUES (?, ?)'),
+      remove: db.prepare('DELETE FROM dashboard_sessions WHERE id = ?'),
+      sweep: db.prepare('DELETE FROM dashboard_sessions WHERE expires_at <= ?'),
+    }
   }
 
-  issue(): { value: string; maxAge: number } {
-    const expiry = this.now() + SESSION_TTL_MS
-    return { value: `${expiry}.${this.sign(expiry)}`, maxAge: SESSION_TTL_MS / 1000 }
+  private sign(expiry: number, id: string) {
+    return new Bun.CryptoHasher('sha256', this.key).update(`capstan-session.${expiry}.${id}`).digest('base64url')
   }
 
-  valid(cookieHeader: string | null): boolean {
+  /** A new session, stored (durably) before its cookie value is returned. */
+  async issue(): Promise<{ value: string; maxAge: number }> {
+    const now = this.now()
+    const expiry = now + SESSION_TTL_MS
+    const id = randomString(43)
+    await this.writer.write(() => {
+      this.sql.sweep.run(now)
+      this.sql.insert.run(storedId(id), expiry)
+    })
+    return { value: `${expiry}.${id}.${this.sign(expiry, id)}`, maxAge: SESSION_TTL_MS / 1000 }
+  }
+
+  /** The session of a well-formed, correctly signed, unexpired cookie; null otherwise. */
+  private parse(cookieHeader: string | null): Parsed | null {
     const raw = cookieHeader
       ?.split(';')
       .map((c) => c.trim())
       .find((c) => c.startsWith(`${SESSION_COOKIE}=`))
       ?.slice(SESSION_COOKIE.length + 1)
-    if (!raw) return false
-    const [exp, sig] = raw.split('.')
+    if (!raw) return null
+    const [exp, id, sig, extra] = raw.split('.')
     const expiry = Number(exp)
-    if (!sig || !Number.isFinite(expiry) || expiry <= this.now()) return false
-    const want = Buffer.from(this.sign(expiry))
+    if (!id || !sig || extra !== undefined || !Number.isFinite(expiry) || expiry <= this.now()) return null
+    const want = Buffer.from(this.sign(expiry, id))
     const got = Buffer.from(sig)
-    return got.length === want.length && timingSafeEqual(got, want)
+    return got.length === want.length && timingSafeEqual(got, want) ? { expiry, id } : null
+  }
+
+  /** Whether the Cookie header holds a live session (signed, unexpired, not signed out). */
+  valid(cookieHeader: string | null): boolean {
+    const s = this.parse(cookieHeader)
+    return s !== null && this.sql.live.get(storedId(s.id), this.now()) !== null
+  }
+
+  /** Sign out: the session in the Cookie header (if any) ends for every copy of the cookie. */
+  async end(cookieHeader: string | null): Promise<void> {
+    const s = this.parse(cookieHeader)
+    if (s) await this.writer.write(() => this.sql.remove.run(storedId(s.id)))
   }
 }
+
+/** What is stored of a session id: its SHA-256, so a copy of the database holds no live cookie. */
+const storedId = (id: string) => new Bun.CryptoHasher('sha256').update(id).digest('hex')
 
 /** The Set-Cookie value; `secure` when the request arrived over TLS. */
 export function sessionCookie(value: string, maxAge: number, secure: boolean) {
