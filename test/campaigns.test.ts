@@ -73,6 +73,16 @@ describe('lifecycle', () => {
     rx.stop(true)
   })
 
+  test('a metadata placeholder the contact has no value for is sent empty, never inherited text', async () => {
+    const { key, contact, campaign } = await setup()
+    const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Proto', body: 'Hi {{name}} [{{metadata.constructor}}{{metadata.toString}}]', category: 'marketing' } })).json.data
+    await contact({ name: 'Ann', consent_status: 'opted_in', metadata: { plan: 'pro' } })
+    const c = await campaign({ template_id: tpl.id, variables: {} })
+    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).status).toBe(200)
+    await waitFor(async () => (await get(key, c.id)).status === 'completed')
+    expect((await srv.api(key, 'GET', '/messages')).json.data.map((m: any) => m.body)).toEqual(['Hi Ann []'])
+  })
+
   test('an opt-out during the campaign is skipped when its turn comes; pause, resume and cancel', async () => {
     const { key, conn, contact, campaign } = await setup(1)
     const people = []

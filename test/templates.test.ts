@@ -49,6 +49,22 @@ describe('templates', () => {
     expect((await srv.api(key, 'GET', `/templates/${t.id}/preview?contact_id=nope`)).status).toBe(422)
   })
 
+  test('a metadata placeholder reads only the contact’s own keys, never what every object inherits', async () => {
+    const { key } = await srv.tenant()
+    const body = 'A[{{metadata.constructor}}] B[{{metadata.toString}}] C[{{metadata.__proto__}}] D[{{metadata.hasOwnProperty}}]'
+    const t = (await srv.api(key, 'POST', '/templates', { json: { name: 'Proto', body } })).json.data
+    const bare = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), metadata: { plan: 'pro' } } })).json.data
+    const p1 = await srv.api(key, 'GET', `/templates/${t.id}/preview?contact_id=${bare.id}`)
+    expect(p1.json.data.body).toBe('A[] B[] C[] D[]')
+    expect(p1.json.data.missing).toEqual(['metadata.constructor', 'metadata.toString', 'metadata.__proto__', 'metadata.hasOwnProperty'])
+    // the same names as the contact's own keys, or as query values, are rendered like any other
+    const named = (await srv.api(key, 'POST', '/contacts', { raw: `{"phone":"${newPhone()}","metadata":{"constructor":"c","__proto__":"p"}}`, headers: { 'content-type': 'application/json' } })).json.data
+    const p2 = await srv.api(key, 'GET', `/templates/${t.id}/preview?contact_id=${named.id}&metadata.toString=q`)
+    expect(p2.json.data.body).toBe('A[c] B[q] C[p] D[]')
+    const p3 = await srv.api(key, 'GET', `/templates/${t.id}/preview?metadata.__proto__=x`)
+    expect(p3.json.data.body).toBe('A[] B[] C[x] D[]')
+  })
+
   test('scopes and isolation', async () => {
     const a = await srv.tenant()
     const b = await srv.tenant()

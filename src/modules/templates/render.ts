@@ -27,6 +27,12 @@ export interface RenderValues {
   numbered?: Record<string, unknown>
 }
 
+/**
+ * A value the caller gave: an own property only. `{{metadata.constructor}}` for a contact without
+ * that key must render empty, not the text of Object's constructor inherited from the prototype.
+ */
+const own = (values: Record<string, unknown> | undefined, key: string) => (values !== undefined && Object.hasOwn(values, key) ? values[key] : undefined)
+
 /** Render a body; returns the text and the placeholders that had no value (rendered empty). */
 export function render(body: string, values: RenderValues): { text: string; missing: string[] } {
   const missing: string[] = []
@@ -35,8 +41,8 @@ export function render(body: string, values: RenderValues): { text: string; miss
     let v: unknown
     if (name === 'name') v = values.name
     else if (name === 'phone') v = values.phone
-    else if (name.startsWith('metadata.')) v = values.metadata?.[name.slice('metadata.'.length)]
-    else if (/^[1-9][0-9]{0,2}$/.test(name)) v = values.numbered?.[name]
+    else if (name.startsWith('metadata.')) v = own(values.metadata, name.slice('metadata.'.length))
+    else if (/^[1-9][0-9]{0,2}$/.test(name)) v = own(values.numbered, name)
     else return whole
     if (v === undefined || v === null || v === '') {
       if (!missing.includes(name)) missing.push(name)

@@ -55,8 +55,9 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
       ({ caller, params, query }) => {
         const tpl = find(caller.workspace.id, params.id)
         const q = validate(previewQuery, { contact_id: query.contact_id, name: query.name, phone: query.phone })
-        const numbered: Record<string, string> = {}
-        const metadata: Record<string, unknown> = {}
+        // prototype-free: a query key such as metadata.__proto__ is a value like any other
+        const numbered: Record<string, string> = Object.create(null)
+        const metadata: Record<string, unknown> = Object.create(null)
         for (const [k, v] of Object.entries(query)) {
           if (typeof v !== 'string') continue
           if (/^[1-9][0-9]{0,2}$/.test(k)) numbered[k] = v
