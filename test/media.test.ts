@@ -174,6 +174,21 @@ describe('sending with media', () => {
     expect(Buffer.from(await dl.arrayBuffer()).equals(Buffer.from(bytes))).toBe(true)
     for (let i = 0; i < 100 && (await srv.api(key, 'GET', `/messages/${r.json.data.id}`)).json.data.status !== 'sent'; i++) await Bun.sleep(50)
     expect((await srv.api(key, 'GET', `/messages/${r.json.data.id}`)).json.data.status).toBe('sent')
+    // the file counts toward the 10 attachments of a message: 9 ids and a file pass, 10 and a file do not
+    const withFile = (ids: number) => {
+      const form = new FormData()
+      form.set('connection_id', conn.id)
+      form.set('recipient', newPhone())
+      for (let i = 0; i < ids; i++) form.set(`media[attachments][${i}][media_id]`, existing.id)
+      form.set('file', new File([bytes], 'receipt.png', { type: 'image/png' }))
+      return srv.api(key, 'POST', '/messages', { multipart: form })
+    }
+    const eleven = await withFile(10)
+    expect(eleven.status).toBe(422)
+    expect(eleven.json.errors['media.attachments']).toEqual(['A message carries at most 10 attachments, the file included.'])
+    const ten = await withFile(9)
+    expect(ten.status).toBe(202)
+    expect(ten.json.data.attachments).toHaveLength(10)
   })
 
   test('a refused send with a file leaves no media row and no file; an infected file refuses the send', async () => {

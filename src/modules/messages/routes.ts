@@ -6,7 +6,7 @@ import { paged } from '../../http/format'
 import { fieldError, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import type { MessageRow } from './repo'
-import { listMessagesQuery, messageDoc, sendMessageBody } from './model'
+import { listMessagesQuery, MAX_ATTACHMENTS, messageDoc, sendMessageBody } from './model'
 
 export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const messages = svc.messages
@@ -21,6 +21,8 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
           if (v.recipient !== undefined && v.contact_id !== undefined) fieldError(errors, 'recipient', 'Give either recipient or contact_id, not both.')
           if (v.recipient === undefined && v.contact_id === undefined) fieldError(errors, 'recipient', 'The recipient field is required when contact_id is not given.')
           if (v.body === undefined && v.file === undefined && !(v.media?.attachments?.length)) fieldError(errors, 'body', 'Give at least one of body, file or media.attachments.')
+          // the file becomes one of the message's attachments, so it counts toward their limit
+          if (v.file !== undefined && (v.media?.attachments?.length ?? 0) >= MAX_ATTACHMENTS) fieldError(errors, 'media.attachments', `A message carries at most ${MAX_ATTACHMENTS} attachments, the file included.`)
         })
         return svc.idempotency.send202<MessageRow>(
           { apiKeyId: caller.key.id, method: 'POST', path: '/api/v1/messages', header: request.headers.get('idempotency-key'), body: raw },
