@@ -14,7 +14,7 @@ export const sendMessageBody = s.object({
   file: s.file().optional().describe('A file to upload, scan and send inline (multipart/form-data).'),
   media: s
     .object({
-      attachments: s.array(s.object({ media_id: s.string().format('uuid') })).max(MAX_ATTACHMENTS).describe('Up to 10 media ids from POST /media.'),
+      attachments: s.array(s.object({ media_id: s.string().format('uuid') })).max(MAX_ATTACHMENTS).describe('Up to 10 media ids from POST /media (9 when a file is sent too: the file becomes an attachment).'),
     })
     .optional(),
 })
