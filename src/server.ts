@@ -10,7 +10,7 @@ import { dashboardAdminRoutes } from './dashboard/admin-views'
 import { dashboardRoutes } from './dashboard/routes'
 import { docsUi } from './docs/ui'
 import { handleCloudApiWebhook } from './network/cloud-api-webhook'
-import { parseBody } from './http/body'
+import { parseBody, TOO_LARGE } from './http/body'
 import { SECURITY_HEADERS, authPlugin } from './http/auth'
 import { DOC_COMPONENTS, hidden } from './http/docs'
 import { payloadTooLarge, toErrorResponse } from './http/errors'
@@ -105,12 +105,15 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
       if (declaredLength(request) > config.maxJsonBytes) throw payloadTooLarge()
       return handleCloudApiWebhook(request, params.id, svc)
     }, { parse: 'none', detail: hidden })
-    .onParse(({ request, contentType, set }) => {
+    .onParse(async ({ request, contentType, set }) => {
       noteOf(set)
-      // 413 before the body is read; the content type is only looked at for large bodies
-      const length = declaredLength(request)
-      if (length > config.maxJsonBytes && length > (contentType.toLowerCase().startsWith('multipart/form-data') ? config.maxUploadBytes : config.maxJsonBytes)) throw payloadTooLarge()
-      return parseBody(request, contentType)
+      // 413 before the body is read when its declared length is over the limit for its type
+      const max = contentType.toLowerCase().startsWith('multipart/form-data') ? config.maxUploadBytes : config.maxJsonBytes
+      if (declaredLength(request) > max) throw payloadTooLarge()
+      // a body sent without a Content-Length (chunked) is held to the same limit while it is read
+      const body = await parseBody(request, contentType, max)
+      if (body === TOO_LARGE) throw payloadTooLarge()
+      return body
     })
     .use(
       openapi({

@@ -262,4 +262,21 @@ describe('webhooks from Meta', () => {
     expect(notJson.status).toBe(200)
     expect((await srv.request('GET', '/healthz')).status).toBe(200)
   })
+
+  test('a body over the JSON limit is 413 before its signature is checked, also when sent chunked', async () => {
+    const { conn } = await setup()
+    const big = new Uint8Array(2 * 1024 * 1024).fill(32)
+    const declared = await fetch(`${srv.base}/hooks/whatsapp/${conn.id}`, { method: 'POST', headers: { 'x-hub-signature-256': 'sha256=00' }, body: big })
+    expect(declared.status).toBe(413)
+    const stream = new ReadableStream<Uint8Array>({
+      start(c) {
+        for (let i = 0; i < big.length; i += 64 * 1024) c.enqueue(big.subarray(i, i + 64 * 1024))
+        c.close()
+      },
+    })
+    const chunked = await fetch(`${srv.base}/hooks/whatsapp/${conn.id}`, { method: 'POST', headers: { 'x-hub-signature-256': 'sha256=00' }, body: stream })
+    expect(chunked.status).toBe(413)
+    expect(await chunked.json()).toEqual({ message: 'The request body is too large.', code: 'payload_too_large' })
+    expect((await srv.request('GET', '/healthz')).status).toBe(200)
+  })
 })

@@ -179,6 +179,31 @@ describe('validation: 422 naming each bad field, nothing stored, nothing echoed'
     expect(r.status).toBe(413)
     expect(r.json.code).toBe('payload_too_large')
   })
+
+  test('a body sent chunked, without a Content-Length, is held to the same limit as it is read', async () => {
+    const { key } = await srv.tenant()
+    // a stream body makes fetch send Transfer-Encoding: chunked
+    const chunked = (text: string, pieces: number) => {
+      const bytes = new TextEncoder().encode(text)
+      const size = Math.ceil(bytes.length / pieces)
+      return new ReadableStream<Uint8Array>({
+        start(c) {
+          for (let i = 0; i < bytes.length; i += size) c.enqueue(bytes.subarray(i, i + size))
+          c.close()
+        },
+      })
+    }
+    const send = (text: string, pieces: number) =>
+      fetch(`${srv.base}/api/v1/contacts`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: chunked(text, pieces) })
+    const big = await send(JSON.stringify({ phone: newPhone(), name: 'x', pad: 'y'.repeat(3 * 1024 * 1024) }), 48)
+    expect(big.status).toBe(413)
+    expect(await big.json()).toEqual({ message: 'The request body is too large.', code: 'payload_too_large' })
+    expect((await srv.api(key, 'GET', '/contacts')).json.data).toEqual([])
+    const phone = newPhone()
+    const small = await send(JSON.stringify({ phone, name: 'Chunked' }), 3)
+    expect(small.status).toBe(201)
+    expect(((await small.json()) as any).data).toMatchObject({ phone, name: 'Chunked' })
+  })
 })
 
 describe('listing', () => {

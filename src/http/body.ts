@@ -154,32 +154,62 @@ function mangledText(fields: [string, unknown][], raw: Uint8Array): boolean {
   return false
 }
 
+/** A body past its limit, found while reading it: the caller answers 413. */
+export const TOO_LARGE: unique symbol = Symbol('body too large')
+
 /**
- * Read the request body by its content type. Never throws. Text must be UTF-8 (RFC 8259 for JSON;
- * the form encodings' own charset): other bytes make the body unreadable, never a silently
- * replaced character in what is stored.
+ * The body's bytes, at most `max` of them. A body with a Content-Length is held to it (and the
+ * caller has checked that length against the limit before reading); one sent chunked, without a
+ * length, is read piece by piece and given up as soon as it passes `max`, never held whole.
  */
-export async function parseBody(request: Request, contentType: string): Promise<Body> {
+export async function readBody(request: Request, max: number): Promise<Uint8Array | typeof TOO_LARGE> {
+  if (request.body === null) return new Uint8Array(0)
+  if (request.headers.get('content-length') !== null) {
+    const bytes = await request.bytes()
+    return bytes.byteLength > max ? TOO_LARGE : bytes
+  }
+  const reader = request.body.getReader()
+  const chunks: Uint8Array[] = []
+  let total = 0
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    total += value.byteLength
+    if (total > max) {
+      await reader.cancel().catch(() => {})
+      return TOO_LARGE
+    }
+    chunks.push(value)
+  }
+  return Buffer.concat(chunks)
+}
+
+/**
+ * Read the request body (at most `maxBytes`, else TOO_LARGE) by its content type. Never throws.
+ * Text must be UTF-8 (RFC 8259 for JSON; the form encodings' own charset): other bytes make the
+ * body unreadable, never a silently replaced character in what is stored.
+ */
+export async function parseBody(request: Request, contentType: string, maxBytes: number): Promise<Body | typeof TOO_LARGE> {
   const type = contentType.split(';')[0]!.trim().toLowerCase()
   try {
+    const raw = await readBody(request, maxBytes)
+    if (raw === TOO_LARGE) return TOO_LARGE
     if (type === 'application/json' || type.endsWith('+json')) {
-      const text = utf8.decode(await request.bytes())
+      const text = utf8.decode(raw)
       if (text.trim() === '') return {}
       const value = JSON.parse(text)
       if (!value || typeof value !== 'object' || Array.isArray(value) || tooDeep(value)) return UNREADABLE
       return value
     }
     if (type === 'application/x-www-form-urlencoded') {
-      const pairs = formFields(utf8.decode(await request.bytes()))
+      const pairs = formFields(utf8.decode(raw))
       return pairs === null ? UNREADABLE : nestFields(pairs)
     }
     if (type === 'multipart/form-data') {
-      const raw = await request.bytes()
       const form = await new Response(raw, { headers: { 'content-type': request.headers.get('content-type') ?? contentType } }).formData()
       const fields = [...(form.entries() as Iterable<[string, unknown]>)]
       return mangledText(fields, raw) ? UNREADABLE : nestFields(fields)
     }
-    const raw = await request.bytes()
     return raw.byteLength === 0 ? {} : UNREADABLE
   } catch {
     return UNREADABLE

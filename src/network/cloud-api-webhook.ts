@@ -7,6 +7,8 @@
  * keywords apply). Payloads it does not know are acknowledged and logged, never an error.
  */
 import { timingSafeEqual } from 'node:crypto'
+import { readBody, TOO_LARGE } from '../http/body'
+import { payloadTooLarge } from '../http/errors'
 import type { Services } from '../services'
 import { CloudApiConnection } from './cloud-api'
 
@@ -33,7 +35,9 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
     return ok ? new Response(challenge, { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' } }) : json(403, { message: 'The verify token does not match.', code: 'forbidden' })
   }
   if (request.method !== 'POST') return json(405, { message: 'Only GET and POST are accepted here.', code: 'method_not_allowed' })
-  const raw = new Uint8Array(await request.arrayBuffer())
+  // held to the JSON limit while it is read: a chunked body has no length to check beforehand
+  const raw = await readBody(request, svc.deps.config.maxJsonBytes)
+  if (raw === TOO_LARGE) return json(413, payloadTooLarge().toBody())
   if (!validSignature(driver.appSecret, raw, request.headers.get('x-hub-signature-256'))) {
     svc.log.warn('cloud api webhook refused: bad signature', { connection_id: connectionId })
     return json(401, { message: 'The X-Hub-Signature-256 signature is not valid.', code: 'invalid_signature' })
