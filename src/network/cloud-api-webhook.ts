@@ -37,7 +37,12 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
   if (request.method !== 'POST') return json(405, { message: 'Only GET and POST are accepted here.', code: 'method_not_allowed' })
   // held to the JSON limit while it is read: a chunked body has no length to check beforehand
   const raw = await readBody(request, svc.deps.config.maxJsonBytes)
-  if (raw === TOO_LARGE) return json(413, payloadTooLarge().toBody())
+  if (raw === TOO_LARGE) {
+    // the rest of the body is never read, so the connection cannot carry another request
+    const tooLarge = json(413, payloadTooLarge().toBody())
+    tooLarge.headers.set('connection', 'close')
+    return tooLarge
+  }
   if (!validSignature(driver.appSecret, raw, request.headers.get('x-hub-signature-256'))) {
     svc.log.warn('cloud api webhook refused: bad signature', { connection_id: connectionId })
     return json(401, { message: 'The X-Hub-Signature-256 signature is not valid.', code: 'invalid_signature' })
