@@ -73,6 +73,7 @@ describe('workspaces', () => {
     const bad = [
       { status: 'paused' },
       { name: '' },
+      { name: ' \t\n ' },
       { settings: { sending_policy: { hourly_cap: 0, daily_cap: 1, min_gap_seconds: 0, max_gap_seconds: 0 } } },
       { settings: { sending_policy: { hourly_cap: 1, daily_cap: 1, min_gap_seconds: 5, max_gap_seconds: 1 } } },
       { settings: { sending_policy: { hourly_cap: 1 } } },
@@ -112,7 +113,7 @@ describe('keys', () => {
     const ws = await srv.workspace()
     const r = await srv.admin('POST', `/workspaces/${ws.id}/keys`, { name: 'r', scopes: ['contacts:read', 'groups:send'] })
     expect(r.json.data.scopes).toEqual(['contacts:read', 'groups:send'])
-    for (const body of [{ name: 'x', scopes: ['admin:all'] }, { name: 'x', scopes: 'contacts:read' }, { name: '' }, {}, { name: 'x', expires_at: '2001-01-01T00:00:00Z' }, { name: 'x', expires_at: 'tomorrow' }, { name: 'x', expires_at: '2099-02-30T00:00:00Z' }, { name: 'x', expires_at: '2099-01-01T24:00:00Z' }]) {
+    for (const body of [{ name: 'x', scopes: ['admin:all'] }, { name: 'x', scopes: 'contacts:read' }, { name: '' }, { name: '   ' }, {}, { name: 'x', expires_at: '2001-01-01T00:00:00Z' }, { name: 'x', expires_at: 'tomorrow' }, { name: 'x', expires_at: '2099-02-30T00:00:00Z' }, { name: 'x', expires_at: '2099-01-01T24:00:00Z' }]) {
       expect((await srv.admin('POST', `/workspaces/${ws.id}/keys`, body)).status).toBe(422)
     }
     expect((await srv.admin('POST', `/workspaces/${crypto.randomUUID()}/keys`, { name: 'x' })).status).toBe(404)

@@ -146,6 +146,7 @@ describe('refusals: 422/404 before anything is queued or created', () => {
     ['contact_id not a uuid', { contact_id: 'nope', body: 'x' }, 'contact_id'],
     ['no content', { recipient: '+15550001234' }, 'body'],
     ['body 4097 code points', { recipient: '+15550001234', body: 'a'.repeat(4097) }, 'body'],
+    ['body of only spaces and newlines', { recipient: '+15550001234', body: ' \n\t \u00a0' }, 'body'],
     ['body not a string', { recipient: '+15550001234', body: 42 }, 'body'],
     ['11 attachments', { recipient: '+15550001234', media: { attachments: Array.from({ length: 11 }, () => ({ media_id: '00000000-0000-4000-8000-000000000000' })) } }, 'media.attachments'],
     ['attachment id not a uuid', { recipient: '+15550001234', media: { attachments: [{ media_id: 'x' }] } }, 'media.attachments.0.media_id'],

@@ -100,9 +100,9 @@ class StringSchema<T extends string = string> extends Schema<T> {
   check(value: unknown, path: string, ctx: Ctx): T | undefined {
     if (typeof value !== 'string') return void add(ctx, path, `The ${label(path)} field must be a string.`)
     const n = codePoints(value)
-    if (n < this.min) {
-      return void add(ctx, path, this.min === 1 ? `The ${label(path)} field must not be empty.` : `The ${label(path)} field must be at least ${this.min} characters.`)
-    }
+    // a required text of only spaces is as empty as "" (a blank name, a message of spaces)
+    if (this.min > 0 && value.trim() === '') return void add(ctx, path, `The ${label(path)} field must not be empty.`)
+    if (n < this.min) return void add(ctx, path, `The ${label(path)} field must be at least ${this.min} characters.`)
     if (n > this.max) return void add(ctx, path, `The ${label(path)} field must not be longer than ${this.max} characters.`)
     if (this.choices && !this.choices.includes(value)) {
       return void add(ctx, path, `The ${label(path)} field must be one of: ${this.choices.join(', ')}.`)
