@@ -101,6 +101,7 @@ describe('validation: 422 naming each bad field, nothing stored, nothing echoed'
     ['metadata array', { phone: '+15550001111', metadata: [1] }, 'metadata'],
     ['metadata nested', { phone: '+15550001111', metadata: { a: { b: 1 } } }, 'metadata'],
     ['metadata null value', { phone: '+15550001111', metadata: { a: null } }, 'metadata'],
+    ['metadata whole number past 2^53 (would be stored rounded)', { phone: '+15550001111', metadata: { order: 12345678901234567890 } }, 'metadata'],
     ['metadata 51 keys', { phone: '+15550001111', metadata: Object.fromEntries(Array.from({ length: 51 }, (_, i) => [`k${i}`, i])) }, 'metadata'],
   ]
   for (const [label, body, field] of bad) {
@@ -116,6 +117,14 @@ describe('validation: 422 naming each bad field, nothing stored, nothing echoed'
       expect((await srv.api(key, 'GET', '/contacts')).json.data).toEqual([])
     })
   }
+
+  test('numbers in metadata are kept exactly up to 2^53 - 1, fractions as sent', async () => {
+    const { key } = await srv.tenant()
+    const metadata = { max: Number.MAX_SAFE_INTEGER, min: -Number.MAX_SAFE_INTEGER, ratio: 0.125, tiny: 1.5e-300 }
+    const r = await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), metadata } })
+    expect(r.status).toBe(201)
+    expect(r.json.data.metadata).toEqual(metadata)
+  })
 
   test('every error is listed at once', async () => {
     const { key } = await srv.tenant()

@@ -281,6 +281,10 @@ class MetadataSchema extends Schema<Record<string, string | number | boolean>> {
         // reported under the field itself: a key is the caller's input and is never echoed back
         add(ctx, path, `Each value of the ${label(path)} field must be a string of at most ${this.maxValueLength} characters, a number or a boolean.`)
         ok = false
+      } else if (typeof v === 'number' && Number.isInteger(v) && !Number.isSafeInteger(v)) {
+        // 12345678901234567890 arrives as ...67000: refused rather than stored (and sent) changed
+        add(ctx, path, `Whole numbers in the ${label(path)} field must be within ±${Number.MAX_SAFE_INTEGER} to be kept exactly; send longer ones (such as ids) as strings.`)
+        ok = false
       } else out[k] = v as string | number | boolean
     }
     return ok ? out : undefined
