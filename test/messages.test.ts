@@ -164,6 +164,21 @@ describe('refusals: 422/404 before anything is queued or created', () => {
     })
   }
 
+  test('ids are read case-insensitively: an upper-case UUID in a body or path finds its row', async () => {
+    const { ws, key, conn } = await setup()
+    const upper = (id: string) => id.toUpperCase()
+    const contact = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone() } })).json.data
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: upper(conn.id), contact_id: upper(contact.id), body: 'x' } })
+    expect(r.status).toBe(202)
+    expect(r.json.data).toMatchObject({ connection_id: conn.id, contact_id: contact.id })
+    const one = await srv.api(key, 'GET', `/messages/${upper(r.json.data.id)}`)
+    expect([one.status, one.json.data?.id]).toEqual([200, r.json.data.id])
+    expect((await srv.admin('GET', `/workspaces/${upper(ws.id)}`)).json.data.id).toBe(ws.id)
+    // still scoped to the caller's workspace in any case
+    const other = await setup()
+    expect((await srv.api(other.key, 'GET', `/messages/${upper(r.json.data.id)}`)).status).toBe(404)
+  })
+
   test('4096 emoji (8192 UTF-16 units) are accepted and stored intact', async () => {
     const { key, conn } = await setup()
     const body = '😀'.repeat(4096)

@@ -14,11 +14,21 @@ import type { Scope } from '../modules/keys/model'
 import { type AuthenticatedKey, type KeyService, sha256 } from '../modules/keys/service'
 import type { WorkspaceRow } from '../modules/workspaces/repo'
 import { UNREADABLE } from './body'
+import { UUID } from './schema'
 import { ApiError, adminUnauthenticated, authRateLimited, badRequest, insufficientScope, rateLimited, unauthenticated, workspaceUnavailable } from './errors'
 import { WindowCounter } from './limits'
 import { noteOf } from './log'
 import { type OpOptions, op } from './docs'
 import type { Sessions } from './session'
+
+/**
+ * A UUID in the path is read case-insensitively (RFC 9562) and ids are stored lower-case, so
+ * `/messages/01A1FF31-…` finds the same message as `/messages/01a1ff31-…`.
+ */
+function lowerPathId(params: Record<string, string> | undefined) {
+  const id = params?.id
+  if (id !== undefined && UUID.test(id) && id !== id.toLowerCase()) params!.id = id.toLowerCase()
+}
 
 export interface Caller {
   key: AuthenticatedKey
@@ -85,7 +95,7 @@ export function authPlugin({ config, server, keys, adminTokenHash, sessions }: A
 
   /** The API caller for a route that needs `scope` (see the order of checks above). */
   const resolveCaller = (scope: Scope) =>
-    function resolve({ request, set, body }: { request: Request; set: { headers: Record<string, string | number> }; body: unknown }): { caller: Caller } {
+    function resolve({ request, set, body, params }: { request: Request; set: { headers: Record<string, string | number> }; body: unknown; params?: Record<string, string> }): { caller: Caller } {
       const note = noteOf(set)
       // the IP is only looked at when some address has failed recently (the common case costs nothing)
       const ip = failures.active() ? ipOf(request) : null
@@ -110,6 +120,7 @@ export function authPlugin({ config, server, keys, adminTokenHash, sessions }: A
       if (left < 0) throw rateLimited()
       if (!found.key.scopes.has(scope)) throw insufficientScope()
       if (body === UNREADABLE) throw badRequest()
+      lowerPathId(params)
       return { caller: found }
     }
 
@@ -120,7 +131,8 @@ export function authPlugin({ config, server, keys, adminTokenHash, sessions }: A
      */
     api: (operation: OpOptions & { scope: Scope }) => ({ detail: op(operation), resolve: resolveCaller(operation.scope) }),
     admin: (enabled: boolean) => ({
-      resolve({ request, body, set }): { operator: true } {
+      resolve({ request, body, set, params }): { operator: true } {
+        lowerPathId(params as Record<string, string> | undefined)
         if (!enabled) return { operator: true }
         noteOf(set)
         Object.assign(set.headers, SECURITY_HEADERS)

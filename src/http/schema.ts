@@ -112,7 +112,8 @@ class StringSchema<T extends string = string> extends Schema<T> {
       return void add(ctx, path, `The ${label(path)} field must be an ISO-8601 date-time with a time zone.`)
     }
     if (this.re && !this.re.test(value)) return void add(ctx, path, `The ${label(path)} field ${this.reText}.`)
-    return value as T
+    // UUIDs are read case-insensitively and stored lower-case (an upper-case id finds its row)
+    return (this.fmt === 'uuid' ? value.toLowerCase() : value) as T
   }
   json(): Json {
     const j: Json = { type: 'string' }
