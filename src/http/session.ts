@@ -15,10 +15,8 @@ import { randomString } from './format'
 export const SESSION_COOKIE = 'capstan_session'
 export const SESSION_TTL_MS = 8 * 3_600_000
 
-interface Parsed {
-  expiry: number
-  id: string
-}
+/** What is stored of a session id: its SHA-256, so a copy of the database holds no live cookie. */
+const storedId = (id: string) => new Bun.CryptoHasher('sha256').update(id).digest('hex')
 
 export class Sessions {
   private readonly sql
@@ -53,8 +51,8 @@ export class Sessions {
     return { value: `${expiry}.${id}.${this.sign(expiry, id)}`, maxAge: SESSION_TTL_MS / 1000 }
   }
 
-  /** The session of a well-formed, correctly signed, unexpired cookie; null otherwise. */
-  private parse(cookieHeader: string | null): Parsed | null {
+  /** The session id of a well-formed, correctly signed, unexpired cookie; null otherwise. */
+  private sessionId(cookieHeader: string | null): string | null {
     const raw = cookieHeader
       ?.split(';')
       .map((c) => c.trim())
@@ -66,24 +64,21 @@ export class Sessions {
     if (!id || !sig || extra !== undefined || !Number.isFinite(expiry) || expiry <= this.now()) return null
     const want = Buffer.from(this.sign(expiry, id))
     const got = Buffer.from(sig)
-    return got.length === want.length && timingSafeEqual(got, want) ? { expiry, id } : null
+    return got.length === want.length && timingSafeEqual(got, want) ? id : null
   }
 
   /** Whether the Cookie header holds a live session (signed, unexpired, not signed out). */
   valid(cookieHeader: string | null): boolean {
-    const s = this.parse(cookieHeader)
-    return s !== null && this.sql.live.get(storedId(s.id), this.now()) !== null
+    const id = this.sessionId(cookieHeader)
+    return id !== null && this.sql.live.get(storedId(id), this.now()) !== null
   }
 
   /** Sign out: the session in the Cookie header (if any) ends for every copy of the cookie. */
   async end(cookieHeader: string | null): Promise<void> {
-    const s = this.parse(cookieHeader)
-    if (s) await this.writer.write(() => this.sql.remove.run(storedId(s.id)))
+    const id = this.sessionId(cookieHeader)
+    if (id !== null) await this.writer.write(() => this.sql.remove.run(storedId(id)))
   }
 }
-
-/** What is stored of a session id: its SHA-256, so a copy of the database holds no live cookie. */
-const storedId = (id: string) => new Bun.CryptoHasher('sha256').update(id).digest('hex')
 
 /** The Set-Cookie value; `secure` when the request arrived over TLS. */
 export function sessionCookie(value: string, maxAge: number, secure: boolean) {
