@@ -95,6 +95,17 @@ describe('pacer', () => {
     expect(ids).toEqual([])
   })
 
+  test('an inactive workspace releases nothing until it is active again', async () => {
+    const { ws, ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 2)
+    const { svc } = env!
+    svc.workspaces.patch(ws.id, { status: 'inactive' })
+    env!.timers.advance(60_000)
+    expect(ids.map((id) => svc.messages.repo.getAny(id)!.status)).toEqual(['queued', 'queued'])
+    svc.workspaces.patch(ws.id, { status: 'active' })
+    env!.timers.advance(0)
+    expect(ids.map((id) => svc.messages.repo.getAny(id)!.status)).toEqual(['sending', 'sending'])
+  })
+
   test('numbers are paced independently', async () => {
     env = await inProcess()
     const { svc } = env

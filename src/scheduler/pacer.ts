@@ -119,7 +119,7 @@ export class Pacer {
     this.schedule(ms)
   }
 
-  /** Wake every number of a workspace (its policy changed). */
+  /** Wake every number of a workspace (its policy or status changed). */
   wakeWorkspace(workspaceId: string) {
     for (const c of this.connections.listForWorkspace(workspaceId)) this.pending.add(c.row.id)
     this.schedule(0)
@@ -195,8 +195,9 @@ export class Pacer {
             this.pending.delete(id) // woken again when it comes online
             continue
           }
+          // an inactive workspace sends nothing (its queue waits; reactivating it wakes its numbers)
           const ws = this.workspaces.cached(live.row.workspace_id)
-          if (!ws) {
+          if (!ws || ws.status !== 'active') {
             this.pending.delete(id)
             continue
           }
