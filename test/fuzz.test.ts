@@ -8,7 +8,7 @@ import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { join } from 'node:path'
 import fc from 'fast-check'
-import { TestServer, newPhone } from './support/server'
+import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
 
 const MARK = 'zq7mark'
 let srv: TestServer
@@ -25,6 +25,7 @@ beforeAll(async () => {
   await srv.api(key, 'POST', '/groups/sync')
   const template = (await srv.api(key, 'POST', '/templates', { json: { name: 'T', body: 'hi' } })).json.data
   ids = {
+    ws: t.ws.id,
     conn: conn.id,
     message: (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })).json.data.id,
     group: (await srv.api(key, 'GET', '/groups')).json.data[0].id,
@@ -131,6 +132,53 @@ describe('bad input never breaks the API', () => {
       { numRuns: 1500 },
     )
     expect(refused).toBeGreaterThan(500)
+    expect(srv.output).not.toContain(MARK)
+  }, 120_000)
+})
+
+describe('bad input never breaks the admin API', () => {
+  test('random bodies and queries on every operator operation', async () => {
+    const hook = (await srv.admin('POST', `/workspaces/${ids.ws}/webhooks`, { url: 'http://127.0.0.1:9/' })).json.data.id
+    const keyId = (await srv.admin('POST', `/workspaces/${ids.ws}/keys`, { name: 'fuzz' })).json.data.id
+    const adminOps = [
+      ['POST', '/workspaces'],
+      ['GET', '/workspaces'],
+      ['PATCH', `/workspaces/${ids.ws}`],
+      ['POST', `/workspaces/${ids.ws}/keys`],
+      ['GET', `/workspaces/${ids.ws}/audit-log`],
+      ['POST', `/workspaces/${ids.ws}/suppressions`],
+      ['DELETE', `/workspaces/${ids.ws}/suppressions/${MARK}`],
+      ['POST', `/workspaces/${ids.ws}/connections`],
+      ['PATCH', `/connections/${ids.conn}`],
+      ['POST', `/connections/${ids.conn}/sandbox/inbound`],
+      ['PUT', `/connections/${ids.conn}/sandbox/groups`],
+      ['POST', `/workspaces/${ids.ws}/webhooks`],
+      ['GET', `/webhooks/${hook}/deliveries`],
+      ['GET', `/workspaces/${ids.ws}/messages`],
+      ['GET', `/workspaces/${ids.ws}/stats/daily`],
+      ['POST', `/keys/${keyId}/revoke`],
+    ] as const
+    const adminValue = fc.oneof(value, fc.constantFrom('online', 'offline', 'inactive', 'sandbox', 'cloud_api', 'http://127.0.0.1:9/', '2099-01-01T00:00:00Z'))
+    const adminField = fc.constantFrom('name', 'slug', 'status', 'settings', 'sending_policy', 'hourly_cap', 'message_allowance', 'media', 'scopes', 'expires_at', 'phone', 'reason', 'driver', 'receives', 'config', 'url', 'events', 'from', 'body', 'groups', marked as any) as fc.Arbitrary<string>
+    const leaf = fc.oneof(adminValue, fc.array(adminValue, { maxLength: 3 }))
+    const adminJson = fc.dictionary(adminField, fc.oneof(leaf, fc.dictionary(adminField, fc.oneof(leaf, fc.dictionary(adminField, leaf, { maxKeys: 3 })), { maxKeys: 4 })), { maxKeys: 5 })
+    const adminQuery = fc.dictionary(fc.constantFrom('page', 'per_page', 'days', 'status', 'direction'), fc.oneof(marked, fc.constantFrom('0', '-1', '101', 'x', '')), { maxKeys: 2 })
+    await fc.assert(
+      fc.asyncProperty(fc.nat({ max: adminOps.length - 1 }), adminJson, adminQuery, async (op, body, query) => {
+        const [method, path] = adminOps[op]!
+        const qs = new URLSearchParams(query).toString()
+        const res = await fetch(`${srv.base}/admin/api${path}${qs ? `?${qs}` : ''}`, { method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: method === 'GET' ? undefined : JSON.stringify(body) })
+        const text = await res.text()
+        expect(res.status).toBeLessThan(500)
+        if (res.status >= 400) {
+          const err = JSON.parse(text)
+          expect(typeof err.message).toBe('string')
+          expect(typeof err.code).toBe('string')
+          expect(text).not.toContain(MARK)
+        }
+      }),
+      { numRuns: 1500 },
+    )
     expect(srv.output).not.toContain(MARK)
   }, 120_000)
 })
