@@ -254,6 +254,11 @@ describe('webhooks from Meta', () => {
     const inbound = (await srv.api(key, 'GET', '/messages?direction=inbound')).json.data
     expect(inbound.map((m: any) => m.body)).toEqual(['stop', 'Hi, where is my order?'])
     expect(inbound[0].sender).toBe(from)
+    // a text past 4096 code points is cut at 4096 of them, never inside an emoji
+    const long = newPhone()
+    expect((await deliver(srv.base, conn.id, inboundEvent(long.slice(1), '😀'.repeat(5000)))).status).toBe(200)
+    const cut = (await srv.api(key, 'GET', '/messages?direction=inbound')).json.data.find((m: any) => m.sender === long)
+    expect(cut.body).toBe('😀'.repeat(4096))
     expect((await srv.api(key, 'GET', '/contacts')).json.data.find((c: any) => c.phone === from).consent_status).toBe('opted_out')
     for (const odd of [{ object: 'whatsapp_business_account', entry: [{ changes: [{ field: 'account_update', value: { event: 'VERIFIED_ACCOUNT' } }] }] }, { hello: 'world' }, []]) {
       expect((await deliver(srv.base, conn.id, odd)).status).toBe(200)
