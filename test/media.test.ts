@@ -139,6 +139,17 @@ describe('reading', () => {
     expect((await srv.api(reader, 'POST', '/media', { multipart: fd })).status).toBe(403)
   })
 
+  test('a long name is cut at 200 characters without splitting one, and still downloads', async () => {
+    const { key } = await srv.tenant()
+    const fd = new FormData()
+    fd.set('file', new File([files.pdf()], `${'a'.repeat(199)}😀😀.pdf`))
+    const m = (await srv.api(key, 'POST', '/media', { multipart: fd })).json.data
+    expect(m.filename).toBe(`${'a'.repeat(199)}😀`)
+    const dl = await fetch(`${srv.base}/api/v1/media/${m.id}/download`, { headers: { authorization: `Bearer ${key}` } })
+    expect(dl.status).toBe(200)
+    expect(dl.headers.get('content-disposition')).toContain(`filename*=UTF-8''${'a'.repeat(199)}${encodeURIComponent('😀')}`)
+  })
+
   test('another workspace’s media is 404 everywhere', async () => {
     const a = await srv.tenant()
     const b = await srv.tenant()

@@ -25,7 +25,8 @@ export const mediaDoc = {
 /** RFC 6266 Content-Disposition with an ASCII fallback and the UTF-8 name. */
 function disposition(name: string) {
   const ascii = name.replace(/[^\x20-\x7e]/g, '_').replace(/["\\]/g, '_')
-  return `attachment; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(name)}`
+  // toWellFormed: a name stored before names were cut by code point may end in half a pair
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(name.toWellFormed())}`
 }
 
 export function mediaApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {

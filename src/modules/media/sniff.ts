@@ -101,14 +101,20 @@ export function sniff(b: Uint8Array): MediaType | null {
   return null
 }
 
-/** A filename safe to store and to put in Content-Disposition. */
+/**
+ * A filename safe to store and to put in Content-Disposition: at most 200 code points (cut by
+ * code point: half of a surrogate pair would make the name impossible to percent-encode).
+ */
 export function cleanFilename(name: string | undefined, type: MediaType): string {
   const base = (name ?? '').split(/[\\/]/).pop() ?? ''
-  const cleaned = base
-    .normalize('NFC')
-    .replace(/[\u0000-\u001f\u007f"\\]/g, '')
-    .trim()
+  const cleaned = Array.from(
+    base
+      .normalize('NFC')
+      .replace(/[\u0000-\u001f\u007f"\\]/g, '')
+      .trim(),
+  )
     .slice(0, 200)
+    .join('')
   return cleaned || `file.${EXTENSIONS[type]}`
 }
 
