@@ -151,6 +151,11 @@ describe('suppressions', () => {
     expect(list.json.data.map((x: any) => x.phone)).toEqual([phone])
     expect((await srv.admin('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(phone)}`)).status).toBe(204)
     expect((await srv.admin('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(phone)}`)).status).toBe(404)
+    // the path is decoded once: a literal % (sent as %25) is a phone that does not exist, not a 500
+    for (const odd of ['%25', '100%25', '%2525', '%25E0%25A4%25A']) expect((await srv.admin('DELETE', `/workspaces/${ws.id}/suppressions/${odd}`)).status).toBe(404)
+    // and a + sent as is reads as the + of the number
+    await srv.admin('POST', `/workspaces/${ws.id}/suppressions`, { phone })
+    expect((await srv.admin('DELETE', `/workspaces/${ws.id}/suppressions/${phone}`)).status).toBe(204)
   })
 })
 

@@ -37,7 +37,8 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
       '/workspaces/:id/suppressions/:phone',
       ({ params, set }) => {
         svc.workspaces.get(params.id)
-        const phone = decodeURIComponent(params.phone)
+        // the router has already decoded the path (%2B → +); decoding again broke on a literal %
+        const phone = params.phone
         if (!E164.test(phone)) throw notFound('suppression')
         sup.remove(params.id, phone)
         set.status = 204
