@@ -182,3 +182,29 @@ describe('bad input never breaks the admin API', () => {
     expect(srv.output).not.toContain(MARK)
   }, 120_000)
 })
+
+describe('odd path segments never break a route', () => {
+  test('random ids in every {id} and {phone} position, raw and percent-encoded', async () => {
+    // the admin fuzz above may have deactivated the workspace; its routes are what is under test here
+    await srv.admin('PATCH', `/workspaces/${ids.ws}`, { status: 'active' })
+    const api = (seg: string) => [['GET', `/api/v1/messages/${seg}`], ['GET', `/api/v1/media/${seg}`], ['GET', `/api/v1/media/${seg}/download`], ['GET', `/api/v1/templates/${seg}/preview`], ['PUT', `/api/v1/campaigns/${seg}`], ['POST', `/api/v1/campaigns/${seg}/cancel`], ['POST', `/api/v1/groups/${seg}/messages`]] as const
+    const admin = (seg: string) => [['GET', `/admin/api/workspaces/${seg}`], ['POST', `/admin/api/keys/${seg}/revoke`], ['PATCH', `/admin/api/connections/${seg}`], ['GET', `/admin/api/webhooks/${seg}/deliveries`], ['DELETE', `/admin/api/workspaces/${ids.ws}/suppressions/${seg}`]] as const
+    // percent signs, escapes of bytes that are not UTF-8, upper-case ids, dots and plus signs
+    const piece = fc.oneof(fc.string({ maxLength: 8 }), fc.constantFrom('%', '%25', '%FF', '%E0%A4', '%2B', '+', '..', '%2F', ids.message.toUpperCase(), MARK))
+    const segment = fc.oneof(fc.array(piece, { minLength: 1, maxLength: 3 }).map((p) => p.join('')), fc.string({ minLength: 1, maxLength: 12 }).map(encodeURIComponent))
+    await fc.assert(
+      fc.asyncProperty(segment, fc.nat({ max: 11 }), async (raw, i) => {
+        // keep the segment one path segment: an unescaped / or ? would make it another route
+        const seg = raw.replaceAll('/', '%2F').replaceAll('?', '%3F').replaceAll('#', '%23') || 'x'
+        const [method, path] = [...api(seg), ...admin(seg)][i]!
+        const bearer = path.startsWith('/admin') ? ADMIN_TOKEN : key
+        const res = await fetch(`${srv.base}${path}`, { method, headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json' }, body: method === 'GET' ? undefined : '{}' })
+        const text = await res.text()
+        expect(res.status).toBeLessThan(500)
+        const err = JSON.parse(text)
+        if (res.status >= 400) expect(typeof err.code).toBe('string')
+      }),
+      { numRuns: 1000 },
+    )
+  }, 120_000)
+})
