@@ -3,7 +3,9 @@
  * (whitespace inside the braces is allowed). Anything else between double braces is an unknown
  * placeholder and refused when the template is saved.
  */
-const PLACEHOLDER = /\{\{\s*([^{}]*?)\s*\}\}/g
+// whitespace around the name is trimmed in code: `\s*([^{}]*?)\s*` in the pattern let the spaces
+// match three ways, and "{{" followed by 4,000 spaces took seconds of backtracking
+const PLACEHOLDER = /\{\{([^{}]*)\}\}/g
 const KNOWN = /^(name|phone|metadata\.[A-Za-z0-9_.-]{1,64}|[1-9][0-9]{0,2})$/
 
 /** The placeholders of a body in order of first appearance, and the unknown ones. */
@@ -11,7 +13,7 @@ export function placeholders(body: string): { variables: string[]; unknown: stri
   const variables: string[] = []
   const unknown: string[] = []
   for (const m of body.matchAll(PLACEHOLDER)) {
-    const name = m[1]!
+    const name = m[1]!.trim()
     if (!KNOWN.test(name)) {
       if (!unknown.includes(name)) unknown.push(name)
     } else if (!variables.includes(name)) variables.push(name)
