@@ -145,12 +145,19 @@ function formFields(text: string): [string, string][] | null {
 
 /**
  * The runtime's multipart parser turns bytes that are not UTF-8 in a text field into U+FFFD. A
- * text field holding U+FFFD whose UTF-8 bytes appear nowhere in the raw body was such a field
- * (a real U+FFFD sent as UTF-8 is found as sent).
+ * text field holding U+FFFD whose UTF-8 bytes do not appear in the raw body was such a field (a
+ * real U+FFFD sent as UTF-8 is found as sent). Fields come in body order, so each search starts
+ * where the previous one matched: one pass over the body however many fields there are.
  */
 function mangledText(fields: [string, unknown][], raw: Uint8Array): boolean {
   const body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength)
-  for (const [, value] of fields) if (typeof value === 'string' && value.includes('\uFFFD') && body.indexOf(value, 0, 'utf8') === -1) return true
+  let from = 0
+  for (const [, value] of fields) {
+    if (typeof value !== 'string' || !value.includes('\uFFFD')) continue
+    const at = body.indexOf(value, from, 'utf8')
+    if (at === -1) return true
+    from = at + Buffer.byteLength(value)
+  }
   return false
 }
 
