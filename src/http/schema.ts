@@ -66,6 +66,9 @@ export const codePoints = (s: string) => {
   return n
 }
 
+/** At most `max` code points of `s`: a cut never falls inside a surrogate pair (an emoji). */
+export const clipCodePoints = (s: string, max: number) => (s.length <= max ? s : Array.from(s).slice(0, max).join(''))
+
 class StringSchema<T extends string = string> extends Schema<T> {
   min = 0
   max = Infinity

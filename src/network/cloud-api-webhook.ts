@@ -9,6 +9,7 @@
 import { timingSafeEqual } from 'node:crypto'
 import { readBody, TOO_LARGE } from '../http/body'
 import { payloadTooLarge } from '../http/errors'
+import { clipCodePoints } from '../http/schema'
 import type { Services } from '../services'
 import { CloudApiConnection } from './cloud-api'
 
@@ -56,11 +57,6 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
   return json(200, { received: true })
 }
 
-/** At most `max` code points of `s` (the log's body limit), never half of a surrogate pair. */
-function clip(s: string, max: number): string {
-  return s.length <= max ? s : Array.from(s).slice(0, max).join('')
-}
-
 async function apply(body: any, connectionId: string, svc: Services) {
   let known = 0
   for (const entry of Array.isArray(body?.entry) ? body.entry : []) {
@@ -77,7 +73,7 @@ async function apply(body: any, connectionId: string, svc: Services) {
         const from = m.from.startsWith('+') ? m.from : `+${m.from}`
         if (!/^\+[1-9][0-9]{6,14}$/.test(from)) continue
         const text = m.type === 'text' ? String(m.text?.body ?? '') : typeof m.button?.text === 'string' ? m.button.text : `[${String(m.type ?? 'unknown').slice(0, 30)} message]`
-        await svc.messages.inbound(connectionId, from, clip(text, 4096) || '[empty message]')
+        await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]')
       }
     }
   }

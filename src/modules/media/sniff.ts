@@ -3,6 +3,7 @@
  * the file name. Supported: the types WhatsApp accepts for images, stickers, audio, video and
  * documents. Anything else is null (refused as unsupported_media).
  */
+import { clipCodePoints } from '../../http/schema'
 
 export const SUPPORTED_TYPES = [
   'image/jpeg',
@@ -107,14 +108,13 @@ export function sniff(b: Uint8Array): MediaType | null {
  */
 export function cleanFilename(name: string | undefined, type: MediaType): string {
   const base = (name ?? '').split(/[\\/]/).pop() ?? ''
-  const cleaned = Array.from(
+  const cleaned = clipCodePoints(
     base
       .normalize('NFC')
       .replace(/[\u0000-\u001f\u007f"\\]/g, '')
       .trim(),
+    200,
   )
-    .slice(0, 200)
-    .join('')
   return cleaned || `file.${EXTENSIONS[type]}`
 }
 
