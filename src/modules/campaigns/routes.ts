@@ -6,6 +6,7 @@ import { iso, paged, pageQuery } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { contactDoc } from '../contacts/routes'
+import { NUMBERED } from '../templates/render'
 
 const audience = s.object({ metadata: s.metadata(20).optional().describe('Equality filters on contact metadata (value and type must match).', { plan: 'pro' }) }).describe('Contacts whose consent is opted_in, narrowed by metadata filters, minus suppressed numbers.')
 const variables = s.metadata(50, 3, 1000).describe('Values for numbered placeholders: {"1": "SPRING20"}.', { '1': 'SPRING20' })
@@ -64,7 +65,7 @@ const recipientDoc = {
 
 /** Numbered placeholder values are keyed "1" to "999". */
 function numberedKeys(v: { variables?: Record<string, unknown> }, errors: Record<string, string[]>) {
-  for (const k of Object.keys(v.variables ?? {})) if (!/^[1-9][0-9]{0,2}$/.test(k)) fieldError(errors, 'variables', 'The variables keys must be the numbers of placeholders, "1" to "999".')
+  for (const k of Object.keys(v.variables ?? {})) if (!NUMBERED.test(k)) fieldError(errors, 'variables', 'The variables keys must be the numbers of placeholders, "1" to "999".')
 }
 
 export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {

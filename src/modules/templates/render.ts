@@ -6,6 +6,8 @@
 // whitespace around the name is trimmed in code: `\s*([^{}]*?)\s*` in the pattern let the spaces
 // match three ways, and "{{" followed by 4,000 spaces took seconds of backtracking
 const PLACEHOLDER = /\{\{([^{}]*)\}\}/g
+/** A numbered placeholder's name, "1" to "999" (also the keys of campaign variables). */
+export const NUMBERED = /^[1-9][0-9]{0,2}$/
 const KNOWN = /^(name|phone|metadata\.[A-Za-z0-9_.-]{1,64}|[1-9][0-9]{0,2})$/
 
 /** The placeholders of a body in order of first appearance, and the unknown ones. */
@@ -44,7 +46,7 @@ export function render(body: string, values: RenderValues): { text: string; miss
     if (name === 'name') v = values.name
     else if (name === 'phone') v = values.phone
     else if (name.startsWith('metadata.')) v = own(values.metadata, name.slice('metadata.'.length))
-    else if (/^[1-9][0-9]{0,2}$/.test(name)) v = own(values.numbered, name)
+    else if (NUMBERED.test(name)) v = own(values.numbered, name)
     else return whole
     if (v === undefined || v === null || v === '') {
       if (!missing.includes(name)) missing.push(name)

@@ -5,6 +5,7 @@ import { notFound } from '../../http/errors'
 import { paged, pageQuery } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
+import { NUMBERED } from './render'
 
 const BODY = s.string().length(1, 4096).describe('Up to 4096 characters with placeholders {{name}}, {{phone}}, {{metadata.key}} and numbered {{1}}.', 'Hi {{name}}, your {{metadata.plan}} plan renews soon. Use code {{1}}.')
 const createBody = s.object({
@@ -60,7 +61,7 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         const metadata: Record<string, unknown> = Object.create(null)
         for (const [k, v] of Object.entries(query)) {
           if (typeof v !== 'string') continue
-          if (/^[1-9][0-9]{0,2}$/.test(k)) numbered[k] = v
+          if (NUMBERED.test(k)) numbered[k] = v
           else if (k.startsWith('metadata.')) metadata[k.slice(9)] = v
         }
         let values = { name: q.name, phone: q.phone, metadata, numbered }
