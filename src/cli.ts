@@ -5,8 +5,15 @@
  */
 import { parseArgs } from 'node:util'
 
-type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; needs?: string[] }
+/**
+ * One subcommand: its admin API call and the options it reads (any other option is refused, so a
+ * misspelt `--scope` cannot quietly issue a key with every scope). `body` may read the current
+ * state first through `api` (see `workspaces policy`).
+ */
+type Route = { method: string; path: (a: Args) => string; body?: (a: Args, api: Reader) => unknown; options?: string[] }
 type Args = { positionals: string[]; values: Record<string, string | boolean | undefined> }
+/** A GET against the admin API: the answer's `data`, or an ApiFailure for an error answer. */
+type Reader = (path: string) => Promise<any>
 
 const csv = (v: unknown) => (typeof v === 'string' && v.length ? v.split(',').map((x) => x.trim()).filter(Boolean) : undefined)
 const pos = (a: Args, i: number, name: string) => {
@@ -21,66 +28,81 @@ const ws = (a: Args) => {
 }
 
 class UsageError extends Error {}
+/** The admin API refused a request the command made along the way; `out` is its error, printed. */
+class ApiFailure extends Error {
+  constructor(readonly out: string) {
+    super(out)
+  }
+}
 
-const STRING_OPTIONS = ['name', 'slug', 'status', 'workspace', 'scopes', 'expires-at', 'phone', 'reason', 'hourly-cap', 'daily-cap', 'min-gap', 'max-gap', 'driver', 'config', 'url', 'events']
+/** `workspaces policy` flags → the sending_policy fields they set. */
+const POLICY_FLAGS: Record<string, string> = { 'hourly-cap': 'hourly_cap', 'daily-cap': 'daily_cap', 'min-gap': 'min_gap_seconds', 'max-gap': 'max_gap_seconds' }
+
+/**
+ * The admin API takes a whole sending_policy, so the flags given are laid over the workspace's
+ * current policy: `--hourly-cap 120` alone changes only the hourly cap.
+ */
+async function policyBody(a: Args, api: Reader) {
+  const given = Object.keys(POLICY_FLAGS).filter((flag) => a.values[flag] !== undefined)
+  if (!given.length) throw new UsageError('give at least one of --hourly-cap, --daily-cap, --min-gap, --max-gap')
+  const numbers = given.map((flag) => {
+    const v = a.values[flag]
+    const n = typeof v === 'string' && v.trim() !== '' ? Number(v) : NaN
+    if (!Number.isFinite(n)) throw new UsageError(`--${flag} must be a number`)
+    return [POLICY_FLAGS[flag]!, n] as const
+  })
+  const current = await api(`/workspaces/${pos(a, 0, 'workspace id')}`)
+  return { settings: { sending_policy: { ...current.settings.sending_policy, ...Object.fromEntries(numbers) } } }
+}
 
 const COMMANDS: Record<string, Route> = {
-  'workspaces create': { method: 'POST', path: () => '/workspaces', body: (a) => ({ name: a.values.name, slug: a.values.slug }) },
+  'workspaces create': { method: 'POST', path: () => '/workspaces', body: (a) => ({ name: a.values.name, slug: a.values.slug }), options: ['name', 'slug'] },
   'workspaces list': { method: 'GET', path: () => '/workspaces?per_page=100' },
   'workspaces get': { method: 'GET', path: (a) => `/workspaces/${pos(a, 0, 'workspace id')}` },
   'workspaces update': {
     method: 'PATCH',
     path: (a) => `/workspaces/${pos(a, 0, 'workspace id')}`,
     body: (a) => ({ name: a.values.name, status: a.values.status }),
+    options: ['name', 'status'],
   },
-  'workspaces policy': {
-    method: 'PATCH',
-    path: (a) => `/workspaces/${pos(a, 0, 'workspace id')}`,
-    body: (a) => ({
-      settings: {
-        sending_policy: {
-          hourly_cap: Number(a.values['hourly-cap']),
-          daily_cap: Number(a.values['daily-cap']),
-          min_gap_seconds: Number(a.values['min-gap']),
-          max_gap_seconds: Number(a.values['max-gap']),
-        },
-      },
-    }),
-  },
+  'workspaces policy': { method: 'PATCH', path: (a) => `/workspaces/${pos(a, 0, 'workspace id')}`, body: policyBody, options: Object.keys(POLICY_FLAGS) },
   'keys create': {
     method: 'POST',
     path: (a) => `/workspaces/${ws(a)}/keys`,
     body: (a) => ({ name: a.values.name, scopes: csv(a.values.scopes), expires_at: a.values['expires-at'] }),
+    options: ['workspace', 'name', 'scopes', 'expires-at'],
   },
-  'keys list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/keys` },
+  'keys list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/keys`, options: ['workspace'] },
   'keys revoke': { method: 'POST', path: (a) => `/keys/${pos(a, 0, 'key id')}/revoke` },
   'keys remove': { method: 'DELETE', path: (a) => `/keys/${pos(a, 0, 'key id')}` },
-  'audit-log': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/audit-log?per_page=100` },
+  'audit-log': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/audit-log?per_page=100`, options: ['workspace'] },
   'connections create': {
     method: 'POST',
     path: (a) => `/workspaces/${ws(a)}/connections`,
     body: (a) => ({ phone: a.values.phone, name: a.values.name, driver: a.values.driver ?? 'sandbox', config: a.values.config ? JSON.parse(String(a.values.config)) : undefined }),
+    options: ['workspace', 'phone', 'name', 'driver', 'config'],
   },
-  'connections list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/connections` },
+  'connections list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/connections`, options: ['workspace'] },
   'connections update': {
     method: 'PATCH',
     path: (a) => `/connections/${pos(a, 0, 'connection id')}`,
     body: (a) => ({ name: a.values.name, status: a.values.status, config: a.values.config ? JSON.parse(String(a.values.config)) : undefined }),
+    options: ['name', 'status', 'config'],
   },
   'connections remove': { method: 'DELETE', path: (a) => `/connections/${pos(a, 0, 'connection id')}` },
-  'webhooks create': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/webhooks`, body: (a) => ({ url: a.values.url, events: csv(a.values.events) }) },
-  'webhooks list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/webhooks` },
+  'webhooks create': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/webhooks`, body: (a) => ({ url: a.values.url, events: csv(a.values.events) }), options: ['workspace', 'url', 'events'] },
+  'webhooks list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/webhooks`, options: ['workspace'] },
   'webhooks remove': { method: 'DELETE', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}` },
   'webhooks deliveries': { method: 'GET', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/deliveries?per_page=100` },
-  'suppressions add': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/suppressions`, body: (a) => ({ phone: a.values.phone, reason: a.values.reason }) },
-  'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100` },
-  'suppressions remove': { method: 'DELETE', path: (a) => `/workspaces/${ws(a)}/suppressions/${pos(a, 0, 'phone')}` },
+  'suppressions add': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/suppressions`, body: (a) => ({ phone: a.values.phone, reason: a.values.reason }), options: ['workspace', 'phone', 'reason'] },
+  'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100`, options: ['workspace'] },
+  'suppressions remove': { method: 'DELETE', path: (a) => `/workspaces/${ws(a)}/suppressions/${pos(a, 0, 'phone')}`, options: ['workspace'] },
 }
 
 export const CLI_HELP = `Admin commands (talk to a running server's admin API; need CAPSTAN_ADMIN_TOKEN, and CAPSTAN_URL unless it is http://127.0.0.1:$CAPSTAN_PORT):
   capstan workspaces create --name NAME [--slug SLUG]
   capstan workspaces list | get ID | update ID [--name N] [--status active|inactive]
-  capstan workspaces policy ID --hourly-cap N --daily-cap N --min-gap S --max-gap S
+  capstan workspaces policy ID [--hourly-cap N] [--daily-cap N] [--min-gap S] [--max-gap S]   (flags left out keep their value)
   capstan keys create --workspace ID --name NAME [--scopes a:b,c:d] [--expires-at ISO]
   capstan keys list --workspace ID | revoke KEY_ID | remove KEY_ID
   capstan audit-log --workspace ID
@@ -97,20 +119,19 @@ Add --json for the API's JSON on one line.`
 export async function runAdminCommand(argv: string[], env: Record<string, string | undefined>): Promise<number | null> {
   const [group, sub] = argv
   let route: Route | undefined
+  let name: string
   let rest: string[]
   if (group === 'admin') {
-    const [method, path, json] = argv.slice(1)
-    if (!method || !path?.startsWith('/')) {
-      console.error('usage: capstan admin METHOD /path [JSON]')
-      return 2
-    }
-    route = { method: method.toUpperCase(), path: () => path, body: json ? () => JSON.parse(json) : undefined }
-    rest = argv.slice(4)
+    route = { method: '', path: () => '' } // made from its arguments once they are parsed
+    name = group
+    rest = argv.slice(1)
   } else if (group && COMMANDS[`${group} ${sub}`]) {
     route = COMMANDS[`${group} ${sub}`]
+    name = `${group} ${sub}`
     rest = argv.slice(2)
   } else if (group && COMMANDS[group]) {
     route = COMMANDS[group]
+    name = group
     rest = argv.slice(1)
   } else {
     // a known group with a missing or misspelt subcommand: name the ones it has
@@ -125,16 +146,25 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
     const parsed = parseArgs({
       args: rest,
       allowPositionals: true,
-      strict: false,
+      strict: true,
       options: {
         json: { type: 'boolean' },
-        ...Object.fromEntries(STRING_OPTIONS.map((o) => [o, { type: 'string' as const }])),
+        ...Object.fromEntries((route.options ?? []).map((o) => [o, { type: 'string' as const }])),
       },
     })
     args = { positionals: parsed.positionals, values: parsed.values as Args['values'] }
   } catch (e) {
-    console.error(`capstan: ${(e as Error).message}`)
+    const unknown = (e as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /'([^']+)'/.exec((e as Error).message)?.[1] : undefined
+    console.error(`capstan: ${unknown ? `${name} does not take ${unknown}` : (e as Error).message}; run \`capstan help\``)
     return 2
+  }
+  if (group === 'admin') {
+    const [method, path, json] = args.positionals
+    if (!method || !path?.startsWith('/')) {
+      console.error('usage: capstan admin METHOD /path [JSON]')
+      return 2
+    }
+    route = { method: method.toUpperCase(), path: () => path, body: json ? () => JSON.parse(json) : undefined }
   }
   const token = env.CAPSTAN_ADMIN_TOKEN
   if (!token) {
@@ -142,38 +172,53 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
     return 2
   }
   const base = (env.CAPSTAN_URL || `http://127.0.0.1:${env.CAPSTAN_PORT || 8080}`).replace(/\/+$/, '')
-  let path: string
-  let body: unknown
-  try {
-    path = route.path(args)
-    body = route.body?.(args)
-  } catch (e) {
-    console.error(`capstan: ${(e as Error).message}\n\n${CLI_HELP}`)
-    return 2
-  }
-  let res: Response
-  try {
-    res = await fetch(`${base}/admin/api${path}`, {
-      method: route.method,
-      headers: { authorization: `Bearer ${token}`, accept: 'application/json', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-      body: body !== undefined ? JSON.stringify(body) : undefined,
-    })
-  } catch (e) {
-    console.error(`capstan: cannot reach ${base} (${(e as Error).message})`)
-    return 1
-  }
-  const text = await res.text()
-  let out = text
-  if (text) {
+  const render = (text: string, ok: boolean) => {
+    if (!text) return ok ? 'done' : ''
     try {
       const json = JSON.parse(text)
-      out = args.values.json ? JSON.stringify(json) : human(json)
+      return args.values.json ? JSON.stringify(json) : human(json)
     } catch {
-      // not JSON: print as it came
+      return text // not JSON: print as it came
     }
-  } else if (res.ok) out = 'done'
-  if (out) (res.ok ? console.log : console.error)(out)
-  return res.ok ? 0 : 1
+  }
+  const call = async (method: string, path: string, body?: unknown) => {
+    let res: Response
+    try {
+      res = await fetch(`${base}/admin/api${path}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, accept: 'application/json', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+        body: body !== undefined ? JSON.stringify(body) : undefined,
+      })
+    } catch (e) {
+      throw new ApiFailure(`capstan: cannot reach ${base} (${(e as Error).message})`)
+    }
+    return { ok: res.ok, text: await res.text() }
+  }
+  const reader: Reader = async (path) => {
+    const r = await call('GET', path)
+    if (!r.ok) throw new ApiFailure(render(r.text, false))
+    return JSON.parse(r.text).data
+  }
+  try {
+    let path: string
+    let body: unknown
+    try {
+      path = route.path(args)
+      body = await route.body?.(args, reader)
+    } catch (e) {
+      if (e instanceof ApiFailure) throw e
+      console.error(`capstan: ${(e as Error).message}\n\n${CLI_HELP}`)
+      return 2
+    }
+    const r = await call(route.method, path, body)
+    const out = render(r.text, r.ok)
+    if (out) (r.ok ? console.log : console.error)(out)
+    return r.ok ? 0 : 1
+  } catch (e) {
+    if (!(e instanceof ApiFailure)) throw e
+    if (e.out) console.error(e.out)
+    return 1
+  }
 }
 
 const COLUMNS = ['id', 'name', 'phone', 'slug', 'prefix', 'status', 'driver', 'scopes', 'url', 'events', 'type', 'action', 'key_id', 'attempts', 'reason', 'created_at', 'at']

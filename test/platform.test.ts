@@ -255,4 +255,33 @@ describe('configuration and start-up', () => {
     expect(bad.code).toBe(1)
     expect(bad.err).toContain('A valid admin token is required.')
   })
+
+  test('CLI: a policy flag alone changes only its field; an option the command does not take is refused and sends nothing', async () => {
+    const env = { CAPSTAN_URL: srv.base, CAPSTAN_ADMIN_TOKEN: 'test-admin-token-0123456789abcdef' }
+    const wsId = JSON.parse((await runCapstan(['workspaces', 'create', '--name', 'Policy CLI', '--json'], env)).out).data.id
+    const set = await runCapstan(['workspaces', 'policy', wsId, '--hourly-cap', '120', '--daily-cap', '900', '--min-gap', '2', '--max-gap', '8', '--json'], env)
+    expect(set.code).toBe(0)
+    const one = await runCapstan(['workspaces', 'policy', wsId, '--max-gap', '9.5', '--json'], env)
+    expect([one.code, one.err]).toEqual([0, ''])
+    expect(JSON.parse(one.out).data.settings.sending_policy).toEqual({ hourly_cap: 120, daily_cap: 900, min_gap_seconds: 2, max_gap_seconds: 9.5 })
+    for (const [args, message] of [
+      [['workspaces', 'policy', wsId], 'give at least one of --hourly-cap'],
+      [['workspaces', 'policy', wsId, '--hourly-cap', 'lots'], '--hourly-cap must be a number'],
+      [['workspaces', 'policy', wsId, '--hourly_cap', '5'], 'workspaces policy does not take --hourly_cap'],
+      // a misspelt --scopes must not issue a key with every scope
+      [['keys', 'create', '--workspace', wsId, '--name', 'typo', '--scope', 'contacts:read'], 'keys create does not take --scope'],
+      [['workspaces', 'create', '--name', 'X', '--scopes', 'contacts:read'], 'workspaces create does not take --scopes'],
+      [['keys', 'create', '--workspace', wsId, '--name'], "Option '--name <value>' argument missing"],
+    ] as const) {
+      const r = await runCapstan([...args], env)
+      expect([args, r.code, r.err]).toEqual([args, 2, expect.stringContaining(message)])
+    }
+    expect((await srv.admin('GET', `/workspaces/${wsId}/keys`)).json.data).toEqual([])
+    expect((await srv.admin('GET', `/workspaces/${wsId}`)).json.data.settings.sending_policy.max_gap_seconds).toBe(9.5)
+    const missing = await runCapstan(['workspaces', 'policy', '01a1ff63-0299-755f-b4eb-ab8401901800', '--daily-cap', '5'], env)
+    expect([missing.code, missing.err.trim()]).toEqual([1, 'The workspace was not found. (not_found)'])
+    // --json after the raw admin call's arguments is the output switch, not its body
+    const raw = await runCapstan(['admin', 'GET', `/workspaces/${wsId}`, '--json'], env)
+    expect([raw.code, JSON.parse(raw.out).data.name]).toEqual([0, 'Policy CLI'])
+  })
 })
