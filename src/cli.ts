@@ -1,6 +1,6 @@
 /**
  * Admin subcommands of `capstan`: thin clients of the admin API (CONTRACT §6) for operators on
- * the VPS. They read CAPSTAN_URL (default http://127.0.0.1:$CAPSTAN_PORT) and CAPSTAN_ADMIN_TOKEN.
+ * the VPS. They read CAPSTAN_URL (default: the server on this machine, see `localBase`) and CAPSTAN_ADMIN_TOKEN.
  * Output is a table or key: value lines by default, the API's JSON on one line with --json.
  */
 import { parseArgs } from 'node:util'
@@ -28,6 +28,17 @@ const ws = (a: Args) => {
 }
 
 class UsageError extends Error {}
+
+/**
+ * The server started on this machine with the same environment: CAPSTAN_HOST and CAPSTAN_PORT,
+ * with a listen-everywhere host read as loopback (`0.0.0.0` → 127.0.0.1, `::` → [::1]).
+ */
+export function localBase(env: Record<string, string | undefined>): string {
+  let host = (env.CAPSTAN_HOST || '').trim().replace(/^\[(.*)\]$/, '$1')
+  if (host === '' || host === '0.0.0.0') host = '127.0.0.1'
+  else if (host === '::') host = '::1'
+  return `http://${host.includes(':') ? `[${host}]` : host}:${(env.CAPSTAN_PORT || '').trim() || 8080}`
+}
 /** The admin API refused a request the command made along the way; `out` is its error, printed. */
 class ApiFailure extends Error {
   constructor(readonly out: string) {
@@ -99,7 +110,7 @@ const COMMANDS: Record<string, Route> = {
   'suppressions remove': { method: 'DELETE', path: (a) => `/workspaces/${ws(a)}/suppressions/${pos(a, 0, 'phone')}`, options: ['workspace'] },
 }
 
-export const CLI_HELP = `Admin commands (talk to a running server's admin API; need CAPSTAN_ADMIN_TOKEN, and CAPSTAN_URL unless it is http://127.0.0.1:$CAPSTAN_PORT):
+export const CLI_HELP = `Admin commands (talk to a running server's admin API; need CAPSTAN_ADMIN_TOKEN; CAPSTAN_URL when the server is not the one CAPSTAN_HOST and CAPSTAN_PORT name here):
   capstan workspaces create --name NAME [--slug SLUG]
   capstan workspaces list | get ID | update ID [--name N] [--status active|inactive]
   capstan workspaces policy ID [--hourly-cap N] [--daily-cap N] [--min-gap S] [--max-gap S]   (flags left out keep their value)
@@ -171,7 +182,7 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
     console.error('capstan: set CAPSTAN_ADMIN_TOKEN to the admin token printed at first start')
     return 2
   }
-  const base = (env.CAPSTAN_URL || `http://127.0.0.1:${env.CAPSTAN_PORT || 8080}`).replace(/\/+$/, '')
+  const base = (env.CAPSTAN_URL || localBase(env)).replace(/\/+$/, '')
   const render = (text: string, ok: boolean) => {
     if (!text) return ok ? 'done' : ''
     try {

@@ -11,7 +11,7 @@ import { dirname, join } from 'node:path'
 import { resolveAdminToken } from './admin-token'
 import { backup, restore } from './backup'
 import { systemClock } from './clock'
-import { CLI_HELP, runAdminCommand } from './cli'
+import { CLI_HELP, localBase, runAdminCommand } from './cli'
 import { ConfigError, loadConfig } from './config'
 import { migrate, openDatabase } from './db/open'
 import { DataDirLocked, lockDataDir } from './db/lock'
@@ -173,8 +173,7 @@ async function main(argv: string[]) {
     }
     case 'healthcheck': {
       // for container HEALTHCHECK: exit 0 when GET /healthz answers 200 on this host
-      const port = process.env.CAPSTAN_PORT || '8080'
-      const ok = await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(3000) }).then(
+      const ok = await fetch(`${localBase(process.env)}/healthz`, { signal: AbortSignal.timeout(3000) }).then(
         (r) => r.ok,
         () => false,
       )

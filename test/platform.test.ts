@@ -216,6 +216,30 @@ describe('configuration and start-up', () => {
     }
   })
 
+  test('healthcheck and the CLI find a server listening on a CAPSTAN_HOST other than 127.0.0.1', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-host-'))
+    const env = { CAPSTAN_HOST: '127.0.0.2', CAPSTAN_PORT: String(await freePort()), CAPSTAN_DATA_DIR: dir, CAPSTAN_ADMIN_TOKEN: 'host-admin-token-0123456789abcdef' }
+    const base: Record<string, string> = {}
+    for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) base[k] = v
+    const p = Bun.spawn(['bun', 'src/main.ts', 'serve'], { cwd: ROOT, env: { ...base, ...env }, stdout: 'ignore', stderr: 'ignore' })
+    try {
+      let up = false
+      for (let i = 0; i < 200 && !up; i++) {
+        up = await fetch(`http://127.0.0.2:${env.CAPSTAN_PORT}/healthz`).then((r) => r.ok, () => false)
+        if (!up) await Bun.sleep(50)
+      }
+      expect(up).toBe(true)
+      // the same environment the server was started with is enough: no CAPSTAN_URL
+      expect((await runCapstan(['healthcheck'], env)).code).toBe(0)
+      const list = await runCapstan(['workspaces', 'list', '--json'], env)
+      expect([list.code, JSON.parse(list.out).data]).toEqual([0, []])
+    } finally {
+      p.kill()
+      await p.exited
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   test('--help after any command prints the help and does nothing; a group without its subcommand names them', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'capstan-help-'))
     try {
