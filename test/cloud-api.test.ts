@@ -268,6 +268,20 @@ describe('webhooks from Meta', () => {
     expect((await srv.request('GET', '/healthz')).status).toBe(200)
   })
 
+  test('an inbound message Meta delivers again (same wamid) is logged once', async () => {
+    const { key, conn } = await setup()
+    const from = newPhone()
+    const event = inboundEvent(from.slice(1), 'Is my parcel on its way?')
+    expect((await deliver(srv.base, conn.id, event)).status).toBe(200)
+    // a retry after a timeout, and two copies arriving at once
+    expect((await deliver(srv.base, conn.id, event)).status).toBe(200)
+    expect((await Promise.all([deliver(srv.base, conn.id, event), deliver(srv.base, conn.id, event)])).map((r) => r.status)).toEqual([200, 200])
+    const other = inboundEvent(from.slice(1), 'Is my parcel on its way?') // the same words in a new message
+    expect((await deliver(srv.base, conn.id, other)).status).toBe(200)
+    const logged = (await srv.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.sender === from)
+    expect(logged.map((m: any) => m.body)).toEqual(['Is my parcel on its way?', 'Is my parcel on its way?'])
+  })
+
   test('a body over the JSON limit is 413 before its signature is checked, also when sent chunked', async () => {
     const { conn } = await setup()
     const big = new Uint8Array(2 * 1024 * 1024).fill(32)

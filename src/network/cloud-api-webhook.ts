@@ -3,8 +3,8 @@
  * GET answers Meta's verification (hub.mode=subscribe, hub.verify_token, hub.challenge). POST is
  * accepted only with a valid X-Hub-Signature-256 over the raw body; statuses update messages
  * (forward only — duplicates and out-of-order events change nothing, and a status that arrives
- * before the send was recorded is tried again shortly), inbound messages are logged (opt-out
- * keywords apply). Payloads it does not know are acknowledged and logged, never an error.
+ * before the send was recorded is tried again shortly), inbound messages are logged once per Meta
+ * message id (opt-out keywords apply). Payloads it does not know are acknowledged and logged, never an error.
  */
 import { timingSafeEqual } from 'node:crypto'
 import { readBody, TOO_LARGE } from '../http/body'
@@ -73,7 +73,9 @@ async function apply(body: any, connectionId: string, svc: Services) {
         const from = m.from.startsWith('+') ? m.from : `+${m.from}`
         if (!/^\+[1-9][0-9]{6,14}$/.test(from)) continue
         const text = m.type === 'text' ? String(m.text?.body ?? '') : typeof m.button?.text === 'string' ? m.button.text : `[${String(m.type ?? 'unknown').slice(0, 30)} message]`
-        await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]')
+        // Meta's message id (wamid): a webhook delivered again logs nothing twice
+        const wamid = typeof m.id === 'string' && m.id.length > 0 && m.id.length <= 256 ? m.id : null
+        await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]', wamid)
       }
     }
   }
@@ -83,6 +85,7 @@ async function apply(body: any, connectionId: string, svc: Services) {
 /** Apply one status; a message not yet known (its send result not recorded) is retried shortly. */
 function applyStatus(connectionId: string, externalId: string, status: string, error: any, svc: Services, attempt: number) {
   const row = svc.messages.repo.byExternal(connectionId, externalId)
+  if (row?.direction === 'inbound') return // statuses describe our sends, never a customer's message
   if (!row) {
     const wait = RETRY_UNKNOWN_MS[attempt]
     if (wait !== undefined) setTimeout(() => applyStatus(connectionId, externalId, status, error, svc, attempt + 1), wait)

@@ -238,10 +238,18 @@ export class MessageService {
     return this.deps.writer.write(() => this.advanceInTx(id, status, this.deps.clock.now(), extra))
   }
 
-  /** An inbound message: logged as delivered; opt-out keywords opt the sender out. */
-  async inbound(connectionId: string, from: string, body: string): Promise<MessageRow> {
+  /**
+   * An inbound message: logged as delivered; opt-out keywords opt the sender out. `externalId` is
+   * the network's id for it: a network that delivers the same message again (Meta retries its
+   * webhooks) gets the row already logged back, and nothing is logged or announced twice.
+   */
+  async inbound(connectionId: string, from: string, body: string, externalId: string | null = null): Promise<MessageRow> {
     const live = this.connections.getAny(connectionId)
     return this.deps.writer.write(() => {
+      if (externalId !== null) {
+        const seen = this.repo.byExternal(connectionId, externalId)
+        if (seen) return seen
+      }
       const now = this.deps.clock.now()
       const ws = live.row.workspace_id
       let contact = this.contacts.repo.getByPhone(ws, from)
@@ -249,6 +257,7 @@ export class MessageService {
       else this.contacts.repo.touch(contact.id, now)
       const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: '[]' }, 'inbound', 'delivered', now)
       row.delivered_at = now
+      row.external_id = externalId
       this.repo.insert(row)
       if (OPT_OUT_KEYWORDS.has(body.trim().toUpperCase()) && contact.consent_status !== 'opted_out') {
         this.contacts.repo.setConsent(contact.id, 'opted_out', now)
