@@ -28,7 +28,9 @@ interface Seen {
 /** A fake Graph API: send, media upload and phone number lookup, with scripted failures. */
 function fakeGraph() {
   const seen: Seen[] = []
-  const state = { rejectTokens: false, throttleNext: 0 }
+  // failFor: per recipient, what each of its next message POSTs meets (null: accepted; 500; or
+  // 'reset': the request is read, then the connection breaks before an answer)
+  const state = { rejectTokens: false, throttleNext: 0, failFor: {} as Record<string, (null | 500 | 'reset')[]> }
   const server = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -56,6 +58,9 @@ function fakeGraph() {
           state.throttleNext--
           return err(400, 130429, 'Rate limit hit')
         }
+        const scripted = state.failFor[json.to]?.shift()
+        if (scripted === 500) return err(500, 1, 'An unknown error occurred')
+        if (scripted === 'reset') return new Response(new ReadableStream({ pull: (c) => c.error(new Error('connection broken by the test')) }))
         if (json.to === '15550009001') return err(400, 131026, 'Message undeliverable')
         return Response.json({ messaging_product: 'whatsapp', contacts: [{ input: json.to, wa_id: json.to }], messages: [{ id: `wamid.${crypto.randomUUID()}` }] })
       }
@@ -194,6 +199,35 @@ describe('sending', () => {
     const live = (await srv.admin('GET', `/workspaces/${ws.id}/numbers/live`)).json.data[0]
     expect(Date.parse(live.next_release_at)).toBeGreaterThan(Date.now() + 30_000)
   }, 30_000)
+
+  test('a part refused after another was accepted: the retry sends only the parts still missing', async () => {
+    const { key, conn } = await setup()
+    const upload = async (bytes: Uint8Array, name: string) => {
+      const fd = new FormData()
+      fd.set('file', new File([bytes], name))
+      return (await srv.api(key, 'POST', '/media', { multipart: fd })).json.data.id
+    }
+    const attachments = [{ media_id: await upload(files.png(), 'photo.png') }, { media_id: await upload(files.pdf(), 'invoice.pdf') }]
+    const to = newPhone()
+    graph.state.failFor[to.slice(1)] = [null, 500] // the photo is accepted, the invoice meets a server error once
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order', media: { attachments } } })
+    const sent = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'sent' ? msg(key, r.json.data.id) : null), 10_000)
+    expect(sent.outcome.state).toBe('sent')
+    // the customer got the photo once: only the invoice was sent again
+    const posts = graph.seen.filter((s) => s.json?.to === to.slice(1)).map((s) => s.json.type)
+    expect(posts).toEqual(['image', 'document', 'document'])
+  })
+
+  test('a send whose connection breaks after the request left fails as send_unconfirmed and is not sent again', async () => {
+    const { key, conn } = await setup()
+    const to = newPhone()
+    graph.state.failFor[to.slice(1)] = ['reset']
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
+    const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
+    expect(failed.error.code).toBe('send_unconfirmed')
+    await Bun.sleep(1500) // past the first retry's backoff: nothing more goes out
+    expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
+  })
 
   test('a token rejected while sending fails the message and takes the number offline with the reason', async () => {
     const { key, conn } = await setup()

@@ -15,13 +15,23 @@
  *   statuses: [{id, status, errors?}], messages: [{from, id, type, text: {body}}]}}]}]}.
  * Throughput errors (130429, 131056) are retried and slow the number's pacing; the Cloud API
  * cannot list groups, so groups are reported as unsupported.
+ *
+ * Nothing is sent twice: a message POST whose outcome is unknown (the connection broke or the
+ * send's time ran out after the request left) fails the message instead of being retried, and a
+ * message of several parts (one per attachment, then the text) that is retried after a refusal
+ * goes on from the part that was refused — the parts already accepted are not sent again.
  */
 import type { ConnectionDriver, DriverContext, DriverFactory, OutboundMedia, OutboundMessage } from './driver'
 import { DriverError } from './driver'
 
 export const DEFAULT_GRAPH_BASE = 'https://graph.facebook.com'
 export const DEFAULT_GRAPH_VERSION = 'v21.0'
+/** How long a call that sends nothing to a customer (lookup, media upload) may take. */
 const TIMEOUT_MS = 20_000
+/** How long the parts already accepted of a message that will be retried are remembered. */
+const PROGRESS_TTL_MS = 3 * 3_600_000
+/** fetch failures that mean the request never reached the server: safe to send again. */
+const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ENETUNREACH', 'EHOSTUNREACH', 'ConnectionRefused', 'FailedToOpenSocket'])
 
 /** Cloud API error codes that mean "slow down" rather than "this message is wrong". */
 const THROTTLE_CODES = new Set([130429, 131056, 80007, 4, 613])
@@ -57,6 +67,8 @@ interface GraphError {
 
 export class CloudApiConnection implements ConnectionDriver {
   private config: CloudConfig
+  /** Per message id: the wamids of the parts the Cloud API accepted before a retryable refusal. */
+  private progress = new Map<string, { at: number; ids: string[] }>()
 
   constructor(private readonly ctx: DriverContext) {
     this.config = ctx.config as unknown as CloudConfig
@@ -78,20 +90,29 @@ export class CloudApiConnection implements ConnectionDriver {
     return `${this.config.graph_base_url.replace(/\/+$/, '')}/${this.config.graph_version}/${path}`
   }
 
-  /** One Graph API call; resolves with the JSON body or throws a GraphError-shaped DriverError. */
-  private async call(method: string, path: string, body?: unknown): Promise<any> {
+  /**
+   * One Graph API call; resolves with the JSON body or throws a GraphError-shaped DriverError.
+   * `send`: the call messages a customer. It runs until the send's own deadline (`signal`, after
+   * which the pacer records send_timeout), and once the request may have left, a broken
+   * connection or an unreadable answer is not retryable: the Cloud API may have the message.
+   */
+  private async call(method: string, path: string, body?: unknown, send?: { signal?: AbortSignal }): Promise<any> {
     let res: Response
+    let json: any
     try {
       res = await fetch(this.url(path), {
         method,
         headers: { authorization: `Bearer ${this.config.access_token}`, ...(body instanceof FormData || body === undefined ? {} : { 'content-type': 'application/json' }) },
         body: body === undefined ? undefined : body instanceof FormData ? body : JSON.stringify(body),
-        signal: AbortSignal.timeout(TIMEOUT_MS),
+        signal: send ? send.signal : AbortSignal.timeout(TIMEOUT_MS),
       })
-    } catch {
+      json = await res.json().catch((e) => (res.ok ? Promise.reject(e) : null))
+    } catch (e) {
+      if (send && !NOT_SENT.has((e as { code?: string })?.code ?? '')) {
+        throw new DriverError('send_unconfirmed', 'The connection to the Cloud API broke before it confirmed the message; it may have been sent, so it was not sent again.')
+      }
       throw new DriverError('network_unreachable', 'The Cloud API could not be reached.', true)
     }
-    const json = (await res.json().catch(() => null)) as any
     if (res.ok && json) return json
     const err: GraphError = { code: Number(json?.error?.code ?? res.status), message: String(json?.error?.message ?? `HTTP ${res.status}`).slice(0, 300) }
     throw this.mapError(err, res.status)
@@ -130,34 +151,52 @@ export class CloudApiConnection implements ConnectionDriver {
     return r.id
   }
 
-  async send(message: OutboundMessage, _signal?: AbortSignal): Promise<{ externalId: string }> {
+  async send(message: OutboundMessage, signal?: AbortSignal): Promise<{ externalId: string }> {
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
     if (message.groupExternalId !== null || !message.recipient) throw new DriverError('unsupported', 'The Cloud API cannot post into groups.')
-    const to = message.recipient.replace(/^\+/, '')
-    const base = { messaging_product: 'whatsapp', recipient_type: 'individual', to }
-    const path = `${encodeURIComponent(this.config.phone_number_id)}/messages`
+    const now = Date.now()
+    for (const [id, p] of this.progress) if (now - p.at > PROGRESS_TTL_MS) this.progress.delete(id)
+    const done = this.progress.get(message.id)?.ids ?? []
     const ids: string[] = []
-    // one Cloud API message per attachment, the text as the first one's caption (where allowed)
-    let caption = message.body
-    for (const m of message.attachments) {
-      const mediaId = await this.uploadMedia(m)
-      const kind = MEDIA_KIND[m.mimeType] ?? 'document'
-      const payload: Record<string, unknown> = { id: mediaId }
-      if (kind === 'document') payload.filename = m.filename
-      if (caption && (kind === 'image' || kind === 'video' || kind === 'document')) {
-        payload.caption = caption
-        caption = null
+    try {
+      const to = message.recipient.replace(/^\+/, '')
+      const base = { messaging_product: 'whatsapp', recipient_type: 'individual', to }
+      const path = `${encodeURIComponent(this.config.phone_number_id)}/messages`
+      // a part the Cloud API accepted in an earlier attempt is counted, not sent again
+      const accepted = () => {
+        const id = done[ids.length]
+        if (id !== undefined) ids.push(id)
+        return id !== undefined
       }
-      const r = await this.call('POST', path, { ...base, type: kind, [kind]: payload })
-      ids.push(r?.messages?.[0]?.id)
+      const post = async (payload: Record<string, unknown>) => {
+        const r = await this.call('POST', path, { ...base, ...payload }, { signal })
+        const id = r?.messages?.[0]?.id
+        if (typeof id !== 'string') throw new DriverError('cloud_api_bad_response', 'The Cloud API did not return a message id.')
+        ids.push(id)
+      }
+      // one Cloud API message per attachment, the text as the first one's caption (where allowed)
+      let caption = message.body
+      for (const m of message.attachments) {
+        const kind = MEDIA_KIND[m.mimeType] ?? 'document'
+        const captioned = !!caption && (kind === 'image' || kind === 'video' || kind === 'document')
+        if (!accepted()) {
+          const payload: Record<string, unknown> = { id: await this.uploadMedia(m) }
+          if (kind === 'document') payload.filename = m.filename
+          if (captioned) payload.caption = caption
+          await post({ type: kind, [kind]: payload })
+        }
+        if (captioned) caption = null
+      }
+      if (caption && !accepted()) await post({ type: 'text', text: { body: caption, preview_url: false } })
+      this.progress.delete(message.id)
+      if (!ids.length) throw new DriverError('cloud_api_bad_response', 'The message had nothing to send.')
+      return { externalId: ids[0]! }
+    } catch (e) {
+      // retried later: remember what was accepted; otherwise the message fails and is not retried
+      if (e instanceof DriverError && e.retryable && ids.length > 0) this.progress.set(message.id, { at: now, ids })
+      else this.progress.delete(message.id)
+      throw e
     }
-    if (caption) {
-      const r = await this.call('POST', path, { ...base, type: 'text', text: { body: caption, preview_url: false } })
-      ids.push(r?.messages?.[0]?.id)
-    }
-    const externalId = ids.find((x) => typeof x === 'string')
-    if (!externalId) throw new DriverError('cloud_api_bad_response', 'The Cloud API did not return a message id.')
-    return { externalId }
   }
 
   async confirm() {
