@@ -49,6 +49,9 @@ export function loadDotEnv(path: string, env: Record<string, string | undefined>
   }
 }
 
+/** The commands main() runs itself (the admin subcommands are in cli.ts). */
+const BUILT_IN = new Set(['serve', 'migrate', 'backup', 'restore', 'healthcheck', 'version', '--version'])
+
 function fail(message: string): never {
   console.error(`capstan: ${message}`)
   process.exit(2)
@@ -137,6 +140,15 @@ async function main(argv: string[]) {
     console.log(HELP)
     return
   }
+  // the built-in commands take what their usage line says and nothing else: `serve --port 9000`
+  // must not quietly start on the configured port, nor `restore --force DIR` read "--force" as DIR
+  const rest = argv.slice(1)
+  const force = command === 'restore' && rest.includes('--force')
+  const operands = force ? rest.filter((a) => a !== '--force') : rest
+  const wanted = command === 'backup' || command === 'restore' ? 1 : 0
+  if (BUILT_IN.has(command!) && (operands.length !== wanted || operands.some((a) => a.startsWith('-')))) {
+    fail(wanted ? `usage: capstan ${command} <dir>${command === 'restore' ? ' [--force]' : ''}` : `${command} takes no arguments; settings come from CAPSTAN_* variables (run \`capstan help\`)`)
+  }
   switch (command) {
     case 'serve':
       return serve()
@@ -153,8 +165,7 @@ async function main(argv: string[]) {
     case 'backup':
     case 'restore': {
       const config = configOrExit()
-      const target = argv[1]
-      if (!target) fail(`usage: capstan ${command} <dir>`)
+      const target = operands[0]!
       try {
         if (command === 'backup') {
           const r = backup(config.dataDir, target)
@@ -162,7 +173,7 @@ async function main(argv: string[]) {
         } else {
           // held (referenced) until the restore is done: an unreferenced handle may be collected and closed
           const lock = lockOrExit(config.dataDir)
-          const r = restore(target, config.dataDir, argv.includes('--force'))
+          const r = restore(target, config.dataDir, force)
           lock.release()
           console.log(`restored into ${config.dataDir}: ${r.messages} messages; start the server with this CAPSTAN_DATA_DIR`)
         }

@@ -1,7 +1,7 @@
 /** The running appliance: health, docs, OpenAPI, logs, config errors, admin token bootstrap, migrations. */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { TestServer, freePort, newPhone } from './support/server'
@@ -211,6 +211,30 @@ describe('configuration and start-up', () => {
       expect((await runCapstan(['version'], {})).out.trim()).toMatch(/^\d+\.\d+\.\d+$/)
       expect((await runCapstan(['healthcheck'], { CAPSTAN_PORT: new URL(srv.base).port })).code).toBe(0)
       expect((await runCapstan(['healthcheck'], { CAPSTAN_PORT: '1' })).code).toBe(1)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('built-in commands refuse arguments they do not take instead of ignoring them', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-args-'))
+    try {
+      const env = { CAPSTAN_DATA_DIR: dir, CAPSTAN_PORT: '1' }
+      for (const [args, line] of [
+        [['serve', '--port', '9000'], 'capstan: serve takes no arguments; settings come from CAPSTAN_* variables (run `capstan help`)'],
+        [['migrate', 'now'], 'capstan: migrate takes no arguments; settings come from CAPSTAN_* variables (run `capstan help`)'],
+        [['backup'], 'capstan: usage: capstan backup <dir>'],
+        [['backup', join(dir, 'a'), join(dir, 'b')], 'capstan: usage: capstan backup <dir>'],
+        [['restore', '--force'], 'capstan: usage: capstan restore <dir> [--force]'],
+      ] as const) {
+        const r = await runCapstan([...args], env)
+        expect([args, r.code, r.err.trim()]).toEqual([args, 2, line])
+      }
+      // nothing was served, migrated or written
+      expect(readdirSync(dir)).toEqual([])
+      // --force may come before the directory
+      const r = await runCapstan(['restore', '--force', join(dir, 'none')], env)
+      expect(r.err.trim()).toBe(`capstan: no backup at ${join(dir, 'none')} (capstan.db missing)`)
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
