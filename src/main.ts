@@ -37,16 +37,29 @@ ${CLI_HELP}
 
 Configuration comes from CAPSTAN_* environment variables (see README).`
 
-/** Parse a .env file: KEY=VALUE lines, # comments, optional quotes. Existing variables win. */
+/**
+ * Parse a .env file the way dotenv files are written: `KEY=VALUE` lines, optional `export `,
+ * `#` comment lines, and a trailing ` # comment` after a value; a value in single, double or back
+ * quotes keeps `#` and spaces (`\n` in double quotes is a newline). Existing variables win.
+ */
 export function loadDotEnv(path: string, env: Record<string, string | undefined> = process.env) {
   if (!existsSync(path)) return
   for (const line of readFileSync(path, 'utf8').split(/\r?\n/)) {
-    const m = /^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$/.exec(line)
+    const m = /^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$/.exec(line)
     if (!m || line.trimStart().startsWith('#')) continue
-    let value = m[2]!
-    if ((value.startsWith('"') && value.endsWith('"')) || (value.startsWith("'") && value.endsWith("'"))) value = value.slice(1, -1)
-    if (env[m[1]!] === undefined) env[m[1]!] = value
+    if (env[m[1]!] === undefined) env[m[1]!] = dotEnvValue(m[2]!)
   }
+}
+
+function dotEnvValue(raw: string): string {
+  const quote = raw[0]
+  if (quote === '"' || quote === "'" || quote === '`') {
+    // the closing quote, then nothing but an optional comment
+    const q = new RegExp(`^${quote}((?:\\\\.|[^${quote}\\\\])*)${quote}\\s*(?:#.*)?$`).exec(raw)
+    if (q) return quote === '"' ? q[1]!.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c === 'r' ? '\r' : c === 't' ? '\t' : c)) : q[1]!
+  }
+  // unquoted: a # after a space (or at the start) begins a comment
+  return raw.replace(/(^|\s)#.*$/, '').trim()
 }
 
 /** The commands main() runs itself (the admin subcommands are in cli.ts). */

@@ -1,9 +1,10 @@
 /** The running appliance: health, docs, OpenAPI, logs, config errors, admin token bootstrap, migrations. */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { loadDotEnv } from '../src/main'
 import { TestServer, freePort, newPhone } from './support/server'
 
 const ROOT = join(import.meta.dir, '..')
@@ -211,6 +212,43 @@ describe('configuration and start-up', () => {
       expect((await runCapstan(['version'], {})).out.trim()).toMatch(/^\d+\.\d+\.\d+$/)
       expect((await runCapstan(['healthcheck'], { CAPSTAN_PORT: new URL(srv.base).port })).code).toBe(0)
       expect((await runCapstan(['healthcheck'], { CAPSTAN_PORT: '1' })).code).toBe(1)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('.env beside the binary is read as dotenv files are written (comments, quotes)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-dotenv-'))
+    try {
+      const file = join(dir, '.env')
+      writeFileSync(
+        file,
+        [
+          '# Capstan on the VPS',
+          'CAPSTAN_PORT=8081 # the API port',
+          'export CAPSTAN_LOG_LEVEL=warn',
+          'CAPSTAN_ADMIN_TOKEN="adm_abc#def # not a comment" # a comment',
+          "CAPSTAN_URL='http://127.0.0.1:8081'   ",
+          'CAPSTAN_SECRET_KEY=key#with-hash',
+          'CAPSTAN_MULTI="one\\ntwo \\"quoted\\""',
+          'CAPSTAN_EMPTY=',
+          'CAPSTAN_HOST=   # only a comment',
+          'CAPSTAN_DATA_DIR=/from/file',
+        ].join('\n'),
+      )
+      const env: Record<string, string | undefined> = { CAPSTAN_DATA_DIR: '/already/set' }
+      loadDotEnv(file, env)
+      expect(env).toEqual({
+        CAPSTAN_PORT: '8081',
+        CAPSTAN_LOG_LEVEL: 'warn',
+        CAPSTAN_ADMIN_TOKEN: 'adm_abc#def # not a comment',
+        CAPSTAN_URL: 'http://127.0.0.1:8081',
+        CAPSTAN_SECRET_KEY: 'key#with-hash',
+        CAPSTAN_MULTI: 'one\ntwo "quoted"',
+        CAPSTAN_EMPTY: '',
+        CAPSTAN_HOST: '',
+        CAPSTAN_DATA_DIR: '/already/set', // the environment wins
+      })
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
