@@ -129,11 +129,10 @@ Add --json for the API's JSON on one line.`
 /** Run an admin subcommand; returns the process exit code, or null when `argv` is not one. */
 export async function runAdminCommand(argv: string[], env: Record<string, string | undefined>): Promise<number | null> {
   const [group, sub] = argv
-  let route: Route | undefined
+  let route: Route | null = null // the raw admin call's is made from its arguments once parsed
   let name: string
   let rest: string[]
   if (group === 'admin') {
-    route = { method: '', path: () => '' } // made from its arguments once they are parsed
     name = group
     rest = argv.slice(1)
   } else if (group && COMMANDS[`${group} ${sub}`]) {
@@ -160,7 +159,7 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
       strict: true,
       options: {
         json: { type: 'boolean' },
-        ...Object.fromEntries((route.options ?? []).map((o) => [o, { type: 'string' as const }])),
+        ...Object.fromEntries((route?.options ?? []).map((o) => [o, { type: 'string' as const }])),
       },
     })
     args = { positionals: parsed.positionals, values: parsed.values as Args['values'] }
@@ -169,7 +168,7 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
     console.error(`capstan: ${unknown ? `${name} does not take ${unknown}` : (e as Error).message}; run \`capstan help\``)
     return 2
   }
-  if (group === 'admin') {
+  if (!route) {
     const [method, path, json] = args.positionals
     if (!method || !path?.startsWith('/')) {
       console.error('usage: capstan admin METHOD /path [JSON]')
