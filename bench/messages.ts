@@ -20,6 +20,7 @@ import { Writer } from '../src/db/writer'
 import { Logger } from '../src/http/log'
 import { SecretBox } from '../src/secrets'
 import { buildServices, startServices, stopServices } from '../src/services'
+import { hostEnv } from '../test/support/server'
 import { ROOT, fmt, freePort, ratio, rounds, startBare, startBareInsert, startCapstan, wrk } from './support'
 
 const what = process.argv[2] ?? 'all'
@@ -128,8 +129,7 @@ async function list() {
   })()
   db.close()
   const port = await freePort()
-  const clean: Record<string, string> = {}
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) clean[k] = v
+  const clean = hostEnv()
   const proc = Bun.spawn(['bun', join(ROOT, 'src/main.ts'), 'serve'], {
     env: { ...clean, CAPSTAN_HOST: '127.0.0.1', CAPSTAN_PORT: String(port), CAPSTAN_DATA_DIR: cap.dir, CAPSTAN_ADMIN_TOKEN: 'bench-admin-token-0123456789', CAPSTAN_KEY_RATE_LIMIT: '10000000', CAPSTAN_CLAMD: 'unix:/nonexistent' },
     stdout: 'ignore',

@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
+import { hostEnv } from '../test/support/server'
 
 export const ROOT = join(import.meta.dir, '..')
 export const ADMIN = 'bench-admin-token-0123456789'
@@ -62,8 +63,7 @@ export async function startBareInsert(gather = false) {
 export async function startCapstan(env: Record<string, string> = {}) {
   const port = await freePort()
   const dir = mkdtempSync(join(tmpdir(), 'capstan-bench-'))
-  const clean: Record<string, string> = {}
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) clean[k] = v
+  const clean = hostEnv()
   const proc = Bun.spawn(['bun', join(ROOT, 'src/main.ts'), 'serve'], {
     cwd: ROOT,
     env: {

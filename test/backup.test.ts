@@ -5,13 +5,12 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { TestClamd } from './support/clamd'
 import * as files from './support/files'
-import { TestServer, newPhone } from './support/server'
+import { TestServer, hostEnv, newPhone } from './support/server'
 
 const ROOT = join(import.meta.dir, '..')
 
 function capstan(args: string[], env: Record<string, string>) {
-  const base: Record<string, string> = {}
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) base[k] = v
+  const base = hostEnv()
   const p = Bun.spawnSync(['bun', 'src/main.ts', ...args], { cwd: ROOT, env: { ...base, ...env } })
   return { code: p.exitCode, out: p.stdout.toString(), err: p.stderr.toString() }
 }

@@ -5,7 +5,7 @@ import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { loadDotEnv } from '../src/main'
-import { TestServer, freePort, newPhone } from './support/server'
+import { TestServer, freePort, hostEnv, newPhone } from './support/server'
 
 const ROOT = join(import.meta.dir, '..')
 
@@ -116,8 +116,7 @@ describe('logs', () => {
 })
 
 async function runCapstan(args: string[], env: Record<string, string>) {
-  const base: Record<string, string> = {}
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) base[k] = v
+  const base = hostEnv()
   const p = Bun.spawn(['bun', 'src/main.ts', ...args], { cwd: ROOT, env: { ...base, ...env }, stdout: 'pipe', stderr: 'pipe' })
   const [out, err] = [await new Response(p.stdout).text(), await new Response(p.stderr).text()]
   return { code: await p.exited, out, err }
@@ -162,8 +161,7 @@ describe('configuration and start-up', () => {
     try {
       const port = await freePort()
       const env: Record<string, string> = { CAPSTAN_DATA_DIR: dir, CAPSTAN_PORT: String(port), CAPSTAN_HOST: '127.0.0.1' }
-      const base: Record<string, string> = {}
-      for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) base[k] = v
+      const base = hostEnv()
       const start = async () => {
         const p = Bun.spawn(['bun', 'src/main.ts', 'serve'], { cwd: ROOT, env: { ...base, ...env }, stdout: 'pipe', stderr: 'pipe' })
         let out = ''
@@ -281,8 +279,7 @@ describe('configuration and start-up', () => {
   test('healthcheck and the CLI find a server listening on a CAPSTAN_HOST other than 127.0.0.1', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'capstan-host-'))
     const env = { CAPSTAN_HOST: '127.0.0.2', CAPSTAN_PORT: String(await freePort()), CAPSTAN_DATA_DIR: dir, CAPSTAN_ADMIN_TOKEN: 'host-admin-token-0123456789abcdef' }
-    const base: Record<string, string> = {}
-    for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) base[k] = v
+    const base = hostEnv()
     const p = Bun.spawn(['bun', 'src/main.ts', 'serve'], { cwd: ROOT, env: { ...base, ...env }, stdout: 'ignore', stderr: 'ignore' })
     try {
       let up = false

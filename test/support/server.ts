@@ -26,6 +26,13 @@ export interface StartOptions {
   dataDir?: string
 }
 
+/** This process's environment without any CAPSTAN_* variable: a child server gets only the settings its test gives it. */
+export function hostEnv(): Record<string, string> {
+  const env: Record<string, string> = {}
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) env[k] = v
+  return env
+}
+
 export class TestServer {
   proc!: Subprocess
   base = ''
@@ -48,8 +55,7 @@ export class TestServer {
   async boot(extraEnv: Record<string, string> = {}) {
     const port = await freePort()
     this.base = `http://127.0.0.1:${port}`
-    const env: Record<string, string> = {}
-    for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CAPSTAN_') && v !== undefined) env[k] = v
+    const env = hostEnv()
     Object.assign(env, {
       CAPSTAN_HOST: '127.0.0.1',
       CAPSTAN_PORT: String(port),
