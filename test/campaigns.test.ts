@@ -1,7 +1,7 @@
 /** Campaigns (campaigns:read/write/send; CONTRACT §2): audience, lifecycle, consent, pacing, restarts. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { RUNNING_FOR_CONNECTION } from '../src/modules/campaigns/repo'
-import { inProcess } from './support/inproc'
+import { inProcess, settle } from './support/inproc'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
 
@@ -231,6 +231,33 @@ describe('fair sharing (controlled clock)', () => {
       expect(details).toContain('USING INDEX campaigns_running')
       expect(details).not.toContain('SCAN campaigns')
       expect(details).not.toContain('TEMP B-TREE')
+    } finally {
+      await env.close()
+    }
+  })
+
+  test('a long run of recipients who opted out after the start is skipped through; the campaign still completes', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, timers } = env
+      const ws = svc.workspaces.create({ name: 'Skips' })
+      svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10) } })
+      const conn = svc.connections.create(ws.id, { phone: '+15550002000', driver: 'sandbox', config: NO_RECEIPTS })
+      const phones = Array.from({ length: 250 }, (_, i) => `+1555500${String(i).padStart(4, '0')}`)
+      for (const phone of phones) await svc.contacts.upsert(ws.id, { phone, consent_status: 'opted_in' }, 'test')
+      const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
+      const c = svc.campaigns.create(ws.id, { name: 'Big', template_id: tpl.id, connection_id: conn.id })
+      svc.campaigns.schedule(ws.id, c.id, null)
+      timers.advance(0)
+      await settle()
+      // after the first release, everyone opts out before their turn
+      for (const phone of phones) await svc.contacts.upsert(ws.id, { phone, consent_status: 'opted_out' }, 'test')
+      for (let i = 0; i < 4; i++) {
+        timers.advance(10_000)
+        await settle()
+      }
+      const after = svc.campaigns.toPublic(svc.campaigns.repo.getAny(c.id)!)
+      expect([after.status, after.counts]).toEqual(['completed', { total: 250, queued: 0, sent: 1, delivered: 0, read: 0, failed: 0, skipped: 249 }])
     } finally {
       await env.close()
     }

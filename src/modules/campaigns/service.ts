@@ -219,7 +219,8 @@ export class CampaignService {
   /**
    * The pacer's campaign lane (inside its write): the next recipient of a running campaign on
    * this number, re-checked and rendered into a queued message; ineligible recipients are
-   * skipped on the way. null when no running campaign of the number has anyone left.
+   * skipped on the way (at most MAX_SKIPS_PER_RELEASE per call; past that it returns null and
+   * has the number woken again). null when no running campaign of the number has anyone left.
    */
   releaseNextInTx(connectionId: string, now: number): MessageRow | null {
     const live = this.connections.find(connectionId)
@@ -236,7 +237,11 @@ export class CampaignService {
         const reason = !contact ? 'contact_removed' : contact.consent_status !== 'opted_in' ? 'not_opted_in' : this.suppressions.isSuppressed(c.workspace_id, contact.phone) ? 'suppressed' : null
         if (reason || !contact) {
           this.repo.skip(r.seq, reason ?? 'contact_removed', now)
-          if (++skips >= MAX_SKIPS_PER_RELEASE) return null
+          if (++skips >= MAX_SKIPS_PER_RELEASE) {
+            // enough for one write: the pacer dropped this number from its round, so ask again
+            queueMicrotask(() => this.onRunnable(connectionId))
+            return null
+          }
           continue
         }
         const text = render(c.body ?? '', {
