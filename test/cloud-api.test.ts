@@ -218,6 +218,18 @@ describe('sending', () => {
     expect(posts).toEqual(['image', 'document', 'document'])
   })
 
+  test('a recipient who opts out while a failed send waits for its retry is not sent to again', async () => {
+    const { key, conn } = await setup()
+    const to = newPhone()
+    graph.state.failFor[to.slice(1)] = [500] // the first try meets a server error; the retry follows in 1 s
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
+    await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
+    expect((await deliver(srv.base, conn.id, inboundEvent(to.slice(1), 'STOP'))).status).toBe(200)
+    const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
+    expect(failed.error.code).toBe('recipient_opted_out')
+    expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
+  })
+
   test('a send whose connection breaks after the request left fails as send_unconfirmed and is not sent again', async () => {
     const { key, conn } = await setup()
     const to = newPhone()

@@ -270,6 +270,35 @@ describe('the log', () => {
     await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: other, body: 'please stop by tomorrow' })
     expect((await srv.api(key, 'GET', '/contacts')).json.data.find((c: any) => c.phone === other).consent_status).toBe('unknown')
   })
+
+  test('a message still queued when its recipient opts out or is suppressed is never released: it fails with the refusal code', async () => {
+    // hourly cap 1: the first message leaves at once, the rest wait in the queue
+    const { ws, key, conn } = await setup({ fast: false })
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 1, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    const events: any[] = []
+    const rx = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: async (req) => (events.push(await req.json()), new Response('ok')) })
+    await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: `http://127.0.0.1:${rx.port}/`, events: ['message.failed'] })
+    const [stopper, upserted, suppressed, fine] = [newPhone(), newPhone(), newPhone(), newPhone()]
+    const send = async (recipient: string) => (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient, body: 'Your order shipped' } })).json.data.id
+    const first = await send(fine)
+    await waitStatus(key, first, 'sent')
+    const ids = { stopper: await send(stopper), upserted: await send(upserted), suppressed: await send(suppressed), fine: await send(fine) }
+    // while they wait: one writes STOP, one is set opted_out through the API, one is suppressed
+    await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: stopper, body: 'STOP' })
+    expect((await srv.api(key, 'POST', '/contacts', { json: { phone: upserted, consent_status: 'opted_out' } })).status).toBe(200)
+    expect((await srv.admin('POST', `/workspaces/${ws.id}/suppressions`, { phone: suppressed })).status).toBe(201)
+    expect((await message(key, ids.stopper)).status).toBe('queued')
+    // room again: the queue is released in order
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 100, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    await waitStatus(key, ids.fine, 'sent')
+    for (const [who, code] of [['stopper', 'recipient_opted_out'], ['upserted', 'recipient_opted_out'], ['suppressed', 'recipient_suppressed']] as const) {
+      const m = await message(key, ids[who])
+      expect([who, m.status, m.error?.code, m.timeline.map((e: any) => e.status)]).toEqual([who, 'failed', code, ['queued', 'failed']])
+    }
+    await waitFor(() => events.length >= 3)
+    expect(events.map((e) => e.data.id).sort()).toEqual([ids.stopper, ids.upserted, ids.suppressed].sort())
+    rx.stop(true)
+  })
 })
 
 describe('connections (admin)', () => {

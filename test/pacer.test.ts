@@ -142,4 +142,19 @@ describe('pacer', () => {
     expect([row.status, row.error_code]).toEqual(['failed', 'expired'])
     expect(ids).toEqual([])
   })
+
+  test('a long run of queued messages whose recipients were suppressed meanwhile is failed through, and the next one still leaves', async () => {
+    const { ws, ids } = await setup({ hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 10, max_gap_seconds: 10 }, 250)
+    const { svc, timers, clock } = env!
+    const t0 = clock.t
+    timers.advance(0)
+    // everyone between the first and the last is suppressed while their message waits
+    for (let i = 1; i < 249; i++) svc.suppressions.add(ws.id, svc.messages.repo.getAny(ids[i]!)!.recipient!, null)
+    timers.advance(10_000)
+    await settle()
+    timers.advance(0)
+    expect(releases([ids[0]!, ids[1]!, ids[249]!], t0)).toEqual([0, null, 10])
+    const failed = ids.slice(1, 249).map((id) => svc.messages.repo.getAny(id)!)
+    expect(failed.every((m) => m.status === 'failed' && m.error_code === 'recipient_suppressed' && m.sending_at === null)).toBe(true)
+  })
 })

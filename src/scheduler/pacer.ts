@@ -175,7 +175,7 @@ export class Pacer {
     return null
   }
 
-  private directLane = (connectionId: string): MessageRow | null => this.messages.repo.head(connectionId, 1)[0] ?? null
+  private directLane = (connectionId: string, now: number): MessageRow | null => this.messages.releasableHeadInTx(connectionId, now)
 
   /** Set by the campaigns module: the next campaign message of a number, queued inside the write. */
   campaignLane: (connectionId: string, now: number) => MessageRow | null = () => null

@@ -31,6 +31,8 @@ export interface SendInput {
 }
 
 const TIMED_OUT = Symbol('timed out')
+/** Queued messages the direct lane fails for a refusal in one release before yielding. */
+const MAX_REFUSED_PER_RELEASE = 200
 
 /** Race a driver call against `ms`; the controller is aborted when time runs out. */
 function withTimeout<T>(run: (signal: AbortSignal) => Promise<T>, ms: number): Promise<T> {
@@ -219,6 +221,38 @@ export class MessageService {
     return next
   }
 
+  /**
+   * Why a one-to-one message may no longer leave, as the refusal a send would get now: its
+   * recipient opted out or was suppressed after the message was accepted. null when it may.
+   * Group messages have no recipient to ask.
+   */
+  refusalFor(row: MessageRow): { code: string; message: string } | null {
+    if (row.group_id !== null || row.direction !== 'outbound') return null
+    const contact = row.contact_id ? this.contacts.repo.get(row.workspace_id, row.contact_id) : null
+    if (contact?.consent_status === 'opted_out') return { code: 'recipient_opted_out', message: 'The recipient opted out before the message was sent.' }
+    if (row.recipient !== null && this.suppressions.isSuppressed(row.workspace_id, row.recipient)) return { code: 'recipient_suppressed', message: 'The recipient was suppressed before the message was sent.' }
+    return null
+  }
+
+  /**
+   * The pacer's direct lane (inside its write): the oldest queued one-to-one or group message of
+   * a number that may still leave. Consent and suppression are checked again at release, since a
+   * message can wait hours behind the caps: one whose recipient opted out or was suppressed in the
+   * meantime fails with the refusal code and the next one is looked at. After MAX_REFUSED_PER_RELEASE
+   * refusals in one go it returns null and asks to be woken again (the rest is looked at next tick).
+   */
+  releasableHeadInTx(connectionId: string, now: number): MessageRow | null {
+    for (let refused = 0; refused < MAX_REFUSED_PER_RELEASE; refused++) {
+      const row = this.repo.head(connectionId, 1)[0]
+      if (!row) return null
+      const refusal = this.refusalFor(row)
+      if (!refusal) return row
+      this.advanceInTx(row.id, 'failed', now, { error_code: refusal.code, error_message: refusal.message })
+    }
+    queueMicrotask(() => this.onQueued(connectionId))
+    return null
+  }
+
   /** Claim messages for release: queued → sending, in one write. */
   markSendingInTx(ids: string[], at: number) {
     for (const id of ids) this.advanceInTx(id, 'sending', at)
@@ -347,6 +381,13 @@ export class MessageService {
     }
     let throttles = 0
     for (let attempt = 0; ; attempt++) {
+      // a retry can come minutes later (a throttled number): the recipient may have opted out since
+      const refusal = attempt > 0 ? this.refusalFor(row) : null
+      if (refusal) {
+        await this.markFailed(row.id, refusal.code, refusal.message)
+        this.onSettled(row)
+        return
+      }
       try {
         const r = await withTimeout((signal) => live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments }, signal), this.deps.config.driverTimeoutMs)
         await this.markSent(row.id, r.externalId)
