@@ -109,6 +109,29 @@ describe('lifecycle', () => {
     expect([cancelDone.status, cancelDone.json.message]).toEqual([409, 'The campaign is completed; it cannot be cancelled.'])
   }, 40_000)
 
+  test('campaign messages count against the monthly allowance: the campaign pauses when it is used up, nobody is skipped', async () => {
+    const { ws, key, conn, contact, campaign } = await setup()
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: 3 } })
+    for (let i = 0; i < 5; i++) await contact({ consent_status: 'opted_in' })
+    expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'order' } })).status).toBe(202)
+    const c = await campaign()
+    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).status).toBe(200)
+    const paused = await waitFor(async () => ((await get(key, c.id)).status === 'paused' ? get(key, c.id) : null))
+    expect(paused.counts).toMatchObject({ total: 5, sent: 2, failed: 0, skipped: 0 })
+    expect((await srv.api(key, 'GET', '/messages')).json.meta.total).toBe(3)
+    const again = await srv.api(key, 'POST', `/campaigns/${c.id}/resume`)
+    expect([again.status, again.json.code]).toEqual([422, 'allowance_exhausted'])
+    const other = await campaign({ name: 'Other' })
+    const now = await srv.api(key, 'POST', `/campaigns/${other.id}/schedule`, { json: {} })
+    expect([now.status, now.json.code]).toEqual([422, 'allowance_exhausted'])
+    expect((await get(key, other.id)).status).toBe('draft')
+    // more room: resumed, the rest go out
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: 10 } })
+    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/resume`)).status).toBe(200)
+    const done = await waitFor(async () => ((await get(key, c.id)).status === 'completed' ? get(key, c.id) : null))
+    expect(done.counts).toMatchObject({ total: 5, sent: 5, skipped: 0 })
+  })
+
   test('cancel releases nothing more and leaves what was sent', async () => {
     const { key, contact, campaign } = await setup(1)
     for (let i = 0; i < 5; i++) await contact({ consent_status: 'opted_in' })

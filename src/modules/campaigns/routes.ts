@@ -81,11 +81,11 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         return { data: campaigns.toPublic(campaigns[name](caller.workspace.id, params.id)) }
       },
       opts: {
-        api: { summary, description, tag: 'Campaigns', scope: 'campaigns:send', params: ['id'], ok: { status: 200, data: campaignDoc, description: 'The campaign.' }, errors: [404, 409] },
+        api: { summary, description, tag: 'Campaigns', scope: 'campaigns:send', params: ['id'], ok: { status: 200, data: campaignDoc, description: 'The campaign.' }, errors: name === 'resume' ? [404, 409, 422] : [404, 409] },
       },
     }) as const
   const pause = action('pause', 'Pause a running campaign', 'Stops releasing its recipients within one pacing tick. 409 (invalid_campaign_state) unless running.')
-  const resume = action('resume', 'Resume a paused campaign', '409 unless paused.')
+  const resume = action('resume', 'Resume a paused campaign', '409 unless paused; 422 (allowance_exhausted) while the workspace’s monthly message allowance is used up.')
   const cancel = action('cancel', 'Cancel a campaign', 'From draft, scheduled, running or paused. Nothing already sent is touched; nothing more is released (pending recipients become skipped, reason cancelled).')
   return new Elysia()
     .use(auth)
@@ -178,7 +178,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
       {
         api: {
           summary: 'Schedule or start a campaign',
-          description: 'From draft (or to move a scheduled one). At the time it starts, the audience is frozen and each recipient becomes one paced message on the campaign’s number, re-checked for consent when released. 422 when numbered placeholders lack values.',
+          description: 'From draft (or to move a scheduled one). At the time it starts, the audience is frozen and each recipient becomes one paced message on the campaign’s number, re-checked for consent when released. Each message counts against the monthly allowance; when it is used up the campaign pauses (nobody is skipped). 422 when numbered placeholders lack values, or (allowance_exhausted) when starting now with the allowance used up.',
           tag: 'Campaigns',
           scope: 'campaigns:send',
           params: ['id'],

@@ -157,6 +157,7 @@ export class CampaignService {
     if (missing.length) throw validationFailed({ variables: [`Values are needed for the numbered placeholders ${missing.map((m) => `{{${m}}}`).join(', ')}.`] })
     const now = this.deps.clock.now()
     const when = at ? Date.parse(at) : (row.scheduled_at ?? now)
+    if (when <= now) this.messages.checkAllowance(workspaceId, now)
     this.deps.writer.now(() => this.repo.update(id, { status: 'scheduled', scheduled_at: Math.max(when, now), updated_at: now }))
     if (when <= now) return this.start(id)
     const next = this.repo.getAny(id)!
@@ -190,6 +191,7 @@ export class CampaignService {
   }
 
   resume(workspaceId: string, id: string) {
+    if (this.get(workspaceId, id).status === 'paused') this.messages.checkAllowance(workspaceId, this.deps.clock.now())
     const row = this.transition(workspaceId, id, ['paused'], 'running', 'resumed')
     this.onRunnable(row.connection_id)
     this.checkComplete(id)
@@ -243,6 +245,12 @@ export class CampaignService {
             return null
           }
           continue
+        }
+        if (this.messages.allowanceExhausted(c.workspace_id, now)) {
+          // campaign messages count against the allowance like any other: wait for room, lose no one
+          this.repo.update(c.id, { status: 'paused', updated_at: now })
+          this.log.warn('campaign paused: the workspace has used its message allowance for this month', { campaign_id: c.id })
+          break
         }
         const text = render(c.body ?? '', {
           name: contact.name,

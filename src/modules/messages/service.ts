@@ -133,10 +133,18 @@ export class MessageService {
   /** Refusals shared by one-to-one and group sends: a number that is not online, the allowance. */
   checkSendable(live: LiveConnection, workspaceId: string, now: number) {
     if (live.row.status !== 'online') throw refused('connection_offline', 'The connection is offline.')
-    const allowance = this.workspaces.settings(this.workspaces.cached(workspaceId)!).message_allowance
-    if (allowance !== null && this.repo.usage(workspaceId, monthOf(now)) >= allowance) {
-      throw refused('allowance_exhausted', 'The workspace has used its message allowance for this month.')
-    }
+    this.checkAllowance(workspaceId, now)
+  }
+
+  /** Whether the workspace has used its message allowance for the month of `now`. */
+  allowanceExhausted(workspaceId: string, now: number): boolean {
+    const ws = this.workspaces.cached(workspaceId)
+    const allowance = ws ? this.workspaces.settings(ws).message_allowance : null
+    return allowance !== null && this.repo.usage(workspaceId, monthOf(now)) >= allowance
+  }
+
+  checkAllowance(workspaceId: string, now: number) {
+    if (this.allowanceExhausted(workspaceId, now)) throw refused('allowance_exhausted', 'The workspace has used its message allowance for this month.')
   }
 
   /** Insert a queued outbound message and count it against the allowance (inside a write). */
