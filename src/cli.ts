@@ -7,13 +7,10 @@ import { parseArgs } from 'node:util'
 
 /**
  * One subcommand: its admin API call and the options it reads (any other option is refused, so a
- * misspelt `--scope` cannot quietly issue a key with every scope). `body` may read the current
- * state first through `api` (see `workspaces policy`).
+ * misspelt `--scope` cannot quietly issue a key with every scope).
  */
-type Route = { method: string; path: (a: Args) => string; body?: (a: Args, api: Reader) => unknown; options?: string[] }
+type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; options?: string[] }
 type Args = { positionals: string[]; values: Record<string, string | boolean | undefined> }
-/** A GET against the admin API: the answer's `data`, or an ApiFailure for an error answer. */
-type Reader = (path: string) => Promise<any>
 
 const csv = (v: unknown) => (typeof v === 'string' && v.length ? v.split(',').map((x) => x.trim()).filter(Boolean) : undefined)
 const pos = (a: Args, i: number, name: string) => {
@@ -39,21 +36,12 @@ export function localBase(env: Record<string, string | undefined>): string {
   else if (host === '::') host = '::1'
   return `http://${host.includes(':') ? `[${host}]` : host}:${(env.CAPSTAN_PORT || '').trim() || 8080}`
 }
-/** The admin API refused a request the command made along the way; `out` is its error, printed. */
-class ApiFailure extends Error {
-  constructor(readonly out: string) {
-    super(out)
-  }
-}
 
 /** `workspaces policy` flags → the sending_policy fields they set. */
 const POLICY_FLAGS: Record<string, string> = { 'hourly-cap': 'hourly_cap', 'daily-cap': 'daily_cap', 'min-gap': 'min_gap_seconds', 'max-gap': 'max_gap_seconds' }
 
-/**
- * The admin API takes a whole sending_policy, so the flags given are laid over the workspace's
- * current policy: `--hourly-cap 120` alone changes only the hourly cap.
- */
-async function policyBody(a: Args, api: Reader) {
+/** The flags given; the admin API keeps the others (`--hourly-cap 120` alone changes only the hourly cap). */
+function policyBody(a: Args) {
   const given = Object.keys(POLICY_FLAGS).filter((flag) => a.values[flag] !== undefined)
   if (!given.length) throw new UsageError('give at least one of --hourly-cap, --daily-cap, --min-gap, --max-gap')
   const numbers = given.map((flag) => {
@@ -62,8 +50,7 @@ async function policyBody(a: Args, api: Reader) {
     if (!Number.isFinite(n)) throw new UsageError(`--${flag} must be a number`)
     return [POLICY_FLAGS[flag]!, n] as const
   })
-  const current = await api(`/workspaces/${pos(a, 0, 'workspace id')}`)
-  return { settings: { sending_policy: { ...current.settings.sending_policy, ...Object.fromEntries(numbers) } } }
+  return { settings: { sending_policy: Object.fromEntries(numbers) } }
 }
 
 const COMMANDS: Record<string, Route> = {
@@ -191,44 +178,29 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
       return text // not JSON: print as it came
     }
   }
-  const call = async (method: string, path: string, body?: unknown) => {
-    let res: Response
-    try {
-      res = await fetch(`${base}/admin/api${path}`, {
-        method,
-        headers: { authorization: `Bearer ${token}`, accept: 'application/json', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-        body: body !== undefined ? JSON.stringify(body) : undefined,
-      })
-    } catch (e) {
-      throw new ApiFailure(`capstan: cannot reach ${base} (${(e as Error).message})`)
-    }
-    return { ok: res.ok, text: await res.text() }
-  }
-  const reader: Reader = async (path) => {
-    const r = await call('GET', path)
-    if (!r.ok) throw new ApiFailure(render(r.text, false))
-    return JSON.parse(r.text).data
-  }
+  let path: string
+  let body: unknown
   try {
-    let path: string
-    let body: unknown
-    try {
-      path = route.path(args)
-      body = await route.body?.(args, reader)
-    } catch (e) {
-      if (e instanceof ApiFailure) throw e
-      console.error(`capstan: ${(e as Error).message}\n\n${CLI_HELP}`)
-      return 2
-    }
-    const r = await call(route.method, path, body)
-    const out = render(r.text, r.ok)
-    if (out) (r.ok ? console.log : console.error)(out)
-    return r.ok ? 0 : 1
+    path = route.path(args)
+    body = route.body?.(args)
   } catch (e) {
-    if (!(e instanceof ApiFailure)) throw e
-    if (e.out) console.error(e.out)
+    console.error(`capstan: ${(e as Error).message}\n\n${CLI_HELP}`)
+    return 2
+  }
+  let res: Response
+  try {
+    res = await fetch(`${base}/admin/api${path}`, {
+      method: route.method,
+      headers: { authorization: `Bearer ${token}`, accept: 'application/json', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+      body: body !== undefined ? JSON.stringify(body) : undefined,
+    })
+  } catch (e) {
+    console.error(`capstan: cannot reach ${base} (${(e as Error).message})`)
     return 1
   }
+  const out = render(await res.text(), res.ok)
+  if (out) (res.ok ? console.log : console.error)(out)
+  return res.ok ? 0 : 1
 }
 
 const COLUMNS = ['id', 'name', 'phone', 'slug', 'prefix', 'status', 'driver', 'scopes', 'url', 'events', 'type', 'action', 'key_id', 'attempts', 'reason', 'created_at', 'at']

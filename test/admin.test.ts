@@ -70,13 +70,25 @@ describe('workspaces', () => {
     expect(r2.json.data.settings.sending_policy.hourly_cap).toBe(10)
     const r3 = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: null } })
     expect(r3.json.data.settings.message_allowance).toBeNull()
+    // sending_policy and media merge: the fields left out keep their value
+    const r4 = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 25 }, media: { retention_days: 7 } } })
+    expect(r4.status).toBe(200)
+    expect(r4.json.data.settings.sending_policy).toEqual({ hourly_cap: 25, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 1.5 })
+    expect(r4.json.data.settings.media).toEqual({ retention_days: 7, max_bytes: 16777216 })
+    // a gap checked against the stored one: min 5 over the stored max 1.5 is refused, naming the field given
+    const gap = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 5 } } })
+    expect([gap.status, Object.keys(gap.json.errors)]).toEqual([422, ['settings.sending_policy.min_gap_seconds']])
+    const gap2 = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { max_gap_seconds: 0 } } })
+    expect(gap2.status).toBe(200)
     const bad = [
       { status: 'paused' },
       { name: '' },
       { name: ' \t\n ' },
       { settings: { sending_policy: { hourly_cap: 0, daily_cap: 1, min_gap_seconds: 0, max_gap_seconds: 0 } } },
       { settings: { sending_policy: { hourly_cap: 1, daily_cap: 1, min_gap_seconds: 5, max_gap_seconds: 1 } } },
-      { settings: { sending_policy: { hourly_cap: 1 } } },
+      { settings: { sending_policy: { hourly_cap: 1.5 } } },
+      { settings: { sending_policy: { min_gap_seconds: 1 } } },
+      { settings: { media: { max_bytes: 10 } } },
       { settings: { message_allowance: -1 } },
       { settings: { media: { retention_days: 0, max_bytes: 10 } } },
     ]

@@ -15,13 +15,15 @@ export const createWorkspaceBody = s.object({
   slug: s.string().length(1, 64).pattern(SLUG, 'must be lower-case letters, digits and single hyphens').optional().describe('URL-safe name; derived from the name when omitted.'),
 })
 
+/** The sending policy's fields; a PATCH may give any of them (the rest keep their value). */
 export const sendingPolicy = s.object({
-  hourly_cap: s.integer().range(1, 1_000_000).describe('Messages one number may release in any trailing hour.'),
-  daily_cap: s.integer().range(1, 10_000_000).describe('Messages one number may release in any trailing 24 hours.'),
-  min_gap_seconds: s.number().range(0, 86_400).describe('Smallest random gap between two releases of one number.'),
-  max_gap_seconds: s.number().range(0, 86_400).describe('Largest random gap between two releases of one number.'),
+  hourly_cap: s.integer().range(1, 1_000_000).optional().describe('Messages one number may release in any trailing hour.'),
+  daily_cap: s.integer().range(1, 10_000_000).optional().describe('Messages one number may release in any trailing 24 hours.'),
+  min_gap_seconds: s.number().range(0, 86_400).optional().describe('Smallest random gap between two releases of one number.'),
+  max_gap_seconds: s.number().range(0, 86_400).optional().describe('Largest random gap between two releases of one number.'),
 })
 
+/** PATCH merges: any field left out of sending_policy or media keeps its current value. */
 export const patchWorkspaceBody = s.object({
   name: s.string().length(1, 120).optional(),
   status: s.string().oneOf(['active', 'inactive']).optional(),
@@ -31,8 +33,8 @@ export const patchWorkspaceBody = s.object({
       message_allowance: s.integer().range(0, 1_000_000_000).nullable().optional().describe('Messages per calendar month (UTC); null = unlimited.'),
       media: s
         .object({
-          retention_days: s.integer().range(1, 3650),
-          max_bytes: s.integer().range(1024, 1024 * 1024 * 1024),
+          retention_days: s.integer().range(1, 3650).optional(),
+          max_bytes: s.integer().range(1024, 1024 * 1024 * 1024).optional(),
         })
         .optional(),
     })

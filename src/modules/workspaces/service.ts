@@ -9,9 +9,9 @@ export interface PatchInput {
   name?: string
   status?: string
   settings?: {
-    sending_policy?: WorkspaceSettings['sending_policy']
+    sending_policy?: Partial<WorkspaceSettings['sending_policy']>
     message_allowance?: number | null
-    media?: WorkspaceSettings['media']
+    media?: Partial<WorkspaceSettings['media']>
   }
 }
 
@@ -26,6 +26,9 @@ export function slugify(name: string): string {
     .replace(/-+$/g, '')
   return base || 'workspace'
 }
+
+/** The fields of `o` that were given (a validated partial leaves the others undefined). */
+const defined = <T extends object>(o: T) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<{ [K in keyof T]: Exclude<T[K], undefined> }>
 
 export class WorkspaceService {
   readonly repo: WorkspaceRepo
@@ -113,18 +116,20 @@ export class WorkspaceService {
   }
 
   private patchRow(id: string, input: PatchInput): WorkspaceRow {
-    const policy = input.settings?.sending_policy
-    if (policy && policy.min_gap_seconds > policy.max_gap_seconds) {
-      throw validationFailed({ 'settings.sending_policy.min_gap_seconds': ['The min_gap_seconds must not be greater than max_gap_seconds.'] })
-    }
     return this.deps.writer.now(() => {
       const row = this.get(id)
       const settings = structuredClone(this.settings(row))
-      if (input.settings?.sending_policy) settings.sending_policy = input.settings.sending_policy
+      // sending_policy and media merge: fields left out keep their value
+      if (input.settings?.sending_policy) settings.sending_policy = { ...settings.sending_policy, ...defined(input.settings.sending_policy) }
+      const policy = settings.sending_policy
+      if (policy.min_gap_seconds > policy.max_gap_seconds) {
+        const field = input.settings?.sending_policy?.min_gap_seconds !== undefined ? 'min_gap_seconds' : 'max_gap_seconds'
+        throw validationFailed({ [`settings.sending_policy.${field}`]: ['The min_gap_seconds must not be greater than max_gap_seconds.'] })
+      }
       if (input.settings && 'message_allowance' in input.settings && input.settings.message_allowance !== undefined) {
         settings.message_allowance = input.settings.message_allowance
       }
-      if (input.settings?.media) settings.media = input.settings.media
+      if (input.settings?.media) settings.media = { ...settings.media, ...defined(input.settings.media) }
       const next: WorkspaceRow = {
         ...row,
         name: input.name ?? row.name,
