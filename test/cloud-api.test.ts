@@ -328,6 +328,27 @@ describe('webhooks from Meta', () => {
     expect(logged.map((m: any) => m.body)).toEqual(['Is my parcel on its way?', 'Is my parcel on its way?'])
   })
 
+  test('an inbound message that cannot be stored is answered 500 so Meta delivers it again; nothing is lost', async () => {
+    const { key, conn } = await setup()
+    const from = newPhone()
+    // fault injection on the real database: inserts of this sender's messages fail until dropped
+    const db = new Database(join(srv.dataDir, 'capstan.db'))
+    db.run(`CREATE TRIGGER fail_inbound BEFORE INSERT ON messages WHEN NEW.sender = '${from}' BEGIN SELECT RAISE(ABORT, 'injected write failure'); END`)
+    const event = inboundEvent(from.slice(1), 'Where is my order?')
+    try {
+      const refused = await deliver(srv.base, conn.id, event)
+      expect(refused.status).toBe(500)
+      expect(await refused.text()).not.toContain('injected')
+    } finally {
+      db.run('DROP TRIGGER fail_inbound')
+      db.close()
+    }
+    // Meta's retry of the same payload is stored once
+    expect((await deliver(srv.base, conn.id, event)).status).toBe(200)
+    const logged = (await srv.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.sender === from)
+    expect(logged.map((m: any) => m.body)).toEqual(['Where is my order?'])
+  })
+
   test('a body over the JSON limit is 413 before its signature is checked, also when sent chunked', async () => {
     const { conn } = await setup()
     const big = new Uint8Array(2 * 1024 * 1024).fill(32)

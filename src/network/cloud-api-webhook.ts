@@ -4,7 +4,8 @@
  * accepted only with a valid X-Hub-Signature-256 over the raw body; statuses update messages
  * (forward only — duplicates and out-of-order events change nothing, and a status that arrives
  * before the send was recorded is tried again shortly), inbound messages are logged once per Meta
- * message id (opt-out keywords apply). Payloads it does not know are acknowledged and logged, never an error.
+ * message id (opt-out keywords apply). Payloads it does not know are acknowledged and logged, never an error;
+ * an event that could not be stored is answered 500, so Meta delivers it again.
  */
 import { timingSafeEqual } from 'node:crypto'
 import { readBody, TOO_LARGE } from '../http/body'
@@ -48,11 +49,21 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
     svc.log.warn('cloud api webhook refused: bad signature', { connection_id: connectionId })
     return json(401, { message: 'The X-Hub-Signature-256 signature is not valid.', code: 'invalid_signature' })
   }
+  let body: unknown
   try {
-    const body = JSON.parse(Buffer.from(raw).toString('utf8'))
+    body = JSON.parse(Buffer.from(raw).toString('utf8'))
+  } catch {
+    // signed but not JSON: delivering it again would not help
+    svc.log.warn('cloud api webhook payload not understood; acknowledged', { connection_id: connectionId })
+    return json(200, { received: true })
+  }
+  try {
     await apply(body, connectionId, svc)
   } catch (e) {
-    svc.log.warn('cloud api webhook payload not understood; acknowledged', { connection_id: connectionId, error: String((e as Error)?.message ?? e).slice(0, 200) })
+    // not stored (e.g. the disk is full): a 5xx makes Meta deliver it again; what was stored
+    // before the failure is recognised by its message id then and not logged twice
+    svc.log.error('cloud api webhook could not be stored; Meta will deliver it again', { connection_id: connectionId, error: String((e as Error)?.message ?? e).slice(0, 200) })
+    return json(500, { message: 'The event could not be stored; deliver it again.', code: 'internal_error' })
   }
   return json(200, { received: true })
 }
@@ -65,7 +76,7 @@ async function apply(body: any, connectionId: string, svc: Services) {
       for (const st of Array.isArray(value.statuses) ? value.statuses : []) {
         if (typeof st?.id !== 'string' || typeof st?.status !== 'string') continue
         known++
-        applyStatus(connectionId, st.id, st.status, st.errors?.[0], svc, 0)
+        await applyStatus(connectionId, st.id, st.status, st.errors?.[0], svc, 0)
       }
       for (const m of Array.isArray(value.messages) ? value.messages : []) {
         if (typeof m?.from !== 'string') continue
@@ -82,16 +93,20 @@ async function apply(body: any, connectionId: string, svc: Services) {
   if (known === 0) svc.log.info('cloud api webhook without statuses or messages; acknowledged', { connection_id: connectionId, field: String(body?.entry?.[0]?.changes?.[0]?.field ?? '').slice(0, 50) })
 }
 
-/** Apply one status; a message not yet known (its send result not recorded) is retried shortly. */
-function applyStatus(connectionId: string, externalId: string, status: string, error: any, svc: Services, attempt: number) {
+/**
+ * Apply one status (its write awaited, so a failure reaches Meta as a 5xx); a message not yet
+ * known (its send result not recorded) is retried shortly.
+ */
+async function applyStatus(connectionId: string, externalId: string, status: string, error: any, svc: Services, attempt: number): Promise<void> {
   const row = svc.messages.repo.byExternal(connectionId, externalId)
   if (row?.direction === 'inbound') return // statuses describe our sends, never a customer's message
   if (!row) {
     const wait = RETRY_UNKNOWN_MS[attempt]
-    if (wait !== undefined) setTimeout(() => applyStatus(connectionId, externalId, status, error, svc, attempt + 1), wait)
+    const again = () => applyStatus(connectionId, externalId, status, error, svc, attempt + 1).catch((e) => svc.log.error('cloud api status could not be stored', { connection_id: connectionId, error: String((e as Error)?.message ?? e).slice(0, 200) }))
+    if (wait !== undefined) setTimeout(again, wait)
     return
   }
-  if (status === 'delivered' || status === 'read') void svc.messages.receipt(row.id, status)
-  else if (status === 'failed') void svc.messages.receipt(row.id, 'failed', { code: `cloud_api_${error?.code ?? 'failed'}`, message: String(error?.message ?? error?.title ?? 'The Cloud API reported the message as failed.').slice(0, 300) })
+  if (status === 'delivered' || status === 'read') await svc.messages.receipt(row.id, status)
+  else if (status === 'failed') await svc.messages.receipt(row.id, 'failed', { code: `cloud_api_${error?.code ?? 'failed'}`, message: String(error?.message ?? error?.title ?? 'The Cloud API reported the message as failed.').slice(0, 300) })
   // "sent" is recorded when the send call returns; other statuses (e.g. deleted) are ignored
 }
