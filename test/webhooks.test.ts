@@ -231,4 +231,36 @@ describe('durability and administration', () => {
       await env.close()
     }
   })
+
+  test('finished deliveries are deleted after 30 days, in batches; pending and newer ones stay', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, clock } = env
+      svc.webhooks.stop() // rows are written directly below; nothing is to be sent
+      const ws = svc.workspaces.create({ name: 'Prune' })
+      const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/', undefined)
+      const repo = svc.webhooks.repo
+      const t0 = clock.t
+      const add = (id: string, end: 'delivered' | 'failed' | null, at: number) => {
+        env.db.transaction(() => {
+          repo.enqueue(id, hook.id, ws.id, 'message.sent', '{}', at)
+          if (end === 'delivered') repo.delivered(id, 200, at)
+          if (end === 'failed') repo.fail(id, 500, 'HTTP 500', at)
+        })()
+      }
+      for (let i = 0; i < 2500; i++) add(`msg_old${i}`, 'delivered', t0)
+      add('msg_oldfailed', 'failed', t0)
+      add('msg_oldpending', null, t0)
+      add('msg_recent', 'delivered', t0 + 20 * 86_400_000)
+      clock.t = t0 + 31 * 86_400_000
+      expect(svc.webhooks.pruneFinished()).toBe(2501)
+      expect(repo.deliveries(hook.id, 10, 0).rows.map((d) => d.id).sort()).toEqual(['msg_oldpending', 'msg_recent'])
+      expect(svc.webhooks.pruneFinished()).toBe(0)
+      clock.t = t0 + 51 * 86_400_000
+      expect(svc.webhooks.pruneFinished()).toBe(1)
+      expect(repo.deliveries(hook.id, 10, 0).rows.map((d) => d.id)).toEqual(['msg_oldpending'])
+    } finally {
+      await env.close()
+    }
+  })
 })

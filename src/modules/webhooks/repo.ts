@@ -46,6 +46,8 @@ export class WebhookRepo {
   private retryStmt
   private failStmt
   private claimStmt
+  private firstNewer
+  private pruneStmt
   private failAllForEndpoint
   private listDeliveries
   private countDeliveries
@@ -72,6 +74,8 @@ export class WebhookRepo {
     this.failAllForEndpoint = db.query("UPDATE webhook_deliveries SET status = 'failed', last_error = ?, next_attempt_at = NULL, updated_at = ? WHERE endpoint_id = ? AND status = 'pending'")
     this.listDeliveries = db.query<DeliveryRow, [string, number, number]>('SELECT * FROM webhook_deliveries WHERE endpoint_id = ? ORDER BY seq DESC LIMIT ? OFFSET ?')
     this.countDeliveries = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE endpoint_id = ?')
+    this.firstNewer = db.query<{ seq: number }, [number]>('SELECT seq FROM webhook_deliveries WHERE created_at > ? ORDER BY seq LIMIT 1')
+    this.pruneStmt = db.query("DELETE FROM webhook_deliveries WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE seq < ? AND status != 'pending' ORDER BY seq LIMIT ?)")
   }
 
   createEndpoint(row: EndpointRow) {
@@ -119,6 +123,15 @@ export class WebhookRepo {
   }
   fail(id: string, code: number | null, error: string, at: number) {
     this.failStmt.run(code, error, at, id)
+  }
+  /**
+   * Delete up to `limit` finished (delivered or failed) deliveries created before `cutoff`, oldest
+   * first. Rows go in `seq` order, which follows creation, so the scan walks the primary key from
+   * the start and stops at the first newer row: it never reads the whole table.
+   */
+  prune(cutoff: number, limit: number): number {
+    const bound = this.firstNewer.get(cutoff)?.seq ?? Number.MAX_SAFE_INTEGER
+    return this.pruneStmt.run(bound, limit).changes
   }
   deliveries(endpointId: string, limit: number, offset: number) {
     return { rows: this.listDeliveries.all(endpointId, limit, offset), total: this.countDeliveries.get(endpointId)!.n }

@@ -19,6 +19,8 @@ export type EventType = (typeof EVENT_TYPES)[number]
 export const RETRY_SCHEDULE_S = [5, 300, 1800, 7200, 18000, 36000, 36000]
 export const DELIVERY_TIMEOUT_MS = 15_000
 export const DISABLE_AFTER_MS = 3 * 86_400_000
+/** Finished deliveries (delivered or failed) are kept this long for the history, then deleted. */
+export const DELIVERY_RETENTION_MS = 30 * 86_400_000
 
 /** The Standard Webhooks signature header value for one delivery attempt. */
 export function signature(secret: string, id: string, timestamp: number, body: string): string {
@@ -116,6 +118,20 @@ export class WebhookService {
       any = true
     }
     if (any) queueMicrotask(() => this.kick())
+  }
+
+  /**
+   * Delete finished deliveries older than DELIVERY_RETENTION_MS, in batches (one short write
+   * each), so the outbox does not grow with every event ever sent. Pending ones are never touched.
+   */
+  pruneFinished(): number {
+    const cutoff = this.deps.clock.now() - DELIVERY_RETENTION_MS
+    let total = 0
+    for (;;) {
+      const n = this.deps.writer.now(() => this.repo.prune(cutoff, 1000))
+      total += n
+      if (n < 1000) return total
+    }
   }
 
   /** Start delivering (and pick up whatever was pending before a restart). */
