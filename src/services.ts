@@ -51,6 +51,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   messages.onQueued = (id) => pacer.wake(id)
   messages.onThrottled = (id) => pacer.slowDown(id)
   pacer.groupExternalId = (row) => groups.externalIdOf(row)
+  messages.groupRefusal = (row) => groups.refusalAtRelease(row)
   pacer.campaignLane = (connectionId, now) => campaigns.releaseNextInTx(connectionId, now)
   campaigns.onRunnable = (id) => pacer.wake(id)
   messages.onSettled = (row) => {

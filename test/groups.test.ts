@@ -170,6 +170,51 @@ describe('posting into a group', () => {
     expect((await srv.api(key, 'POST', `/groups/not-an-id/messages`, { json: { body: 'x' } })).status).toBe(404)
   })
 
+  test('a queued post fails at release when a sync since shows the group admins-only; the number stays free for the rest', async () => {
+    const { ws, key, conn, setGroups } = await setup()
+    const events: any[] = []
+    const rx = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: async (req) => (events.push(await req.json()), new Response('ok')) })
+    await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: `http://127.0.0.1:${rx.port}/`, events: ['message.failed'] })
+    const team = group('Team', 3)
+    const other = group('Other', 2)
+    await setGroups([team, other])
+    await srv.api(key, 'POST', '/groups/sync')
+    const byName = async () => Object.fromEntries((await srv.api(key, 'GET', '/groups')).json.data.map((g: any) => [g.name, g]))
+    const g = await byName()
+    const post = async (id: string, body: string) => (await srv.api(key, 'POST', `/groups/${id}/messages`, { json: { body } })).json.data.id as string
+    const status = async (id: string) => (await srv.api(key, 'GET', `/messages/${id}`)).json.data
+    // one release an hour: the first post leaves, the next two wait in the queue
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 1 } } })
+    const first = await post(g.Team.id, 'first')
+    await waitFor(async () => (await status(first)).status === 'sent')
+    const held = await post(g.Team.id, 'held')
+    const control = await post(g.Other.id, 'control')
+    expect((await status(held)).status).toBe('queued')
+    // meanwhile the group turns announcement-only and the number is no longer an admin
+    await setGroups([{ ...team, announce: true, admin: false }, other])
+    await srv.api(key, 'POST', '/groups/sync')
+    expect((await byName()).Team.can_send).toBe(false)
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 100 } } })
+    await waitFor(async () => (await status(control)).status === 'sent')
+    const m = await status(held)
+    expect([m.status, m.error?.code, m.timeline.map((e: any) => e.status)]).toEqual(['failed', 'group_admin_only', ['queued', 'failed']])
+    // the simulated network never got it
+    const ledger = readFileSync(join(srv.dataDir, 'sandbox', `${conn.id}.jsonl`), 'utf8')
+    expect([ledger.includes(first), ledger.includes(control), ledger.includes(held)]).toEqual([true, true, false])
+    // a network that turned a group admins-only before any sync noticed refuses the post itself
+    await setGroups([{ ...team, announce: true, admin: false }, { ...other, announce: true, admin: false }])
+    const stale = await post(g.Other.id, 'stale mirror')
+    await waitFor(async () => (await status(stale)).status === 'failed')
+    const s = await status(stale)
+    expect([s.error?.code, s.timeline.map((e: any) => e.status)]).toEqual(['group_admin_only', ['queued', 'sending', 'failed']])
+    await waitFor(() => events.length >= 2)
+    expect(events.map((e) => [e.type, e.data.id])).toEqual([
+      ['message.failed', held],
+      ['message.failed', stale],
+    ])
+    rx.stop(true)
+  })
+
   test('scopes: groups:send posts (messages:write does not); groups:read syncs and lists', async () => {
     const { ws, key, setGroups } = await setup()
     await setGroups([group('G', 2)])

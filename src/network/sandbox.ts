@@ -1,8 +1,9 @@
 /**
  * The sandbox network: behaves like a real one without a phone. It accepts sends while the
  * number is online, reports delivered/read after the configured delays (null = never on its
- * own), fails the configured recipients, answers group lists with what the operator gave it, and
- * refuses when offline. Its groups live in memory only, so participant numbers never reach disk.
+ * own), fails the configured recipients, answers group lists with what the operator gave it,
+ * refuses posts into a group it reports as admins-only (the number not an admin), and refuses when
+ * offline. Its groups live in memory only, so participant numbers never reach disk.
  */
 import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -92,6 +93,8 @@ export class SandboxConnection implements ConnectionDriver {
     // the caller gave up waiting: like a network that dropped the request, keep no record of it
     if (signal?.aborted) throw new DriverError('aborted', 'The send was abandoned.')
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
+    const group = message.groupExternalId === null ? undefined : this.groups.find((g) => g.externalId === message.groupExternalId)
+    if (group?.announce && !group.isAdmin) throw new DriverError('group_admin_only', 'Only admins can post in this group.')
     if (message.recipient && this.config.fail_recipients.includes(message.recipient)) {
       throw new DriverError('recipient_unreachable', 'The network could not deliver to this recipient.')
     }

@@ -10,7 +10,7 @@ import type { Logger } from '../../http/log'
 import { DriverError, type GroupInfo } from '../../network/driver'
 import type { ConnectionService } from '../connections/service'
 import type { MessageRow } from '../messages/repo'
-import type { MessageService } from '../messages/service'
+import type { MessageService, Refusal } from '../messages/service'
 import { GroupRepo, type GroupRow } from './repo'
 
 export interface SyncEntry {
@@ -19,6 +19,9 @@ export interface SyncEntry {
   groups: number | null
   error: string | null
 }
+
+/** Announcement group where the number is not an admin: it may not post there. */
+const adminOnly = (g: GroupRow) => g.announce === 1 && g.is_admin === 0
 
 /** Case folding shared by stored names and search terms. */
 export const fold = (s: string) => s.normalize('NFKC').toLowerCase()
@@ -41,7 +44,7 @@ export class GroupService {
       id: row.id,
       name: row.name,
       participant_count: row.participant_count,
-      can_send: !(row.announce === 1 && row.is_admin === 0),
+      can_send: !adminOnly(row),
       announce: row.announce === 1,
       number,
       synced_at: iso(row.synced_at),
@@ -104,7 +107,7 @@ export class GroupService {
   async send(workspaceId: string, groupId: string, body: string, alsoInTx?: (row: MessageRow) => void): Promise<MessageRow> {
     const row = await this.deps.writer.write(() => {
       const group = this.get(workspaceId, groupId)
-      if (group.announce === 1 && group.is_admin === 0) throw refused('group_admin_only', 'Only admins can post in this group, and the number is not an admin.')
+      if (adminOnly(group)) throw refused('group_admin_only', 'Only admins can post in this group, and the number is not an admin.')
       const live = this.connections.find(group.connection_id)
       if (!live || live.row.status !== 'online') throw refused('group_number_disconnected', 'The number that belongs to this group is not connected.')
       const now = this.deps.clock.now()
@@ -115,6 +118,17 @@ export class GroupService {
     })
     this.messages.onQueued(row.connection_id)
     return row
+  }
+
+  /**
+   * At release (the pacer's lane, inside its write): a queued group message may wait hours behind
+   * the caps, and a sync since may show the group turned admins-only with the number not an admin.
+   * Such a message fails instead of being handed to a network that would refuse it.
+   */
+  refusalAtRelease(message: MessageRow): Refusal | null {
+    const group = message.group_id ? this.repo.getAny(message.group_id) : null
+    if (group && adminOnly(group)) return { code: 'group_admin_only', message: 'The group became admins-only and the number is not an admin; the message was not sent.' }
+    return null
   }
 
   /** The network's id of a group message's group (for the driver). */

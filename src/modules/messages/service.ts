@@ -34,6 +34,12 @@ const TIMED_OUT = Symbol('timed out')
 /** Queued messages the direct lane fails for a refusal in one release before yielding. */
 const MAX_REFUSED_PER_RELEASE = 200
 
+/** Why a queued message may not leave any more: its failure code and message. */
+export interface Refusal {
+  code: string
+  message: string
+}
+
 /** Race a driver call against `ms`; the controller is aborted when time runs out. */
 function withTimeout<T>(run: (signal: AbortSignal) => Promise<T>, ms: number): Promise<T> {
   const ctl = new AbortController()
@@ -231,11 +237,12 @@ export class MessageService {
 
   /**
    * Why a one-to-one message may no longer leave, as the refusal a send would get now: its
-   * recipient opted out or was suppressed after the message was accepted. null when it may.
-   * Group messages have no recipient to ask.
+   * recipient opted out or was suppressed after the message was accepted; for a group message,
+   * what the groups module says (`groupRefusal`). null when it may.
    */
-  refusalFor(row: MessageRow): { code: string; message: string } | null {
-    if (row.group_id !== null || row.direction !== 'outbound') return null
+  refusalFor(row: MessageRow): Refusal | null {
+    if (row.direction !== 'outbound') return null
+    if (row.group_id !== null) return this.groupRefusal(row)
     const contact = row.contact_id ? this.contacts.repo.get(row.workspace_id, row.contact_id) : null
     if (contact?.consent_status === 'opted_out') return { code: 'recipient_opted_out', message: 'The recipient opted out before the message was sent.' }
     if (row.recipient !== null && this.suppressions.isSuppressed(row.workspace_id, row.recipient)) return { code: 'recipient_suppressed', message: 'The recipient was suppressed before the message was sent.' }
@@ -246,8 +253,9 @@ export class MessageService {
    * The pacer's direct lane (inside its write): the oldest queued one-to-one or group message of
    * a number that may still leave. Consent and suppression are checked again at release, since a
    * message can wait hours behind the caps: one whose recipient opted out or was suppressed in the
-   * meantime fails with the refusal code and the next one is looked at. After MAX_REFUSED_PER_RELEASE
-   * refusals in one go it returns null and asks to be woken again (the rest is looked at next tick).
+   * meantime (or whose group turned admins-only) fails with the refusal code and the next one is
+   * looked at. After MAX_REFUSED_PER_RELEASE refusals in one go it returns null and asks to be
+   * woken again (the rest is looked at next tick).
    */
   releasableHeadInTx(connectionId: string, now: number): MessageRow | null {
     for (let refused = 0; refused < MAX_REFUSED_PER_RELEASE; refused++) {
@@ -361,6 +369,8 @@ export class MessageService {
   }
 
   onDispatchError: (e: unknown) => void = () => {}
+  /** Why a queued group message may no longer leave (set by the groups module). */
+  groupRefusal: (row: MessageRow) => Refusal | null = () => null
   /** Called after a released message reached sent or failed (campaign completion watches it). */
   onSettled: (row: MessageRow) => void = () => {}
   /** The network asked a number to slow down (the pacer backs off). */
