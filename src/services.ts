@@ -59,7 +59,11 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   }
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   connections.onChange = (id) => pacer.wake(id)
-  workspaces.onChange = (id) => pacer.wakeWorkspace(id)
+  workspaces.onChange = (id) => {
+    pacer.wakeWorkspace(id)
+    // a higher allowance lets campaigns paused for it go on
+    campaigns.resumeWhereRoom(id)
+  }
   return {
     deps,
     log,
@@ -94,6 +98,7 @@ export async function startServices(svc: Services) {
   await svc.media.purgeExpired()
   svc.pacer.start(svc.campaigns.repo.connectionsWithRunning())
   svc.campaigns.armAll()
+  svc.campaigns.resumeWhereRoom()
   svc.webhooks.start()
 }
 

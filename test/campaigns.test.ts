@@ -84,7 +84,7 @@ describe('lifecycle', () => {
   })
 
   test('an opt-out during the campaign is skipped when its turn comes; pause, resume and cancel', async () => {
-    const { key, conn, contact, campaign } = await setup(1)
+    const { ws, key, conn, contact, campaign } = await setup(1)
     const people = []
     for (let i = 0; i < 6; i++) people.push(await contact({ name: `P${i}`, consent_status: 'opted_in' }))
     const c = await campaign()
@@ -94,13 +94,17 @@ describe('lifecycle', () => {
     await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: people[5].phone, body: 'STOP' })
     await waitFor(async () => (await get(key, c.id)).counts.sent >= 2)
     const paused = await srv.api(key, 'POST', `/campaigns/${c.id}/pause`)
-    expect(paused.json.data.status).toBe('paused')
+    expect([paused.json.data.status, paused.json.data.paused_reason]).toEqual(['paused', 'requested'])
+    // a settings change of the workspace (which resumes campaigns paused for the allowance) leaves it
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: null } })
+    expect((await get(key, c.id)).status).toBe('paused')
     const sentAtPause = (await get(key, c.id)).counts.sent
     await Bun.sleep(2500)
     expect((await get(key, c.id)).counts.sent).toBeLessThanOrEqual(sentAtPause + 1)
     const pauseAgain = await srv.api(key, 'POST', `/campaigns/${c.id}/pause`)
     expect([pauseAgain.status, pauseAgain.json.code, pauseAgain.json.message]).toEqual([409, 'invalid_campaign_state', 'The campaign is paused; it cannot be paused.'])
-    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/resume`)).json.data.status).toBe('running')
+    const resumed = (await srv.api(key, 'POST', `/campaigns/${c.id}/resume`)).json.data
+    expect([resumed.status, resumed.paused_reason]).toEqual(['running', null])
     const done = await waitFor(async () => ((await get(key, c.id)).status === 'completed' ? get(key, c.id) : null), 20_000)
     expect(done.counts).toMatchObject({ total: 6, sent: 5, skipped: 1 })
     const skipped = (await srv.api(key, 'GET', `/campaigns/${c.id}/recipients?per_page=100`)).json.data.find((r: any) => r.status === 'skipped')
@@ -109,7 +113,7 @@ describe('lifecycle', () => {
     expect([cancelDone.status, cancelDone.json.message]).toEqual([409, 'The campaign is completed; it cannot be cancelled.'])
   }, 40_000)
 
-  test('campaign messages count against the monthly allowance: the campaign pauses when it is used up, nobody is skipped', async () => {
+  test('campaign messages count against the monthly allowance: the campaign pauses when it is used up, nobody is skipped, and goes on when there is room', async () => {
     const { ws, key, conn, contact, campaign } = await setup()
     await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: 3 } })
     for (let i = 0; i < 5; i++) await contact({ consent_status: 'opted_in' })
@@ -118,6 +122,7 @@ describe('lifecycle', () => {
     expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).status).toBe(200)
     const paused = await waitFor(async () => ((await get(key, c.id)).status === 'paused' ? get(key, c.id) : null))
     expect(paused.counts).toMatchObject({ total: 5, sent: 2, failed: 0, skipped: 0 })
+    expect(paused.paused_reason).toBe('allowance_exhausted')
     expect((await srv.api(key, 'GET', '/messages')).json.meta.total).toBe(3)
     const again = await srv.api(key, 'POST', `/campaigns/${c.id}/resume`)
     expect([again.status, again.json.code]).toEqual([422, 'allowance_exhausted'])
@@ -125,11 +130,10 @@ describe('lifecycle', () => {
     const now = await srv.api(key, 'POST', `/campaigns/${other.id}/schedule`, { json: {} })
     expect([now.status, now.json.code]).toEqual([422, 'allowance_exhausted'])
     expect((await get(key, other.id)).status).toBe('draft')
-    // more room: resumed, the rest go out
+    // more room: it goes on by itself, the rest go out
     await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: 10 } })
-    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/resume`)).status).toBe(200)
     const done = await waitFor(async () => ((await get(key, c.id)).status === 'completed' ? get(key, c.id) : null))
-    expect(done.counts).toMatchObject({ total: 5, sent: 5, skipped: 0 })
+    expect([done.counts.total, done.counts.sent, done.counts.skipped, done.paused_reason]).toEqual([5, 5, 0, null])
   })
 
   test('cancel releases nothing more and leaves what was sent', async () => {
@@ -245,7 +249,7 @@ describe('scheduling and restarts', () => {
   }, 60_000)
 })
 
-describe('fair sharing (controlled clock)', () => {
+describe('the campaign lane (controlled clock)', () => {
   test('the campaign lane finds a number’s running campaigns through the index, not by scanning every campaign', async () => {
     const env = await inProcess()
     try {
@@ -281,6 +285,46 @@ describe('fair sharing (controlled clock)', () => {
       }
       const after = svc.campaigns.toPublic(svc.campaigns.repo.getAny(c.id)!)
       expect([after.status, after.counts]).toEqual(['completed', { total: 250, queued: 0, sent: 1, delivered: 0, read: 0, failed: 0, skipped: 249 }])
+    } finally {
+      await env.close()
+    }
+  })
+
+  test('a campaign paused for the allowance goes on when a new month gives it room', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, timers, clock } = env
+      timers.advanceTo(Date.UTC(2026, 10, 30, 23, 0, 0))
+      const ws = svc.workspaces.create({ name: 'Month' })
+      svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10), message_allowance: 2 } })
+      const conn = svc.connections.create(ws.id, { phone: '+15550003000', driver: 'sandbox', config: NO_RECEIPTS })
+      for (let i = 0; i < 4; i++) await svc.contacts.upsert(ws.id, { phone: `+1555600${String(i).padStart(4, '0')}`, consent_status: 'opted_in' }, 'test')
+      const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
+      const c = svc.campaigns.create(ws.id, { name: 'Rollover', template_id: tpl.id, connection_id: conn.id })
+      svc.campaigns.schedule(ws.id, c.id, null)
+      const state = () => {
+        const p = svc.campaigns.toPublic(svc.campaigns.repo.getAny(c.id)!)
+        return [p.status, p.paused_reason, p.counts.sent, p.counts.skipped]
+      }
+      for (let i = 0; i < 4; i++) {
+        timers.advance(10_000)
+        await settle()
+      }
+      expect(state()).toEqual(['paused', 'allowance_exhausted', 2, 0])
+      // the hourly check within the same month: still no room
+      timers.advance(30 * 60_000)
+      svc.campaigns.resumeWhereRoom()
+      expect(state()).toEqual(['paused', 'allowance_exhausted', 2, 0])
+      // the first check of December
+      timers.advanceTo(Date.UTC(2026, 11, 1, 0, 0, 5))
+      expect(clock.now()).toBe(Date.UTC(2026, 11, 1, 0, 0, 5))
+      svc.campaigns.resumeWhereRoom()
+      expect(state().slice(0, 2)).toEqual(['running', null])
+      for (let i = 0; i < 4; i++) {
+        timers.advance(10_000)
+        await settle()
+      }
+      expect(state()).toEqual(['completed', null, 4, 0])
     } finally {
       await env.close()
     }

@@ -277,7 +277,8 @@ const pages = {
       ${data.map((c) => {
         const done = c.counts.sent + c.counts.delivered + c.counts.read + c.counts.failed + c.counts.skipped
         const pct = c.counts.total ? Math.round((done / c.counts.total) * 100) : 0
-        return `<div class="card"><strong>${esc(c.name)}</strong> ${badge(c.status)}
+        const why = c.paused_reason === 'allowance_exhausted' ? '<p class="muted">Paused: the workspace has used its message allowance for this month. It goes on by itself when there is room (next month, or a higher allowance).</p>' : ''
+        return `<div class="card"><strong>${esc(c.name)}</strong> ${badge(c.status)}${why}
           <div class="bar" title="${pct}%"><span style="width:${pct}%"></span></div>
           <p class="muted">${pct}% · total ${esc(c.counts.total)} · queued ${esc(c.counts.queued)} · sent ${esc(c.counts.sent)} · delivered ${esc(c.counts.delivered)} · read ${esc(c.counts.read)} · failed ${esc(c.counts.failed)} · skipped ${esc(c.counts.skipped)}</p>
           <p class="muted">Scheduled ${when(c.scheduled_at)} · started ${when(c.started_at)} · finished ${when(c.finished_at)}</p></div>`

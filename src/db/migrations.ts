@@ -9,6 +9,7 @@ import m0007 from '../../migrations/0007_connection_status_reason.sql' with { ty
 import m0008 from '../../migrations/0008_fewer_message_indexes.sql' with { type: 'text' }
 import m0009 from '../../migrations/0009_running_campaigns_index.sql' with { type: 'text' }
 import m0010 from '../../migrations/0010_dashboard_sessions.sql' with { type: 'text' }
+import m0011 from '../../migrations/0011_campaign_paused_reason.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -21,4 +22,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 8, name: '0008_fewer_message_indexes', sql: m0008 },
   { version: 9, name: '0009_running_campaigns_index', sql: m0009 },
   { version: 10, name: '0010_dashboard_sessions', sql: m0010 },
+  { version: 11, name: '0011_campaign_paused_reason', sql: m0011 },
 ]

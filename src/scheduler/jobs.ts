@@ -1,6 +1,7 @@
 /**
  * Housekeeping with croner: expire 24 h-old queued messages, forget 24 h-old idempotency records,
- * delete expired media and webhook deliveries finished more than 30 days ago.
+ * delete expired media and webhook deliveries finished more than 30 days ago, and let campaigns
+ * paused for the monthly allowance go on when a new month gives them room.
  */
 import { Cron } from 'croner'
 import type { Services } from '../services'
@@ -17,6 +18,7 @@ export function startJobs(svc: Services): Cron[] {
     new Cron('30 * * * * *', { protect: true }, guard('expire-queued', () => svc.messages.expireQueued())),
     new Cron('0 */10 * * * *', { protect: true }, guard('purge-idempotency', () => void svc.idempotency.purge())),
     new Cron('0 35 * * * *', { protect: true }, guard('webhook-delivery-retention', () => void svc.webhooks.pruneFinished())),
+    new Cron('5 0 * * * *', { protect: true }, guard('campaigns-allowance', () => svc.campaigns.resumeWhereRoom())),
     new Cron('0 5 * * * *', { protect: true }, guard('media-retention', () => void svc.media.purgeExpired().catch((e) => svc.log.error('media retention failed', { error: String(e) })))),
   ]
 }

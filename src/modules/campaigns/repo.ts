@@ -2,6 +2,8 @@
 import type { Database } from 'bun:sqlite'
 
 export type CampaignStatus = 'draft' | 'scheduled' | 'running' | 'paused' | 'completed' | 'cancelled'
+/** Why a campaign is paused: on request, or by the pacer when the monthly allowance ran out. */
+export type PausedReason = 'requested' | 'allowance_exhausted'
 
 export interface CampaignRow {
   id: string
@@ -13,6 +15,7 @@ export interface CampaignRow {
   variables: string
   body: string | null
   status: CampaignStatus
+  paused_reason: PausedReason | null
   scheduled_at: number | null
   started_at: number | null
   finished_at: number | null
@@ -95,6 +98,7 @@ export class CampaignRepo {
   private recipientCountStmt
   private activeConnsStmt
   private scheduledStmt
+  private waitingStmt
 
   constructor(private readonly db: Database) {
     this.insertStmt = db.query(
@@ -127,10 +131,11 @@ export class CampaignRepo {
     this.recipientCountStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM campaign_recipients WHERE campaign_id = ?')
     this.activeConnsStmt = db.query<{ connection_id: string }, []>("SELECT DISTINCT connection_id FROM campaigns WHERE status = 'running' AND deleted_at IS NULL")
     this.scheduledStmt = db.query<CampaignRow, []>("SELECT * FROM campaigns WHERE status = 'scheduled' AND deleted_at IS NULL")
+    this.waitingStmt = db.query<CampaignRow, []>("SELECT * FROM campaigns WHERE status = 'paused' AND paused_reason = 'allowance_exhausted' AND deleted_at IS NULL")
   }
 
   insert(row: CampaignRow) {
-    const { deleted_at: _, ...rest } = row
+    const { deleted_at: _, paused_reason: __, ...rest } = row
     this.insertStmt.run(rest as any)
   }
   update(id: string, fields: Partial<CampaignRow>) {
@@ -178,6 +183,10 @@ export class CampaignRepo {
   }
   scheduled() {
     return this.scheduledStmt.all()
+  }
+  /** Campaigns the pacer paused for the allowance (all workspaces; a handful at most). */
+  waitingForAllowance() {
+    return this.waitingStmt.all()
   }
   /** Unfinished campaigns that send through a number. */
   unfinishedFor(connectionId: string) {

@@ -43,6 +43,7 @@ const campaignDoc = {
     audience: { type: 'object' },
     variables: { type: 'object' },
     status: { type: 'string', enum: ['draft', 'scheduled', 'running', 'paused', 'completed', 'cancelled'] },
+    paused_reason: { type: ['string', 'null'], enum: ['requested', 'allowance_exhausted', null], description: 'Why it is paused: on request (only a resume moves it), or because the monthly allowance ran out (it goes on by itself when there is room). null unless paused.' },
     scheduled_at: { type: ['string', 'null'], format: 'date-time' },
     started_at: { type: ['string', 'null'], format: 'date-time' },
     finished_at: { type: ['string', 'null'], format: 'date-time' },

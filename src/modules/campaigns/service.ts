@@ -18,7 +18,7 @@ import type { SuppressionService } from '../suppressions/service'
 import { render } from '../templates/render'
 import type { TemplateService } from '../templates/service'
 import type { WebhookService } from '../webhooks/service'
-import { type Audience, CampaignRepo, type CampaignRow, type CampaignStatus } from './repo'
+import { type Audience, CampaignRepo, type CampaignRow, type CampaignStatus, type PausedReason } from './repo'
 
 export interface CampaignInput {
   name?: string
@@ -59,6 +59,7 @@ export class CampaignService {
       audience: JSON.parse(row.audience) as Audience,
       variables: JSON.parse(row.variables) as Record<string, string>,
       status: row.status,
+      paused_reason: row.paused_reason,
       scheduled_at: iso(row.scheduled_at),
       started_at: iso(row.started_at),
       finished_at: iso(row.finished_at),
@@ -103,6 +104,7 @@ export class CampaignService {
       variables: JSON.stringify(input.variables ?? {}),
       body: null,
       status: 'draft',
+      paused_reason: null,
       scheduled_at: this.scheduledTime(input.scheduled_at),
       started_at: null,
       finished_at: null,
@@ -142,7 +144,7 @@ export class CampaignService {
     const now = this.deps.clock.now()
     this.deps.writer.now(() => {
       this.repo.skipAllPending(id, 'cancelled', now)
-      this.repo.update(id, { deleted_at: now, updated_at: now, ...(row.status === 'completed' || row.status === 'cancelled' ? {} : { status: 'cancelled' as CampaignStatus, finished_at: now }) })
+      this.repo.update(id, { deleted_at: now, updated_at: now, ...(row.status === 'completed' || row.status === 'cancelled' ? {} : { status: 'cancelled' as CampaignStatus, paused_reason: null, finished_at: now }) })
     })
   }
 
@@ -187,12 +189,12 @@ export class CampaignService {
   }
 
   pause(workspaceId: string, id: string) {
-    return this.transition(workspaceId, id, ['running'], 'paused', 'paused')
+    return this.transition(workspaceId, id, ['running'], 'paused', 'paused', 'requested')
   }
 
   resume(workspaceId: string, id: string) {
     if (this.get(workspaceId, id).status === 'paused') this.messages.checkAllowance(workspaceId, this.deps.clock.now())
-    const row = this.transition(workspaceId, id, ['paused'], 'running', 'resumed')
+    const row = this.transition(workspaceId, id, ['paused'], 'running', 'resumed', null)
     this.onRunnable(row.connection_id)
     this.checkComplete(id)
     return this.repo.getAny(id)!
@@ -206,16 +208,34 @@ export class CampaignService {
     const now = this.deps.clock.now()
     this.deps.writer.now(() => {
       this.repo.skipAllPending(id, 'cancelled', now)
-      this.repo.update(id, { status: 'cancelled', finished_at: now, updated_at: now })
+      this.repo.update(id, { status: 'cancelled', paused_reason: null, finished_at: now, updated_at: now })
     })
     return this.repo.getAny(id)!
   }
 
-  private transition(workspaceId: string, id: string, from: CampaignStatus[], to: CampaignStatus, verb: string) {
+  private transition(workspaceId: string, id: string, from: CampaignStatus[], to: CampaignStatus, verb: string, pausedReason: PausedReason | null) {
     const row = this.get(workspaceId, id)
     if (!from.includes(row.status)) throw this.illegal(row, verb)
-    this.deps.writer.now(() => this.repo.update(id, { status: to, updated_at: this.deps.clock.now() }))
+    this.deps.writer.now(() => this.repo.update(id, { status: to, paused_reason: pausedReason, updated_at: this.deps.clock.now() }))
     return this.repo.getAny(id)!
+  }
+
+  /**
+   * Campaigns the pacer paused because the monthly allowance ran out go on by themselves once
+   * there is room: after a settings change of their workspace (a higher or no allowance), from the
+   * hourly job (a new month) and at start. A campaign paused on request is left alone.
+   */
+  resumeWhereRoom(workspaceId?: string) {
+    const now = this.deps.clock.now()
+    const resumed = this.deps.writer.now(() => {
+      const due = this.repo.waitingForAllowance().filter((c) => (!workspaceId || c.workspace_id === workspaceId) && !this.messages.allowanceExhausted(c.workspace_id, now))
+      for (const c of due) this.repo.update(c.id, { status: 'running', paused_reason: null, updated_at: now })
+      return due
+    })
+    for (const c of resumed) {
+      this.log.info('campaign resumed: the workspace has message allowance again', { campaign_id: c.id })
+      this.onRunnable(c.connection_id)
+    }
   }
 
   /**
@@ -248,8 +268,8 @@ export class CampaignService {
         }
         if (this.messages.allowanceExhausted(c.workspace_id, now)) {
           // campaign messages count against the allowance like any other: wait for room, lose no one
-          this.repo.update(c.id, { status: 'paused', updated_at: now })
-          this.log.warn('campaign paused: the workspace has used its message allowance for this month', { campaign_id: c.id })
+          this.repo.update(c.id, { status: 'paused', paused_reason: 'allowance_exhausted', updated_at: now })
+          this.log.warn('campaign paused until there is allowance again: the workspace has used its message allowance for this month', { campaign_id: c.id })
           break
         }
         const text = render(c.body ?? '', {
