@@ -91,6 +91,8 @@ const COMMANDS: Record<string, Route> = {
   'webhooks create': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/webhooks`, body: (a) => ({ url: a.values.url, events: csv(a.values.events) }), options: ['workspace', 'url', 'events'] },
   'webhooks list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/webhooks`, options: ['workspace'] },
   'webhooks remove': { method: 'DELETE', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}` },
+  'webhooks enable': { method: 'PATCH', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}`, body: () => ({ status: 'active' }) },
+  'webhooks disable': { method: 'PATCH', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}`, body: () => ({ status: 'disabled' }) },
   'webhooks deliveries': { method: 'GET', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/deliveries?per_page=100` },
   'suppressions add': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/suppressions`, body: (a) => ({ phone: a.values.phone, reason: a.values.reason }), options: ['workspace', 'phone', 'reason'] },
   'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100`, options: ['workspace'] },
@@ -107,7 +109,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan connections create --workspace ID --phone +E164 [--name N] [--driver sandbox] [--config JSON]
   capstan connections list --workspace ID | update ID [--status online|offline] [--config JSON] | remove ID
   capstan webhooks create --workspace ID --url URL [--events message.sent,message.failed]
-  capstan webhooks list --workspace ID | remove ID | deliveries ID
+  capstan webhooks list --workspace ID | remove ID | deliveries ID | enable ID | disable ID
   capstan suppressions add --workspace ID --phone +E164 [--reason TEXT]
   capstan suppressions list --workspace ID | remove --workspace ID +E164
   capstan admin METHOD PATH [JSON]      any admin API call, e.g. capstan admin GET /workspaces

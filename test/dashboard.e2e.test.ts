@@ -141,6 +141,26 @@ describe('dashboard', () => {
     await page.close()
   })
 
+  test('webhooks: add an endpoint, disable it and enable it again', async () => {
+    const t = await srv.tenant()
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    page.on('dialog', (d) => void d.accept())
+    await signIn(page)
+    await page.goto(`${srv.base}/admin#/w/${t.ws.id}/webhooks`)
+    await page.fill('#new-hook input[name=url]', 'http://127.0.0.1:9/capstan')
+    await page.click('#new-hook button[type=submit]')
+    await page.waitForSelector('text=Signing secret')
+    const hook = (await srv.admin('GET', `/workspaces/${t.ws.id}/webhooks`)).json.data[0]
+    await page.click(`button[data-disable="${hook.id}"]`)
+    await page.waitForSelector('text=Endpoint disabled')
+    expect((await srv.admin('GET', `/webhooks/${hook.id}`)).json.data.status).toBe('disabled')
+    await page.click(`button[data-enable="${hook.id}"]`)
+    await page.waitForSelector('text=Endpoint enabled')
+    expect((await srv.admin('GET', `/webhooks/${hook.id}`)).json.data.status).toBe('active')
+    await page.waitForSelector(`button[data-disable="${hook.id}"]`)
+    await page.close()
+  })
+
   test('the session cookie is HttpOnly and SameSite=Strict; cookie writes need the CSRF header', async () => {
     const login = await fetch(`${srv.base}/admin/session`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-capstan-csrf': '1' }, body: JSON.stringify({ token: ADMIN_TOKEN }) })
     expect(login.status).toBe(204)

@@ -334,6 +334,9 @@ describe('configuration and start-up', () => {
     expect(JSON.parse(off.out).data.status).toBe('offline')
     const hook = await runCapstan(['webhooks', 'create', '--workspace', wsId, '--url', 'http://127.0.0.1:9/h', '--events', 'message.sent,message.failed', '--json'], env)
     expect(JSON.parse(hook.out).data.events).toEqual(['message.sent', 'message.failed'])
+    const hookId = JSON.parse(hook.out).data.id
+    expect(JSON.parse((await runCapstan(['webhooks', 'disable', hookId, '--json'], env)).out).data.status).toBe('disabled')
+    expect(JSON.parse((await runCapstan(['webhooks', 'enable', hookId, '--json'], env)).out).data.status).toBe('active')
     const bad = await runCapstan(['workspaces', 'list'], { ...env, CAPSTAN_ADMIN_TOKEN: 'wrong-token-wrong-token' })
     expect(bad.code).toBe(1)
     expect(bad.err).toContain('A valid admin token is required.')

@@ -194,12 +194,40 @@ describe('durability and administration', () => {
       expect((await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, body)).status).toBe(422)
     }
     expect((await srv.admin('GET', `/workspaces/${ws.id}/webhooks`)).json.data.map((h: any) => [h.id, h.secret])).toEqual([[created.id, undefined]])
+    for (const body of [{}, { status: 'paused' }, { status: true }]) {
+      const r = await srv.admin('PATCH', `/webhooks/${created.id}`, body)
+      expect([r.status, Object.keys(r.json.errors ?? {})]).toEqual([422, ['status']])
+    }
+    expect((await srv.admin('PATCH', `/webhooks/${crypto.randomUUID()}`, { status: 'active' })).status).toBe(404)
     expect((await srv.admin('DELETE', `/webhooks/${created.id}`)).status).toBe(204)
     expect((await srv.admin('DELETE', `/webhooks/${created.id}`)).status).toBe(404)
     expect((await srv.admin('GET', `/workspaces/${ws.id}/webhooks`)).json.data).toEqual([])
   })
 
-  test('an endpoint failing for 3 days is disabled (controlled clock, real receiver)', async () => {
+  test('the operator disables an endpoint (its pending deliveries are held) and enables it again (they go out)', async () => {
+    const { key, conn, rx, hook } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])
+    rx.plan.push(503)
+    const sent = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'held' } })).json.data
+    await waitFor(() => rx.got.length === 1)
+    // the first attempt failed; its retry waits 5 s: disable now
+    const off = await srv.admin('PATCH', `/webhooks/${hook.id}`, { status: 'disabled' })
+    expect([off.status, off.json.data.status]).toEqual([200, 'disabled'])
+    const history = async () => (await srv.admin('GET', `/webhooks/${hook.id}/deliveries`)).json.data
+    expect((await history()).map((d: any) => [d.status, d.last_error])).toEqual([['failed', 'endpoint disabled by the operator']])
+    // while disabled, new events are not written for it
+    await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'not for it' } })
+    await Bun.sleep(300)
+    expect((await history()).length).toBe(1)
+    expect((await srv.admin('PATCH', `/webhooks/${hook.id}`, { status: 'disabled' })).json.data.status).toBe('disabled')
+    const on = await srv.admin('PATCH', `/webhooks/${hook.id}`, { status: 'active' })
+    expect([on.status, on.json.data.status]).toEqual([200, 'active'])
+    await waitFor(() => rx.got.length === 2)
+    expect([rx.got[1]!.headers['webhook-id'], rx.got[1]!.json.data.id]).toEqual([rx.got[0]!.headers['webhook-id'], sent.id])
+    await waitFor(async () => (await history())[0].status === 'delivered')
+    rx.stop()
+  })
+
+  test('an endpoint failing for 3 days is disabled (controlled clock, real receiver); enabled again, it gets what was held', async () => {
     const env = await inProcess()
     const rx = receiver()
     try {
@@ -226,6 +254,17 @@ describe('durability and administration', () => {
       await Bun.sleep(200)
       expect(attempts()).toBe(before)
       expect(svc.webhooks.repo.deliveries(hook.id, 10, 0).total).toBe(2)
+      // the receiver is fixed and the operator enables the endpoint again: the two held deliveries
+      // go out with their own webhook-ids; nothing from while it was disabled
+      rx.plan.length = 0
+      const held = rows.map((d) => d.id).reverse()
+      expect(svc.webhooks.toAdmin(svc.webhooks.setStatus(hook.id, 'active'))).toMatchObject({ status: 'active', failing_since: null })
+      await waitFor(() => svc.webhooks.repo.deliveries(hook.id, 10, 0).rows.every((d) => d.status === 'delivered'))
+      const after = rx.got.slice(before).map((r) => [r.headers['webhook-id'], r.json.data.body])
+      expect(after.sort()).toEqual([
+        [held[0], 'one'],
+        [held[1], 'two'],
+      ].sort())
     } finally {
       rx.stop()
       await env.close()

@@ -294,7 +294,8 @@ const pages = {
       <p class="muted">None ticked = every event.</p><button type="submit">Add endpoint</button></form><div id="new-hook-secret"></div></div>
       ${data.map((h, i) => `<div class="card"><span class="mono">${esc(h.url)}</span> ${badge(h.status)}
         <p class="muted">${esc(h.events.join(', '))}</p>
-        <p><button class="secondary" data-secret="${esc(h.id)}">Show signing secret</button> <button class="secondary" data-test="${esc(h.id)}">Send test event</button> <button class="danger" data-del="${esc(h.id)}">Remove</button></p>
+        <p><button class="secondary" data-secret="${esc(h.id)}">Show signing secret</button> <button class="secondary" data-test="${esc(h.id)}">Send test event</button> ${h.status === 'disabled' ? `<button data-enable="${esc(h.id)}">Enable again</button>` : `<button class="secondary" data-disable="${esc(h.id)}">Disable</button>`} <button class="danger" data-del="${esc(h.id)}">Remove</button></p>
+        ${h.status === 'disabled' ? '<p class="muted">Disabled: no events are written for it. Enabling it again sends the deliveries that were pending when it was disabled.</p>' : ''}
         <div id="secret-${esc(h.id)}"></div>
         <table class="stack"><thead><tr><th>Event</th><th>Status</th><th>Attempts</th><th>Last answer</th><th>Next attempt</th></tr></thead><tbody>
         ${histories[i].data.map((d) => `<tr>${cell('Event', esc(d.type))}${cell('Status', badge(d.status))}${cell('Attempts', esc(d.attempts))}${cell('Last answer', esc(d.last_status_code ?? d.last_error ?? '—'))}${cell('Next attempt', when(d.next_attempt_at))}</tr>`).join('')}
@@ -317,6 +318,8 @@ const pages = {
     }))
     main.querySelectorAll('[data-test]').forEach((b) => (b.onclick = () => act(() => api('POST', `/webhooks/${b.dataset.test}/test`), 'Test event queued')))
     main.querySelectorAll('[data-del]').forEach((b) => (b.onclick = () => confirm('Remove this endpoint?') && act(() => api('DELETE', `/webhooks/${b.dataset.del}`), 'Endpoint removed')))
+    main.querySelectorAll('[data-enable]').forEach((b) => (b.onclick = () => act(() => api('PATCH', `/webhooks/${b.dataset.enable}`, { status: 'active' }), 'Endpoint enabled')))
+    main.querySelectorAll('[data-disable]').forEach((b) => (b.onclick = () => confirm('Disable this endpoint? Its pending deliveries are held until it is enabled again.') && act(() => api('PATCH', `/webhooks/${b.dataset.disable}`, { status: 'disabled' }), 'Endpoint disabled')))
   },
 
   async suppressions(ws) {

@@ -39,6 +39,8 @@ export class WebhookRepo {
   private deleteEndpoint
   private setFailing
   private disableStmt
+  private enableStmt
+  private requeueHeld
   private insertDelivery
   private dueStmt
   private nextDueStmt
@@ -62,15 +64,21 @@ export class WebhookRepo {
     this.deleteEndpoint = db.query('UPDATE webhook_endpoints SET deleted_at = ?, updated_at = ? WHERE id = ?')
     this.setFailing = db.query('UPDATE webhook_endpoints SET failing_since = ?, updated_at = ? WHERE id = ?')
     this.disableStmt = db.query("UPDATE webhook_endpoints SET status = 'disabled', updated_at = ? WHERE id = ?")
+    this.enableStmt = db.query("UPDATE webhook_endpoints SET status = 'active', failing_since = NULL, updated_at = ? WHERE id = ?")
+    this.requeueHeld = db.query(
+      "UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ? WHERE endpoint_id = ? AND status = 'failed' AND last_error LIKE 'endpoint disabled%'",
+    )
     this.insertDelivery = db.query(
       "INSERT INTO webhook_deliveries (id, endpoint_id, workspace_id, type, payload, status, attempts, next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)",
     )
     this.dueStmt = db.query<DeliveryRow, [number, number]>("SELECT * FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at, seq LIMIT ?")
     this.nextDueStmt = db.query<{ t: number | null }, []>("SELECT MIN(next_attempt_at) AS t FROM webhook_deliveries WHERE status = 'pending'")
     this.deliveredStmt = db.query("UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1, last_status_code = ?, last_error = NULL, delivered_at = ?, updated_at = ?, next_attempt_at = NULL WHERE id = ?")
-    this.retryStmt = db.query('UPDATE webhook_deliveries SET attempts = attempts + 1, last_status_code = ?, last_error = ?, next_attempt_at = ?, updated_at = ? WHERE id = ?')
+    // an attempt's failure is recorded only on a delivery still pending: one held meanwhile (its
+    // endpoint disabled or removed while the attempt ran) keeps the reason it was held for
+    this.retryStmt = db.query("UPDATE webhook_deliveries SET attempts = attempts + 1, last_status_code = ?, last_error = ?, next_attempt_at = ?, updated_at = ? WHERE id = ? AND status = 'pending'")
     this.claimStmt = db.query('UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ?')
-    this.failStmt = db.query("UPDATE webhook_deliveries SET status = 'failed', attempts = attempts + 1, last_status_code = ?, last_error = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ?")
+    this.failStmt = db.query("UPDATE webhook_deliveries SET status = 'failed', attempts = attempts + 1, last_status_code = ?, last_error = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ? AND status = 'pending'")
     this.failAllForEndpoint = db.query("UPDATE webhook_deliveries SET status = 'failed', last_error = ?, next_attempt_at = NULL, updated_at = ? WHERE endpoint_id = ? AND status = 'pending'")
     this.listDeliveries = db.query<DeliveryRow, [string, number, number]>('SELECT * FROM webhook_deliveries WHERE endpoint_id = ? ORDER BY seq DESC LIMIT ? OFFSET ?')
     this.countDeliveries = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE endpoint_id = ?')
@@ -98,9 +106,15 @@ export class WebhookRepo {
   markFailing(id: string, since: number | null, at: number) {
     this.setFailing.run(since, at, id)
   }
-  disable(id: string, at: number) {
+  /** Disable an endpoint; its pending deliveries fail with `reason`, which starts "endpoint disabled". */
+  disable(id: string, at: number, reason: string) {
     this.disableStmt.run(at, id)
-    this.failAllForEndpoint.run('endpoint disabled after failing for 3 days', at, id)
+    this.failAllForEndpoint.run(reason, at, id)
+  }
+  /** Enable it again: the deliveries its disabling failed are pending again, due now. */
+  enable(id: string, at: number): number {
+    this.enableStmt.run(at, id)
+    return this.requeueHeld.run(at, at, id).changes
   }
   enqueue(id: string, endpointId: string, workspaceId: string, type: string, payload: string, at: number) {
     this.insertDelivery.run(id, endpointId, workspaceId, type, payload, at, at, at)

@@ -12,6 +12,8 @@ const createBody = s.object({
   events: s.array(s.string().oneOf(EVENT_TYPES)).max(EVENT_TYPES.length).optional(),
 })
 
+const patchBody = s.object({ status: s.string().oneOf(['active', 'disabled'] as const) })
+
 export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const hooks = svc.webhooks
   return new Elysia()
@@ -35,6 +37,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
       { admin: true, detail: hidden },
     )
     .get('/webhooks/:id', ({ params }) => ({ data: hooks.toAdmin(hooks.get(params.id), true) }), { admin: true, detail: hidden })
+    .patch('/webhooks/:id', ({ params, body }) => ({ data: hooks.toAdmin(hooks.setStatus(params.id, validate(patchBody, body).status)) }), { admin: true, detail: hidden })
     .delete(
       '/webhooks/:id',
       ({ params, set }) => {

@@ -19,6 +19,14 @@ export type EventType = (typeof EVENT_TYPES)[number]
 export const RETRY_SCHEDULE_S = [5, 300, 1800, 7200, 18000, 36000, 36000]
 export const DELIVERY_TIMEOUT_MS = 15_000
 export const DISABLE_AFTER_MS = 3 * 86_400_000
+/**
+ * Why deliveries failed when their endpoint was disabled. Each starts "endpoint disabled": enabling
+ * the endpoint again makes exactly those deliveries pending again (WebhookRepo.enable).
+ */
+const DISABLED_FAILING = 'endpoint disabled after failing for 3 days'
+const DISABLED_BY_OPERATOR = 'endpoint disabled by the operator'
+const DISABLED = 'endpoint disabled'
+
 /** Finished deliveries (delivered or failed) are kept this long for the history, then deleted. */
 export const DELIVERY_RETENTION_MS = 30 * 86_400_000
 
@@ -103,6 +111,27 @@ export class WebhookService {
   }
 
   /**
+   * The operator disables an endpoint (its pending deliveries are held as failed) or enables one
+   * again — also one disabled after failing for 3 days: the deliveries its disabling held are
+   * delivered again (same webhook-id, a fresh retry schedule). Events that happened while it was
+   * disabled were not written for it. Setting the status it already has changes nothing.
+   */
+  setStatus(id: string, status: 'active' | 'disabled') {
+    const now = this.deps.clock.now()
+    const requeued = this.deps.writer.now(() => {
+      const row = this.get(id)
+      if (row.status === status) return 0
+      if (status === 'disabled') {
+        this.repo.disable(id, now, DISABLED_BY_OPERATOR)
+        return 0
+      }
+      return this.repo.enable(id, now)
+    })
+    if (requeued > 0) this.kick()
+    return this.get(id)
+  }
+
+  /**
    * Write one event to the outbox of every active endpoint of the workspace that wants it.
    * Must run inside the write that makes the change it reports.
    */
@@ -172,7 +201,7 @@ export class WebhookService {
   private async attempt(d: DeliveryRow) {
     const endpoint = this.repo.endpoint(d.endpoint_id)
     if (!endpoint || endpoint.status !== 'active') {
-      this.deps.writer.now(() => this.repo.fail(d.id, null, 'endpoint removed or disabled', this.deps.clock.now()))
+      this.deps.writer.now(() => this.repo.fail(d.id, null, endpoint ? DISABLED : 'endpoint removed', this.deps.clock.now()))
       return
     }
     const ts = Math.floor(Date.now() / 1000)
@@ -211,8 +240,9 @@ export class WebhookService {
       const since = endpoint.failing_since ?? now
       if (endpoint.failing_since === null) this.repo.markFailing(endpoint.id, now, now)
       if (now - since >= DISABLE_AFTER_MS) {
-        this.repo.fail(d.id, code, error, now)
-        this.repo.disable(endpoint.id, now)
+        // this attempt is recorded, then the delivery is held with the rest (enabling sends it again)
+        this.repo.retry(d.id, code, error, now, now)
+        this.repo.disable(endpoint.id, now, DISABLED_FAILING)
         this.log.warn('webhook endpoint disabled after failing for 3 days', { endpoint_id: endpoint.id })
         return
       }
