@@ -143,7 +143,9 @@ describe('durability and administration', () => {
       const inbound = await inboundDelivered(dataSrv, rx)
       await dataSrv.stop('SIGKILL')
       await dataSrv.boot()
-      await waitFor(() => rx.got.length >= 2, 20_000)
+      // if the kill came before the 503 was recorded, the attempt's claim (timeout + 5 s = 20 s
+      // from the first attempt) still holds the delivery back after the restart
+      await waitFor(() => rx.got.length >= 2, 30_000)
       expect(rx.got[1]!.json.data.id).toBe(inbound.id)
       expect(rx.got[1]!.headers['webhook-id']).toBe(rx.got[0]!.headers['webhook-id'])
       rx.stop()
@@ -199,6 +201,15 @@ describe('durability and administration', () => {
       expect([r.status, Object.keys(r.json.errors ?? {})]).toEqual([422, ['status']])
     }
     expect((await srv.admin('PATCH', `/webhooks/${crypto.randomUUID()}`, { status: 'active' })).status).toBe(404)
+    for (const [body, field] of [[{ url: 'ftp://x' }, 'url'], [{ events: ['message.exploded'] }, 'events.0']] as const) {
+      const r = await srv.admin('PATCH', `/webhooks/${created.id}`, body)
+      expect([r.status, Object.keys(r.json.errors ?? {})]).toEqual([422, [field]])
+    }
+    // the receiver moved: a new URL and fewer events, the same secret
+    const moved = await srv.admin('PATCH', `/webhooks/${created.id}`, { url: 'http://127.0.0.1:9/moved', events: ['message.failed'] })
+    expect(moved.json.data).toMatchObject({ url: 'http://127.0.0.1:9/moved', events: ['message.failed'], status: 'active' })
+    expect((await srv.admin('GET', `/webhooks/${created.id}`)).json.data.secret).toBe(created.secret)
+    expect((await srv.admin('PATCH', `/webhooks/${created.id}`, { events: [] })).json.data.events).toHaveLength(6)
     expect((await srv.admin('DELETE', `/webhooks/${created.id}`)).status).toBe(204)
     expect((await srv.admin('DELETE', `/webhooks/${created.id}`)).status).toBe(404)
     expect((await srv.admin('GET', `/workspaces/${ws.id}/webhooks`)).json.data).toEqual([])
@@ -258,7 +269,7 @@ describe('durability and administration', () => {
       // go out with their own webhook-ids; nothing from while it was disabled
       rx.plan.length = 0
       const held = rows.map((d) => d.id).reverse()
-      expect(svc.webhooks.toAdmin(svc.webhooks.setStatus(hook.id, 'active'))).toMatchObject({ status: 'active', failing_since: null })
+      expect(svc.webhooks.toAdmin(svc.webhooks.patch(hook.id, { status: 'active' }))).toMatchObject({ status: 'active', failing_since: null })
       await waitFor(() => svc.webhooks.repo.deliveries(hook.id, 10, 0).rows.every((d) => d.status === 'delivered'))
       const after = rx.got.slice(before).map((r) => [r.headers['webhook-id'], r.json.data.body])
       expect(after.sort()).toEqual([

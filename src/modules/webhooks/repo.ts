@@ -40,6 +40,7 @@ export class WebhookRepo {
   private setFailing
   private disableStmt
   private enableStmt
+  private targetStmt
   private requeueHeld
   private insertDelivery
   private dueStmt
@@ -64,6 +65,7 @@ export class WebhookRepo {
     this.deleteEndpoint = db.query('UPDATE webhook_endpoints SET deleted_at = ?, updated_at = ? WHERE id = ?')
     this.setFailing = db.query('UPDATE webhook_endpoints SET failing_since = ?, updated_at = ? WHERE id = ?')
     this.disableStmt = db.query("UPDATE webhook_endpoints SET status = 'disabled', updated_at = ? WHERE id = ?")
+    this.targetStmt = db.query('UPDATE webhook_endpoints SET url = ?, events = ?, updated_at = ? WHERE id = ?')
     this.enableStmt = db.query("UPDATE webhook_endpoints SET status = 'active', failing_since = NULL, updated_at = ? WHERE id = ?")
     this.requeueHeld = db.query(
       "UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ? WHERE endpoint_id = ? AND status = 'failed' AND last_error LIKE 'endpoint disabled%'",
@@ -110,6 +112,9 @@ export class WebhookRepo {
   disable(id: string, at: number, reason: string) {
     this.disableStmt.run(at, id)
     this.failAllForEndpoint.run(reason, at, id)
+  }
+  updateTarget(id: string, url: string, events: string | null, at: number) {
+    this.targetStmt.run(url, events, at, id)
   }
   /** Enable it again: the deliveries its disabling failed are pending again, due now. */
   enable(id: string, at: number): number {

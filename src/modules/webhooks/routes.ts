@@ -3,16 +3,14 @@ import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { hidden } from '../../http/docs'
 import { paged } from '../../http/format'
-import { s, validate } from '../../http/schema'
+import { fieldError, s, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { EVENT_TYPES } from './service'
 
-const createBody = s.object({
-  url: s.string().length(1, 2048).pattern(/^https?:\/\/[^\s/?#]+[^\s]*$/i, 'must be an http or https URL'),
-  events: s.array(s.string().oneOf(EVENT_TYPES)).max(EVENT_TYPES.length).optional(),
-})
-
-const patchBody = s.object({ status: s.string().oneOf(['active', 'disabled'] as const) })
+const url = s.string().length(1, 2048).pattern(/^https?:\/\/[^\s/?#]+[^\s]*$/i, 'must be an http or https URL')
+const events = s.array(s.string().oneOf(EVENT_TYPES)).max(EVENT_TYPES.length)
+const createBody = s.object({ url, events: events.optional() })
+const patchBody = s.object({ status: s.string().oneOf(['active', 'disabled'] as const).optional(), url: url.optional(), events: events.optional() })
 
 export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const hooks = svc.webhooks
@@ -37,7 +35,16 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
       { admin: true, detail: hidden },
     )
     .get('/webhooks/:id', ({ params }) => ({ data: hooks.toAdmin(hooks.get(params.id), true) }), { admin: true, detail: hidden })
-    .patch('/webhooks/:id', ({ params, body }) => ({ data: hooks.toAdmin(hooks.setStatus(params.id, validate(patchBody, body).status)) }), { admin: true, detail: hidden })
+    .patch(
+      '/webhooks/:id',
+      ({ params, body }) => {
+        const input = validate(patchBody, body, (v, errors) => {
+          if (v.status === undefined && v.url === undefined && v.events === undefined) fieldError(errors, 'status', 'Give at least one of status, url or events.')
+        })
+        return { data: hooks.toAdmin(hooks.patch(params.id, input)) }
+      },
+      { admin: true, detail: hidden },
+    )
     .delete(
       '/webhooks/:id',
       ({ params, set }) => {

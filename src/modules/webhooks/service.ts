@@ -37,6 +37,9 @@ export function signature(secret: string, id: string, timestamp: number, body: s
   return `v1,${mac}`
 }
 
+/** The events column: the subscribed types, or null for every event (none given). */
+const eventsColumn = (events: string[] | undefined) => (events && events.length ? JSON.stringify([...new Set(events)]) : null)
+
 export class WebhookService {
   readonly repo: WebhookRepo
   private timer: Timer | null = null
@@ -87,7 +90,7 @@ export class WebhookService {
       id: uuid(),
       workspace_id: workspaceId,
       url,
-      events: events && events.length ? JSON.stringify([...new Set(events)]) : null,
+      events: eventsColumn(events),
       secret_enc: this.box.seal(secret),
       status: 'active',
       failing_since: null,
@@ -111,17 +114,21 @@ export class WebhookService {
   }
 
   /**
-   * The operator disables an endpoint (its pending deliveries are held as failed) or enables one
-   * again — also one disabled after failing for 3 days: the deliveries its disabling held are
-   * delivered again (same webhook-id, a fresh retry schedule). Events that happened while it was
-   * disabled were not written for it. Setting the status it already has changes nothing.
+   * The operator changes an endpoint: its URL or events (the secret stays), and its status. Disabling
+   * holds its pending deliveries (failed with an "endpoint disabled" reason); enabling it again —
+   * also one disabled after failing for 3 days — delivers the held ones again (same webhook-id, a
+   * fresh retry schedule, to the URL it has then). Events that happened while it was disabled were
+   * not written for it. Setting the status it already has changes nothing.
    */
-  setStatus(id: string, status: 'active' | 'disabled') {
+  patch(id: string, input: { status?: 'active' | 'disabled'; url?: string; events?: string[] }) {
     const now = this.deps.clock.now()
     const requeued = this.deps.writer.now(() => {
       const row = this.get(id)
-      if (row.status === status) return 0
-      if (status === 'disabled') {
+      if (input.url !== undefined || input.events !== undefined) {
+        this.repo.updateTarget(id, input.url ?? row.url, input.events === undefined ? row.events : eventsColumn(input.events), now)
+      }
+      if (input.status === undefined || input.status === row.status) return 0
+      if (input.status === 'disabled') {
         this.repo.disable(id, now, DISABLED_BY_OPERATOR)
         return 0
       }
