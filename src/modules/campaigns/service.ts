@@ -227,12 +227,13 @@ export class CampaignService {
    */
   resumeWhereRoom(workspaceId?: string) {
     const now = this.deps.clock.now()
-    const resumed = this.deps.writer.now(() => {
-      const due = this.repo.waitingForAllowance().filter((c) => (!workspaceId || c.workspace_id === workspaceId) && !this.messages.allowanceExhausted(c.workspace_id, now))
+    // read and written in one synchronous step (nothing can change in between); a write only when due
+    const due = this.repo.waitingForAllowance().filter((c) => (!workspaceId || c.workspace_id === workspaceId) && !this.messages.allowanceExhausted(c.workspace_id, now))
+    if (due.length === 0) return
+    this.deps.writer.now(() => {
       for (const c of due) this.repo.update(c.id, { status: 'running', paused_reason: null, updated_at: now })
-      return due
     })
-    for (const c of resumed) {
+    for (const c of due) {
       this.log.info('campaign resumed: the workspace has message allowance again', { campaign_id: c.id })
       this.onRunnable(c.connection_id)
     }

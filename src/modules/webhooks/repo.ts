@@ -1,6 +1,12 @@
 /** Webhook endpoint and delivery (outbox) SQL. */
 import type { Database } from 'bun:sqlite'
 
+/**
+ * How the reason starts on a delivery its endpoint's disabling held (failed): enabling the endpoint
+ * again makes exactly those pending again (`enable`).
+ */
+export const HELD_REASON = 'endpoint disabled'
+
 export interface EndpointRow {
   id: string
   workspace_id: string
@@ -68,7 +74,7 @@ export class WebhookRepo {
     this.targetStmt = db.query('UPDATE webhook_endpoints SET url = ?, events = ?, updated_at = ? WHERE id = ?')
     this.enableStmt = db.query("UPDATE webhook_endpoints SET status = 'active', failing_since = NULL, updated_at = ? WHERE id = ?")
     this.requeueHeld = db.query(
-      "UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ? WHERE endpoint_id = ? AND status = 'failed' AND last_error LIKE 'endpoint disabled%'",
+      `UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ? WHERE endpoint_id = ? AND status = 'failed' AND last_error LIKE '${HELD_REASON}%'`,
     )
     this.insertDelivery = db.query(
       "INSERT INTO webhook_deliveries (id, endpoint_id, workspace_id, type, payload, status, attempts, next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)",
@@ -108,7 +114,7 @@ export class WebhookRepo {
   markFailing(id: string, since: number | null, at: number) {
     this.setFailing.run(since, at, id)
   }
-  /** Disable an endpoint; its pending deliveries fail with `reason`, which starts "endpoint disabled". */
+  /** Disable an endpoint; its pending deliveries fail with `reason`, which starts with HELD_REASON. */
   disable(id: string, at: number, reason: string) {
     this.disableStmt.run(at, id)
     this.failAllForEndpoint.run(reason, at, id)

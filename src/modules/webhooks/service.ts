@@ -10,7 +10,7 @@ import { notFound } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
 import type { SecretBox } from '../../secrets'
-import { type DeliveryRow, type EndpointRow, WebhookRepo } from './repo'
+import { type DeliveryRow, type EndpointRow, HELD_REASON, WebhookRepo } from './repo'
 
 export const EVENT_TYPES = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'campaign.completed'] as const
 export type EventType = (typeof EVENT_TYPES)[number]
@@ -19,13 +19,9 @@ export type EventType = (typeof EVENT_TYPES)[number]
 export const RETRY_SCHEDULE_S = [5, 300, 1800, 7200, 18000, 36000, 36000]
 export const DELIVERY_TIMEOUT_MS = 15_000
 export const DISABLE_AFTER_MS = 3 * 86_400_000
-/**
- * Why deliveries failed when their endpoint was disabled. Each starts "endpoint disabled": enabling
- * the endpoint again makes exactly those deliveries pending again (WebhookRepo.enable).
- */
-const DISABLED_FAILING = 'endpoint disabled after failing for 3 days'
-const DISABLED_BY_OPERATOR = 'endpoint disabled by the operator'
-const DISABLED = 'endpoint disabled'
+/** Why deliveries failed when their endpoint was disabled: each starts with HELD_REASON, so enabling it again sends them. */
+const DISABLED_FAILING = `${HELD_REASON} after failing for 3 days`
+const DISABLED_BY_OPERATOR = `${HELD_REASON} by the operator`
 
 /** Finished deliveries (delivered or failed) are kept this long for the history, then deleted. */
 export const DELIVERY_RETENTION_MS = 30 * 86_400_000
@@ -208,7 +204,7 @@ export class WebhookService {
   private async attempt(d: DeliveryRow) {
     const endpoint = this.repo.endpoint(d.endpoint_id)
     if (!endpoint || endpoint.status !== 'active') {
-      this.deps.writer.now(() => this.repo.fail(d.id, null, endpoint ? DISABLED : 'endpoint removed', this.deps.clock.now()))
+      this.deps.writer.now(() => this.repo.fail(d.id, null, endpoint ? HELD_REASON : 'endpoint removed', this.deps.clock.now()))
       return
     }
     const ts = Math.floor(Date.now() / 1000)
