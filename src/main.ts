@@ -6,6 +6,7 @@
  * in the environment); Bun's own compile-time autoload of .env and bunfig.toml is switched off at
  * build time so a stray file in the working directory cannot change the appliance.
  */
+import type { Database } from 'bun:sqlite'
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { resolveAdminToken } from './admin-token'
@@ -79,13 +80,50 @@ function configOrExit() {
   }
 }
 
-/** The data directory's lock, or one line and exit 2 when another Capstan holds it. */
+/** A system or SQLite error as one line: its message without the stack. */
+function reasonOf(e: unknown): string {
+  return String((e as Error)?.message ?? e).split('\n')[0]!
+}
+
+/**
+ * The data directory's lock, or one line and exit 2: when another Capstan holds it, and when the
+ * directory cannot be created or written (a wrong path, a read-only volume, another owner).
+ */
 function lockOrExit(dataDir: string) {
   try {
     return lockDataDir(dataDir)
   } catch (e) {
     if (e instanceof DataDirLocked) fail(e.message)
-    throw e
+    fail(`CAPSTAN_DATA_DIR ${dataDir} cannot be used: ${reasonOf(e)}`)
+  }
+}
+
+/**
+ * The database, opened and migrated, or one line and exit 2: a file that is not a database, one
+ * that cannot be written, or one migrated by a newer Capstan (nothing is changed in any of them).
+ */
+function databaseOrExit(path: string) {
+  let db: Database | null = null
+  try {
+    db = openDatabase(path)
+    return { db, applied: migrate(db) }
+  } catch (e) {
+    db?.close()
+    fail(`cannot open the database ${path}: ${reasonOf(e)}`)
+  }
+}
+
+/** Why Bun.serve could not listen, for the one line the start stops with. */
+function listenFailure(e: unknown): string {
+  switch ((e as { code?: string })?.code) {
+    case 'EADDRINUSE':
+      return 'the address is in use (is another Capstan running?)'
+    case 'EACCES':
+      return 'permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)'
+    case 'EADDRNOTAVAIL':
+      return 'no network interface of this machine has that address (check CAPSTAN_HOST)'
+    default:
+      return `${reasonOf(e)} (check CAPSTAN_HOST and CAPSTAN_PORT)`
   }
 }
 
@@ -93,8 +131,7 @@ async function serve() {
   const config = configOrExit()
   const lock = lockOrExit(config.dataDir)
   const log = new Logger(config.logLevel)
-  const db = openDatabase(config.dbPath)
-  const applied = migrate(db)
+  const { db, applied } = databaseOrExit(config.dbPath)
   const admin = resolveAdminToken(db, config.adminToken)
   if (admin.generated) {
     process.stdout.write(`Capstan admin token (shown once; only its hash is stored): ${admin.generated}\n`)
@@ -104,8 +141,8 @@ async function serve() {
   if (config.port !== 0) {
     try {
       Bun.serve({ hostname: config.host, port: config.port, reusePort: false, fetch: () => new Response(null) }).stop(true)
-    } catch {
-      fail(`cannot listen on ${config.host}:${config.port}: the address is in use (is another Capstan running?)`)
+    } catch (e) {
+      fail(`cannot listen on ${config.host}:${config.port}: ${listenFailure(e)}`)
     }
   }
   const deps = { config, db, writer: new Writer(db), clock: systemClock }
@@ -168,8 +205,7 @@ async function main(argv: string[]) {
     case 'migrate': {
       const config = configOrExit()
       const lock = lockOrExit(config.dataDir)
-      const db = openDatabase(config.dbPath)
-      const applied = migrate(db)
+      const { db, applied } = databaseOrExit(config.dbPath)
       db.close()
       lock.release()
       console.log(applied.length ? `applied migrations ${applied.join(', ')}` : 'database is up to date')

@@ -1,8 +1,8 @@
 /** The running appliance: health, docs, OpenAPI, logs, config errors, admin token bootstrap, migrations. */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { networkInterfaces, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { loadDotEnv } from '../src/main'
 import { TestServer, freePort, hostEnv, newPhone } from './support/server'
@@ -115,11 +115,15 @@ describe('logs', () => {
   })
 })
 
-async function runCapstan(args: string[], env: Record<string, string>) {
+/** Run `capstan …` to its end; one that has not ended after `limitMs` (a start that should have failed) is stopped. */
+async function runCapstan(args: string[], env: Record<string, string>, limitMs = 30_000) {
   const base = hostEnv()
   const p = Bun.spawn(['bun', 'src/main.ts', ...args], { cwd: ROOT, env: { ...base, ...env }, stdout: 'pipe', stderr: 'pipe' })
+  const limit = setTimeout(() => p.kill('SIGKILL'), limitMs)
   const [out, err] = [await new Response(p.stdout).text(), await new Response(p.stderr).text()]
-  return { code: await p.exited, out, err }
+  const code = await p.exited
+  clearTimeout(limit)
+  return { code, out, err }
 }
 
 describe('configuration and start-up', () => {
@@ -153,6 +157,49 @@ describe('configuration and start-up', () => {
       expect(r.code).toBe(2)
       expect(r.err.trim().split('\n')).toHaveLength(1)
       expect(r.err).toContain(name!)
+    }
+  })
+
+  test('an unusable data directory, database or address stops the start with one line and changes nothing', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-unusable-'))
+    const port = String(await freePort())
+    const start = (args: string[], env: Record<string, string>) => runCapstan(args, { CAPSTAN_HOST: '127.0.0.1', CAPSTAN_PORT: port, CAPSTAN_ADMIN_TOKEN: 'unusable-admin-token-0123456789ab', ...env })
+    const oneLine = (r: { code: number; err: string }, text: string) => {
+      expect(r.code).toBe(2)
+      expect(r.err.trim().split('\n')).toEqual([expect.stringContaining(text)])
+    }
+    try {
+      // a data directory that cannot be made (a file sits where a parent directory should be)
+      const file = join(dir, 'a-file')
+      writeFileSync(file, 'x')
+      for (const args of [['serve'], ['migrate']]) oneLine(await start(args, { CAPSTAN_DATA_DIR: join(file, 'data') }), `capstan: CAPSTAN_DATA_DIR ${join(file, 'data')} cannot be used: ENOTDIR`)
+
+      // a capstan.db that is not a database is left exactly as it was
+      const notDb = join(dir, 'not-a-db')
+      const junk = 'these bytes are not an SQLite database, and no start may change them\n'.repeat(20)
+      mkdirSync(notDb)
+      writeFileSync(join(notDb, 'capstan.db'), junk)
+      for (const args of [['serve'], ['migrate']]) oneLine(await start(args, { CAPSTAN_DATA_DIR: notDb }), `capstan: cannot open the database ${join(notDb, 'capstan.db')}: file is not a database`)
+      expect(readFileSync(join(notDb, 'capstan.db'), 'utf8')).toBe(junk)
+
+      // a database a newer Capstan has migrated is not touched by an older one
+      const newer = join(dir, 'newer')
+      expect((await start(['migrate'], { CAPSTAN_DATA_DIR: newer })).code).toBe(0)
+      const db = new Database(join(newer, 'capstan.db'))
+      db.run("INSERT INTO migrations (version, name, applied_at) VALUES (9999, '9999_from_the_future.sql', 0)")
+      const before = db.query('SELECT version FROM migrations ORDER BY version').all()
+      db.close()
+      for (const args of [['serve'], ['migrate']]) oneLine(await start(args, { CAPSTAN_DATA_DIR: newer }), 'database schema version 9999 is newer than this binary')
+      const after = new Database(join(newer, 'capstan.db'), { readonly: true })
+      expect(after.query('SELECT version FROM migrations ORDER BY version').all()).toEqual(before)
+      after.close()
+
+      // an address no interface has (from TEST-NET-3) is named as such, not as a port in use
+      const own = new Set(Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((i) => i.address)))
+      const away = ['203.0.113.77', '203.0.113.78', '198.51.100.77'].find((a) => !own.has(a))!
+      oneLine(await start(['serve'], { CAPSTAN_DATA_DIR: join(dir, 'ok'), CAPSTAN_HOST: away }), `capstan: cannot listen on ${away}:${port}: no network interface of this machine has that address (check CAPSTAN_HOST)`)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
     }
   })
 

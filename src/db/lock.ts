@@ -15,7 +15,11 @@ import { join } from 'node:path'
 
 export class DataDirLocked extends Error {}
 
-/** Take the lock; keep the returned handle referenced for as long as the lock must be held. */
+/**
+ * Take the lock; keep the returned handle referenced for as long as the lock must be held.
+ * Throws DataDirLocked when another process holds it, and the system's error when the directory
+ * cannot be created or written.
+ */
 export function lockDataDir(dataDir: string): { release(): void } {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 })
   const db = new Database(join(dataDir, 'capstan.lock'), { create: true })
@@ -28,9 +32,11 @@ export function lockDataDir(dataDir: string): { release(): void } {
     db.run('DELETE FROM holder')
     db.run('INSERT INTO holder (pid, since) VALUES (?, ?)', [process.pid, Date.now()])
     db.run('COMMIT')
-  } catch {
+  } catch (e) {
     db.close()
-    throw new DataDirLocked(`${dataDir} is in use by another Capstan process (serve, migrate or restore)`)
+    // busy is the other process's lock; anything else (a read-only directory or file) is not
+    if ((e as { code?: string }).code === 'SQLITE_BUSY') throw new DataDirLocked(`${dataDir} is in use by another Capstan process (serve, migrate or restore)`)
+    throw e
   }
   return { release: () => db.close() }
 }

@@ -31,10 +31,11 @@ export function migrate(db: Database): number[] {
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT`)
   const row = db.query('SELECT MAX(version) AS v FROM migrations').get() as { v: number | null }
   const current = row.v ?? 0
-  const pending = MIGRATIONS.filter((m) => m.version > current)
-  if (pending.length === 0) return []
+  // checked first: a database a newer Capstan has migrated has nothing pending for this one either
   const known = Math.max(...MIGRATIONS.map((m) => m.version))
   if (current > known) throw new Error(`database schema version ${current} is newer than this binary (${known})`)
+  const pending = MIGRATIONS.filter((m) => m.version > current)
+  if (pending.length === 0) return []
   db.transaction(() => {
     for (const m of pending) {
       db.run(m.sql)
