@@ -10,7 +10,7 @@
 import { Database } from 'bun:sqlite'
 import { copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { migrate, openDatabase } from './db/open'
+import { LATEST_SCHEMA, migrate, openDatabase, schemaVersion } from './db/open'
 import { VERSION } from './version'
 
 export interface BackupResult {
@@ -61,10 +61,35 @@ export function backup(dataDir: string, dir: string): BackupResult {
   return { dir, messages, media: shas.length - missing.length, missing }
 }
 
+/**
+ * The backup's database must be whole and no newer than this binary before anything in the data
+ * directory is touched: a forced restore of a damaged backup, or of one a newer Capstan made, must
+ * not replace a working database.
+ */
+function checkBackup(from: string) {
+  let integrity: string
+  let version: number
+  try {
+    const db = new Database(from, { readonly: true })
+    try {
+      integrity = (db.query('PRAGMA integrity_check').get() as { integrity_check: string }).integrity_check
+      version = schemaVersion(db)
+    } finally {
+      db.close()
+    }
+  } catch (e) {
+    // SQLite's own reason ("file is not a database", …) says what is wrong with the file
+    throw new Error(`the backup's database cannot be read: ${(e as Error).message}`)
+  }
+  if (integrity !== 'ok') throw new Error(`the backup's database failed its integrity check: ${integrity}`)
+  if (version > LATEST_SCHEMA) throw new Error(`the backup was made by a newer Capstan (database schema version ${version}; this binary knows up to ${LATEST_SCHEMA})`)
+}
+
 export function restore(dir: string, dataDir: string, force = false): { messages: number } {
   const from = join(dir, 'capstan.db')
   if (!existsSync(from)) throw new Error(`no backup at ${dir} (capstan.db missing)`)
   if (existsSync(join(dataDir, 'capstan.db')) && !force) throw new Error(`${dataDir} already holds a database; stop the server and move it away (or pass --force)`)
+  checkBackup(from)
   mkdirSync(dataDir, { recursive: true, mode: 0o700 })
   // a forced restore replaces the database whole: its old WAL must not be replayed onto the copy
   for (const f of ['capstan.db-wal', 'capstan.db-shm']) rmSync(join(dataDir, f), { force: true })
@@ -74,8 +99,6 @@ export function restore(dir: string, dataDir: string, force = false): { messages
   if (existsSync(join(dir, 'secret.key'))) copyFileSync(join(dir, 'secret.key'), join(dataDir, 'secret.key'))
   const db = openDatabase(join(dataDir, 'capstan.db'))
   try {
-    const ok = (db.query('PRAGMA integrity_check').get() as { integrity_check: string }).integrity_check
-    if (ok !== 'ok') throw new Error(`the restored database failed its integrity check: ${ok}`)
     migrate(db)
     return { messages: db.query<{ n: number }, []>('SELECT COUNT(*) AS n FROM messages').get()!.n }
   } finally {

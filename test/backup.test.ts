@@ -1,6 +1,7 @@
 /** `capstan backup` while the server runs under load, then `capstan restore` and a fresh start. */
 import { describe, expect, test } from 'bun:test'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { Database } from 'bun:sqlite'
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { TestClamd } from './support/clamd'
@@ -61,4 +62,42 @@ describe('backup and restore', () => {
       rmSync(restoredDir, { recursive: true, force: true })
     }
   }, 60_000)
+
+  test('a forced restore of a damaged backup, or of one a newer Capstan made, leaves the data directory as it was', () => {
+    const root = mkdtempSync(join(tmpdir(), 'capstan-restore-check-'))
+    try {
+      const live = join(root, 'live')
+      expect(capstan(['migrate'], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
+      const good = join(root, 'good')
+      expect(capstan(['backup', good], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
+      const liveBytes = () => readFileSync(join(live, 'capstan.db'))
+      const before = liveBytes()
+
+      // made by a newer Capstan: one more migration recorded
+      const newer = join(root, 'newer')
+      mkdirSync(newer)
+      copyFileSync(join(good, 'capstan.db'), join(newer, 'capstan.db'))
+      const db = new Database(join(newer, 'capstan.db'))
+      db.run("INSERT INTO migrations (version, name, applied_at) VALUES (9999, '9999_from_the_future.sql', 0)")
+      db.close()
+      // damaged: the database file is not a database any more
+      const damaged = join(root, 'damaged')
+      mkdirSync(damaged)
+      writeFileSync(join(damaged, 'capstan.db'), Buffer.alloc(8192, 7))
+
+      for (const [dir, reason] of [
+        [newer, 'the backup was made by a newer Capstan (database schema version 9999'],
+        [damaged, "the backup's database cannot be read: file is not a database"],
+      ] as const) {
+        const r = capstan(['restore', dir, '--force'], { CAPSTAN_DATA_DIR: live })
+        expect(r.code).toBe(2)
+        expect(r.err.trim().split('\n')).toEqual([expect.stringContaining(`capstan: ${reason}`)])
+        expect(liveBytes().equals(before)).toBe(true)
+      }
+      // the good backup still restores over it
+      expect(capstan(['restore', good, '--force'], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
+    } finally {
+      rmSync(root, { recursive: true, force: true })
+    }
+  })
 })

@@ -25,15 +25,22 @@ export function openDatabase(path: string): Database {
   return db
 }
 
+/** The newest migration this binary carries. */
+export const LATEST_SCHEMA = Math.max(...MIGRATIONS.map((m) => m.version))
+
+/** The schema version a database records (0 for one never migrated); reads only. */
+export function schemaVersion(db: Database): number {
+  if (!db.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'").get()) return 0
+  return (db.query('SELECT MAX(version) AS v FROM migrations').get() as { v: number | null }).v ?? 0
+}
+
 /** Apply every migration newer than the recorded version; returns the versions applied. */
 export function migrate(db: Database): number[] {
+  const current = schemaVersion(db)
+  // checked first: a database a newer Capstan has migrated has nothing pending for this one either
+  if (current > LATEST_SCHEMA) throw new Error(`database schema version ${current} is newer than this binary (${LATEST_SCHEMA})`)
   db.run(`CREATE TABLE IF NOT EXISTS migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT`)
-  const row = db.query('SELECT MAX(version) AS v FROM migrations').get() as { v: number | null }
-  const current = row.v ?? 0
-  // checked first: a database a newer Capstan has migrated has nothing pending for this one either
-  const known = Math.max(...MIGRATIONS.map((m) => m.version))
-  if (current > known) throw new Error(`database schema version ${current} is newer than this binary (${known})`)
   const pending = MIGRATIONS.filter((m) => m.version > current)
   if (pending.length === 0) return []
   db.transaction(() => {
