@@ -165,6 +165,34 @@ describe('sending', () => {
     expect(sent.outcome.state).toBe('sent')
   })
 
+  test('a campaign whose template names a WhatsApp template sends it as a template message, filled per recipient', async () => {
+    const { key, conn } = await setup()
+    const people = [
+      { phone: newPhone(), name: 'Ann', metadata: { day: 'Friday' } },
+      { phone: newPhone(), name: 'Ben', metadata: {} },
+    ]
+    for (const p of people) expect((await srv.api(key, 'POST', '/contacts', { json: { ...p, consent_status: 'opted_in' } })).status).toBe(201)
+    const run = async (template: Record<string, unknown>) => {
+      const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Ships', body: 'Hi {{name}}, order {{1}} ships {{metadata.day}}. Thanks {{name}}!', ...template } })).json.data
+      const c = (await srv.api(key, 'POST', '/campaigns', { json: { name: 'Shipping', template_id: tpl.id, connection_id: conn.id, variables: { '1': 'A-1001' } } })).json.data
+      expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).status).toBe(200)
+      await waitFor(async () => (await srv.api(key, 'GET', `/campaigns/${c.id}`)).json.data.status === 'completed')
+      return people.map((p) => graph.seen.filter((x) => x.json?.to === p.phone.slice(1)).at(-1)!.json)
+    }
+    // named placeholders fill the template's {{1}}, {{2}}, ... in order of first appearance
+    const [ann, ben] = await run({ whatsapp: { name: 'order_ships', language: 'en_US' } })
+    const body = (...texts: string[]) => ({ components: [{ type: 'body', parameters: texts.map((text) => ({ type: 'text', text })) }] })
+    expect(ann).toEqual({ messaging_product: 'whatsapp', recipient_type: 'individual', to: people[0]!.phone.slice(1), type: 'template', template: { name: 'order_ships', language: { code: 'en_US' }, ...body('Ann', 'A-1001', 'Friday') } })
+    expect(ben.template).toEqual({ name: 'order_ships', language: { code: 'en_US' }, ...body('Ben', 'A-1001', '') })
+    // the log keeps the rendered text
+    const logged = (await srv.api(key, 'GET', '/messages?per_page=2')).json.data.map((m: any) => m.body).sort()
+    expect(logged).toEqual(['Hi Ann, order A-1001 ships Friday. Thanks Ann!', 'Hi Ben, order A-1001 ships . Thanks Ben!'])
+    // a template without one goes out as text, as before
+    const [plain] = await run({})
+    expect(plain).toMatchObject({ type: 'text', text: { body: 'Hi Ann, order A-1001 ships Friday. Thanks Ann!' } })
+    expect(plain.template).toBeUndefined()
+  })
+
   test('media is uploaded to the media endpoint and sent by id with the text as caption', async () => {
     const { key, conn } = await setup()
     const fd = new FormData()

@@ -36,6 +36,34 @@ describe('templates', () => {
     expect((await srv.api(key, 'GET', `/templates/${id}`)).status).toBe(404)
   })
 
+  test('a template can name the WhatsApp template it stands for; validated, changed and removed', async () => {
+    const { key } = await srv.tenant()
+    const r = await srv.api(key, 'POST', '/templates', { json: { name: 'Shipped', body: 'Hi {{name}}, order {{1}} shipped', whatsapp: { name: 'order_shipped', language: 'en_US' } } })
+    expect(r.status).toBe(201)
+    expect(r.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US' })
+    const id = r.json.data.id
+    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US' })
+    // other changes keep it; a new one replaces it; null removes it
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { body: 'Hi {{name}}, order {{1}} is on its way' } })).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US' })
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped_v2', language: 'pt_BR' } } })).json.data.whatsapp).toEqual({ name: 'order_shipped_v2', language: 'pt_BR' })
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: null } })).json.data.whatsapp).toBeNull()
+    expect((await srv.api(key, 'POST', '/templates', { json: { name: 'Plain', body: 'x' } })).json.data.whatsapp).toBeNull()
+    for (const [whatsapp, field] of [
+      [{ name: 'Order Shipped', language: 'en_US' }, 'whatsapp.name'],
+      [{ name: 'order_shipped', language: 'english' }, 'whatsapp.language'],
+      [{ name: 'order_shipped', language: 'en-US' }, 'whatsapp.language'],
+      [{ name: 'order_shipped' }, 'whatsapp.language'],
+      [{ language: 'en' }, 'whatsapp.name'],
+      ['order_shipped', 'whatsapp'],
+    ] as const) {
+      const bad = await srv.api(key, 'POST', '/templates', { json: { name: 'Bad', body: 'x', whatsapp } })
+      expect(bad.status).toBe(422)
+      expect(Object.keys(bad.json.errors)).toEqual([field])
+      expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp } })).status).toBe(422)
+    }
+    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toBeNull()
+  })
+
   test('preview renders with a contact or query values and names what had no value', async () => {
     const { key } = await srv.tenant()
     const t = (await srv.api(key, 'POST', '/templates', { json: { name: 'P', body: 'Hi {{name}} ({{phone}}), plan {{metadata.plan}}, code {{1}}, tier {{metadata.tier}}' } })).json.data

@@ -5,6 +5,9 @@
  * - send: POST {base}/{version}/{phone-number-id}/messages with
  *   {messaging_product: "whatsapp", recipient_type: "individual", to, type, text|image|...}
  *   → {messages: [{id: "wamid..."}]}; errors → {error: {code, message, error_data?}}.
+ *   A template message: type "template", template: {name, language: {code}, components:
+ *   [{type: "body", parameters: [{type: "text", text}]}]} (free-form text and media reach only
+ *   people who wrote within 24 hours; an approved template reaches anyone who opted in).
  * - media: POST {base}/{version}/{phone-number-id}/media, multipart (file, type,
  *   messaging_product) → {id}; a media message then refers to it by id.
  * - probe: GET {base}/{version}/{phone-number-id} (code 190 = the access token was rejected;
@@ -21,7 +24,7 @@
  * message of several parts (one per attachment, then the text) that is retried after a refusal
  * goes on from the part that was refused — the parts already accepted are not sent again.
  */
-import type { ConnectionDriver, DriverContext, DriverFactory, OutboundMedia, OutboundMessage } from './driver'
+import type { ConnectionDriver, DriverContext, DriverFactory, NetworkTemplate, OutboundMedia, OutboundMessage } from './driver'
 import { DriverError } from './driver'
 
 export const DEFAULT_GRAPH_BASE = 'https://graph.facebook.com'
@@ -174,8 +177,11 @@ export class CloudApiConnection implements ConnectionDriver {
         if (typeof id !== 'string') throw new DriverError('cloud_api_bad_response', 'The Cloud API did not return a message id.')
         ids.push(id)
       }
+      // a template Meta approved (campaigns): it reaches people outside the 24-hour window too
+      const template = message.attachments.length === 0 ? message.template : null
+      if (template && !accepted()) await post({ type: 'template', template: templatePayload(template) })
       // one Cloud API message per attachment, the text as the first one's caption (where allowed)
-      let caption = message.body
+      let caption = template ? null : message.body
       for (const m of message.attachments) {
         const kind = MEDIA_KIND[m.mimeType] ?? 'document'
         const captioned = !!caption && (kind === 'image' || kind === 'video' || kind === 'document')
@@ -209,6 +215,12 @@ export class CloudApiConnection implements ConnectionDriver {
   }
 
   close() {}
+}
+
+/** A message template as the Cloud API takes it: name, language and the body's text parameters. */
+function templatePayload(t: NetworkTemplate) {
+  const components = t.parameters.length ? [{ type: 'body', parameters: t.parameters.map((text) => ({ type: 'text', text })) }] : []
+  return { name: t.name, language: { code: t.language }, ...(components.length ? { components } : {}) }
 }
 
 const digits = /^[0-9]{5,30}$/

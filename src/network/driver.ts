@@ -12,6 +12,17 @@ export interface OutboundMedia {
   bytes(): Promise<Uint8Array>
 }
 
+/**
+ * A template the network has approved, sent in its place where the network needs one (WhatsApp's
+ * Cloud API outside the 24-hour customer service window). `body` is then its rendered text.
+ */
+export interface NetworkTemplate {
+  name: string
+  language: string
+  /** The template body's parameters, in order ({{1}}, {{2}}, ...). */
+  parameters: string[]
+}
+
 export interface OutboundMessage {
   id: string
   recipient: string | null
@@ -19,6 +30,8 @@ export interface OutboundMessage {
   groupExternalId: string | null
   body: string | null
   attachments: OutboundMedia[]
+  /** Send this template instead of free-form text, where the network has templates. */
+  template: NetworkTemplate | null
 }
 
 export interface GroupInfo {

@@ -14,6 +14,8 @@ export interface CampaignRow {
   audience: string
   variables: string
   body: string | null
+  /** The template's WhatsApp template (JSON {name, language}), snapshotted with the body at start. */
+  whatsapp: string | null
   status: CampaignStatus
   paused_reason: PausedReason | null
   scheduled_at: number | null

@@ -15,7 +15,7 @@ import type { ContactService } from '../contacts/service'
 import type { MessageRow } from '../messages/repo'
 import type { MessageService } from '../messages/service'
 import type { SuppressionService } from '../suppressions/service'
-import { render } from '../templates/render'
+import { networkTemplate, render } from '../templates/render'
 import type { TemplateService } from '../templates/service'
 import type { WebhookService } from '../webhooks/service'
 import { type Audience, CampaignRepo, type CampaignRow, type CampaignStatus, type PausedReason } from './repo'
@@ -103,6 +103,7 @@ export class CampaignService {
       audience: JSON.stringify(input.audience ?? {}),
       variables: JSON.stringify(input.variables ?? {}),
       body: null,
+      whatsapp: null,
       status: 'draft',
       paused_reason: null,
       scheduled_at: this.scheduledTime(input.scheduled_at),
@@ -179,7 +180,7 @@ export class CampaignService {
         this.repo.update(id, { status: 'cancelled', finished_at: now, updated_at: now })
         return -1
       }
-      this.repo.update(id, { status: 'running', started_at: now, body: tpl.body, updated_at: now })
+      this.repo.update(id, { status: 'running', started_at: now, body: tpl.body, whatsapp: tpl.whatsapp, updated_at: now })
       return this.repo.freeze(id, row.workspace_id, JSON.parse(row.audience), now)
     })
     if (total === -1) this.log.warn('campaign cancelled at start: its template is gone', { campaign_id: id })
@@ -273,14 +274,22 @@ export class CampaignService {
           this.log.warn('campaign paused until there is allowance again: the workspace has used its message allowance for this month', { campaign_id: c.id })
           break
         }
-        const text = render(c.body ?? '', {
-          name: contact.name,
-          phone: contact.phone,
-          metadata: JSON.parse(contact.metadata),
-          numbered: JSON.parse(c.variables),
-        }).text
+        const values = { name: contact.name, phone: contact.phone, metadata: JSON.parse(contact.metadata), numbered: JSON.parse(c.variables) }
+        const text = render(c.body ?? '', values).text
         const msg = this.messages.queueInTx(
-          { id: uuid(), workspace_id: c.workspace_id, connection_id: connectionId, contact_id: contact.id, group_id: null, campaign_id: c.id, recipient: contact.phone, sender: live.row.phone, body: text, attachments: '[]' },
+          {
+            id: uuid(),
+            workspace_id: c.workspace_id,
+            connection_id: connectionId,
+            contact_id: contact.id,
+            group_id: null,
+            campaign_id: c.id,
+            recipient: contact.phone,
+            sender: live.row.phone,
+            body: text,
+            attachments: '[]',
+            network_template: c.whatsapp === null ? null : JSON.stringify(networkTemplate(JSON.parse(c.whatsapp), c.body ?? '', values)),
+          },
           now,
         )
         this.contacts.repo.touch(contact.id, now)

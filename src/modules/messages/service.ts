@@ -7,7 +7,7 @@
 import type { Deps } from '../../deps'
 import { notFound, refused } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
-import type { ReceiptStatus } from '../../network/driver'
+import type { NetworkTemplate, ReceiptStatus } from '../../network/driver'
 import { DriverError, type OutboundMedia } from '../../network/driver'
 import type { ConnectionService, LiveConnection } from '../connections/service'
 import type { ContactService } from '../contacts/service'
@@ -56,11 +56,15 @@ function withTimeout<T>(run: (signal: AbortSignal) => Promise<T>, ms: number): P
 }
 
 /** What a caller decides about a new message; the rest starts empty. */
-export type MessageFields = Pick<NewMessage, 'id' | 'workspace_id' | 'connection_id' | 'contact_id' | 'group_id' | 'recipient' | 'sender' | 'body' | 'attachments'> & { campaign_id?: string | null }
+export type MessageFields = Pick<NewMessage, 'id' | 'workspace_id' | 'connection_id' | 'contact_id' | 'group_id' | 'recipient' | 'sender' | 'body' | 'attachments'> & {
+  campaign_id?: string | null
+  network_template?: string | null
+}
 
 function newMessage(fields: MessageFields, direction: NewMessage['direction'], status: MessageStatus, now: number): NewMessage {
   return {
     campaign_id: null,
+    network_template: null,
     ...fields,
     direction,
     status,
@@ -397,6 +401,7 @@ export class MessageService {
       this.onSettled(row)
       return
     }
+    const template = row.network_template === null ? null : (JSON.parse(row.network_template) as NetworkTemplate)
     let throttles = 0
     for (let attempt = 0; ; attempt++) {
       // a retry can come minutes later (a throttled number): the recipient may have opted out since
@@ -407,7 +412,7 @@ export class MessageService {
         return
       }
       try {
-        const r = await withTimeout((signal) => live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments }, signal), this.deps.config.driverTimeoutMs)
+        const r = await withTimeout((signal) => live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments, template }, signal), this.deps.config.driverTimeoutMs)
         await this.markSent(row.id, r.externalId)
         this.onSettled(row)
         return

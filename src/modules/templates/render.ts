@@ -56,3 +56,14 @@ export function render(body: string, values: RenderValues): { text: string; miss
   })
   return { text, missing }
 }
+
+/**
+ * The network template a body stands for, filled for one recipient: its parameters are the values
+ * of the body's placeholders in order of first appearance — so "Hi {{name}}, order {{1}} ships
+ * {{metadata.day}}" fills a WhatsApp template "Hi {{1}}, order {{2}} ships {{3}}" — each rendered
+ * as in the text (a value the recipient lacks is empty).
+ */
+export function networkTemplate(whatsapp: { name: string; language: string }, body: string, values: RenderValues) {
+  const parameters = placeholders(body).variables.map((name) => render(`{{${name}}}`, values).text)
+  return { name: whatsapp.name, language: whatsapp.language, parameters }
+}

@@ -8,15 +8,26 @@ import type { Services } from '../../services'
 import { NUMBERED } from './render'
 
 const BODY = s.string().length(1, 4096).describe('Up to 4096 characters with placeholders {{name}}, {{phone}}, {{metadata.key}} and numbered {{1}}.', 'Hi {{name}}, your {{metadata.plan}} plan renews soon. Use code {{1}}.')
+const WHATSAPP = s
+  .object({
+    name: s.string().length(1, 512).pattern(/^[a-z0-9_]+$/, 'must be the template name as approved by Meta: lower-case letters, digits and underscores'),
+    language: s.string().length(2, 6).pattern(/^[a-z]{2,3}(_[A-Z]{2})?$/, 'must be a WhatsApp language code such as en or en_US'),
+  })
+  .describe(
+    'The Meta-approved WhatsApp template this template stands for. Campaigns through a Cloud API number send it as a template message, its body parameters being the values of this body’s placeholders in order of first appearance; other numbers send the rendered text. null removes it.',
+    { name: 'order_update', language: 'en_US' },
+  )
 const createBody = s.object({
   name: s.string().length(1, 120),
   body: BODY,
   category: s.string().oneOf(['utility', 'marketing']).optional().describe('Default utility.'),
+  whatsapp: WHATSAPP.nullable().optional(),
 })
 const updateBody = s.object({
   name: s.string().length(1, 120).optional(),
   body: BODY.optional(),
   category: s.string().oneOf(['utility', 'marketing']).optional(),
+  whatsapp: WHATSAPP.nullable().optional(),
 })
 const previewQuery = s.object({
   contact_id: s.string().format('uuid').optional().describe('Render with this contact’s name, phone and metadata.'),
@@ -32,6 +43,11 @@ export const templateDoc = {
     body: { type: 'string' },
     variables: { type: 'array', items: { type: 'string' }, description: 'Placeholders in order of appearance, e.g. ["name", "metadata.plan", "1"].' },
     category: { type: 'string', enum: ['utility', 'marketing'] },
+    whatsapp: {
+      type: ['object', 'null'],
+      properties: { name: { type: 'string' }, language: { type: 'string' } },
+      description: 'The Meta-approved WhatsApp template sent in its place through Cloud API numbers (campaigns), or null.',
+    },
     created_at: { type: 'string', format: 'date-time' },
     updated_at: { type: 'string', format: 'date-time' },
   },
@@ -101,7 +117,7 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
       ({ caller, params, body }) => {
         find(caller.workspace.id, params.id)
         const input = validate(updateBody, body, (v, errors) => {
-          if (v.name === undefined && v.body === undefined && v.category === undefined) fieldError(errors, 'body', 'Give at least one of name, body or category.')
+          if (v.name === undefined && v.body === undefined && v.category === undefined && v.whatsapp === undefined) fieldError(errors, 'body', 'Give at least one of name, body, category or whatsapp.')
         })
         return { data: templates.toPublic(templates.update(caller.workspace.id, params.id, input)) }
       },

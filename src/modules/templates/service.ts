@@ -5,11 +5,21 @@ import { iso, uuid } from '../../http/format'
 import { placeholders, render, type RenderValues } from './render'
 import { TemplateRepo, type TemplateRow } from './repo'
 
+/** The Meta-approved WhatsApp template a Capstan template stands for (Cloud API numbers send it). */
+export interface WhatsAppTemplate {
+  name: string
+  language: string
+}
+
 export interface TemplateInput {
   name?: string
   body?: string
   category?: 'utility' | 'marketing'
+  /** null removes the link; undefined leaves it as it is */
+  whatsapp?: WhatsAppTemplate | null
 }
+
+const whatsappJson = (w: WhatsAppTemplate | null | undefined) => (w ? JSON.stringify({ name: w.name, language: w.language }) : null)
 
 export class TemplateService {
   readonly repo: TemplateRepo
@@ -19,7 +29,16 @@ export class TemplateService {
   }
 
   toPublic(row: TemplateRow) {
-    return { id: row.id, name: row.name, body: row.body, variables: JSON.parse(row.variables) as string[], category: row.category, created_at: iso(row.created_at), updated_at: iso(row.updated_at) }
+    return {
+      id: row.id,
+      name: row.name,
+      body: row.body,
+      variables: JSON.parse(row.variables) as string[],
+      category: row.category,
+      whatsapp: row.whatsapp === null ? null : (JSON.parse(row.whatsapp) as WhatsAppTemplate),
+      created_at: iso(row.created_at),
+      updated_at: iso(row.updated_at),
+    }
   }
 
   private variablesOf(body: string): string[] {
@@ -37,7 +56,7 @@ export class TemplateService {
   create(workspaceId: string, input: Required<Pick<TemplateInput, 'name' | 'body'>> & TemplateInput): TemplateRow {
     const variables = this.variablesOf(input.body)
     const now = this.deps.clock.now()
-    const row: TemplateRow = { id: uuid(), workspace_id: workspaceId, name: input.name, body: input.body, category: input.category ?? 'utility', variables: JSON.stringify(variables), created_at: now, updated_at: now, deleted_at: null }
+    const row: TemplateRow = { id: uuid(), workspace_id: workspaceId, name: input.name, body: input.body, category: input.category ?? 'utility', variables: JSON.stringify(variables), whatsapp: whatsappJson(input.whatsapp), created_at: now, updated_at: now, deleted_at: null }
     this.deps.writer.now(() => this.repo.insert(row))
     return row
   }
@@ -45,7 +64,7 @@ export class TemplateService {
   update(workspaceId: string, id: string, input: TemplateInput): TemplateRow {
     const row = this.get(workspaceId, id)
     const body = input.body ?? row.body
-    const next: TemplateRow = { ...row, name: input.name ?? row.name, body, category: input.category ?? row.category, variables: JSON.stringify(this.variablesOf(body)), updated_at: this.deps.clock.now() }
+    const next: TemplateRow = { ...row, name: input.name ?? row.name, body, category: input.category ?? row.category, variables: JSON.stringify(this.variablesOf(body)), whatsapp: input.whatsapp === undefined ? row.whatsapp : whatsappJson(input.whatsapp), updated_at: this.deps.clock.now() }
     this.deps.writer.now(() => this.repo.update(next))
     return next
   }
