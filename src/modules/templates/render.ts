@@ -37,22 +37,28 @@ export interface RenderValues {
  */
 const own = (values: Record<string, unknown> | undefined, key: string) => (values !== undefined && Object.hasOwn(values, key) ? values[key] : undefined)
 
+/** What a known placeholder stands for; undefined for a name that is not a placeholder at all. */
+function valueOf(name: string, values: RenderValues): { value: unknown } | undefined {
+  if (name === 'name') return { value: values.name }
+  if (name === 'phone') return { value: values.phone }
+  if (name.startsWith('metadata.')) return { value: own(values.metadata, name.slice('metadata.'.length)) }
+  if (NUMBERED.test(name)) return { value: own(values.numbered, name) }
+  return undefined
+}
+
+/** A value as text; null for none (rendered empty and reported as missing). */
+const asText = (v: unknown) => (v === undefined || v === null || v === '' ? null : String(v))
+
 /** Render a body; returns the text and the placeholders that had no value (rendered empty). */
 export function render(body: string, values: RenderValues): { text: string; missing: string[] } {
   const missing: string[] = []
   const text = body.replace(PLACEHOLDER, (whole, raw: string) => {
     const name = raw.trim()
-    let v: unknown
-    if (name === 'name') v = values.name
-    else if (name === 'phone') v = values.phone
-    else if (name.startsWith('metadata.')) v = own(values.metadata, name.slice('metadata.'.length))
-    else if (NUMBERED.test(name)) v = own(values.numbered, name)
-    else return whole
-    if (v === undefined || v === null || v === '') {
-      if (!missing.includes(name)) missing.push(name)
-      return ''
-    }
-    return String(v)
+    const found = valueOf(name, values)
+    if (!found) return whole
+    const v = asText(found.value)
+    if (v === null && !missing.includes(name)) missing.push(name)
+    return v ?? ''
   })
   return { text, missing }
 }
@@ -60,10 +66,10 @@ export function render(body: string, values: RenderValues): { text: string; miss
 /**
  * The network template a body stands for, filled for one recipient: its parameters are the values
  * of the body's placeholders in order of first appearance — so "Hi {{name}}, order {{1}} ships
- * {{metadata.day}}" fills a WhatsApp template "Hi {{1}}, order {{2}} ships {{3}}" — each rendered
- * as in the text (a value the recipient lacks is empty).
+ * {{metadata.day}}" fills a WhatsApp template "Hi {{1}}, order {{2}} ships {{3}}" — each as the
+ * text renders it (a value the recipient lacks is empty).
  */
 export function networkTemplate(whatsapp: { name: string; language: string }, body: string, values: RenderValues) {
-  const parameters = placeholders(body).variables.map((name) => render(`{{${name}}}`, values).text)
+  const parameters = placeholders(body).variables.map((name) => asText(valueOf(name, values)?.value) ?? '')
   return { name: whatsapp.name, language: whatsapp.language, parameters }
 }
