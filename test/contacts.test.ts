@@ -56,6 +56,10 @@ describe('upsert', () => {
     const r2 = await srv.api(key, 'POST', '/contacts', { multipart: fd })
     expect(r2.status).toBe(201)
     expect(r2.json.data).toMatchObject({ phone: p2, metadata: { tier: 'gold' }, consent_status: 'unknown' })
+    // a key made of digits stays a key: `metadata[2]` means {"2": ...}, not the list [...]
+    const p3 = newPhone()
+    const r3 = await srv.api(key, 'POST', '/contacts', { form: { phone: p3, 'metadata[2]': 'two', 'metadata[10]': 'ten', 'metadata[plan]': 'pro' } })
+    expect([r3.status, r3.json.data?.metadata]).toEqual([201, { '2': 'two', '10': 'ten', plan: 'pro' }])
   })
 
   test('contacts are isolated per workspace', async () => {

@@ -49,6 +49,19 @@ function splitName(name: string): string[] | null {
 
 const isIndex = (s: string) => /^(0|[1-9]\d{0,2})$/.test(s) && Number(s) <= MAX_INDEX
 
+/**
+ * A form cannot say whether `variables[1]=x` is a list's item or an object's key "1". A container
+ * first named with an index (`a[0]`, `a[]`) becomes a list when every name under it is an index
+ * (`media[attachments][0][media_id]`), and the list remembers the keys it was given, so a field
+ * whose schema is an object reads `{"1": "x"}` (see `formKeyed`); any other name under it makes
+ * it an object (`metadata[2]` with `metadata[plan]`).
+ */
+const INDEXED = new WeakSet<object>()
+const FORM_KEYS = new WeakMap<unknown[], Record<string, unknown>>()
+
+/** The object a form meant by a list built from indexed names, for a field that takes an object. */
+export const formKeyed = (value: unknown): unknown => (Array.isArray(value) ? (FORM_KEYS.get(value) ?? value) : value)
+
 /** Build a nested object from (name, value) pairs. Returns UNREADABLE on conflicting names. */
 export function nestFields(pairs: Iterable<[string, unknown]>): Body {
   const root: Record<string, unknown> = Object.create(null)
@@ -61,18 +74,18 @@ export function nestFields(pairs: Iterable<[string, unknown]>): Body {
       const last = i === parts.length - 1
       if (key === '') {
         // "a[]" appends
-        if (!Array.isArray(node)) return UNREADABLE
-        key = String(node.length)
+        if (!INDEXED.has(node)) return UNREADABLE
+        key = String(Object.keys(node).length)
       }
       if (key === '__proto__' || key === 'constructor' || key === 'prototype') return UNREADABLE
-      if (Array.isArray(node) && !isIndex(key)) return UNREADABLE
       if (last) {
         node[key] = value
       } else {
         const nextKey = parts[i + 1]!
-        const wantArray = nextKey === '' || isIndex(nextKey)
-        if (node[key] === undefined) node[key] = wantArray ? [] : Object.create(null)
-        else if (typeof node[key] !== 'object' || node[key] instanceof File) return UNREADABLE
+        if (node[key] === undefined) {
+          node[key] = Object.create(null)
+          if (nextKey === '' || isIndex(nextKey)) INDEXED.add(node[key])
+        } else if (typeof node[key] !== 'object' || node[key] instanceof File) return UNREADABLE
         node = node[key]
       }
     }
@@ -80,15 +93,16 @@ export function nestFields(pairs: Iterable<[string, unknown]>): Body {
   return compact(root) as Record<string, unknown>
 }
 
-/** Arrays built from indexed names may have holes; keep the order, drop the holes. */
+/** Containers named by indices only become lists in index order; holes are dropped. */
 function compact(value: unknown): unknown {
-  if (Array.isArray(value)) return value.filter((v) => v !== undefined).map(compact)
-  if (value && typeof value === 'object' && !(value instanceof File)) {
-    const out: Record<string, unknown> = {}
-    for (const [k, v] of Object.entries(value)) out[k] = compact(v)
-    return out
-  }
-  return value
+  if (!value || typeof value !== 'object' || value instanceof File) return value
+  const out: Record<string, unknown> = {}
+  for (const [k, v] of Object.entries(value)) out[k] = compact(v)
+  if (!INDEXED.has(value) || !Object.keys(out).every(isIndex)) return out
+  // integer-like keys enumerate in ascending numeric order
+  const list = Object.values(out)
+  FORM_KEYS.set(list, out)
+  return list
 }
 
 /** Fatal: bytes that are not UTF-8 throw instead of silently becoming U+FFFD. A leading BOM is dropped. */

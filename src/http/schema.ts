@@ -6,6 +6,7 @@
  * Unknown object properties are ignored and left out of the result.
  */
 import type { FieldErrors } from './errors'
+import { formKeyed } from './body'
 import { validationFailed } from './errors'
 
 type Json = Record<string, unknown>
@@ -197,6 +198,7 @@ class ObjectSchema<S extends Shape> extends Schema<Out<S>> {
     super()
   }
   check(value: unknown, path: string, ctx: Ctx): Out<S> | undefined {
+    value = formKeyed(value)
     if (!isPlainObject(value)) return void add(ctx, path, `The ${label(path)} field must be an object.`)
     const out: Record<string, unknown> = {}
     let ok = true
@@ -271,6 +273,7 @@ class MetadataSchema extends Schema<Record<string, string | number | boolean>> {
     super()
   }
   check(value: unknown, path: string, ctx: Ctx) {
+    value = formKeyed(value)
     if (!isPlainObject(value)) return void add(ctx, path, `The ${label(path)} field must be an object.`)
     const entries = Object.entries(value as Json)
     if (entries.length > this.maxKeys) return void add(ctx, path, `The ${label(path)} field must not have more than ${this.maxKeys} keys.`)
