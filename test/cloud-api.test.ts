@@ -193,6 +193,19 @@ describe('sending', () => {
     expect(plain.template).toBeUndefined()
   })
 
+  test('a one-to-one send of a template that names a WhatsApp template goes out as that template', async () => {
+    const { key, conn } = await setup()
+    const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Receipt', body: 'Hi {{name}}, your receipt for order {{1}} is ready.', whatsapp: { name: 'order_receipt', language: 'de' } } })).json.data
+    const ada = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'Ada' } })).json.data
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, contact_id: ada.id, template_id: tpl.id, variables: { '1': 'A-77' } } })
+    expect([r.status, r.json.data.body]).toEqual([202, 'Hi Ada, your receipt for order A-77 is ready.'])
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    const sent = graph.seen.filter((x) => x.json?.to === ada.phone.slice(1))
+    expect(sent.map((x) => x.json)).toEqual([
+      { messaging_product: 'whatsapp', recipient_type: 'individual', to: ada.phone.slice(1), type: 'template', template: { name: 'order_receipt', language: { code: 'de' }, components: [{ type: 'body', parameters: [{ type: 'text', text: 'Ada' }, { type: 'text', text: 'A-77' }] }] } },
+    ])
+  })
+
   test('media is uploaded to the media endpoint and sent by id with the text as caption', async () => {
     const { key, conn } = await setup()
     const fd = new FormData()

@@ -152,6 +152,11 @@ describe('refusals: 422/404 before anything is queued or created', () => {
     ['attachment id not a uuid', { recipient: '+15550001234', media: { attachments: [{ media_id: 'x' }] } }, 'media.attachments.0.media_id'],
     ['attachments not a list', { recipient: '+15550001234', media: { attachments: 'x' } }, 'media.attachments'],
     ['media not an object', { recipient: '+15550001234', media: 5 }, 'media'],
+    ['both body and template_id', { recipient: '+15550001234', body: 'x', template_id: '00000000-0000-4000-8000-000000000000' }, 'body'],
+    ['template_id not a uuid', { recipient: '+15550001234', template_id: 'welcome' }, 'template_id'],
+    ['variables without template_id', { recipient: '+15550001234', body: 'x', variables: { '1': 'a' } }, 'variables'],
+    ['variables keyed by names', { recipient: '+15550001234', template_id: '00000000-0000-4000-8000-000000000000', variables: { code: 'a' } }, 'variables'],
+    ['variables not an object', { recipient: '+15550001234', template_id: '00000000-0000-4000-8000-000000000000', variables: 'a' }, 'variables'],
   ]
   for (const [label, body, field] of invalid) {
     test(`422: ${label}`, async () => {
@@ -197,6 +202,64 @@ describe('refusals: 422/404 before anything is queued or created', () => {
     expect((await srv.api(writer, 'GET', `/messages/${sent.json.data.id}`)).status).toBe(403)
     expect((await srv.api(reader, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })).status).toBe(403)
     expect((await srv.api(reader, 'GET', `/messages/${sent.json.data.id}`)).status).toBe(200)
+  })
+})
+
+describe('a template sent one-to-one (template_id in place of body)', () => {
+  const template = async (key: string, body: string, extra: Record<string, unknown> = {}) => {
+    const r = await srv.api(key, 'POST', '/templates', { json: { name: 'T', body, ...extra } })
+    expect(r.status).toBe(201)
+    return r.json.data.id as string
+  }
+
+  test('rendered for the recipient: contact fields, numbered variables, a new number with only its phone', async () => {
+    const { key, conn } = await setup()
+    const tpl = await template(key, 'Hi {{name}}, order {{1}} ships {{metadata.day}} to {{phone}}.')
+    const ann = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'Ann', metadata: { day: 'Friday' } } })).json.data
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, contact_id: ann.id, template_id: tpl, variables: { '1': 'A-1001' } } })
+    expect(r.status).toBe(202)
+    expect(r.json.data.body).toBe(`Hi Ann, order A-1001 ships Friday to ${ann.phone}.`)
+    expect((await waitStatus(key, r.json.data.id, 'sent')).body).toBe(`Hi Ann, order A-1001 ships Friday to ${ann.phone}.`)
+    // a number that is not a contact yet: no name or metadata, so those render empty
+    const stranger = newPhone()
+    const s = await srv.api(key, 'POST', '/messages', { form: { connection_id: conn.id, recipient: stranger, template_id: tpl, 'variables[1]': 'B-7' } })
+    expect(s.status).toBe(202)
+    expect(s.json.data.body).toBe(`Hi , order B-7 ships  to ${stranger}.`)
+  })
+
+  test('refused before anything is queued: unknown or foreign or deleted template, missing values, empty or too long, marketing without opt-in', async () => {
+    const { key, conn } = await setup()
+    const other = await setup()
+    const foreign = await template(other.key, 'Hi')
+    const deleted = await template(key, 'Gone')
+    expect((await srv.api(key, 'DELETE', `/templates/${deleted}`)).status).toBe(204)
+    for (const id of [crypto.randomUUID(), foreign, deleted]) {
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), template_id: id } })
+      expect([r.status, r.json.code, r.json.message]).toEqual([404, 'not_found', 'The template was not found.'])
+    }
+    const numbered = await template(key, 'Code {{1}} and {{2}}')
+    const missing = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), template_id: numbered, variables: { '1': 'A' } } })
+    expect([missing.status, missing.json.code, missing.json.errors]).toEqual([422, 'validation_failed', { variables: ['Values are needed for the numbered placeholders {{2}}.'] }])
+    const onlyName = await template(key, '{{name}}')
+    const empty = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), template_id: onlyName } })
+    expect([empty.status, empty.json.errors]).toEqual([422, { template_id: ['The template renders to an empty text for this recipient.'] }])
+    const long = await template(key, '{{1}}{{1}}{{1}}{{1}}{{1}}')
+    const tooLong = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), template_id: long, variables: { '1': 'x'.repeat(1000) } } })
+    expect([tooLong.status, tooLong.json.errors]).toEqual([422, { template_id: ['The template renders to more than 4096 characters for this recipient.'] }])
+    // a marketing template reaches only contacts who opted in (like a campaign)
+    const promo = await template(key, 'Spring sale, {{name}}!', { category: 'marketing' })
+    const unknown = newPhone()
+    const notIn = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: unknown, template_id: promo } })
+    expect([notIn.status, notIn.json.code, notIn.json.message]).toEqual([422, 'recipient_not_opted_in', 'A marketing template goes only to contacts who opted in.'])
+    expect((await srv.api(key, 'GET', '/messages')).json.data).toEqual([])
+    expect((await srv.api(key, 'GET', '/contacts')).json.data.map((c: any) => c.phone)).not.toContain(unknown)
+    const fan = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'Fay', consent_status: 'opted_in' } })).json.data
+    const ok = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, contact_id: fan.id, template_id: promo } })
+    expect([ok.status, ok.json.data.body]).toEqual([202, 'Spring sale, Fay!'])
+    // a utility template goes to anyone a body could reach
+    const utility = await template(key, 'Your receipt, {{name}}.')
+    const plain = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: unknown, template_id: utility } })
+    expect([plain.status, plain.json.data.body]).toEqual([202, 'Your receipt, .'])
   })
 })
 

@@ -6,16 +6,15 @@ import { iso, paged, pageQuery } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { contactDoc } from '../contacts/routes'
-import { NUMBERED } from '../templates/render'
+import { numberedKeys, VARIABLES } from '../templates/model'
 
 const audience = s.object({ metadata: s.metadata(20).optional().describe('Equality filters on contact metadata (value and type must match).', { plan: 'pro' }) }).describe('Contacts whose consent is opted_in, narrowed by metadata filters, minus suppressed numbers.')
-const variables = s.metadata(50, 3, 1000).describe('Values for numbered placeholders: {"1": "SPRING20"}.', { '1': 'SPRING20' })
 const createBody = s.object({
   name: s.string().length(1, 120),
   template_id: s.string().format('uuid'),
   connection_id: s.string().format('uuid').describe('The connected number that sends it.'),
   audience: audience.optional(),
-  variables: variables.optional(),
+  variables: VARIABLES.optional(),
   scheduled_at: s.string().format('date-time').nullable().optional().describe('Used by POST /campaigns/{id}/schedule when it is given no time.'),
 })
 const updateBody = s.object({
@@ -23,7 +22,7 @@ const updateBody = s.object({
   template_id: s.string().format('uuid').optional(),
   connection_id: s.string().format('uuid').optional(),
   audience: audience.optional(),
-  variables: variables.optional(),
+  variables: VARIABLES.optional(),
   scheduled_at: s.string().format('date-time').nullable().optional(),
 })
 const scheduleBody = s.object({
@@ -64,10 +63,6 @@ const recipientDoc = {
   },
 }
 
-/** Numbered placeholder values are keyed "1" to "999". */
-function numberedKeys(v: { variables?: Record<string, unknown> }, errors: Record<string, string[]>) {
-  for (const k of Object.keys(v.variables ?? {})) if (!NUMBERED.test(k)) fieldError(errors, 'variables', 'The variables keys must be the numbers of placeholders, "1" to "999".')
-}
 
 export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const campaigns = svc.campaigns

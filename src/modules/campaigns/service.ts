@@ -155,9 +155,7 @@ export class CampaignService {
     if (row.status !== 'draft' && row.status !== 'scheduled') throw this.illegal(row, 'scheduled')
     const tpl = this.templates.get(workspaceId, row.template_id)
     this.connections.get(workspaceId, row.connection_id)
-    const vars = JSON.parse(row.variables) as Record<string, unknown>
-    const missing = (JSON.parse(tpl.variables) as string[]).filter((v) => /^\d+$/.test(v) && (vars[v] === undefined || vars[v] === ''))
-    if (missing.length) throw validationFailed({ variables: [`Values are needed for the numbered placeholders ${missing.map((m) => `{{${m}}}`).join(', ')}.`] })
+    this.templates.requireNumbered(tpl, JSON.parse(row.variables) as Record<string, unknown>)
     const now = this.deps.clock.now()
     const when = at ? Date.parse(at) : (row.scheduled_at ?? now)
     if (when <= now) this.messages.checkAllowance(workspaceId, now)

@@ -1,6 +1,7 @@
 /** Message input schemas (spec §4 POST /messages, GET /messages). */
 import { s } from '../../http/schema'
 import { phoneField } from '../contacts/model'
+import { VARIABLES } from '../templates/model'
 
 export const MAX_BODY = 4096
 export const MAX_ATTACHMENTS = 10
@@ -11,6 +12,14 @@ export const sendMessageBody = s.object({
   recipient: phoneField().optional().describe('E.164 number; required unless contact_id is given. A new number creates the contact.', '+14155550100'),
   contact_id: s.string().format('uuid').optional().describe('An existing contact; required unless recipient is given.'),
   body: s.string().length(1, MAX_BODY).optional().describe('Text, up to 4096 characters (Unicode code points).', 'Your order #1001 has shipped.'),
+  template_id: s
+    .string()
+    .format('uuid')
+    .optional()
+    .describe(
+      'Send a template instead of body: its text rendered for the recipient ({{name}}, {{phone}}, {{metadata.key}} from the contact, numbered ones from variables). Through a Cloud API number a template linked to a Meta-approved one (`whatsapp`) is sent as that template, which reaches people outside the 24-hour customer service window. A marketing template goes only to contacts who opted in.',
+    ),
+  variables: VARIABLES.optional(),
   file: s.file().optional().describe('A file to upload, scan and send inline (multipart/form-data).'),
   media: s
     .object({

@@ -6,6 +6,7 @@ import { paged } from '../../http/format'
 import { fieldError, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import type { MessageRow } from './repo'
+import { numberedKeys } from '../templates/model'
 import { listMessagesQuery, MAX_ATTACHMENTS, messageDoc, sendMessageBody } from './model'
 
 export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
@@ -20,7 +21,10 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
         const input = validate(sendMessageBody, raw && raw.body === '' ? { ...raw, body: undefined } : raw, (v, errors) => {
           if (v.recipient !== undefined && v.contact_id !== undefined) fieldError(errors, 'recipient', 'Give either recipient or contact_id, not both.')
           if (v.recipient === undefined && v.contact_id === undefined) fieldError(errors, 'recipient', 'The recipient field is required when contact_id is not given.')
-          if (v.body === undefined && v.file === undefined && !(v.media?.attachments?.length)) fieldError(errors, 'body', 'Give at least one of body, file or media.attachments.')
+          if (v.body !== undefined && v.template_id !== undefined) fieldError(errors, 'body', 'Give either body or template_id, not both.')
+          if (v.body === undefined && v.template_id === undefined && v.file === undefined && !(v.media?.attachments?.length)) fieldError(errors, 'body', 'Give at least one of body, file or media.attachments.')
+          if (v.variables !== undefined && v.template_id === undefined) fieldError(errors, 'variables', 'The variables field is used only with template_id.')
+          numberedKeys(v, errors)
           // the file becomes one of the message's attachments, so it counts toward their limit
           if (v.file !== undefined && (v.media?.attachments?.length ?? 0) >= MAX_ATTACHMENTS) fieldError(errors, 'media.attachments', `A message carries at most ${MAX_ATTACHMENTS} attachments, the file included.`)
         })
@@ -45,7 +49,7 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
         api: {
           summary: 'Queue a message',
           description:
-            'Queues a one-to-one message (text, a file, or both) through one of the workspace’s connected numbers. Exactly one of recipient and contact_id; at least one of body, file, media.attachments. 202 means queued and durable, not delivered: the message is released at the number’s pace and delivery arrives through webhooks. Refused with 422 for an opted-out or suppressed recipient (recipient_opted_out, recipient_suppressed), an offline number (connection_offline), a used-up monthly allowance (allowance_exhausted), or a file that is infected (malware_detected) or of an unsupported type (unsupported_media); 503 scanner_unavailable while the malware scanner is unreachable. Attachments must be media of this workspace that has not expired (404).',
+            'Queues a one-to-one message (text, a file, or both) through one of the workspace’s connected numbers. Exactly one of recipient and contact_id; at least one of body, file, media.attachments — or a template (template_id with its numbered variables) in place of body. 202 means queued and durable, not delivered: the message is released at the number’s pace and delivery arrives through webhooks. Refused with 422 for an opted-out or suppressed recipient (recipient_opted_out, recipient_suppressed), an offline number (connection_offline), a used-up monthly allowance (allowance_exhausted), a marketing template to a contact who has not opted in (recipient_not_opted_in), or a file that is infected (malware_detected) or of an unsupported type (unsupported_media); 503 scanner_unavailable while the malware scanner is unreachable. Attachments must be media of this workspace that has not expired, and template_id one of its templates (404); a numbered placeholder without a value in variables, or a template that renders empty or past 4096 characters for the recipient, is a 422 validation_failed.',
           tag: 'Messages',
           scope: 'messages:write',
           body: sendMessageBody,

@@ -5,7 +5,7 @@
  * A group message ends at sent.
  */
 import type { Deps } from '../../deps'
-import { notFound, refused } from '../../http/errors'
+import { notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { NetworkTemplate, ReceiptStatus } from '../../network/driver'
 import { DriverError, type OutboundMedia } from '../../network/driver'
@@ -14,9 +14,13 @@ import type { ContactService } from '../contacts/service'
 import type { MediaRow } from '../media/repo'
 import type { MediaService } from '../media/service'
 import type { SuppressionService } from '../suppressions/service'
+import type { ContactRow } from '../contacts/repo'
+import { codePoints } from '../../http/schema'
+import { networkTemplate, render } from '../templates/render'
+import type { TemplateService } from '../templates/service'
 import type { EventType, WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
-import { OPT_OUT_KEYWORDS } from './model'
+import { MAX_BODY, OPT_OUT_KEYWORDS } from './model'
 import { MessageRepo, type MessageRow, type MessageStatus, type NewMessage } from './repo'
 
 const RANK: Record<MessageStatus, number> = { queued: 0, sending: 1, sent: 2, delivered: 3, read: 4, failed: -1 }
@@ -28,6 +32,9 @@ export interface SendInput {
   contact_id?: string
   body?: string
   attachments: string[]
+  /** A template sent in place of body, and the values of its numbered placeholders. */
+  template_id?: string
+  variables?: Record<string, unknown>
 }
 
 const TIMED_OUT = Symbol('timed out')
@@ -97,6 +104,7 @@ export class MessageService {
     private readonly connections: ConnectionService,
     private readonly webhooks: WebhookService,
     private readonly media: MediaService,
+    private readonly templates: TemplateService,
   ) {
     this.repo = new MessageRepo(deps.db)
   }
@@ -178,15 +186,28 @@ export class MessageService {
       if (input.contact_id && !contact) throw notFound('contact')
       for (const id of input.attachments) this.media.get(workspaceId, id)
       const phone = contact ? contact.phone : input.recipient!
+      const filled = input.template_id === undefined ? null : this.fillTemplate(workspaceId, input, contact, phone, upload !== undefined || input.attachments.length > 0)
       if (contact?.consent_status === 'opted_out') throw refused('recipient_opted_out', 'The recipient has opted out.')
       if (this.suppressions.isSuppressed(workspaceId, phone)) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
+      if (filled?.marketing && contact?.consent_status !== 'opted_in') throw refused('recipient_not_opted_in', 'A marketing template goes only to contacts who opted in.')
       this.checkSendable(live, workspaceId, now)
       if (upload) this.media.insertInTx(upload)
       if (!contact) contact = this.contacts.upsertInTx(workspaceId, { phone }, 'send', null).row
       else this.contacts.repo.touch(contact.id, now)
       const attachments = upload ? [...input.attachments, upload.id] : input.attachments
       const msg = this.queueInTx(
-        { id: uuid(), workspace_id: workspaceId, connection_id: live.row.id, contact_id: contact.id, group_id: null, recipient: phone, sender: live.row.phone, body: input.body ?? null, attachments: JSON.stringify(attachments) },
+        {
+          id: uuid(),
+          workspace_id: workspaceId,
+          connection_id: live.row.id,
+          contact_id: contact.id,
+          group_id: null,
+          recipient: phone,
+          sender: live.row.phone,
+          body: filled ? filled.body : (input.body ?? null),
+          attachments: JSON.stringify(attachments),
+          network_template: filled?.networkTemplate ?? null,
+        },
         now,
       )
       alsoInTx?.(msg)
@@ -194,6 +215,28 @@ export class MessageService {
     })
     this.onQueued(row.connection_id)
     return row
+  }
+
+  /**
+   * A template sent one-to-one (inside the send's write): its text rendered for the recipient — a
+   * number not yet a contact has only its phone — and the Meta template it stands for, if any.
+   * Refused like a body would be: a numbered placeholder without a value, or a text that renders
+   * empty or past the body limit for this recipient.
+   */
+  private fillTemplate(workspaceId: string, input: SendInput, contact: ContactRow | null, phone: string, withMedia: boolean) {
+    const tpl = this.templates.repo.get(workspaceId, input.template_id!)
+    if (!tpl) throw notFound('template')
+    const numbered = input.variables ?? {}
+    this.templates.requireNumbered(tpl, numbered)
+    const values = { name: contact?.name ?? null, phone, metadata: contact ? (JSON.parse(contact.metadata) as Record<string, unknown>) : {}, numbered }
+    const body = render(tpl.body, values).text
+    if (body.trim() === '' && !withMedia) throw validationFailed({ template_id: ['The template renders to an empty text for this recipient.'] })
+    if (codePoints(body) > MAX_BODY) throw validationFailed({ template_id: [`The template renders to more than ${MAX_BODY} characters for this recipient.`] })
+    return {
+      body: body.trim() === '' ? null : body,
+      marketing: tpl.category === 'marketing',
+      networkTemplate: tpl.whatsapp === null ? null : JSON.stringify(networkTemplate(JSON.parse(tpl.whatsapp), tpl.body, values)),
+    }
   }
 
   list(workspaceId: string, filter: { direction?: string; status?: string }, limit: number, offset: number) {

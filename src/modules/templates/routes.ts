@@ -14,7 +14,7 @@ const WHATSAPP = s
     language: s.string().length(2, 6).pattern(/^[a-z]{2,3}(_[A-Z]{2})?$/, 'must be a WhatsApp language code such as en or en_US'),
   })
   .describe(
-    'The Meta-approved WhatsApp template this template stands for. Campaigns through a Cloud API number send it as a template message, its body parameters being the values of this body’s placeholders in order of first appearance; other numbers send the rendered text. null removes it.',
+    'The Meta-approved WhatsApp template this template stands for. Campaigns and one-to-one sends (POST /messages with template_id) through a Cloud API number send it as a template message, its body parameters being the values of this body’s placeholders in order of first appearance; other numbers send the rendered text. null removes it.',
     { name: 'order_update', language: 'en_US' },
   )
 const createBody = s.object({
@@ -46,7 +46,7 @@ export const templateDoc = {
     whatsapp: {
       type: ['object', 'null'],
       properties: { name: { type: 'string' }, language: { type: 'string' } },
-      description: 'The Meta-approved WhatsApp template sent in its place through Cloud API numbers (campaigns), or null.',
+      description: 'The Meta-approved WhatsApp template sent in its place through Cloud API numbers (campaigns and one-to-one sends), or null.',
     },
     created_at: { type: 'string', format: 'date-time' },
     updated_at: { type: 'string', format: 'date-time' },

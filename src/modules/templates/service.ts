@@ -2,7 +2,7 @@
 import type { Deps } from '../../deps'
 import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
-import { placeholders, render, type RenderValues } from './render'
+import { NUMBERED, placeholders, render, type RenderValues } from './render'
 import { TemplateRepo, type TemplateRow } from './repo'
 
 /** The Meta-approved WhatsApp template a Capstan template stands for (Cloud API numbers send it). */
@@ -75,6 +75,12 @@ export class TemplateService {
       if (this.repo.activeUses(id) > 0) throw conflict('template_in_use', 'The template is used by a scheduled, running or paused campaign.')
       this.repo.remove(id, this.deps.clock.now())
     })
+  }
+
+  /** 422 when a numbered placeholder of the template has no value in `numbered` (campaigns, sends). */
+  requireNumbered(row: TemplateRow, numbered: Record<string, unknown>) {
+    const missing = (JSON.parse(row.variables) as string[]).filter((v) => NUMBERED.test(v) && (numbered[v] === undefined || numbered[v] === ''))
+    if (missing.length) throw validationFailed({ variables: [`Values are needed for the numbered placeholders ${missing.map((m) => `{{${m}}}`).join(', ')}.`] })
   }
 
   preview(row: TemplateRow, values: RenderValues) {
