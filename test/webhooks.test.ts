@@ -215,6 +215,26 @@ describe('durability and administration', () => {
     expect((await srv.admin('GET', `/workspaces/${ws.id}/webhooks`)).json.data).toEqual([])
   })
 
+  test('a test event goes to an active endpoint signed; a disabled one answers 409 and queues nothing', async () => {
+    const { rx, hook } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])
+    const r = await srv.admin('POST', `/webhooks/${hook.id}/test`)
+    expect([r.status, r.json.data.type]).toEqual([202, 'webhook.test'])
+    await waitFor(() => rx.got.length === 1)
+    const got = rx.got[0]!
+    const verified = new Webhook(hook.secret).verify(got.body, { 'webhook-id': got.headers['webhook-id']!, 'webhook-timestamp': got.headers['webhook-timestamp']!, 'webhook-signature': got.headers['webhook-signature']! }) as any
+    expect([got.headers['webhook-id'], verified.type, verified.data.endpoint_id]).toEqual([r.json.data.id, 'webhook.test', hook.id])
+    await srv.admin('PATCH', `/webhooks/${hook.id}`, { status: 'disabled' })
+    const off = await srv.admin('POST', `/webhooks/${hook.id}/test`)
+    expect([off.status, off.json.code, off.json.message]).toEqual([409, 'endpoint_disabled', 'The endpoint is disabled; enable it to send a test event.'])
+    expect((await srv.admin('GET', `/webhooks/${hook.id}/deliveries`)).json.data).toHaveLength(1)
+    // enabling it again sends nothing that was refused
+    await srv.admin('PATCH', `/webhooks/${hook.id}`, { status: 'active' })
+    await Bun.sleep(300)
+    expect(rx.got).toHaveLength(1)
+    expect((await srv.admin('POST', `/webhooks/${crypto.randomUUID()}/test`)).status).toBe(404)
+    rx.stop()
+  })
+
   test('the operator disables an endpoint (its pending deliveries are held) and enables it again (they go out)', async () => {
     const { key, conn, rx, hook } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])
     rx.plan.push(503)

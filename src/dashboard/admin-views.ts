@@ -6,6 +6,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../http/auth'
 import { hidden } from '../http/docs'
+import { conflict } from '../http/errors'
 import { iso, paged, uuid } from '../http/format'
 import { s, validate } from '../http/schema'
 import { STATUSES } from '../modules/messages/model'
@@ -99,6 +100,8 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
       '/webhooks/:id/test',
       ({ params, set }) => {
         const hook = svc.webhooks.get(params.id)
+        // a disabled endpoint would hold the test until it is enabled: say so instead
+        if (hook.status !== 'active') throw conflict('endpoint_disabled', 'The endpoint is disabled; enable it to send a test event.')
         const now = svc.deps.clock.now()
         const payload = JSON.stringify({ type: 'webhook.test', timestamp: new Date(now).toISOString(), data: { endpoint_id: hook.id, message: 'A test event from Capstan.' } })
         const id = `msg_${uuid().replaceAll('-', '')}`
