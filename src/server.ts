@@ -11,7 +11,8 @@ import { dashboardRoutes } from './dashboard/routes'
 import { docsUi } from './docs/ui'
 import { handleCloudApiWebhook } from './network/cloud-api-webhook'
 import { parseBody, TOO_LARGE } from './http/body'
-import { SECURITY_HEADERS, authPlugin } from './http/auth'
+import { SECURITY_HEADERS, authPlugin, clientIp } from './http/auth'
+import { WindowCounter } from './http/limits'
 import { DOC_COMPONENTS, hidden } from './http/docs'
 import { payloadTooLarge, toErrorResponse } from './http/errors'
 import { noteOf, peekNote } from './http/log'
@@ -55,6 +56,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   let root: Elysia<any, any, any, any, any, any, any> | null = null
   const auth = authPlugin({ config, server: () => root?.server ?? null, keys: svc.keys, adminTokenHash, sessions })
   const log = svc.log
+  const webhookGuard = { failures: new WindowCounter(config.authFailLimit, config.rateWindowMs), clientIp: (request: Request) => clientIp(request, root?.server ?? null, config.trustProxy) }
   const logRequest = (request: Request, set: object, route: string, status: unknown) => {
     if (!log.enabled('info')) return
     log.request(request.method, route || new URL(request.url).pathname.slice(0, 200), typeof status === 'number' ? status : 200, peekNote(set))
@@ -103,7 +105,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     // network webhooks need the raw body (their signatures cover it): no body parsing here
     .all('/hooks/whatsapp/:id', ({ request, params }) => {
       if (declaredLength(request) > config.maxJsonBytes) throw payloadTooLarge()
-      return handleCloudApiWebhook(request, params.id, svc)
+      return handleCloudApiWebhook(request, params.id, svc, webhookGuard)
     }, { parse: 'none', detail: hidden })
     .onParse(async ({ request, contentType, set }) => {
       noteOf(set)

@@ -333,6 +333,24 @@ describe('webhooks from Meta', () => {
     expect(final.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'read', 'delivered'])
   })
 
+  test('a flood of bad signatures is cut off per number and address: 429 without reading, one log line per counted failure', async () => {
+    const { conn } = await setup()
+    const other = await setup()
+    const lines = () => srv.output.split('\n').filter((l) => l.includes('bad signature') && l.includes(conn.id)).length
+    // the failed-auth limit (120 per 60 s by default) counts bad signatures of this number from this address
+    const answers = await Promise.all(Array.from({ length: 150 }, () => deliver(srv.base, conn.id, inboundEvent('15550001111', 'hi'), 'wrong-secret').then((r) => r.status)))
+    expect(answers.filter((s) => s === 401)).toHaveLength(120)
+    expect(answers.filter((s) => s === 429)).toHaveLength(30)
+    // over the limit, even a good signature waits (Meta delivers it again later); the body is not read
+    const held = await deliver(srv.base, conn.id, inboundEvent('15550001111', 'hi'))
+    expect([held.status, (await held.json()).code]).toEqual([429, 'auth_rate_limited'])
+    // another number's webhooks from the same address are not held up
+    expect((await deliver(srv.base, other.conn.id, inboundEvent(newPhone().slice(1), 'hello'))).status).toBe(200)
+    await waitFor(() => lines() === 120)
+    await Bun.sleep(200)
+    expect(lines()).toBe(120)
+  })
+
   test('inbound messages are logged and STOP opts the sender out; unknown payloads are acknowledged', async () => {
     const { key, conn } = await setup()
     const from = newPhone()

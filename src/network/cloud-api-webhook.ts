@@ -5,11 +5,15 @@
  * (forward only — duplicates and out-of-order events change nothing, and a status that arrives
  * before the send was recorded is tried again shortly), inbound messages are logged once per Meta
  * message id (opt-out keywords apply). Payloads it does not know are acknowledged and logged, never an error;
- * an event that could not be stored is answered 500, so Meta delivers it again.
+ * an event that could not be stored is answered 500, so Meta delivers it again. Bad signatures
+ * count per connection and client address against the failed-auth limit: over it, that address
+ * gets 429 for that connection without its body being read (a flood costs neither hashing nor a
+ * log line per request, and a misconfigured app secret on one number cannot hold up another's).
  */
 import { timingSafeEqual } from 'node:crypto'
 import { readBody, TOO_LARGE } from '../http/body'
-import { payloadTooLarge } from '../http/errors'
+import { authRateLimited, payloadTooLarge } from '../http/errors'
+import type { WindowCounter } from '../http/limits'
 import { clipCodePoints } from '../http/schema'
 import type { Services } from '../services'
 import { CloudApiConnection } from './cloud-api'
@@ -24,7 +28,13 @@ function validSignature(secret: string, raw: Uint8Array, header: string | null):
   return got.length === want.length && timingSafeEqual(got, want)
 }
 
-export async function handleCloudApiWebhook(request: Request, connectionId: string, svc: Services): Promise<Response> {
+/** Counts bad signatures (see above); `clientIp` gives the request's address. */
+export interface SignatureGuard {
+  failures: WindowCounter
+  clientIp: (request: Request) => string
+}
+
+export async function handleCloudApiWebhook(request: Request, connectionId: string, svc: Services, guard: SignatureGuard): Promise<Response> {
   const live = svc.connections.find(connectionId)
   if (!live || !(live.driver instanceof CloudApiConnection)) return json(404, { message: 'The connection was not found.', code: 'not_found' })
   const driver = live.driver
@@ -37,6 +47,8 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
     return ok ? new Response(challenge, { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' } }) : json(403, { message: 'The verify token does not match.', code: 'forbidden' })
   }
   if (request.method !== 'POST') return json(405, { message: 'Only GET and POST are accepted here.', code: 'method_not_allowed' })
+  const caller = `${connectionId} ${guard.clientIp(request)}`
+  if (guard.failures.exceeded(caller)) return json(429, authRateLimited().toBody())
   // held to the JSON limit while it is read: a chunked body has no length to check beforehand
   const raw = await readBody(request, svc.deps.config.maxJsonBytes)
   if (raw === TOO_LARGE) {
@@ -46,6 +58,7 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
     return tooLarge
   }
   if (!validSignature(driver.appSecret, raw, request.headers.get('x-hub-signature-256'))) {
+    guard.failures.hit(caller)
     svc.log.warn('cloud api webhook refused: bad signature', { connection_id: connectionId })
     return json(401, { message: 'The X-Hub-Signature-256 signature is not valid.', code: 'invalid_signature' })
   }
