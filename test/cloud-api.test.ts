@@ -343,7 +343,7 @@ describe('webhooks from Meta', () => {
     expect(answers.filter((s) => s === 429)).toHaveLength(30)
     // over the limit, even a good signature waits (Meta delivers it again later); the body is not read
     const held = await deliver(srv.base, conn.id, inboundEvent('15550001111', 'hi'))
-    expect([held.status, (await held.json()).code]).toEqual([429, 'auth_rate_limited'])
+    expect([held.status, ((await held.json()) as any).code]).toEqual([429, 'auth_rate_limited'])
     // another number's webhooks from the same address are not held up
     expect((await deliver(srv.base, other.conn.id, inboundEvent(newPhone().slice(1), 'hello'))).status).toBe(200)
     await waitFor(() => lines() === 120)

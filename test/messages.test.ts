@@ -261,6 +261,24 @@ describe('a template sent one-to-one (template_id in place of body)', () => {
     const plain = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: unknown, template_id: utility } })
     expect([plain.status, plain.json.data.body]).toEqual([202, 'Your receipt, .'])
   })
+
+  test('a queued marketing template leaves only while its recipient is still opted in', async () => {
+    // hourly cap 1: the first message leaves at once, the rest wait in the queue
+    const { ws, key, conn } = await setup({ fast: false })
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 1, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    const promo = await template(key, 'Spring sale, {{name}}!', { category: 'marketing' })
+    const [lapsed, kept] = [newPhone(), newPhone()]
+    for (const phone of [lapsed, kept]) await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'P', consent_status: 'opted_in' } })
+    const send = async (recipient: string) => (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient, template_id: promo } })).json.data.id as string
+    await waitStatus(key, await send(kept), 'sent')
+    const ids = { lapsed: await send(lapsed), kept: await send(kept) }
+    // consent set back to unknown while it waits (not an opt-out, but no longer an opt-in)
+    expect((await srv.api(key, 'POST', '/contacts', { json: { phone: lapsed, consent_status: 'unknown' } })).status).toBe(200)
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 100, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    await waitStatus(key, ids.kept, 'sent')
+    const m = await message(key, ids.lapsed)
+    expect([m.status, m.error?.code, m.timeline.map((e: any) => e.status)]).toEqual(['failed', 'recipient_not_opted_in', ['queued', 'failed']])
+  })
 })
 
 describe('the log', () => {

@@ -11,6 +11,7 @@ import m0009 from '../../migrations/0009_running_campaigns_index.sql' with { typ
 import m0010 from '../../migrations/0010_dashboard_sessions.sql' with { type: 'text' }
 import m0011 from '../../migrations/0011_campaign_paused_reason.sql' with { type: 'text' }
 import m0012 from '../../migrations/0012_whatsapp_templates.sql' with { type: 'text' }
+import m0013 from '../../migrations/0013_marketing_opt_in.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -25,4 +26,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 10, name: '0010_dashboard_sessions', sql: m0010 },
   { version: 11, name: '0011_campaign_paused_reason', sql: m0011 },
   { version: 12, name: '0012_whatsapp_templates', sql: m0012 },
+  { version: 13, name: '0013_marketing_opt_in', sql: m0013 },
 ]

@@ -29,6 +29,8 @@ export interface MessageRow {
   campaign_id: string | null
   /** JSON {name, language, parameters}: a network template to send in place of the text, or null. */
   network_template: string | null
+  /** 1 for a marketing template sent one-to-one: it leaves only while the recipient is opted in. */
+  opt_in_required: number
 }
 
 export type NewMessage = Omit<MessageRow, 'seq'>
@@ -68,8 +70,8 @@ export class MessageRepo {
 
   constructor(private readonly db: Database) {
     this.insertStmt = db.query(
-      `INSERT INTO messages (id, workspace_id, connection_id, contact_id, group_id, campaign_id, direction, status, recipient, sender, body, attachments, error_code, error_message, external_id, created_at, updated_at, sending_at, sent_at, delivered_at, read_at, failed_at, network_template)
-       VALUES ($id, $workspace_id, $connection_id, $contact_id, $group_id, $campaign_id, $direction, $status, $recipient, $sender, $body, $attachments, $error_code, $error_message, $external_id, $created_at, $updated_at, $sending_at, $sent_at, $delivered_at, $read_at, $failed_at, $network_template)`,
+      `INSERT INTO messages (id, workspace_id, connection_id, contact_id, group_id, campaign_id, direction, status, recipient, sender, body, attachments, error_code, error_message, external_id, created_at, updated_at, sending_at, sent_at, delivered_at, read_at, failed_at, network_template, opt_in_required)
+       VALUES ($id, $workspace_id, $connection_id, $contact_id, $group_id, $campaign_id, $direction, $status, $recipient, $sender, $body, $attachments, $error_code, $error_message, $external_id, $created_at, $updated_at, $sending_at, $sent_at, $delivered_at, $read_at, $failed_at, $network_template, $opt_in_required)`,
     )
     this.byIdStmt = db.query<MessageRow, [string, string]>('SELECT * FROM messages WHERE id = ? AND workspace_id = ?')
     this.byIdAnyStmt = db.query<MessageRow, [string]>('SELECT * FROM messages WHERE id = ?')

@@ -66,12 +66,14 @@ function withTimeout<T>(run: (signal: AbortSignal) => Promise<T>, ms: number): P
 export type MessageFields = Pick<NewMessage, 'id' | 'workspace_id' | 'connection_id' | 'contact_id' | 'group_id' | 'recipient' | 'sender' | 'body' | 'attachments'> & {
   campaign_id?: string | null
   network_template?: string | null
+  opt_in_required?: number
 }
 
 function newMessage(fields: MessageFields, direction: NewMessage['direction'], status: MessageStatus, now: number): NewMessage {
   return {
     campaign_id: null,
     network_template: null,
+    opt_in_required: 0,
     ...fields,
     direction,
     status,
@@ -207,6 +209,7 @@ export class MessageService {
           body: filled ? filled.body : (input.body ?? null),
           attachments: JSON.stringify(attachments),
           network_template: filled?.networkTemplate ?? null,
+          opt_in_required: filled?.marketing ? 1 : 0,
         },
         now,
       )
@@ -292,6 +295,7 @@ export class MessageService {
     if (row.group_id !== null) return this.groupRefusal(row)
     const contact = row.contact_id ? this.contacts.repo.get(row.workspace_id, row.contact_id) : null
     if (contact?.consent_status === 'opted_out') return { code: 'recipient_opted_out', message: 'The recipient opted out before the message was sent.' }
+    if (row.opt_in_required === 1 && contact?.consent_status !== 'opted_in') return { code: 'recipient_not_opted_in', message: 'The recipient was no longer opted in when the marketing message was to be sent.' }
     if (row.recipient !== null && this.suppressions.isSuppressed(row.workspace_id, row.recipient)) return { code: 'recipient_suppressed', message: 'The recipient was suppressed before the message was sent.' }
     return null
   }
