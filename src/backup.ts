@@ -5,7 +5,8 @@
  * the database (WAL readers never block the server), then the media files that copy refers to
  * are copied (they are content-addressed and never change), with the key file that decrypts
  * stored secrets and the sandbox's records. Restore puts a backup into an empty data directory
- * (the server stopped) and checks the database's integrity.
+ * (the server stopped) and checks the database's integrity; forced over an old one, it leaves no
+ * media file the restored database does not refer to.
  */
 import { Database } from 'bun:sqlite'
 import { copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
@@ -100,8 +101,24 @@ export function restore(dir: string, dataDir: string, force = false): { messages
   const db = openDatabase(join(dataDir, 'capstan.db'))
   try {
     migrate(db)
+    const referenced = new Set(db.query<{ sha256: string }, []>('SELECT DISTINCT sha256 FROM media').all().map((r) => r.sha256))
+    removeUnreferencedMedia(join(dataDir, 'media'), referenced)
     return { messages: db.query<{ n: number }, []>('SELECT COUNT(*) AS n FROM messages').get()!.n }
   } finally {
     db.close()
+  }
+}
+
+/**
+ * After a forced restore the media directory still holds files uploaded after the backup was
+ * made; no row of the restored database refers to them, so retention would never delete them.
+ */
+function removeUnreferencedMedia(mediaDir: string, referenced: Set<string>) {
+  if (!existsSync(mediaDir)) return
+  for (const shard of readdirSync(mediaDir, { withFileTypes: true })) {
+    if (!shard.isDirectory()) continue
+    for (const f of readdirSync(join(mediaDir, shard.name), { withFileTypes: true })) {
+      if (f.isFile() && !referenced.has(f.name)) rmSync(join(mediaDir, shard.name, f.name), { force: true })
+    }
   }
 }

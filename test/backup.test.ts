@@ -1,7 +1,7 @@
 /** `capstan backup` while the server runs under load, then `capstan restore` and a fresh start. */
 import { describe, expect, test } from 'bun:test'
 import { Database } from 'bun:sqlite'
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { TestClamd } from './support/clamd'
@@ -96,6 +96,33 @@ describe('backup and restore', () => {
       }
       // the good backup still restores over it
       expect(capstan(['restore', good, '--force'], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
+    } finally {
+      rmSync(root, { recursive: true, force: true })
+    }
+  })
+
+  test('a forced restore leaves only the media files the restored database refers to', () => {
+    const root = mkdtempSync(join(tmpdir(), 'capstan-restore-media-'))
+    try {
+      const live = join(root, 'live')
+      expect(capstan(['migrate'], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
+      const put = (sha: string, bytes: string) => {
+        mkdirSync(join(live, 'media', sha.slice(0, 2)), { recursive: true })
+        writeFileSync(join(live, 'media', sha.slice(0, 2), sha), bytes)
+        const db = new Database(join(live, 'capstan.db'))
+        db.run("INSERT OR IGNORE INTO workspaces (id, name, slug, status, settings, created_at, updated_at) VALUES ('w1', 'W', 'w', 'active', '{}', 0, 0)")
+        db.query("INSERT INTO media (id, workspace_id, sha256, filename, mime_type, size, created_at, expires_at) VALUES (?, 'w1', ?, 'f.txt', 'text/plain', ?, 0, 9e12)").run(crypto.randomUUID(), sha, bytes.length)
+        db.close()
+      }
+      const kept = 'aa'.repeat(32)
+      const later = 'bb'.repeat(32)
+      put(kept, 'in the backup')
+      const backupDir = join(root, 'b')
+      expect(capstan(['backup', backupDir], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
+      put(later, 'uploaded after the backup')
+      expect(capstan(['restore', backupDir, '--force'], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
+      expect(readFileSync(join(live, 'media', 'aa', kept), 'utf8')).toBe('in the backup')
+      expect(existsSync(join(live, 'media', 'bb', later))).toBe(false)
     } finally {
       rmSync(root, { recursive: true, force: true })
     }
