@@ -2,7 +2,7 @@
  * The operator dashboard end to end in a real headless Chromium (Debian's, driven by
  * playwright-core). With UPDATE_SCREENSHOTS=1 it also writes docs/screenshots/*.png.
  */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { type Browser, chromium, type Page } from 'playwright-core'
@@ -37,6 +37,9 @@ async function signIn(page: Page) {
   await page.click('#login button[type=submit]')
   await page.waitForSelector('h1:has-text("Workspaces")')
 }
+
+// a real Chromium on a busy 2-core machine can take longer than bun's default 5 s per test
+setDefaultTimeout(30_000)
 
 describe('dashboard', () => {
   test('sign in; create a workspace and a key seen once; revoke it and the API answers 401', async () => {

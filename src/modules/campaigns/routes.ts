@@ -63,7 +63,6 @@ const recipientDoc = {
   },
 }
 
-
 export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const campaigns = svc.campaigns
   const find = (ws: string, id: string) => {
