@@ -54,9 +54,10 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const { config } = svc.deps
   const sessions = new Sessions(adminTokenHash, svc.deps.db, svc.deps.writer, () => svc.deps.clock.now())
   let root: Elysia<any, any, any, any, any, any, any> | null = null
-  const auth = authPlugin({ config, server: () => root?.server ?? null, keys: svc.keys, adminTokenHash, sessions })
+  const ipOf = (request: Request) => clientIp(request, root?.server ?? null, config.trustProxy)
+  const auth = authPlugin({ config, ipOf, keys: svc.keys, adminTokenHash, sessions })
   const log = svc.log
-  const webhookGuard = { failures: new WindowCounter(config.authFailLimit, config.rateWindowMs), clientIp: (request: Request) => clientIp(request, root?.server ?? null, config.trustProxy) }
+  const webhookGuard = { failures: new WindowCounter(config.authFailLimit, config.rateWindowMs), clientIp: ipOf }
   const logRequest = (request: Request, set: object, route: string, status: unknown) => {
     if (!log.enabled('info')) return
     log.request(request.method, route || new URL(request.url).pathname.slice(0, 200), typeof status === 'number' ? status : 200, peekNote(set))

@@ -65,24 +65,22 @@ export function clientIp(request: Request, server: { requestIP(r: Request): { ad
   return server?.requestIP(request)?.address ?? 'unknown'
 }
 
-/** Gives the listening server (for the client address); kept out of Elysia's per-request context. */
-export type ServerRef = () => { requestIP(r: Request): { address: string } | null } | null
+/** A request's client address (see `clientIp`); the listening server is kept out of Elysia's per-request context. */
+export type ClientAddress = (request: Request) => string
 
 export interface AuthOptions {
   config: Config
-  server: ServerRef
+  ipOf: ClientAddress
   keys: KeyService
   /** SHA-256 of the admin token. */
   adminTokenHash: Uint8Array
   sessions: Sessions
 }
 
-export function authPlugin({ config, server, keys, adminTokenHash, sessions }: AuthOptions) {
+export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: AuthOptions) {
   const failures = new WindowCounter(config.authFailLimit, config.rateWindowMs)
   const perKey = new WindowCounter(config.keyRateLimit, config.rateWindowMs)
   const limitHeader = String(config.keyRateLimit)
-
-  const ipOf = (request: Request) => clientIp(request, server(), config.trustProxy)
 
   /** Dashboard sign-in: the admin token against the same per-IP failed-auth limit. */
   const checkAdminToken = (request: Request, token: unknown): boolean => {

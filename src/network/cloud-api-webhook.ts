@@ -13,6 +13,7 @@
 import { timingSafeEqual } from 'node:crypto'
 import { readBody, TOO_LARGE } from '../http/body'
 import { authRateLimited, payloadTooLarge } from '../http/errors'
+import type { ClientAddress } from '../http/auth'
 import type { WindowCounter } from '../http/limits'
 import { clipCodePoints } from '../http/schema'
 import type { Services } from '../services'
@@ -28,10 +29,10 @@ function validSignature(secret: string, raw: Uint8Array, header: string | null):
   return got.length === want.length && timingSafeEqual(got, want)
 }
 
-/** Counts bad signatures (see above); `clientIp` gives the request's address. */
+/** Counts bad signatures (see above) by connection and client address. */
 export interface SignatureGuard {
   failures: WindowCounter
-  clientIp: (request: Request) => string
+  clientIp: ClientAddress
 }
 
 export async function handleCloudApiWebhook(request: Request, connectionId: string, svc: Services, guard: SignatureGuard): Promise<Response> {
