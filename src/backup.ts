@@ -21,6 +21,9 @@ export interface BackupResult {
   missing: string[]
 }
 
+/** The media files a database refers to, by content hash. */
+const mediaShas = (db: Database) => db.query<{ sha256: string }, []>('SELECT DISTINCT sha256 FROM media').all().map((r) => r.sha256)
+
 function copyDir(from: string, to: string) {
   if (!existsSync(from)) return
   mkdirSync(to, { recursive: true, mode: 0o700 })
@@ -43,7 +46,7 @@ export function backup(dataDir: string, dir: string): BackupResult {
     db.close()
   }
   const copy = new Database(join(dir, 'capstan.db'), { readonly: true })
-  const shas = copy.query<{ sha256: string }, []>('SELECT DISTINCT sha256 FROM media').all().map((r) => r.sha256)
+  const shas = mediaShas(copy)
   const messages = copy.query<{ n: number }, []>('SELECT COUNT(*) AS n FROM messages').get()!.n
   copy.close()
   const missing: string[] = []
@@ -101,8 +104,7 @@ export function restore(dir: string, dataDir: string, force = false): { messages
   const db = openDatabase(join(dataDir, 'capstan.db'))
   try {
     migrate(db)
-    const referenced = new Set(db.query<{ sha256: string }, []>('SELECT DISTINCT sha256 FROM media').all().map((r) => r.sha256))
-    removeUnreferencedMedia(join(dataDir, 'media'), referenced)
+    removeUnreferencedMedia(join(dataDir, 'media'), new Set(mediaShas(db)))
     return { messages: db.query<{ n: number }, []>('SELECT COUNT(*) AS n FROM messages').get()!.n }
   } finally {
     db.close()

@@ -15,7 +15,7 @@ import type { ContactService } from '../contacts/service'
 import type { MessageRow } from '../messages/repo'
 import type { MessageService } from '../messages/service'
 import type { SuppressionService } from '../suppressions/service'
-import { networkTemplate, render } from '../templates/render'
+import { fill } from '../templates/render'
 import type { TemplateService } from '../templates/service'
 import type { WebhookService } from '../webhooks/service'
 import { type Audience, CampaignRepo, type CampaignRow, type CampaignStatus, type PausedReason } from './repo'
@@ -272,8 +272,7 @@ export class CampaignService {
           this.log.warn('campaign paused until there is allowance again: the workspace has used its message allowance for this month', { campaign_id: c.id })
           break
         }
-        const values = { name: contact.name, phone: contact.phone, metadata: JSON.parse(contact.metadata), numbered: JSON.parse(c.variables) }
-        const text = render(c.body ?? '', values).text
+        const filled = fill(c.body ?? '', c.whatsapp, { name: contact.name, phone: contact.phone, metadata: JSON.parse(contact.metadata), numbered: JSON.parse(c.variables) })
         const msg = this.messages.queueInTx(
           {
             id: uuid(),
@@ -284,9 +283,9 @@ export class CampaignService {
             campaign_id: c.id,
             recipient: contact.phone,
             sender: live.row.phone,
-            body: text,
+            body: filled.text,
             attachments: '[]',
-            network_template: c.whatsapp === null ? null : JSON.stringify(networkTemplate(JSON.parse(c.whatsapp), c.body ?? '', values)),
+            network_template: filled.networkTemplate,
           },
           now,
         )

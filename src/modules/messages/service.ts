@@ -16,7 +16,7 @@ import type { MediaService } from '../media/service'
 import type { SuppressionService } from '../suppressions/service'
 import type { ContactRow } from '../contacts/repo'
 import { codePoints } from '../../http/schema'
-import { networkTemplate, render } from '../templates/render'
+import { fill } from '../templates/render'
 import type { TemplateService } from '../templates/service'
 import type { EventType, WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
@@ -231,15 +231,11 @@ export class MessageService {
     if (!tpl) throw notFound('template')
     const numbered = input.variables ?? {}
     this.templates.requireNumbered(tpl, numbered)
-    const values = { name: contact?.name ?? null, phone, metadata: contact ? (JSON.parse(contact.metadata) as Record<string, unknown>) : {}, numbered }
-    const body = render(tpl.body, values).text
-    if (body.trim() === '' && !withMedia) throw validationFailed({ template_id: ['The template renders to an empty text for this recipient.'] })
-    if (codePoints(body) > MAX_BODY) throw validationFailed({ template_id: [`The template renders to more than ${MAX_BODY} characters for this recipient.`] })
-    return {
-      body: body.trim() === '' ? null : body,
-      marketing: tpl.category === 'marketing',
-      networkTemplate: tpl.whatsapp === null ? null : JSON.stringify(networkTemplate(JSON.parse(tpl.whatsapp), tpl.body, values)),
-    }
+    const { text, networkTemplate } = fill(tpl.body, tpl.whatsapp, { name: contact?.name ?? null, phone, metadata: contact ? (JSON.parse(contact.metadata) as Record<string, unknown>) : {}, numbered })
+    const blank = text.trim() === ''
+    if (blank && !withMedia) throw validationFailed({ template_id: ['The template renders to an empty text for this recipient.'] })
+    if (codePoints(text) > MAX_BODY) throw validationFailed({ template_id: [`The template renders to more than ${MAX_BODY} characters for this recipient.`] })
+    return { body: blank ? null : text, marketing: tpl.category === 'marketing', networkTemplate }
   }
 
   list(workspaceId: string, filter: { direction?: string; status?: string }, limit: number, offset: number) {

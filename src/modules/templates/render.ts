@@ -73,3 +73,11 @@ export function networkTemplate(whatsapp: { name: string; language: string }, bo
   const parameters = placeholders(body).variables.map((name) => asText(valueOf(name, values)?.value) ?? '')
   return { name: whatsapp.name, language: whatsapp.language, parameters }
 }
+
+/**
+ * A template body filled for one recipient: the text, and — when the template names a network
+ * template (`whatsapp`, JSON) — that template with its parameters, as a message row stores it.
+ */
+export function fill(body: string, whatsapp: string | null, values: RenderValues): { text: string; networkTemplate: string | null } {
+  return { text: render(body, values).text, networkTemplate: whatsapp === null ? null : JSON.stringify(networkTemplate(JSON.parse(whatsapp), body, values)) }
+}
