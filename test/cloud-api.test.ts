@@ -206,6 +206,67 @@ describe('sending', () => {
     ])
   })
 
+  test('a template send with one attachment sends it as the template header; attachments a header cannot be are refused', async () => {
+    const { key, conn } = await setup()
+    const upload = async (name: string, bytes: Uint8Array) => {
+      const fd = new FormData()
+      fd.set('file', new File([bytes], name))
+      return (await srv.api(key, 'POST', '/media', { multipart: fd })).json.data.id as string
+    }
+    const pdf = await upload('receipt-A-88.pdf', files.pdf())
+    const png = await upload('logo.png', files.png())
+    const mp3 = await upload('jingle.mp3', files.mp3())
+    const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Receipt doc', body: 'Your receipt for order {{1}}.', whatsapp: { name: 'receipt_doc', language: 'en' } } })).json.data
+    const to = newPhone()
+    const send = (extra: Record<string, unknown>) => srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, template_id: tpl.id, variables: { '1': 'A-88' }, ...extra } })
+    const attach = (...ids: string[]) => ({ media: { attachments: ids.map((media_id) => ({ media_id })) } })
+
+    // refused before anything is written: two attachments, or one that cannot head a template
+    const before = (await srv.api(key, 'GET', '/messages?per_page=1')).json.meta.total
+    const two = await send(attach(pdf, png))
+    expect([two.status, two.json.code, two.json.errors]).toEqual([422, 'validation_failed', { 'media.attachments': ['A WhatsApp template message carries at most one attachment, sent as the template’s header (the file included).'] }])
+    const audio = await send(attach(mp3))
+    expect([audio.status, audio.json.errors]).toEqual([422, { 'media.attachments': ['A WhatsApp template’s header must be an image (JPEG or PNG), a video or a document.'] }])
+    const fd = new FormData()
+    for (const [k, v] of Object.entries({ connection_id: conn.id, recipient: to, template_id: tpl.id, 'variables[1]': 'A-88' })) fd.set(k, v)
+    fd.set('file', new File([files.ogg()], 'voice.ogg'))
+    const audioFile = await srv.api(key, 'POST', '/messages', { multipart: fd })
+    expect([audioFile.status, Object.keys(audioFile.json.errors)]).toEqual([422, ['file']])
+    expect((await srv.api(key, 'GET', '/messages?per_page=1')).json.meta.total).toBe(before)
+
+    // one document: uploaded to Meta, then one template message with it as the header
+    const r = await send(attach(pdf))
+    expect(r.status).toBe(202)
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    const sent = graph.seen.filter((x) => x.json?.to === to.slice(1))
+    expect(sent).toHaveLength(1)
+    const mediaId = sent[0]!.json.template.components[0].parameters[0].document.id
+    expect(graph.seen.find((x) => x.path.endsWith('/media') && x.form?.filename === 'receipt-A-88.pdf')?.form?.type).toBe('application/pdf')
+    expect(sent[0]!.json).toEqual({
+      messaging_product: 'whatsapp',
+      recipient_type: 'individual',
+      to: to.slice(1),
+      type: 'template',
+      template: {
+        name: 'receipt_doc',
+        language: { code: 'en' },
+        components: [
+          { type: 'header', parameters: [{ type: 'document', document: { id: mediaId, filename: 'receipt-A-88.pdf' } }] },
+          { type: 'body', parameters: [{ type: 'text', text: 'A-88' }] },
+        ],
+      },
+    })
+    expect(mediaId).toMatch(/^media-/)
+
+    // an image header has no file name; a template without a WhatsApp link still takes several attachments
+    const img = await send(attach(png))
+    await waitFor(async () => (await msg(key, img.json.data.id)).status === 'sent')
+    expect(graph.seen.filter((x) => x.json?.to === to.slice(1)).at(-1)!.json.template.components[0]).toEqual({ type: 'header', parameters: [{ type: 'image', image: { id: expect.stringMatching(/^media-/) } }] })
+    const plain = (await srv.api(key, 'POST', '/templates', { json: { name: 'Receipt text', body: 'Your receipt for order {{1}}.' } })).json.data
+    const many = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, template_id: plain.id, variables: { '1': 'A-88' }, ...attach(pdf, png) } })
+    expect(many.status).toBe(202)
+  })
+
   test('media is uploaded to the media endpoint and sent by id with the text as caption', async () => {
     const { key, conn } = await setup()
     const fd = new FormData()

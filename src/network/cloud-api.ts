@@ -6,8 +6,10 @@
  *   {messaging_product: "whatsapp", recipient_type: "individual", to, type, text|image|...}
  *   → {messages: [{id: "wamid..."}]}; errors → {error: {code, message, error_data?}}.
  *   A template message: type "template", template: {name, language: {code}, components:
- *   [{type: "body", parameters: [{type: "text", text}]}]} (free-form text and media reach only
- *   people who wrote within 24 hours; an approved template reaches anyone who opted in).
+ *   [{type: "header", parameters: [{type: "document", document: {id, filename}}]}, {type: "body",
+ *   parameters: [{type: "text", text}]}]} (free-form text and media reach only people who wrote
+ *   within 24 hours; an approved template reaches anyone who opted in). The header component is
+ *   there when the message has an attachment: an image, video or document header by media id.
  * - media: POST {base}/{version}/{phone-number-id}/media, multipart (file, type,
  *   messaging_product) → {id}; a media message then refers to it by id.
  * - probe: GET {base}/{version}/{phone-number-id} (code 190 = the access token was rejected;
@@ -25,7 +27,7 @@
  * goes on from the part that was refused — the parts already accepted are not sent again.
  */
 import type { ConnectionDriver, DriverContext, DriverFactory, NetworkTemplate, OutboundMedia, OutboundMessage } from './driver'
-import { DriverError } from './driver'
+import { DriverError, templateHeaderKind } from './driver'
 
 export const DEFAULT_GRAPH_BASE = 'https://graph.facebook.com'
 export const DEFAULT_GRAPH_VERSION = 'v21.0'
@@ -177,12 +179,18 @@ export class CloudApiConnection implements ConnectionDriver {
         if (typeof id !== 'string') throw new DriverError('cloud_api_bad_response', 'The Cloud API did not return a message id.')
         ids.push(id)
       }
-      // a template Meta approved (campaigns): it reaches people outside the 24-hour window too
-      const template = message.attachments.length === 0 ? message.template : null
-      if (template && !accepted()) await post({ type: 'template', template: templatePayload(template) })
+      // a template Meta approved: it reaches people outside the 24-hour window too. Its one
+      // attachment, if any, is its media header (uploaded first, referred to by id)
+      const head = message.attachments.length === 1 ? message.attachments[0]! : null
+      const headKind = head ? templateHeaderKind(head.mimeType) : null
+      const template = message.attachments.length === 0 || headKind ? message.template : null
+      if (template && !accepted()) {
+        const header = head && headKind ? { kind: headKind, id: await this.uploadMedia(head), filename: head.filename } : null
+        await post({ type: 'template', template: templatePayload(template, header) })
+      }
       // one Cloud API message per attachment, the text as the first one's caption (where allowed)
       let caption = template ? null : message.body
-      for (const m of message.attachments) {
+      for (const m of template ? [] : message.attachments) {
         const kind = MEDIA_KIND[m.mimeType] ?? 'document'
         const captioned = !!caption && (kind === 'image' || kind === 'video' || kind === 'document')
         if (!accepted()) {
@@ -217,9 +225,14 @@ export class CloudApiConnection implements ConnectionDriver {
   close() {}
 }
 
-/** A message template as the Cloud API takes it: name, language and the body's text parameters. */
-function templatePayload(t: NetworkTemplate) {
-  const components = t.parameters.length ? [{ type: 'body', parameters: t.parameters.map((text) => ({ type: 'text', text })) }] : []
+/**
+ * A message template as the Cloud API takes it: name, language, the media header (an uploaded
+ * media id; a document also keeps its file name) and the body's text parameters.
+ */
+function templatePayload(t: NetworkTemplate, header: { kind: 'image' | 'video' | 'document'; id: string; filename: string } | null) {
+  const components: Record<string, unknown>[] = []
+  if (header) components.push({ type: 'header', parameters: [{ type: header.kind, [header.kind]: header.kind === 'document' ? { id: header.id, filename: header.filename } : { id: header.id } }] })
+  if (t.parameters.length) components.push({ type: 'body', parameters: t.parameters.map((text) => ({ type: 'text', text })) })
   return { name: t.name, language: { code: t.language }, ...(components.length ? { components } : {}) }
 }
 

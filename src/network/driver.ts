@@ -23,6 +23,18 @@ export interface NetworkTemplate {
   parameters: string[]
 }
 
+/**
+ * What an attachment can be in a template's header, where a network's templates take one (a
+ * WhatsApp template's media header: an image, a video or a document); null for media that cannot
+ * head a template (audio, stickers).
+ */
+export function templateHeaderKind(mimeType: string): 'image' | 'video' | 'document' | null {
+  if (mimeType === 'image/jpeg' || mimeType === 'image/png') return 'image'
+  if (mimeType.startsWith('video/')) return 'video'
+  if (mimeType.startsWith('application/') || mimeType === 'text/plain') return 'document'
+  return null
+}
+
 export interface OutboundMessage {
   id: string
   recipient: string | null
@@ -30,7 +42,10 @@ export interface OutboundMessage {
   groupExternalId: string | null
   body: string | null
   attachments: OutboundMedia[]
-  /** Send this template instead of free-form text, where the network has templates. */
+  /**
+   * Send this template instead of free-form text, where the network has templates. A message
+   * with a template has at most one attachment, its header (see `templateHeaderKind`).
+   */
   template: NetworkTemplate | null
 }
 

@@ -8,7 +8,7 @@ import type { Deps } from '../../deps'
 import { notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { NetworkTemplate, ReceiptStatus } from '../../network/driver'
-import { DriverError, type OutboundMedia } from '../../network/driver'
+import { DriverError, type OutboundMedia, templateHeaderKind } from '../../network/driver'
 import type { ConnectionService, LiveConnection } from '../connections/service'
 import type { ContactService } from '../contacts/service'
 import type { MediaRow } from '../media/repo'
@@ -92,6 +92,17 @@ function newMessage(fields: MessageFields, direction: NewMessage['direction'], s
 
 /** The month key of the allowance (UTC calendar month). */
 const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7)
+
+/**
+ * A template that stands for a network template (WhatsApp's) carries at most one attachment, and
+ * only one that can be its header: an image (JPEG or PNG), a video or a document. The uploaded
+ * `file`, if any, comes after the listed attachments.
+ */
+function checkTemplateHeader(listed: MediaRow[], upload: MediaRow | undefined) {
+  const all = upload ? [...listed, upload] : listed
+  if (all.length > 1) throw validationFailed({ 'media.attachments': ['A WhatsApp template message carries at most one attachment, sent as the template’s header (the file included).'] })
+  if (all.length === 1 && !templateHeaderKind(all[0]!.mime_type)) throw validationFailed({ [upload ? 'file' : 'media.attachments']: ['A WhatsApp template’s header must be an image (JPEG or PNG), a video or a document.'] })
+}
 
 export class MessageService {
   readonly repo: MessageRepo
@@ -186,9 +197,10 @@ export class MessageService {
       const live = this.connections.get(workspaceId, input.connection_id)
       let contact = input.contact_id ? this.contacts.repo.get(workspaceId, input.contact_id) : this.contacts.repo.getByPhone(workspaceId, input.recipient!)
       if (input.contact_id && !contact) throw notFound('contact')
-      for (const id of input.attachments) this.media.get(workspaceId, id)
+      const media = input.attachments.map((id) => this.media.get(workspaceId, id))
       const phone = contact ? contact.phone : input.recipient!
-      const filled = input.template_id === undefined ? null : this.fillTemplate(workspaceId, input, contact, phone, upload !== undefined || input.attachments.length > 0)
+      const filled = input.template_id === undefined ? null : this.fillTemplate(workspaceId, input, contact, phone, upload !== undefined || media.length > 0)
+      if (filled?.networkTemplate) checkTemplateHeader(media, upload)
       if (contact?.consent_status === 'opted_out') throw refused('recipient_opted_out', 'The recipient has opted out.')
       if (this.suppressions.isSuppressed(workspaceId, phone)) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
       if (filled?.marketing && contact?.consent_status !== 'opted_in') throw refused('recipient_not_opted_in', 'A marketing template goes only to contacts who opted in.')
