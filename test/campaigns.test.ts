@@ -154,6 +154,26 @@ describe('lifecycle', () => {
     expect((await srv.api(key, 'GET', '/messages?status=sent')).json.meta.total).toBe(sentMsgs)
   })
 
+  test('a recipient for whom the template renders empty or past 4096 characters is skipped with the reason; no message', async () => {
+    const { ws, key, contact, conn } = await setup()
+    const long = (c: string) => c.repeat(1000)
+    const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Notes', body: '{{metadata.a}}{{metadata.b}}{{metadata.c}}{{metadata.d}}{{metadata.e}}' } })).json.data
+    const fits = await contact({ consent_status: 'opted_in', metadata: { a: 'See you soon' } })
+    const empty = await contact({ consent_status: 'opted_in', metadata: { a: ' ' } })
+    const tooLong = await contact({ consent_status: 'opted_in', metadata: { a: long('a'), b: long('b'), c: long('c'), d: long('d'), e: long('e') } })
+    const c = (await srv.api(key, 'POST', '/campaigns', { json: { name: 'Notes', template_id: tpl.id, connection_id: conn.id } })).json.data
+    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).status).toBe(200)
+    const done = await waitFor(async () => ((await get(key, c.id)).status === 'completed' ? get(key, c.id) : null))
+    expect(done.counts).toMatchObject({ total: 3, sent: 1, failed: 0, skipped: 2 })
+    const recipients = (await srv.api(key, 'GET', `/campaigns/${c.id}/recipients?per_page=100`)).json.data
+    const by = (id: string) => recipients.find((r: any) => r.contact_id === id)
+    expect([by(empty.id).skipped_reason, by(empty.id).message_id]).toEqual(['rendered_empty', null])
+    expect([by(tooLong.id).skipped_reason, by(tooLong.id).message_id]).toEqual(['rendered_too_long', null])
+    expect(by(fits.id).status).not.toBe('skipped')
+    const sent = (await srv.admin('GET', `/workspaces/${ws.id}/messages`)).json.data
+    expect(sent.map((m: any) => m.body)).toEqual(['See you soon'])
+  })
+
   test('removing the number cancels its unfinished campaigns; pending recipients are skipped', async () => {
     const { key, conn, contact, campaign } = await setup(60)
     for (let i = 0; i < 3; i++) await contact({ consent_status: 'opted_in' })

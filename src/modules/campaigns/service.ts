@@ -9,9 +9,11 @@ import { Cron } from 'croner'
 import type { Deps } from '../../deps'
 import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
+import { codePoints } from '../../http/schema'
 import type { Logger } from '../../http/log'
 import type { ConnectionService } from '../connections/service'
 import type { ContactService } from '../contacts/service'
+import { MAX_BODY } from '../messages/model'
 import type { MessageRow } from '../messages/repo'
 import type { MessageService } from '../messages/service'
 import type { SuppressionService } from '../suppressions/service'
@@ -257,8 +259,12 @@ export class CampaignService {
         }
         const contact = this.contacts.repo.get(c.workspace_id, r.contact_id)
         const reason = !contact ? 'contact_removed' : contact.consent_status !== 'opted_in' ? 'not_opted_in' : this.suppressions.isSuppressed(c.workspace_id, contact.phone) ? 'suppressed' : null
-        if (reason || !contact) {
-          this.repo.skip(r.seq, reason ?? 'contact_removed', now)
+        // rendered for this contact: a text no message may carry (nothing, or past the body
+        // limit through long metadata values) is a skip with its reason, not a send that fails
+        const filled = contact && !reason ? fill(c.body ?? '', c.whatsapp, { name: contact.name, phone: contact.phone, metadata: JSON.parse(contact.metadata), numbered: JSON.parse(c.variables) }) : null
+        const unfit = !filled ? null : filled.text.trim() === '' ? 'rendered_empty' : codePoints(filled.text) > MAX_BODY ? 'rendered_too_long' : null
+        if (reason || unfit || !contact || !filled) {
+          this.repo.skip(r.seq, reason ?? unfit ?? 'contact_removed', now)
           if (++skips >= MAX_SKIPS_PER_RELEASE) {
             // enough for one write: the pacer dropped this number from its round, so ask again
             queueMicrotask(() => this.onRunnable(connectionId))
@@ -272,7 +278,6 @@ export class CampaignService {
           this.log.warn('campaign paused until there is allowance again: the workspace has used its message allowance for this month', { campaign_id: c.id })
           break
         }
-        const filled = fill(c.body ?? '', c.whatsapp, { name: contact.name, phone: contact.phone, metadata: JSON.parse(contact.metadata), numbered: JSON.parse(c.variables) })
         const msg = this.messages.queueInTx(
           {
             id: uuid(),
