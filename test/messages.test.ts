@@ -1,7 +1,10 @@
 /** POST/GET /messages over HTTP against a real server with sandbox numbers (spec §4, CONTRACT §2-3). */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { SandboxLedger } from '../src/network/sandbox'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
 
@@ -404,10 +407,39 @@ describe('connections (admin)', () => {
     const second = (await srv.api(k, 'POST', '/messages', { json: { connection_id: c.id, recipient: newPhone(), body: '2' } })).json.data
     await waitStatus(k, first.id, 'sent')
     expect((await message(k, second.id)).status).toBe('queued')
+    // the sandbox's record of what it sent (recipients and texts) goes with the number
+    const ledger = join(srv.dataDir, 'sandbox', `${c.id}.jsonl`)
+    expect(readFileSync(ledger, 'utf8')).toContain(first.id)
     expect((await srv.admin('DELETE', `/connections/${c.id}`)).status).toBe(204)
+    expect(existsSync(ledger)).toBe(false)
     const gone = await message(k, second.id)
     expect([gone.status, gone.error.code]).toEqual(['failed', 'connection_removed'])
     expect((await srv.admin('GET', `/connections/${c.id}`)).status).toBe(404)
     expect((await srv.api(k, 'POST', '/messages', { json: { connection_id: c.id, recipient: newPhone(), body: '3' } })).status).toBe(404)
+  })
+
+  test("the sandbox's record of sends is bounded: past its size it rolls over once, keeping the newest", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ledger-'))
+    try {
+      const path = join(dir, 'sandbox', 'conn.jsonl')
+      const ledger = new SandboxLedger(path, 2000)
+      const ids = Array.from({ length: 60 }, (_, i) => `m-${i}`)
+      for (const id of ids) ledger.record({ message_id: id, external_id: `x-${id}`, recipient: '+15550001111', group: null, body: 'Your order shipped', attachments: 0, at: new Date().toISOString() })
+      // each file stays near its bound; the one before is kept, older ones are gone
+      expect(statSync(path).size).toBeLessThan(2200)
+      expect(statSync(join(dir, 'sandbox', 'conn.1.jsonl')).size).toBeLessThan(2200)
+      const kept = (f: string) => readFileSync(join(dir, 'sandbox', f), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l).message_id as string)
+      const both = [...kept('conn.1.jsonl'), ...kept('conn.jsonl')]
+      expect(both).toEqual(ids.slice(ids.length - both.length))
+      expect(both.length).toBeLessThan(ids.length)
+      // a fresh ledger (after a restart) still finds what the files hold, and nothing older
+      const again = new SandboxLedger(path, 2000)
+      expect(again.find(both[0]!)).toBe(`x-${both[0]}`)
+      expect(again.find('m-0')).toBeNull()
+      again.discard()
+      expect([existsSync(path), existsSync(join(dir, 'sandbox', 'conn.1.jsonl'))]).toEqual([false, false])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })

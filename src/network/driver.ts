@@ -98,6 +98,8 @@ export interface ConnectionDriver {
   probe?(): Promise<{ online: boolean; reason: string | null }>
   /** Stop timers; the connection was removed or the server stops. */
   close(): void
+  /** The connection was removed for good (after `close`): delete what the driver keeps on disk. */
+  discard?(): void
 }
 
 export interface DriverContext {

@@ -5,8 +5,8 @@
  * refuses posts into a group it reports as admins-only (the number not an admin), and refuses when
  * offline. Its groups live in memory only, so participant numbers never reach disk.
  */
-import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs'
+import { dirname, join } from 'node:path'
 import type { ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
 import { DriverError } from './driver'
 
@@ -14,23 +14,42 @@ import { DriverError } from './driver'
  * The simulated network's durable record of every send it accepted: one JSON line per send in
  * CAPSTAN_DATA_DIR/sandbox/<connection id>.jsonl, written before the send is acknowledged. Tests
  * compare it with what the API accepted; crash recovery asks it whether a send got through.
+ *
+ * Bounded: when the file passes `maxBytes` it becomes `<connection id>.1.jsonl` (replacing the
+ * one before), so a number keeps at most about twice that. Crash recovery only asks about the
+ * sends in flight when the server stopped, which are the newest. Removing the number deletes both.
  */
 export class SandboxLedger {
-  /** The most recent sends, in memory; older ones are looked up in the file (rarely needed). */
+  /** The most recent sends, in memory; older ones are looked up in the files (rarely needed). */
   private recent = new Map<string, string>()
   private static readonly RECENT = 10_000
 
   /** Whether the ledger's directory has been made (once per ledger, not once per send). */
   private dirReady = false
+  /** Bytes in the current file; read from disk at the first write. */
+  private size = -1
+  private readonly older: string
 
-  constructor(private readonly path: string) {}
+  constructor(
+    private readonly path: string,
+    private readonly maxBytes = 64 * 1024 * 1024,
+  ) {
+    this.older = path.replace(/\.jsonl$/, '.1.jsonl')
+  }
 
   record(entry: { message_id: string; external_id: string; recipient: string | null; group: string | null; body: string | null; attachments: number; at: string }) {
     if (!this.dirReady) {
-      mkdirSync(join(this.path, '..'), { recursive: true, mode: 0o700 })
+      mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 })
       this.dirReady = true
     }
-    appendFileSync(this.path, JSON.stringify(entry) + '\n', { mode: 0o600 })
+    if (this.size < 0) this.size = existsSync(this.path) ? statSync(this.path).size : 0
+    if (this.size >= this.maxBytes) {
+      renameSync(this.path, this.older)
+      this.size = 0
+    }
+    const line = JSON.stringify(entry) + '\n'
+    appendFileSync(this.path, line, { mode: 0o600 })
+    this.size += Buffer.byteLength(line)
     this.recent.set(entry.message_id, entry.external_id)
     if (this.recent.size > SandboxLedger.RECENT) this.recent.delete(this.recent.keys().next().value!)
   }
@@ -39,17 +58,25 @@ export class SandboxLedger {
   find(messageId: string): string | null {
     const hit = this.recent.get(messageId)
     if (hit) return hit
-    if (!existsSync(this.path)) return null
     const needle = `"message_id":${JSON.stringify(messageId)}`
-    for (const line of readFileSync(this.path, 'utf8').split('\n')) {
-      if (!line.includes(needle)) continue
-      try {
-        return (JSON.parse(line) as { external_id: string }).external_id
-      } catch {
-        // a line cut by a crash: that send was never acknowledged
+    for (const file of [this.path, this.older]) {
+      if (!existsSync(file)) continue
+      for (const line of readFileSync(file, 'utf8').split('\n')) {
+        if (!line.includes(needle)) continue
+        try {
+          return (JSON.parse(line) as { external_id: string }).external_id
+        } catch {
+          // a line cut by a crash: that send was never acknowledged
+        }
       }
     }
     return null
+  }
+
+  /** The number was removed: its record (recipients and texts) goes with it. */
+  discard() {
+    this.recent.clear()
+    for (const file of [this.path, this.older]) rmSync(file, { force: true })
   }
 }
 
@@ -78,6 +105,8 @@ export class SandboxConnection implements ConnectionDriver {
   private timers = new Set<Timer>()
   private groups: GroupInfo[] = []
   private ledger: SandboxLedger
+  /** The number was removed (see `discard`). */
+  private removed = false
 
   constructor(private readonly ctx: DriverContext) {
     this.config = { ...DEFAULTS, ...(ctx.config as Partial<SandboxConfig>) }
@@ -92,6 +121,8 @@ export class SandboxConnection implements ConnectionDriver {
     if (this.config.accept_after_ms > 0) await Bun.sleep(this.config.accept_after_ms)
     // the caller gave up waiting: like a network that dropped the request, keep no record of it
     if (signal?.aborted) throw new DriverError('aborted', 'The send was abandoned.')
+    // removed while this send waited: nothing is recorded again after the record was deleted
+    if (this.removed) throw new DriverError('connection_removed', 'The connection was removed before the message was sent.')
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
     const group = message.groupExternalId === null ? undefined : this.groups.find((g) => g.externalId === message.groupExternalId)
     if (group?.announce && !group.isAdmin) throw new DriverError('group_admin_only', 'Only admins can post in this group.')
@@ -131,6 +162,11 @@ export class SandboxConnection implements ConnectionDriver {
   close() {
     for (const t of this.timers) clearTimeout(t)
     this.timers.clear()
+  }
+
+  discard() {
+    this.removed = true
+    this.ledger.discard()
   }
 
   private later(ms: number | null, fn: () => void) {

@@ -212,6 +212,7 @@ export class ConnectionService {
       inTx()
     })
     c.driver.close()
+    c.driver.discard?.()
     this.live.delete(id)
   }
 }
