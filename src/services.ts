@@ -46,7 +46,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   const templates = new TemplateService(deps)
   const messages = new MessageService(deps, workspaces, contacts, suppressions, connections, webhooks, media, templates)
   const groups = new GroupService(deps, connections, messages, log)
-  const campaigns = new CampaignService(deps, templates, connections, contacts, suppressions, messages, webhooks, log)
+  const campaigns = new CampaignService(deps, templates, connections, contacts, suppressions, messages, media, webhooks, log)
   const pacer = new Pacer(deps, messages, connections, workspaces, log, deps.clock, opts.timers ?? realTimers, opts.random ?? Math.random)
   messages.onQueued = (id) => pacer.wake(id)
   messages.onThrottled = (id) => pacer.slowDown(id)

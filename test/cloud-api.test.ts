@@ -267,6 +267,50 @@ describe('sending', () => {
     expect(many.status).toBe(202)
   })
 
+  test('a campaign with media sends it as the WhatsApp template header to every recipient; its media is checked', async () => {
+    const { key, conn } = await setup()
+    const upload = async (name: string, bytes: Uint8Array) => {
+      const fd = new FormData()
+      fd.set('file', new File([bytes], name))
+      return (await srv.api(key, 'POST', '/media', { multipart: fd })).json.data.id as string
+    }
+    const png = await upload('spring.png', files.png())
+    const mp3 = await upload('jingle.mp3', files.mp3())
+    const people = [newPhone(), newPhone()]
+    for (const phone of people) await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Zoe', consent_status: 'opted_in', metadata: { promo: 'spring-media' } } })
+    const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Spring', category: 'marketing', body: 'Hi {{name}}, spring is here.', whatsapp: { name: 'spring_promo', language: 'en' } } })).json.data
+    const fields = { name: 'Spring', template_id: tpl.id, connection_id: conn.id, audience: { metadata: { promo: 'spring-media' } } }
+    // refused: audio cannot head a template; unknown or another workspace's media is not found
+    const audio = await srv.api(key, 'POST', '/campaigns', { json: { ...fields, media_id: mp3 } })
+    expect([audio.status, audio.json.errors]).toEqual([422, { media_id: ['The media_id field must name an image (JPEG or PNG), a video or a document.'] }])
+    const other = await srv.tenant()
+    const foreign = await srv.api(other.key, 'POST', '/campaigns', { json: { ...fields, media_id: png } })
+    expect(foreign.status).toBe(404)
+    const unknown = await srv.api(key, 'POST', '/campaigns', { json: { ...fields, media_id: crypto.randomUUID() } })
+    expect([unknown.status, unknown.json.code]).toEqual([404, 'not_found'])
+    // PUT sets it and null removes it
+    const draft = (await srv.api(key, 'POST', '/campaigns', { json: fields })).json.data
+    expect(draft.media_id).toBeNull()
+    expect((await srv.api(key, 'PUT', `/campaigns/${draft.id}`, { json: { media_id: png } })).json.data.media_id).toBe(png)
+    expect((await srv.api(key, 'PUT', `/campaigns/${draft.id}`, { json: { media_id: null } })).json.data.media_id).toBeNull()
+    expect((await srv.api(key, 'PUT', `/campaigns/${draft.id}`, { json: { media_id: mp3 } })).status).toBe(422)
+    expect((await srv.api(key, 'PUT', `/campaigns/${draft.id}`, { json: { media_id: png } })).status).toBe(200)
+
+    expect((await srv.api(key, 'POST', `/campaigns/${draft.id}/schedule`, { json: {} })).status).toBe(200)
+    await waitFor(async () => (await srv.api(key, 'GET', `/campaigns/${draft.id}`)).json.data.status === 'completed')
+    for (const phone of people) {
+      const sent = graph.seen.filter((x) => x.json?.to === phone.slice(1))
+      expect(sent).toHaveLength(1)
+      expect(sent[0]!.json.template).toEqual({
+        name: 'spring_promo',
+        language: { code: 'en' },
+        components: [{ type: 'header', parameters: [{ type: 'image', image: { id: expect.stringMatching(/^media-/) } }] }, { type: 'body', parameters: [{ type: 'text', text: 'Zoe' }] }],
+      })
+    }
+    const logged = (await srv.api(key, 'GET', '/messages?per_page=2')).json.data
+    expect(logged.map((m: any) => m.attachments)).toEqual([[png], [png]])
+  })
+
   test('media is uploaded to the media endpoint and sent by id with the text as caption', async () => {
     const { key, conn } = await setup()
     const fd = new FormData()

@@ -247,6 +247,34 @@ describe('scanner down', () => {
 })
 
 describe('retention', () => {
+  test('media a campaign that has not ended still sends is kept past its retention, and goes once the campaign ends', async () => {
+    const env = await inProcess({ clamd: `unix:${clamd.socket}` })
+    try {
+      const { svc } = env
+      const ws = svc.workspaces.create({ name: 'Campaign media' })
+      svc.workspaces.patch(ws.id, { settings: { media: { retention_days: 1, max_bytes: 1 << 20 } } })
+      const conn = svc.connections.create(ws.id, { phone: '+15550000081', driver: 'sandbox' })
+      await svc.contacts.upsert(ws.id, { phone: '+15550000082', consent_status: 'opted_in' }, 'test')
+      const used = await svc.media.upload(ws.id, new File([files.pdf()], 'menu.pdf'))
+      const unused = await svc.media.upload(ws.id, new File([files.png()], 'other.png'))
+      const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Our new menu' })
+      const c = svc.campaigns.create(ws.id, { name: 'Menu', template_id: tpl.id, connection_id: conn.id, media_id: used.id })
+      svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 2 * 86_400_000).toISOString())
+      env.clock.t += 86_400_000 + 1
+      await svc.media.purgeExpired()
+      expect(svc.media.repo.get(ws.id, used.id)?.id).toBe(used.id)
+      expect(existsSync(svc.media.store.pathFor(used.sha256))).toBe(true)
+      expect(svc.media.repo.get(ws.id, unused.id)).toBeNull()
+      // cancelled, the campaign no longer holds it
+      svc.campaigns.cancel(ws.id, c.id)
+      await svc.media.purgeExpired()
+      expect(svc.media.repo.get(ws.id, used.id)).toBeNull()
+      expect(existsSync(svc.media.store.pathFor(used.sha256))).toBe(false)
+    } finally {
+      await env.close()
+    }
+  })
+
   test('expired media is deleted with its file; later sends naming it get 404', async () => {
     const env = await inProcess({ clamd: `unix:${clamd.socket}` })
     try {

@@ -12,6 +12,7 @@ import m0010 from '../../migrations/0010_dashboard_sessions.sql' with { type: 't
 import m0011 from '../../migrations/0011_campaign_paused_reason.sql' with { type: 'text' }
 import m0012 from '../../migrations/0012_whatsapp_templates.sql' with { type: 'text' }
 import m0013 from '../../migrations/0013_marketing_opt_in.sql' with { type: 'text' }
+import m0014 from '../../migrations/0014_campaign_media.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -27,4 +28,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 11, name: '0011_campaign_paused_reason', sql: m0011 },
   { version: 12, name: '0012_whatsapp_templates', sql: m0012 },
   { version: 13, name: '0013_marketing_opt_in', sql: m0013 },
+  { version: 14, name: '0014_campaign_media', sql: m0014 },
 ]

@@ -16,6 +16,8 @@ export interface CampaignRow {
   body: string | null
   /** The template's WhatsApp template (JSON {name, language}), snapshotted with the body at start. */
   whatsapp: string | null
+  /** Media sent with every message (a WhatsApp template's media header). */
+  media_id: string | null
   status: CampaignStatus
   paused_reason: PausedReason | null
   scheduled_at: number | null
@@ -104,7 +106,7 @@ export class CampaignRepo {
 
   constructor(private readonly db: Database) {
     this.insertStmt = db.query(
-      'INSERT INTO campaigns (id, workspace_id, name, template_id, connection_id, audience, variables, body, status, scheduled_at, started_at, finished_at, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $name, $template_id, $connection_id, $audience, $variables, $body, $status, $scheduled_at, $started_at, $finished_at, $created_at, $updated_at, NULL)',
+      'INSERT INTO campaigns (id, workspace_id, name, template_id, connection_id, audience, variables, body, media_id, status, scheduled_at, started_at, finished_at, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $name, $template_id, $connection_id, $audience, $variables, $body, $media_id, $status, $scheduled_at, $started_at, $finished_at, $created_at, $updated_at, NULL)',
     )
     this.getStmt = db.query<CampaignRow, [string, string]>('SELECT * FROM campaigns WHERE id = ? AND workspace_id = ? AND deleted_at IS NULL')
     this.getAnyStmt = db.query<CampaignRow, [string]>('SELECT * FROM campaigns WHERE id = ?')

@@ -9,12 +9,19 @@ import { contactDoc } from '../contacts/routes'
 import { numberedKeys, VARIABLES } from '../templates/model'
 
 const audience = s.object({ metadata: s.metadata(20).optional().describe('Equality filters on contact metadata (value and type must match).', { plan: 'pro' }) }).describe('Contacts whose consent is opted_in, narrowed by metadata filters, minus suppressed numbers.')
+const MEDIA_ID = s
+  .string()
+  .format('uuid')
+  .nullable()
+  .optional()
+  .describe('Media from POST /media sent with every message: an image (JPEG or PNG), a video or a document. With a WhatsApp template it is the template’s media header. Kept past its retention while the campaign is scheduled, running or paused. null removes it.')
 const createBody = s.object({
   name: s.string().length(1, 120),
   template_id: s.string().format('uuid'),
   connection_id: s.string().format('uuid').describe('The connected number that sends it.'),
   audience: audience.optional(),
   variables: VARIABLES.optional(),
+  media_id: MEDIA_ID,
   scheduled_at: s.string().format('date-time').nullable().optional().describe('Used by POST /campaigns/{id}/schedule when it is given no time.'),
 })
 const updateBody = s.object({
@@ -23,6 +30,7 @@ const updateBody = s.object({
   connection_id: s.string().format('uuid').optional(),
   audience: audience.optional(),
   variables: VARIABLES.optional(),
+  media_id: MEDIA_ID,
   scheduled_at: s.string().format('date-time').nullable().optional(),
 })
 const scheduleBody = s.object({
@@ -41,6 +49,7 @@ const campaignDoc = {
     connection_id: { type: 'string', format: 'uuid' },
     audience: { type: 'object' },
     variables: { type: 'object' },
+    media_id: { type: ['string', 'null'], format: 'uuid' },
     status: { type: 'string', enum: ['draft', 'scheduled', 'running', 'paused', 'completed', 'cancelled'] },
     paused_reason: { type: ['string', 'null'], enum: ['requested', 'allowance_exhausted', null], description: 'Why it is paused: on request (only a resume moves it), or because the monthly allowance ran out (it goes on by itself when there is room). null unless paused.' },
     scheduled_at: { type: ['string', 'null'], format: 'date-time' },

@@ -11,10 +11,12 @@ import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import { codePoints } from '../../http/schema'
 import type { Logger } from '../../http/log'
+import { templateHeaderKind } from '../../network/driver'
 import type { ConnectionService } from '../connections/service'
 import type { ContactService } from '../contacts/service'
 import { MAX_BODY } from '../messages/model'
 import type { MessageRow } from '../messages/repo'
+import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
 import type { SuppressionService } from '../suppressions/service'
 import { fill } from '../templates/render'
@@ -28,6 +30,7 @@ export interface CampaignInput {
   connection_id?: string
   audience?: Audience
   variables?: Record<string, string | number | boolean>
+  media_id?: string | null
   scheduled_at?: string | null
 }
 
@@ -46,6 +49,7 @@ export class CampaignService {
     private readonly contacts: ContactService,
     private readonly suppressions: SuppressionService,
     private readonly messages: MessageService,
+    private readonly media: MediaService,
     private readonly webhooks: WebhookService,
     private readonly log: Logger,
   ) {
@@ -60,6 +64,7 @@ export class CampaignService {
       connection_id: row.connection_id,
       audience: JSON.parse(row.audience) as Audience,
       variables: JSON.parse(row.variables) as Record<string, string>,
+      media_id: row.media_id,
       status: row.status,
       paused_reason: row.paused_reason,
       scheduled_at: iso(row.scheduled_at),
@@ -84,6 +89,16 @@ export class CampaignService {
   private checkRefs(workspaceId: string, input: CampaignInput) {
     if (input.template_id) this.templates.get(workspaceId, input.template_id)
     if (input.connection_id) this.connections.get(workspaceId, input.connection_id)
+    if (input.media_id) this.headerMedia(workspaceId, input.media_id)
+  }
+
+  /**
+   * A campaign's media: live media of the workspace (else 404) that can stand above the text —
+   * an image, a video or a document (a WhatsApp template's media header; audio cannot).
+   */
+  private headerMedia(workspaceId: string, id: string) {
+    const m = this.media.get(workspaceId, id)
+    if (!templateHeaderKind(m.mime_type)) throw validationFailed({ media_id: ['The media_id field must name an image (JPEG or PNG), a video or a document.'] })
   }
 
   private scheduledTime(at: string | null | undefined): number | null {
@@ -106,6 +121,7 @@ export class CampaignService {
       variables: JSON.stringify(input.variables ?? {}),
       body: null,
       whatsapp: null,
+      media_id: input.media_id ?? null,
       status: 'draft',
       paused_reason: null,
       scheduled_at: this.scheduledTime(input.scheduled_at),
@@ -130,6 +146,7 @@ export class CampaignService {
     if (input.connection_id !== undefined) fields.connection_id = input.connection_id
     if (input.audience !== undefined) fields.audience = JSON.stringify(input.audience)
     if (input.variables !== undefined) fields.variables = JSON.stringify(input.variables)
+    if (input.media_id !== undefined) fields.media_id = input.media_id
     if (input.scheduled_at !== undefined) {
       fields.scheduled_at = this.scheduledTime(input.scheduled_at)
       if (row.status === 'scheduled' && fields.scheduled_at === null) throw validationFailed({ scheduled_at: ['A scheduled campaign needs a scheduled_at time; cancel it to stop it.'] })
@@ -158,6 +175,8 @@ export class CampaignService {
     const tpl = this.templates.get(workspaceId, row.template_id)
     this.connections.get(workspaceId, row.connection_id)
     this.templates.requireNumbered(tpl, JSON.parse(row.variables) as Record<string, unknown>)
+    // still there: from now on retention keeps it until the campaign ends
+    if (row.media_id) this.headerMedia(workspaceId, row.media_id)
     const now = this.deps.clock.now()
     const when = at ? Date.parse(at) : (row.scheduled_at ?? now)
     if (when <= now) this.messages.checkAllowance(workspaceId, now)
@@ -289,7 +308,7 @@ export class CampaignService {
             recipient: contact.phone,
             sender: live.row.phone,
             body: filled.text,
-            attachments: '[]',
+            attachments: c.media_id ? JSON.stringify([c.media_id]) : '[]',
             network_template: filled.networkTemplate,
           },
           now,

@@ -22,7 +22,10 @@ export class MediaRepo {
   constructor(db: Database) {
     this.insertStmt = db.query('INSERT INTO media (id, workspace_id, sha256, filename, mime_type, size, created_at, expires_at) VALUES ($id, $workspace_id, $sha256, $filename, $mime_type, $size, $created_at, $expires_at)')
     this.getStmt = db.query<MediaRow, [string, string]>('SELECT * FROM media WHERE id = ? AND workspace_id = ?')
-    this.expiredStmt = db.query<MediaRow, [number, number]>('SELECT * FROM media WHERE expires_at <= ? LIMIT ?')
+    // media a campaign that has not ended still sends is kept until it ends (index campaigns_media)
+    this.expiredStmt = db.query<MediaRow, [number, number]>(
+      "SELECT * FROM media m WHERE m.expires_at <= ? AND NOT EXISTS (SELECT 1 FROM campaigns c WHERE c.media_id = m.id AND c.status IN ('scheduled', 'running', 'paused') AND c.deleted_at IS NULL) LIMIT ?",
+    )
     this.deleteStmt = db.query('DELETE FROM media WHERE id = ?')
     this.refsStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM media WHERE sha256 = ?')
   }
