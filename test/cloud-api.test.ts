@@ -470,6 +470,25 @@ describe('webhooks from Meta', () => {
     const cut = (await srv.api(key, 'GET', '/messages?direction=inbound')).json.data.find((m: any) => m.sender === long)
     expect(cut.body).toBe('😀'.repeat(4096))
     expect((await srv.api(key, 'GET', '/contacts')).json.data.find((c: any) => c.phone === from).consent_status).toBe('opted_out')
+    // a tapped reply says its title (an interactive "STOP" button opts out too); media says its type and caption
+    const tapper = newPhone()
+    const withMessage = (m: Record<string, unknown>) => {
+      const e = inboundEvent(tapper.slice(1), '') as any
+      const base = e.entry[0].changes[0].value.messages[0]
+      e.entry[0].changes[0].value.messages[0] = { from: base.from, id: base.id, timestamp: base.timestamp, ...m }
+      return e
+    }
+    for (const m of [
+      { type: 'image', image: { id: 'mid-1', mime_type: 'image/jpeg', caption: 'The box arrived broken' } },
+      { type: 'audio', audio: { id: 'mid-2', mime_type: 'audio/ogg' } },
+      { type: 'interactive', interactive: { type: 'list_reply', list_reply: { id: 'r-2', title: 'Tomorrow morning' } } },
+      { type: 'interactive', interactive: { type: 'button_reply', button_reply: { id: 'b-stop', title: 'STOP' } } },
+    ]) {
+      expect((await deliver(srv.base, conn.id, withMessage(m))).status).toBe(200)
+    }
+    const tapped = (await srv.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.sender === tapper)
+    expect(tapped.map((m: any) => m.body)).toEqual(['STOP', 'Tomorrow morning', '[audio message]', '[image message] The box arrived broken'])
+    expect((await srv.api(key, 'GET', '/contacts')).json.data.find((c: any) => c.phone === tapper).consent_status).toBe('opted_out')
     for (const odd of [{ object: 'whatsapp_business_account', entry: [{ changes: [{ field: 'account_update', value: { event: 'VERIFIED_ACCOUNT' } }] }] }, { hello: 'world' }, []]) {
       expect((await deliver(srv.base, conn.id, odd)).status).toBe(200)
     }

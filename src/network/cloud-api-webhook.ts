@@ -82,6 +82,22 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
   return json(200, { received: true })
 }
 
+/**
+ * What an inbound message says, as the message log keeps it: a text's body; the words of a tapped
+ * reply — a template's quick-reply button (`button.text`) or an interactive button or list row
+ * (`interactive.*_reply.title`), so a "STOP" button opts out like the typed word; otherwise
+ * "[<type> message]" followed by the caption a photo, video or document came with.
+ */
+function inboundText(m: any): string {
+  const type = String(m.type ?? 'unknown').slice(0, 30)
+  if (type === 'text') return String(m.text?.body ?? '')
+  if (typeof m.button?.text === 'string') return m.button.text
+  const reply = m.interactive?.button_reply ?? m.interactive?.list_reply
+  if (type === 'interactive' && typeof reply?.title === 'string') return reply.title
+  const media = Object.hasOwn(m, type) ? m[type] : undefined
+  return typeof media?.caption === 'string' && media.caption.trim() ? `[${type} message] ${media.caption}` : `[${type} message]`
+}
+
 async function apply(body: any, connectionId: string, svc: Services) {
   let known = 0
   for (const entry of Array.isArray(body?.entry) ? body.entry : []) {
@@ -97,7 +113,7 @@ async function apply(body: any, connectionId: string, svc: Services) {
         known++
         const from = m.from.startsWith('+') ? m.from : `+${m.from}`
         if (!/^\+[1-9][0-9]{6,14}$/.test(from)) continue
-        const text = m.type === 'text' ? String(m.text?.body ?? '') : typeof m.button?.text === 'string' ? m.button.text : `[${String(m.type ?? 'unknown').slice(0, 30)} message]`
+        const text = inboundText(m)
         // Meta's message id (wamid): a webhook delivered again logs nothing twice
         const wamid = typeof m.id === 'string' && m.id.length > 0 && m.id.length <= 256 ? m.id : null
         await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]', wamid)
