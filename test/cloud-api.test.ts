@@ -206,6 +206,30 @@ describe('sending', () => {
     ])
   })
 
+  test('a WhatsApp template with a dynamic URL button gets its value rendered per recipient', async () => {
+    const { key, conn } = await setup()
+    const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Track', body: 'Order {{1}} is on its way.', whatsapp: { name: 'order_track', language: 'en', url_buttons: [{ index: 1, value: 'o/{{1}}?c={{metadata.cust}}' }] } } })).json.data
+    const ada = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'Ada', metadata: { cust: 'C-9' } } })).json.data
+    // a numbered placeholder only the button uses still needs its value
+    const btnOnly = (await srv.api(key, 'POST', '/templates', { json: { name: 'Btn', body: 'Your order is on its way.', whatsapp: { name: 'order_track2', language: 'en', url_buttons: [{ index: 0, value: '{{1}}' }] } } })).json.data
+    const missing = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, contact_id: ada.id, template_id: btnOnly.id } })
+    expect([missing.status, missing.json.errors]).toEqual([422, { variables: ['Values are needed for the numbered placeholders {{1}}.'] }])
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, contact_id: ada.id, template_id: tpl.id, variables: { '1': 'A-5' } } })
+    expect([r.status, r.json.data.body]).toEqual([202, 'Order A-5 is on its way.'])
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    const sent = graph.seen.filter((x) => x.json?.to === ada.phone.slice(1))
+    expect(sent.map((x) => x.json.template)).toEqual([
+      {
+        name: 'order_track',
+        language: { code: 'en' },
+        components: [
+          { type: 'body', parameters: [{ type: 'text', text: 'A-5' }] },
+          { type: 'button', sub_type: 'url', index: '1', parameters: [{ type: 'text', text: 'o/A-5?c=C-9' }] },
+        ],
+      },
+    ])
+  })
+
   test('a template send with one attachment sends it as the template header; attachments a header cannot be are refused', async () => {
     const { key, conn } = await setup()
     const upload = async (name: string, bytes: Uint8Array) => {

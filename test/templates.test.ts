@@ -40,12 +40,12 @@ describe('templates', () => {
     const { key } = await srv.tenant()
     const r = await srv.api(key, 'POST', '/templates', { json: { name: 'Shipped', body: 'Hi {{name}}, order {{1}} shipped', whatsapp: { name: 'order_shipped', language: 'en_US' } } })
     expect(r.status).toBe(201)
-    expect(r.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US' })
+    expect(r.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', url_buttons: [] })
     const id = r.json.data.id
-    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US' })
+    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', url_buttons: [] })
     // other changes keep it; a new one replaces it; null removes it
-    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { body: 'Hi {{name}}, order {{1}} is on its way' } })).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US' })
-    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped_v2', language: 'pt_BR' } } })).json.data.whatsapp).toEqual({ name: 'order_shipped_v2', language: 'pt_BR' })
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { body: 'Hi {{name}}, order {{1}} is on its way' } })).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', url_buttons: [] })
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped_v2', language: 'pt_BR' } } })).json.data.whatsapp).toEqual({ name: 'order_shipped_v2', language: 'pt_BR', url_buttons: [] })
     expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: null } })).json.data.whatsapp).toBeNull()
     expect((await srv.api(key, 'POST', '/templates', { json: { name: 'Plain', body: 'x' } })).json.data.whatsapp).toBeNull()
     for (const [whatsapp, field] of [
@@ -55,6 +55,10 @@ describe('templates', () => {
       [{ name: 'order_shipped' }, 'whatsapp.language'],
       [{ language: 'en' }, 'whatsapp.name'],
       ['order_shipped', 'whatsapp'],
+      [{ name: 'order_shipped', language: 'en', url_buttons: [{ index: 10, value: '{{1}}' }] }, 'whatsapp.url_buttons.0.index'],
+      [{ name: 'order_shipped', language: 'en', url_buttons: [{ index: 0, value: '' }] }, 'whatsapp.url_buttons.0.value'],
+      [{ name: 'order_shipped', language: 'en', url_buttons: [{ index: 0, value: 'track/{{order}}' }] }, 'whatsapp.url_buttons'],
+      [{ name: 'order_shipped', language: 'en', url_buttons: [{ index: 0, value: 'a' }, { index: 0, value: 'b' }] }, 'whatsapp.url_buttons'],
     ] as const) {
       const bad = await srv.api(key, 'POST', '/templates', { json: { name: 'Bad', body: 'x', whatsapp } })
       expect(bad.status).toBe(422)
@@ -62,6 +66,11 @@ describe('templates', () => {
       expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp } })).status).toBe(422)
     }
     expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toBeNull()
+    // URL buttons: their placeholders are the template's too (numbered ones need values to send)
+    const track = await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', url_buttons: [{ index: 1, value: 'track/{{2}}?to={{phone}}' }] } } })
+    expect(track.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en', url_buttons: [{ index: 1, value: 'track/{{2}}?to={{phone}}' }] })
+    expect(track.json.data.variables).toEqual(['name', '1', '2', 'phone'])
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: null } })).json.data.variables).toEqual(['name', '1'])
   })
 
   test('preview renders with a contact or query values and names what had no value', async () => {

@@ -9,7 +9,9 @@
  *   [{type: "header", parameters: [{type: "document", document: {id, filename}}]}, {type: "body",
  *   parameters: [{type: "text", text}]}]} (free-form text and media reach only people who wrote
  *   within 24 hours; an approved template reaches anyone who opted in). The header component is
- *   there when the message has an attachment: an image, video or document header by media id.
+ *   there when the message has an attachment: an image, video or document header by media id; a
+ *   dynamic URL button gets {type: "button", sub_type: "url", index: "0", parameters: [{type:
+ *   "text", text}]}.
  * - media: POST {base}/{version}/{phone-number-id}/media, multipart (file, type,
  *   messaging_product) → {id}; a media message then refers to it by id.
  * - probe: GET {base}/{version}/{phone-number-id} (code 190 = the access token was rejected;
@@ -227,12 +229,14 @@ export class CloudApiConnection implements ConnectionDriver {
 
 /**
  * A message template as the Cloud API takes it: name, language, the media header (an uploaded
- * media id; a document also keeps its file name) and the body's text parameters.
+ * media id; a document also keeps its file name), the body's text parameters and the variable
+ * part of each dynamic URL button (by its position among the template's buttons).
  */
 function templatePayload(t: NetworkTemplate, header: { kind: 'image' | 'video' | 'document'; id: string; filename: string } | null) {
   const components: Record<string, unknown>[] = []
   if (header) components.push({ type: 'header', parameters: [{ type: header.kind, [header.kind]: header.kind === 'document' ? { id: header.id, filename: header.filename } : { id: header.id } }] })
   if (t.parameters.length) components.push({ type: 'body', parameters: t.parameters.map((text) => ({ type: 'text', text })) })
+  for (const b of t.urlButtons ?? []) components.push({ type: 'button', sub_type: 'url', index: String(b.index), parameters: [{ type: 'text', text: b.text }] })
   return { name: t.name, language: { code: t.language }, ...(components.length ? { components } : {}) }
 }
 

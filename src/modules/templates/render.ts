@@ -67,11 +67,13 @@ export function render(body: string, values: RenderValues): { text: string; miss
  * The network template a body stands for, filled for one recipient: its parameters are the values
  * of the body's placeholders in order of first appearance — so "Hi {{name}}, order {{1}} ships
  * {{metadata.day}}" fills a WhatsApp template "Hi {{1}}, order {{2}} ships {{3}}" — each as the
- * text renders it (a value the recipient lacks is empty).
+ * text renders it (a value the recipient lacks is empty). Its URL buttons' values are rendered the
+ * same way ("track/{{1}}" → "track/A-1001").
  */
-export function networkTemplate(whatsapp: { name: string; language: string }, body: string, values: RenderValues) {
+export function networkTemplate(whatsapp: { name: string; language: string; url_buttons?: { index: number; value: string }[] }, body: string, values: RenderValues) {
   const parameters = placeholders(body).variables.map((name) => asText(valueOf(name, values)?.value) ?? '')
-  return { name: whatsapp.name, language: whatsapp.language, parameters }
+  const urlButtons = (whatsapp.url_buttons ?? []).map((b) => ({ index: b.index, text: render(b.value, values).text }))
+  return { name: whatsapp.name, language: whatsapp.language, parameters, ...(urlButtons.length ? { urlButtons } : {}) }
 }
 
 /**

@@ -12,6 +12,16 @@ const WHATSAPP = s
   .object({
     name: s.string().length(1, 512).pattern(/^[a-z0-9_]+$/, 'must be the template name as approved by Meta: lower-case letters, digits and underscores'),
     language: s.string().length(2, 6).pattern(/^[a-z]{2,3}(_[A-Z]{2})?$/, 'must be a WhatsApp language code such as en or en_US'),
+    url_buttons: s
+      .array(
+        s.object({
+          index: s.integer().range(0, 9).describe('The button’s position among the template’s buttons, from 0.'),
+          value: s.string().length(1, 2000).describe('The variable end of its URL, with placeholders like the body’s.', 'track/{{1}}'),
+        }),
+      )
+      .max(10)
+      .optional()
+      .describe('Dynamic URL buttons of the Meta template (a URL ending in {{1}}): the value sent for each, rendered per recipient like the body. Default none.'),
   })
   .describe(
     'The Meta-approved WhatsApp template this template stands for. Campaigns and one-to-one sends (POST /messages with template_id) through a Cloud API number send it as a template message, its body parameters being the values of this body’s placeholders in order of first appearance; other numbers send the rendered text. null removes it.',
@@ -45,7 +55,7 @@ export const templateDoc = {
     category: { type: 'string', enum: ['utility', 'marketing'] },
     whatsapp: {
       type: ['object', 'null'],
-      properties: { name: { type: 'string' }, language: { type: 'string' } },
+      properties: { name: { type: 'string' }, language: { type: 'string' }, url_buttons: { type: 'array', items: { type: 'object', properties: { index: { type: 'integer' }, value: { type: 'string' } } } } },
       description: 'The Meta-approved WhatsApp template sent in its place through Cloud API numbers (campaigns and one-to-one sends), or null.',
     },
     created_at: { type: 'string', format: 'date-time' },

@@ -9,6 +9,8 @@ import { TemplateRepo, type TemplateRow } from './repo'
 export interface WhatsAppTemplate {
   name: string
   language: string
+  /** The variable part of its dynamic URL buttons, by button position, with placeholders. */
+  url_buttons?: { index: number; value: string }[]
 }
 
 export interface TemplateInput {
@@ -19,7 +21,7 @@ export interface TemplateInput {
   whatsapp?: WhatsAppTemplate | null
 }
 
-const whatsappJson = (w: WhatsAppTemplate | null | undefined) => (w ? JSON.stringify({ name: w.name, language: w.language }) : null)
+const whatsappJson = (w: WhatsAppTemplate | null | undefined) => (w ? JSON.stringify({ name: w.name, language: w.language, url_buttons: (w.url_buttons ?? []).map((b) => ({ index: b.index, value: b.value })) }) : null)
 
 export class TemplateService {
   readonly repo: TemplateRepo
@@ -35,15 +37,27 @@ export class TemplateService {
       body: row.body,
       variables: JSON.parse(row.variables) as string[],
       category: row.category,
-      whatsapp: row.whatsapp === null ? null : (JSON.parse(row.whatsapp) as WhatsAppTemplate),
+      whatsapp: row.whatsapp === null ? null : { url_buttons: [], ...(JSON.parse(row.whatsapp) as WhatsAppTemplate) },
       created_at: iso(row.created_at),
       updated_at: iso(row.updated_at),
     }
   }
 
-  private variablesOf(body: string): string[] {
+  /**
+   * The placeholders of the body, then those only the WhatsApp template's URL buttons use (their
+   * numbered ones need values like the body's); 422 for an unknown one or a button given twice.
+   */
+  private variablesOf(body: string, whatsapp: WhatsAppTemplate | null): string[] {
     const { variables, unknown } = placeholders(body)
-    if (unknown.length) throw validationFailed({ body: [`Unknown placeholders: ${unknown.map((u) => `{{${u}}}`).join(', ')}. Use {{name}}, {{phone}}, {{metadata.key}} or numbered {{1}}.`] })
+    const hint = 'Use {{name}}, {{phone}}, {{metadata.key}} or numbered {{1}}.'
+    if (unknown.length) throw validationFailed({ body: [`Unknown placeholders: ${unknown.map((u) => `{{${u}}}`).join(', ')}. ${hint}`] })
+    const buttons = whatsapp?.url_buttons ?? []
+    if (new Set(buttons.map((b) => b.index)).size !== buttons.length) throw validationFailed({ 'whatsapp.url_buttons': ['Each button index may be given once.'] })
+    for (const b of buttons) {
+      const found = placeholders(b.value)
+      if (found.unknown.length) throw validationFailed({ 'whatsapp.url_buttons': [`Unknown placeholders: ${found.unknown.map((u) => `{{${u}}}`).join(', ')}. ${hint}`] })
+      for (const v of found.variables) if (!variables.includes(v)) variables.push(v)
+    }
     return variables
   }
 
@@ -54,7 +68,7 @@ export class TemplateService {
   }
 
   create(workspaceId: string, input: Required<Pick<TemplateInput, 'name' | 'body'>> & TemplateInput): TemplateRow {
-    const variables = this.variablesOf(input.body)
+    const variables = this.variablesOf(input.body, input.whatsapp ?? null)
     const now = this.deps.clock.now()
     const row: TemplateRow = { id: uuid(), workspace_id: workspaceId, name: input.name, body: input.body, category: input.category ?? 'utility', variables: JSON.stringify(variables), whatsapp: whatsappJson(input.whatsapp), created_at: now, updated_at: now, deleted_at: null }
     this.deps.writer.now(() => this.repo.insert(row))
@@ -64,7 +78,9 @@ export class TemplateService {
   update(workspaceId: string, id: string, input: TemplateInput): TemplateRow {
     const row = this.get(workspaceId, id)
     const body = input.body ?? row.body
-    const next: TemplateRow = { ...row, name: input.name ?? row.name, body, category: input.category ?? row.category, variables: JSON.stringify(this.variablesOf(body)), whatsapp: input.whatsapp === undefined ? row.whatsapp : whatsappJson(input.whatsapp), updated_at: this.deps.clock.now() }
+    const whatsapp = input.whatsapp === undefined ? row.whatsapp : whatsappJson(input.whatsapp)
+    const variables = this.variablesOf(body, whatsapp === null ? null : (JSON.parse(whatsapp) as WhatsAppTemplate))
+    const next: TemplateRow = { ...row, name: input.name ?? row.name, body, category: input.category ?? row.category, variables: JSON.stringify(variables), whatsapp, updated_at: this.deps.clock.now() }
     this.deps.writer.now(() => this.repo.update(next))
     return next
   }
