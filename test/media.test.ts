@@ -265,6 +265,10 @@ describe('retention', () => {
       expect(svc.media.repo.get(ws.id, used.id)?.id).toBe(used.id)
       expect(existsSync(svc.media.store.pathFor(used.sha256))).toBe(true)
       expect(svc.media.repo.get(ws.id, unused.id)).toBeNull()
+      // moved to another time, it still holds it
+      svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 86_400_000).toISOString())
+      await svc.media.purgeExpired()
+      expect(svc.media.repo.get(ws.id, used.id)?.id).toBe(used.id)
       // cancelled, the campaign no longer holds it
       svc.campaigns.cancel(ws.id, c.id)
       await svc.media.purgeExpired()

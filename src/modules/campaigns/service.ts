@@ -175,8 +175,9 @@ export class CampaignService {
     const tpl = this.templates.get(workspaceId, row.template_id)
     this.connections.get(workspaceId, row.connection_id)
     this.templates.requireNumbered(tpl, JSON.parse(row.variables) as Record<string, unknown>)
-    // still there: from now on retention keeps it until the campaign ends
-    if (row.media_id) this.headerMedia(workspaceId, row.media_id)
+    // still there: from scheduling on, retention keeps it until the campaign ends (so a campaign
+    // scheduled again holds it even past its expiry)
+    if (row.media_id && !(row.status === 'scheduled' && this.media.repo.get(workspaceId, row.media_id))) this.headerMedia(workspaceId, row.media_id)
     const now = this.deps.clock.now()
     const when = at ? Date.parse(at) : (row.scheduled_at ?? now)
     if (when <= now) this.messages.checkAllowance(workspaceId, now)
