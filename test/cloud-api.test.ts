@@ -113,6 +113,13 @@ async function setup(config: Record<string, unknown> = {}) {
 
 const msg = (key: string, id: string) => srv.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
 
+/** Upload a file through POST /media; its media id. */
+async function uploadMedia(key: string, name: string, bytes: Uint8Array): Promise<string> {
+  const fd = new FormData()
+  fd.set('file', new File([bytes], name))
+  return (await srv.api(key, 'POST', '/media', { multipart: fd })).json.data.id
+}
+
 describe('connecting a number', () => {
   test('config is validated; secrets are never returned, logged or stored in clear', async () => {
     const ws = await srv.workspace()
@@ -232,11 +239,7 @@ describe('sending', () => {
 
   test('a template send with one attachment sends it as the template header; attachments a header cannot be are refused', async () => {
     const { key, conn } = await setup()
-    const upload = async (name: string, bytes: Uint8Array) => {
-      const fd = new FormData()
-      fd.set('file', new File([bytes], name))
-      return (await srv.api(key, 'POST', '/media', { multipart: fd })).json.data.id as string
-    }
+    const upload = (name: string, bytes: Uint8Array) => uploadMedia(key, name, bytes)
     const pdf = await upload('receipt-A-88.pdf', files.pdf())
     const png = await upload('logo.png', files.png())
     const mp3 = await upload('jingle.mp3', files.mp3())
@@ -293,11 +296,7 @@ describe('sending', () => {
 
   test('a campaign with media sends it as the WhatsApp template header to every recipient; its media is checked', async () => {
     const { key, conn } = await setup()
-    const upload = async (name: string, bytes: Uint8Array) => {
-      const fd = new FormData()
-      fd.set('file', new File([bytes], name))
-      return (await srv.api(key, 'POST', '/media', { multipart: fd })).json.data.id as string
-    }
+    const upload = (name: string, bytes: Uint8Array) => uploadMedia(key, name, bytes)
     const png = await upload('spring.png', files.png())
     const mp3 = await upload('jingle.mp3', files.mp3())
     const people = [newPhone(), newPhone()]
