@@ -37,10 +37,16 @@ export class TemplateService {
       body: row.body,
       variables: JSON.parse(row.variables) as string[],
       category: row.category,
-      whatsapp: row.whatsapp === null ? null : { url_buttons: [], ...(JSON.parse(row.whatsapp) as WhatsAppTemplate) },
+      whatsapp: row.whatsapp === null ? null : this.whatsappOf(row.whatsapp),
       created_at: iso(row.created_at),
       updated_at: iso(row.updated_at),
     }
+  }
+
+  /** The stored link as the API shows it: name, language, url_buttons (none before they existed). */
+  private whatsappOf(json: string) {
+    const w = JSON.parse(json) as WhatsAppTemplate
+    return { name: w.name, language: w.language, url_buttons: w.url_buttons ?? [] }
   }
 
   /**
