@@ -9,12 +9,11 @@ import { Cron } from 'croner'
 import type { Deps } from '../../deps'
 import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
-import { codePoints } from '../../http/schema'
 import type { Logger } from '../../http/log'
 import { templateHeaderKind } from '../../network/driver'
 import type { ConnectionService } from '../connections/service'
 import type { ContactService } from '../contacts/service'
-import { MAX_BODY } from '../messages/model'
+import { renderedFault } from '../messages/model'
 import type { MessageRow } from '../messages/repo'
 import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
@@ -282,7 +281,7 @@ export class CampaignService {
         // rendered for this contact: a text no message may carry (nothing, or past the body
         // limit through long metadata values) is a skip with its reason, not a send that fails
         const filled = contact && !reason ? fill(c.body ?? '', c.whatsapp, { name: contact.name, phone: contact.phone, metadata: JSON.parse(contact.metadata), numbered: JSON.parse(c.variables) }) : null
-        const unfit = !filled ? null : filled.text.trim() === '' ? 'rendered_empty' : codePoints(filled.text) > MAX_BODY ? 'rendered_too_long' : null
+        const unfit = filled ? renderedFault(filled.text) : null
         if (reason || unfit || !contact || !filled) {
           this.repo.skip(r.seq, reason ?? unfit ?? 'contact_removed', now)
           if (++skips >= MAX_SKIPS_PER_RELEASE) {

@@ -1,10 +1,20 @@
 /** Message input schemas (spec §4 POST /messages, GET /messages). */
-import { s } from '../../http/schema'
+import { codePoints, s } from '../../http/schema'
 import { phoneField } from '../contacts/model'
 import { VARIABLES } from '../templates/model'
 
 export const MAX_BODY = 4096
 export const MAX_ATTACHMENTS = 10
+
+/**
+ * Why a template rendered for one recipient cannot be a message's text: past MAX_BODY code points,
+ * or nothing but whitespace; null when it can. A one-to-one send refuses it (422; an empty text is
+ * allowed beside media), a campaign skips the recipient with this as the reason.
+ */
+export function renderedFault(text: string): 'rendered_too_long' | 'rendered_empty' | null {
+  if (codePoints(text) > MAX_BODY) return 'rendered_too_long'
+  return text.trim() === '' ? 'rendered_empty' : null
+}
 export const STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'failed'] as const
 
 export const sendMessageBody = s.object({

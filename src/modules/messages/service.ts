@@ -15,12 +15,11 @@ import type { MediaRow } from '../media/repo'
 import type { MediaService } from '../media/service'
 import type { SuppressionService } from '../suppressions/service'
 import type { ContactRow } from '../contacts/repo'
-import { codePoints } from '../../http/schema'
 import { fill } from '../templates/render'
 import type { TemplateService } from '../templates/service'
 import type { EventType, WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
-import { MAX_BODY, OPT_OUT_KEYWORDS } from './model'
+import { MAX_BODY, OPT_OUT_KEYWORDS, renderedFault } from './model'
 import { MessageRepo, type MessageRow, type MessageStatus, type NewMessage } from './repo'
 
 const RANK: Record<MessageStatus, number> = { queued: 0, sending: 1, sent: 2, delivered: 3, read: 4, failed: -1 }
@@ -244,10 +243,10 @@ export class MessageService {
     const numbered = input.variables ?? {}
     this.templates.requireNumbered(tpl, numbered)
     const { text, networkTemplate } = fill(tpl.body, tpl.whatsapp, { name: contact?.name ?? null, phone, metadata: contact ? (JSON.parse(contact.metadata) as Record<string, unknown>) : {}, numbered })
-    const blank = text.trim() === ''
-    if (blank && !withMedia) throw validationFailed({ template_id: ['The template renders to an empty text for this recipient.'] })
-    if (codePoints(text) > MAX_BODY) throw validationFailed({ template_id: [`The template renders to more than ${MAX_BODY} characters for this recipient.`] })
-    return { body: blank ? null : text, marketing: tpl.category === 'marketing', networkTemplate }
+    const fault = renderedFault(text)
+    if (fault === 'rendered_too_long') throw validationFailed({ template_id: [`The template renders to more than ${MAX_BODY} characters for this recipient.`] })
+    if (fault === 'rendered_empty' && !withMedia) throw validationFailed({ template_id: ['The template renders to an empty text for this recipient.'] })
+    return { body: fault === 'rendered_empty' ? null : text, marketing: tpl.category === 'marketing', networkTemplate }
   }
 
   list(workspaceId: string, filter: { direction?: string; status?: string }, limit: number, offset: number) {
