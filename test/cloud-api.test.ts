@@ -334,6 +334,59 @@ describe('sending', () => {
     expect(logged.map((m: any) => m.attachments)).toEqual([[png], [png]])
   })
 
+  test('a WhatsApp template with a text header gets its value rendered per recipient; it takes no media', async () => {
+    const { key, conn } = await setup()
+    const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Shipped', body: 'Hi {{name}}, it is on its way.', whatsapp: { name: 'order_shipped_h', language: 'en', header_text: '{{1}} from {{metadata.shop}}' } } })).json.data
+    expect(tpl.variables).toEqual(['name', '1', 'metadata.shop'])
+    const ada = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'Ada', metadata: { shop: 'Kiosk' } } })).json.data
+    const bob = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'Bob' } })).json.data
+    const send = (contact: any, extra: Record<string, unknown> = {}) => srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, contact_id: contact.id, template_id: tpl.id, variables: { '1': 'A-9' }, ...extra } })
+
+    // refused before anything is written: media beside a text header, a header that renders
+    // empty or past WhatsApp's 60 characters for this recipient
+    const before = (await srv.api(key, 'GET', '/messages?per_page=1')).json.meta.total
+    const png = await uploadMedia(key, 'logo.png', files.png())
+    const withMedia = await send(ada, { media: { attachments: [{ media_id: png }] } })
+    expect([withMedia.status, withMedia.json.errors]).toEqual([422, { 'media.attachments': ['This template’s WhatsApp header is text (whatsapp.header_text): it carries no attachment.'] }])
+    const onlyShop = (await srv.api(key, 'POST', '/templates', { json: { name: 'Shop', body: 'Hi {{name}}.', whatsapp: { name: 'shop_h', language: 'en', header_text: '{{metadata.shop}}' } } })).json.data
+    const empty = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, contact_id: bob.id, template_id: onlyShop.id } })
+    expect([empty.status, empty.json.errors]).toEqual([422, { template_id: ['The template’s WhatsApp header text renders empty for this recipient.'] }])
+    const long = await send(ada, { variables: { '1': 'x'.repeat(52) } })
+    expect([long.status, long.json.errors]).toEqual([422, { template_id: ['The template’s WhatsApp header text renders to more than 60 characters for this recipient.'] }])
+    expect((await srv.api(key, 'GET', '/messages?per_page=1')).json.meta.total).toBe(before)
+
+    // 60 characters exactly is fine; the header goes before the body
+    const r = await send(ada, { variables: { '1': 'x'.repeat(49) } })
+    expect([r.status, r.json.data.body]).toEqual([202, 'Hi Ada, it is on its way.'])
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    expect(graph.seen.filter((x) => x.json?.to === ada.phone.slice(1)).map((x) => x.json.template)).toEqual([
+      {
+        name: 'order_shipped_h',
+        language: { code: 'en' },
+        components: [
+          { type: 'header', parameters: [{ type: 'text', text: `${'x'.repeat(49)} from Kiosk` }] },
+          { type: 'body', parameters: [{ type: 'text', text: 'Ada' }] },
+        ],
+      },
+    ])
+
+    // a campaign: media beside a text header is refused; a recipient whose header renders empty is skipped
+    for (const c of [ada, bob]) await srv.api(key, 'POST', '/contacts', { json: { phone: c.phone, consent_status: 'opted_in', metadata: { ...c.metadata, wave: 'h1' } } })
+    const fields = { name: 'Shipped wave', template_id: onlyShop.id, connection_id: conn.id, audience: { metadata: { wave: 'h1' } } }
+    const refused = await srv.api(key, 'POST', '/campaigns', { json: { ...fields, media_id: png } })
+    expect([refused.status, refused.json.errors]).toEqual([422, { media_id: ['The template’s WhatsApp header is text (whatsapp.header_text): the campaign cannot carry media.'] }])
+    const plainTpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Plain', body: 'Hi {{name}}.' } })).json.data
+    const draft = (await srv.api(key, 'POST', '/campaigns', { json: { ...fields, template_id: plainTpl.id, media_id: png } })).json.data
+    expect((await srv.api(key, 'PUT', `/campaigns/${draft.id}`, { json: { template_id: onlyShop.id } })).status).toBe(422)
+    expect((await srv.api(key, 'PUT', `/campaigns/${draft.id}`, { json: { template_id: onlyShop.id, media_id: null } })).status).toBe(200)
+    expect((await srv.api(key, 'POST', `/campaigns/${draft.id}/schedule`, { json: {} })).status).toBe(200)
+    await waitFor(async () => (await srv.api(key, 'GET', `/campaigns/${draft.id}`)).json.data.status === 'completed')
+    const recipients = (await srv.api(key, 'GET', `/campaigns/${draft.id}/recipients`)).json.data
+    expect(recipients.find((x: any) => x.contact_id === bob.id).skipped_reason).toBe('rendered_empty')
+    expect(graph.seen.filter((x) => x.json?.to === bob.phone.slice(1))).toHaveLength(0)
+    expect(graph.seen.filter((x) => x.json?.to === ada.phone.slice(1)).at(-1)!.json.template.components[0]).toEqual({ type: 'header', parameters: [{ type: 'text', text: 'Kiosk' }] })
+  })
+
   test('media is uploaded to the media endpoint and sent by id with the text as caption', async () => {
     const { key, conn } = await setup()
     const fd = new FormData()

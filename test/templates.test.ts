@@ -40,12 +40,12 @@ describe('templates', () => {
     const { key } = await srv.tenant()
     const r = await srv.api(key, 'POST', '/templates', { json: { name: 'Shipped', body: 'Hi {{name}}, order {{1}} shipped', whatsapp: { name: 'order_shipped', language: 'en_US' } } })
     expect(r.status).toBe(201)
-    expect(r.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', url_buttons: [] })
+    expect(r.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [] })
     const id = r.json.data.id
-    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', url_buttons: [] })
+    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [] })
     // other changes keep it; a new one replaces it; null removes it
-    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { body: 'Hi {{name}}, order {{1}} is on its way' } })).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', url_buttons: [] })
-    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped_v2', language: 'pt_BR' } } })).json.data.whatsapp).toEqual({ name: 'order_shipped_v2', language: 'pt_BR', url_buttons: [] })
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { body: 'Hi {{name}}, order {{1}} is on its way' } })).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [] })
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped_v2', language: 'pt_BR' } } })).json.data.whatsapp).toEqual({ name: 'order_shipped_v2', language: 'pt_BR', header_text: null, url_buttons: [] })
     expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: null } })).json.data.whatsapp).toBeNull()
     expect((await srv.api(key, 'POST', '/templates', { json: { name: 'Plain', body: 'x' } })).json.data.whatsapp).toBeNull()
     for (const [whatsapp, field] of [
@@ -68,9 +68,25 @@ describe('templates', () => {
     expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toBeNull()
     // URL buttons: their placeholders are the template's too (numbered ones need values to send)
     const track = await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', url_buttons: [{ index: 1, value: 'track/{{2}}?to={{phone}}' }] } } })
-    expect(track.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en', url_buttons: [{ index: 1, value: 'track/{{2}}?to={{phone}}' }] })
+    expect(track.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en', header_text: null, url_buttons: [{ index: 1, value: 'track/{{2}}?to={{phone}}' }] })
     expect(track.json.data.variables).toEqual(['name', '1', '2', 'phone'])
     expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: null } })).json.data.variables).toEqual(['name', '1'])
+    // a text header's value: its placeholders join the template's, header ones before the buttons'
+    const headed = await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', header_text: 'Order {{3}} for {{metadata.shop}}', url_buttons: [{ index: 0, value: '{{4}}' }] } } })
+    expect(headed.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en', header_text: 'Order {{3}} for {{metadata.shop}}', url_buttons: [{ index: 0, value: '{{4}}' }] })
+    expect(headed.json.data.variables).toEqual(['name', '1', '3', 'metadata.shop', '4'])
+    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp.header_text).toBe('Order {{3}} for {{metadata.shop}}')
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', header_text: null } } })).json.data.whatsapp.header_text).toBeNull()
+    for (const [header_text, field] of [
+      ['', 'whatsapp.header_text'],
+      ['x'.repeat(201), 'whatsapp.header_text'],
+      [7, 'whatsapp.header_text'],
+      ['Order {{order}}', 'whatsapp.header_text'],
+    ] as const) {
+      const bad = await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', header_text } } })
+      expect([bad.status, Object.keys(bad.json.errors ?? {})]).toEqual([422, [field]])
+    }
+    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp.header_text).toBeNull()
   })
 
   test('preview renders with a contact or query values and names what had no value', async () => {

@@ -21,6 +21,8 @@ export interface NetworkTemplate {
   language: string
   /** The template body's parameters, in order ({{1}}, {{2}}, ...). */
   parameters: string[]
+  /** The value of the template's text header variable, where its header is text with one. */
+  headerText?: string
   /** The variable part of the template's URL buttons, by button position (0-based). */
   urlButtons?: { index: number; text: string }[]
 }

@@ -13,7 +13,7 @@ import type { Logger } from '../../http/log'
 import { templateHeaderKind } from '../../network/driver'
 import type { ConnectionService } from '../connections/service'
 import type { ContactService } from '../contacts/service'
-import { renderedFault } from '../messages/model'
+import { MAX_HEADER_TEXT, renderedFault } from '../messages/model'
 import type { MessageRow } from '../messages/repo'
 import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
@@ -100,6 +100,12 @@ export class CampaignService {
     if (!templateHeaderKind(m.mime_type)) throw validationFailed({ media_id: ['The media_id field must name an image (JPEG or PNG), a video or a document.'] })
   }
 
+  /** 422 for media beside a template whose WhatsApp header is text (Meta's template has no media header then). */
+  private checkHeaderPair(workspaceId: string, templateId: string, mediaId: string | null | undefined) {
+    const tpl = mediaId ? this.templates.repo.get(workspaceId, templateId) : null
+    if (tpl && this.templates.hasTextHeader(tpl)) throw validationFailed({ media_id: ['The template’s WhatsApp header is text (whatsapp.header_text): the campaign cannot carry media.'] })
+  }
+
   private scheduledTime(at: string | null | undefined): number | null {
     if (!at) return null
     const t = Date.parse(at)
@@ -109,6 +115,7 @@ export class CampaignService {
 
   create(workspaceId: string, input: Required<Pick<CampaignInput, 'name' | 'template_id' | 'connection_id'>> & CampaignInput): CampaignRow {
     this.checkRefs(workspaceId, input)
+    this.checkHeaderPair(workspaceId, input.template_id, input.media_id)
     const now = this.deps.clock.now()
     const row: CampaignRow = {
       id: uuid(),
@@ -139,6 +146,7 @@ export class CampaignService {
     const row = this.get(workspaceId, id)
     if (row.status !== 'draft' && row.status !== 'scheduled') throw this.illegal(row, 'changed')
     this.checkRefs(workspaceId, input)
+    this.checkHeaderPair(workspaceId, input.template_id ?? row.template_id, input.media_id === undefined ? row.media_id : input.media_id)
     const fields: Partial<CampaignRow> = { updated_at: this.deps.clock.now() }
     if (input.name !== undefined) fields.name = input.name
     if (input.template_id !== undefined) fields.template_id = input.template_id
@@ -174,6 +182,7 @@ export class CampaignService {
     const tpl = this.templates.get(workspaceId, row.template_id)
     this.connections.get(workspaceId, row.connection_id)
     this.templates.requireNumbered(tpl, JSON.parse(row.variables) as Record<string, unknown>)
+    this.checkHeaderPair(workspaceId, row.template_id, row.media_id)
     // still there: from scheduling on, retention keeps it until the campaign ends (so a campaign
     // scheduled again holds it even past its expiry)
     if (row.media_id && !(row.status === 'scheduled' && this.media.repo.get(workspaceId, row.media_id))) this.headerMedia(workspaceId, row.media_id)
@@ -281,7 +290,7 @@ export class CampaignService {
         // rendered for this contact: a text no message may carry (nothing, or past the body
         // limit through long metadata values) is a skip with its reason, not a send that fails
         const filled = contact && !reason ? fill(c.body ?? '', c.whatsapp, { name: contact.name, phone: contact.phone, metadata: JSON.parse(contact.metadata), numbered: JSON.parse(c.variables) }) : null
-        const unfit = filled ? renderedFault(filled.text) : null
+        const unfit = filled ? (renderedFault(filled.text) ?? (filled.headerText === null ? null : renderedFault(filled.headerText, MAX_HEADER_TEXT))) : null
         if (reason || unfit || !contact || !filled) {
           this.repo.skip(r.seq, reason ?? unfit ?? 'contact_removed', now)
           if (++skips >= MAX_SKIPS_PER_RELEASE) {

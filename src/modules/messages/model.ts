@@ -6,13 +6,17 @@ import { VARIABLES } from '../templates/model'
 export const MAX_BODY = 4096
 export const MAX_ATTACHMENTS = 10
 
+/** WhatsApp's limit on a template's text header, in characters. */
+export const MAX_HEADER_TEXT = 60
+
 /**
- * Why a template rendered for one recipient cannot be a message's text: past MAX_BODY code points,
- * or nothing but whitespace; null when it can. A one-to-one send refuses it (422; an empty text is
- * allowed beside media), a campaign skips the recipient with this as the reason.
+ * Why a template rendered for one recipient cannot be a message's text: past `max` code points
+ * (MAX_BODY), or nothing but whitespace; null when it can. A one-to-one send refuses it (422; an
+ * empty text is allowed beside media), a campaign skips the recipient with this as the reason. A
+ * WhatsApp template's header text is held to the same rule with MAX_HEADER_TEXT.
  */
-export function renderedFault(text: string): 'rendered_too_long' | 'rendered_empty' | null {
-  if (codePoints(text) > MAX_BODY) return 'rendered_too_long'
+export function renderedFault(text: string, max = MAX_BODY): 'rendered_too_long' | 'rendered_empty' | null {
+  if (codePoints(text) > max) return 'rendered_too_long'
   return text.trim() === '' ? 'rendered_empty' : null
 }
 export const STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'failed'] as const

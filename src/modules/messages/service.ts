@@ -19,7 +19,7 @@ import { fill } from '../templates/render'
 import type { TemplateService } from '../templates/service'
 import type { EventType, WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
-import { MAX_BODY, OPT_OUT_KEYWORDS, renderedFault } from './model'
+import { MAX_BODY, MAX_HEADER_TEXT, OPT_OUT_KEYWORDS, renderedFault } from './model'
 import { MessageRepo, type MessageRow, type MessageStatus, type NewMessage } from './repo'
 
 const RANK: Record<MessageStatus, number> = { queued: 0, sending: 1, sent: 2, delivered: 3, read: 4, failed: -1 }
@@ -94,11 +94,12 @@ const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7)
 
 /**
  * A template that stands for a network template (WhatsApp's) carries at most one attachment, and
- * only one that can be its header: an image (JPEG or PNG), a video or a document. The uploaded
- * `file`, if any, comes after the listed attachments.
+ * only one that can be its header: an image (JPEG or PNG), a video or a document; none when its
+ * header is text. The uploaded `file`, if any, comes after the listed attachments.
  */
-function checkTemplateHeader(listed: MediaRow[], upload: MediaRow | undefined) {
+function checkTemplateHeader(listed: MediaRow[], upload: MediaRow | undefined, textHeader: boolean) {
   const all = upload ? [...listed, upload] : listed
+  if (textHeader && all.length) throw validationFailed({ [upload ? 'file' : 'media.attachments']: ['This template’s WhatsApp header is text (whatsapp.header_text): it carries no attachment.'] })
   if (all.length > 1) throw validationFailed({ 'media.attachments': ['A WhatsApp template message carries at most one attachment, sent as the template’s header (the file included).'] })
   if (all.length === 1 && !templateHeaderKind(all[0]!.mime_type)) throw validationFailed({ [upload ? 'file' : 'media.attachments']: ['A WhatsApp template’s header must be an image (JPEG or PNG), a video or a document.'] })
 }
@@ -199,7 +200,7 @@ export class MessageService {
       const media = input.attachments.map((id) => this.media.get(workspaceId, id))
       const phone = contact ? contact.phone : input.recipient!
       const filled = input.template_id === undefined ? null : this.fillTemplate(workspaceId, input, contact, phone, upload !== undefined || media.length > 0)
-      if (filled?.networkTemplate) checkTemplateHeader(media, upload)
+      if (filled?.networkTemplate) checkTemplateHeader(media, upload, filled.headerText !== null)
       if (contact?.consent_status === 'opted_out') throw refused('recipient_opted_out', 'The recipient has opted out.')
       if (this.suppressions.isSuppressed(workspaceId, phone)) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
       if (filled?.marketing && contact?.consent_status !== 'opted_in') throw refused('recipient_not_opted_in', 'A marketing template goes only to contacts who opted in.')
@@ -242,11 +243,14 @@ export class MessageService {
     if (!tpl) throw notFound('template')
     const numbered = input.variables ?? {}
     this.templates.requireNumbered(tpl, numbered)
-    const { text, networkTemplate } = fill(tpl.body, tpl.whatsapp, { name: contact?.name ?? null, phone, metadata: contact ? (JSON.parse(contact.metadata) as Record<string, unknown>) : {}, numbered })
+    const { text, networkTemplate, headerText } = fill(tpl.body, tpl.whatsapp, { name: contact?.name ?? null, phone, metadata: contact ? (JSON.parse(contact.metadata) as Record<string, unknown>) : {}, numbered })
     const fault = renderedFault(text)
     if (fault === 'rendered_too_long') throw validationFailed({ template_id: [`The template renders to more than ${MAX_BODY} characters for this recipient.`] })
     if (fault === 'rendered_empty' && !withMedia) throw validationFailed({ template_id: ['The template renders to an empty text for this recipient.'] })
-    return { body: fault === 'rendered_empty' ? null : text, marketing: tpl.category === 'marketing', networkTemplate }
+    const headerFault = headerText === null ? null : renderedFault(headerText, MAX_HEADER_TEXT)
+    if (headerFault === 'rendered_too_long') throw validationFailed({ template_id: [`The template’s WhatsApp header text renders to more than ${MAX_HEADER_TEXT} characters for this recipient.`] })
+    if (headerFault === 'rendered_empty') throw validationFailed({ template_id: ['The template’s WhatsApp header text renders empty for this recipient.'] })
+    return { body: fault === 'rendered_empty' ? null : text, marketing: tpl.category === 'marketing', networkTemplate, headerText }
   }
 
   list(workspaceId: string, filter: { direction?: string; status?: string }, limit: number, offset: number) {

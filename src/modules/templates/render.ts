@@ -67,19 +67,29 @@ export function render(body: string, values: RenderValues): { text: string; miss
  * The network template a body stands for, filled for one recipient: its parameters are the values
  * of the body's placeholders in order of first appearance — so "Hi {{name}}, order {{1}} ships
  * {{metadata.day}}" fills a WhatsApp template "Hi {{1}}, order {{2}} ships {{3}}" — each as the
- * text renders it (a value the recipient lacks is empty). Its URL buttons' values are rendered the
- * same way ("track/{{1}}" → "track/A-1001").
+ * text renders it (a value the recipient lacks is empty). Its header text and its URL buttons'
+ * values are rendered the same way ("track/{{1}}" → "track/A-1001").
  */
-export function networkTemplate(whatsapp: { name: string; language: string; url_buttons?: { index: number; value: string }[] }, body: string, values: RenderValues) {
+export function networkTemplate(whatsapp: { name: string; language: string; header_text?: string | null; url_buttons?: { index: number; value: string }[] }, body: string, values: RenderValues) {
   const parameters = placeholders(body).variables.map((name) => asText(valueOf(name, values)?.value) ?? '')
   const urlButtons = (whatsapp.url_buttons ?? []).map((b) => ({ index: b.index, text: render(b.value, values).text }))
-  return { name: whatsapp.name, language: whatsapp.language, parameters, ...(urlButtons.length ? { urlButtons } : {}) }
+  return {
+    name: whatsapp.name,
+    language: whatsapp.language,
+    parameters,
+    ...(whatsapp.header_text ? { headerText: render(whatsapp.header_text, values).text } : {}),
+    ...(urlButtons.length ? { urlButtons } : {}),
+  }
 }
 
 /**
  * A template body filled for one recipient: the text, and — when the template names a network
- * template (`whatsapp`, JSON) — that template with its parameters, as a message row stores it.
+ * template (`whatsapp`, JSON) — that template with its parameters, as a message row stores it,
+ * and its rendered header text (null when it has none).
  */
-export function fill(body: string, whatsapp: string | null, values: RenderValues): { text: string; networkTemplate: string | null } {
-  return { text: render(body, values).text, networkTemplate: whatsapp === null ? null : JSON.stringify(networkTemplate(JSON.parse(whatsapp), body, values)) }
+export function fill(body: string, whatsapp: string | null, values: RenderValues): { text: string; networkTemplate: string | null; headerText: string | null } {
+  const text = render(body, values).text
+  if (whatsapp === null) return { text, networkTemplate: null, headerText: null }
+  const t = networkTemplate(JSON.parse(whatsapp), body, values)
+  return { text, networkTemplate: JSON.stringify(t), headerText: t.headerText ?? null }
 }

@@ -12,6 +12,12 @@ const WHATSAPP = s
   .object({
     name: s.string().length(1, 512).pattern(/^[a-z0-9_]+$/, 'must be the template name as approved by Meta: lower-case letters, digits and underscores'),
     language: s.string().length(2, 6).pattern(/^[a-z]{2,3}(_[A-Z]{2})?$/, 'must be a WhatsApp language code such as en or en_US'),
+    header_text: s
+      .string()
+      .length(1, 200)
+      .nullable()
+      .optional()
+      .describe('For a Meta template whose header is text with a variable (“Order {{1}}”): the value sent for that variable, with placeholders like the body’s, rendered per recipient (at most 60 characters once rendered). Such a template takes no media. Default none.', '{{metadata.order}}'),
     url_buttons: s
       .array(
         s.object({
@@ -55,7 +61,7 @@ export const templateDoc = {
     category: { type: 'string', enum: ['utility', 'marketing'] },
     whatsapp: {
       type: ['object', 'null'],
-      properties: { name: { type: 'string' }, language: { type: 'string' }, url_buttons: { type: 'array', items: { type: 'object', properties: { index: { type: 'integer' }, value: { type: 'string' } } } } },
+      properties: { name: { type: 'string' }, language: { type: 'string' }, header_text: { type: ['string', 'null'] }, url_buttons: { type: 'array', items: { type: 'object', properties: { index: { type: 'integer' }, value: { type: 'string' } } } } },
       description: 'The Meta-approved WhatsApp template sent in its place through Cloud API numbers (campaigns and one-to-one sends), or null.',
     },
     created_at: { type: 'string', format: 'date-time' },

@@ -9,6 +9,8 @@ import { TemplateRepo, type TemplateRow } from './repo'
 export interface WhatsAppTemplate {
   name: string
   language: string
+  /** The value of its text header's variable (a header like "Order {{1}}"), with placeholders. */
+  header_text?: string | null
   /** The variable part of its dynamic URL buttons, by button position, with placeholders. */
   url_buttons?: { index: number; value: string }[]
 }
@@ -21,7 +23,9 @@ export interface TemplateInput {
   whatsapp?: WhatsAppTemplate | null
 }
 
-const whatsappJson = (w: WhatsAppTemplate | null | undefined) => (w ? JSON.stringify({ name: w.name, language: w.language, url_buttons: (w.url_buttons ?? []).map((b) => ({ index: b.index, value: b.value })) }) : null)
+/** The link as stored and shown: its fields in one order, the optional ones always present. */
+const whatsappShape = (w: WhatsAppTemplate) => ({ name: w.name, language: w.language, header_text: w.header_text ?? null, url_buttons: (w.url_buttons ?? []).map((b) => ({ index: b.index, value: b.value })) })
+const whatsappJson = (w: WhatsAppTemplate | null | undefined) => (w ? JSON.stringify(whatsappShape(w)) : null)
 
 export class TemplateService {
   readonly repo: TemplateRepo
@@ -43,27 +47,28 @@ export class TemplateService {
     }
   }
 
-  /** The stored link as the API shows it: name, language, url_buttons (none before they existed). */
+  /** The stored link as the API shows it (links stored before header_text or url_buttons existed have none). */
   private whatsappOf(json: string) {
-    const w = JSON.parse(json) as WhatsAppTemplate
-    return { name: w.name, language: w.language, url_buttons: w.url_buttons ?? [] }
+    return whatsappShape(JSON.parse(json) as WhatsAppTemplate)
   }
 
   /**
-   * The placeholders of the body, then those only the WhatsApp template's URL buttons use (their
-   * numbered ones need values like the body's); 422 for an unknown one or a button given twice.
+   * The placeholders of the body, then those only the WhatsApp template's header text and URL
+   * buttons use (their numbered ones need values like the body's); 422 for an unknown one or a
+   * button given twice.
    */
   private variablesOf(body: string, whatsapp: WhatsAppTemplate | null): string[] {
-    const { variables, unknown } = placeholders(body)
     const hint = 'Use {{name}}, {{phone}}, {{metadata.key}} or numbered {{1}}.'
-    if (unknown.length) throw validationFailed({ body: [`Unknown placeholders: ${unknown.map((u) => `{{${u}}}`).join(', ')}. ${hint}`] })
+    const known = (field: string, text: string) => {
+      const found = placeholders(text)
+      if (found.unknown.length) throw validationFailed({ [field]: [`Unknown placeholders: ${found.unknown.map((u) => `{{${u}}}`).join(', ')}. ${hint}`] })
+      return found.variables
+    }
+    const variables = known('body', body)
     const buttons = whatsapp?.url_buttons ?? []
     if (new Set(buttons.map((b) => b.index)).size !== buttons.length) throw validationFailed({ 'whatsapp.url_buttons': ['Each button index may be given once.'] })
-    for (const b of buttons) {
-      const found = placeholders(b.value)
-      if (found.unknown.length) throw validationFailed({ 'whatsapp.url_buttons': [`Unknown placeholders: ${found.unknown.map((u) => `{{${u}}}`).join(', ')}. ${hint}`] })
-      for (const v of found.variables) if (!variables.includes(v)) variables.push(v)
-    }
+    const more = [...(whatsapp?.header_text ? known('whatsapp.header_text', whatsapp.header_text) : []), ...buttons.flatMap((b) => known('whatsapp.url_buttons', b.value))]
+    for (const v of more) if (!variables.includes(v)) variables.push(v)
     return variables
   }
 
@@ -97,6 +102,11 @@ export class TemplateService {
       if (this.repo.activeUses(id) > 0) throw conflict('template_in_use', 'The template is used by a scheduled, running or paused campaign.')
       this.repo.remove(id, this.deps.clock.now())
     })
+  }
+
+  /** Whether the template stands for a WhatsApp template whose header is text (it then takes no media). */
+  hasTextHeader(row: TemplateRow): boolean {
+    return row.whatsapp !== null && !!(JSON.parse(row.whatsapp) as WhatsAppTemplate).header_text
   }
 
   /** 422 when a numbered placeholder of the template has no value in `numbered` (campaigns, sends). */
