@@ -5,7 +5,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { EICAR, TestClamd } from './support/clamd'
 import * as files from './support/files'
-import { inProcess } from './support/inproc'
+import { inProcess, settle } from './support/inproc'
 import { TestServer, newPhone } from './support/server'
 
 let clamd: TestClamd
@@ -274,6 +274,38 @@ describe('retention', () => {
       await svc.media.purgeExpired()
       expect(svc.media.repo.get(ws.id, used.id)).toBeNull()
       expect(existsSync(svc.media.store.pathFor(used.sha256))).toBe(false)
+    } finally {
+      await env.close()
+    }
+  })
+
+  test('media a queued message still has to send is kept past its retention, and goes once the message is sent', async () => {
+    const env = await inProcess({ clamd: `unix:${clamd.socket}` })
+    try {
+      const { svc, timers } = env
+      const ws = svc.workspaces.create({ name: 'Queued media' })
+      svc.workspaces.patch(ws.id, { settings: { media: { retention_days: 1, max_bytes: 1 << 20 } } })
+      const conn = svc.connections.create(ws.id, { phone: '+15550000083', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })
+      const m = await svc.media.upload(ws.id, new File([files.pdf()], 'invoice.pdf'))
+      timers.advance(23 * 3_600_000)
+      // sent an hour before the file expires, while the number is down: it waits in the queue
+      const row = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550000084', attachments: [m.id] })
+      svc.connections.setStatus(conn.id, 'offline', 'test')
+      timers.advance(2 * 3_600_000)
+      await svc.media.purgeExpired()
+      expect(svc.media.repo.get(ws.id, m.id)?.id).toBe(m.id)
+      expect(existsSync(svc.media.store.pathFor(m.sha256))).toBe(true)
+      expect(() => svc.media.get(ws.id, m.id)).toThrow() // expired for new sends all the same
+      // back online, the message goes out with its file; then nothing holds it any more
+      svc.connections.setStatus(conn.id, 'online', null)
+      for (let i = 0; i < 3; i++) {
+        timers.advance(15_000)
+        await settle()
+      }
+      expect(svc.messages.repo.get(ws.id, row.id)).toMatchObject({ status: 'sent', error_code: null })
+      await svc.media.purgeExpired()
+      expect(svc.media.repo.get(ws.id, m.id)).toBeNull()
+      expect(existsSync(svc.media.store.pathFor(m.sha256))).toBe(false)
     } finally {
       await env.close()
     }

@@ -22,9 +22,17 @@ export class MediaRepo {
   constructor(db: Database) {
     this.insertStmt = db.query('INSERT INTO media (id, workspace_id, sha256, filename, mime_type, size, created_at, expires_at) VALUES ($id, $workspace_id, $sha256, $filename, $mime_type, $size, $created_at, $expires_at)')
     this.getStmt = db.query<MediaRow, [string, string]>('SELECT * FROM media WHERE id = ? AND workspace_id = ?')
-    // media a campaign that has not ended still sends is kept until it ends (index campaigns_media)
+    // media still to be sent is kept: by a campaign that has not ended (index campaigns_media),
+    // and by a message waiting in a queue or being sent (the attachment ids of those messages
+    // are listed once per query, through the partial indexes messages_queue and messages_in_flight)
     this.expiredStmt = db.query<MediaRow, [number, number]>(
-      "SELECT * FROM media m WHERE m.expires_at <= ? AND NOT EXISTS (SELECT 1 FROM campaigns c WHERE c.media_id = m.id AND c.status IN ('scheduled', 'running', 'paused') AND c.deleted_at IS NULL) LIMIT ?",
+      `SELECT * FROM media m WHERE m.expires_at <= ?
+         AND NOT EXISTS (SELECT 1 FROM campaigns c WHERE c.media_id = m.id AND c.status IN ('scheduled', 'running', 'paused') AND c.deleted_at IS NULL)
+         AND m.id NOT IN (
+           SELECT j.value FROM messages q, json_each(q.attachments) j WHERE q.status = 'queued' AND q.attachments <> '[]'
+           UNION ALL
+           SELECT j.value FROM messages q, json_each(q.attachments) j WHERE q.status = 'sending' AND q.attachments <> '[]')
+       LIMIT ?`,
     )
     this.deleteStmt = db.query('DELETE FROM media WHERE id = ?')
     this.refsStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM media WHERE sha256 = ?')
