@@ -385,6 +385,14 @@ describe('sending', () => {
     expect(recipients.find((x: any) => x.contact_id === bob.id).skipped_reason).toBe('rendered_empty')
     expect(graph.seen.filter((x) => x.json?.to === bob.phone.slice(1))).toHaveLength(0)
     expect(graph.seen.filter((x) => x.json?.to === ada.phone.slice(1)).at(-1)!.json.template.components[0]).toEqual({ type: 'header', parameters: [{ type: 'text', text: 'Kiosk' }] })
+    // a template a scheduled campaign will send with media cannot get a text header meanwhile
+    const later = (await srv.api(key, 'POST', '/campaigns', { json: { ...fields, template_id: plainTpl.id, media_id: png, scheduled_at: new Date(Date.now() + 86_400_000).toISOString() } })).json.data
+    expect((await srv.api(key, 'POST', `/campaigns/${later.id}/schedule`, { json: {} })).status).toBe(200)
+    const textHeader = { whatsapp: { name: 'plain_h', language: 'en', header_text: '{{name}}' } }
+    const blocked = await srv.api(key, 'PUT', `/templates/${plainTpl.id}`, { json: textHeader })
+    expect([blocked.status, blocked.json.errors]).toEqual([422, { 'whatsapp.header_text': ['A scheduled campaign sends this template with media (media_id); a template with a text header takes none.'] }])
+    expect((await srv.api(key, 'POST', `/campaigns/${later.id}/cancel`)).status).toBe(200)
+    expect((await srv.api(key, 'PUT', `/templates/${plainTpl.id}`, { json: textHeader })).json.data.whatsapp.header_text).toBe('{{name}}')
   })
 
   test('media is uploaded to the media endpoint and sent by id with the text as caption', async () => {

@@ -23,6 +23,7 @@ export class TemplateRepo {
   private listStmt
   private countStmt
   private usedStmt
+  private withMediaStmt
 
   constructor(db: Database) {
     this.insertStmt = db.query('INSERT INTO templates (id, workspace_id, name, body, category, variables, whatsapp, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $name, $body, $category, $variables, $whatsapp, $created_at, $updated_at, NULL)')
@@ -32,6 +33,7 @@ export class TemplateRepo {
     this.listStmt = db.query<TemplateRow, [string, number, number]>('SELECT * FROM templates WHERE workspace_id = ? AND deleted_at IS NULL ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?')
     this.countStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM templates WHERE workspace_id = ? AND deleted_at IS NULL')
     this.usedStmt = db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM campaigns WHERE template_id = ? AND deleted_at IS NULL AND status IN ('scheduled', 'running', 'paused')")
+    this.withMediaStmt = db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM campaigns WHERE template_id = ? AND deleted_at IS NULL AND status = 'scheduled' AND media_id IS NOT NULL")
   }
 
   insert(row: TemplateRow) {
@@ -53,5 +55,9 @@ export class TemplateRepo {
   /** Campaigns that still need the template (scheduled, running or paused). */
   activeUses(id: string) {
     return this.usedStmt.get(id)!.n
+  }
+  /** Scheduled campaigns that will send the template with media (it is read when they start). */
+  scheduledWithMedia(id: string) {
+    return this.withMediaStmt.get(id)!.n
   }
 }

@@ -90,7 +90,11 @@ export class TemplateService {
     const row = this.get(workspaceId, id)
     const body = input.body ?? row.body
     const whatsapp = input.whatsapp === undefined ? row.whatsapp : whatsappJson(input.whatsapp)
-    const variables = this.variablesOf(body, whatsapp === null ? null : (JSON.parse(whatsapp) as WhatsAppTemplate))
+    const link = whatsapp === null ? null : (JSON.parse(whatsapp) as WhatsAppTemplate)
+    const variables = this.variablesOf(body, link)
+    // a campaign takes the template as it is when it starts: one waiting to start with media
+    // could not send a template whose header became text
+    if (link?.header_text && !this.hasTextHeader(row) && this.repo.scheduledWithMedia(id) > 0) throw validationFailed({ 'whatsapp.header_text': ['A scheduled campaign sends this template with media (media_id); a template with a text header takes none.'] })
     const next: TemplateRow = { ...row, name: input.name ?? row.name, body, category: input.category ?? row.category, variables: JSON.stringify(variables), whatsapp, updated_at: this.deps.clock.now() }
     this.deps.writer.now(() => this.repo.update(next))
     return next
