@@ -581,6 +581,51 @@ describe('webhooks from Meta', () => {
     expect((await srv.request('GET', '/healthz')).status).toBe(200)
   })
 
+  test('stopping marketing messages in WhatsApp withdraws marketing consent; order updates still reach the person', async () => {
+    const { key, conn } = await setup()
+    const other = await setup()
+    const [ann, ben, dan] = [newPhone(), newPhone(), newPhone()]
+    for (const [phone, consent_status] of [[ann, 'opted_in'], [ben, 'opted_out'], [dan, 'opted_in']]) await srv.api(key, 'POST', '/contacts', { json: { phone, consent_status } })
+    await srv.api(other.key, 'POST', '/contacts', { json: { phone: ann, consent_status: 'opted_in' } })
+    const consent = async (k: string, phone: string) => (await srv.api(k, 'GET', '/contacts?per_page=100')).json.data.find((c: any) => c.phone === phone)?.consent_status
+    const preference = (phone: string, value: string, category = 'marketing_messages') => ({
+      object: 'whatsapp_business_account',
+      entry: [{ id: 'WABA', changes: [{ field: 'user_preferences', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: PNID }, contacts: [{ profile: { name: 'Ann' }, wa_id: phone.slice(1) }], user_preferences: [{ wa_id: phone.slice(1), detail: 'User requested to stop marketing messages', category, value, timestamp: 1763700000 }] } }] }],
+    })
+    // "Stop promotions": opted in → unknown, in this number's workspace only; an opted-out
+    // contact stays opted out; a number that is no contact is not made one; resuming changes nothing
+    const stranger = newPhone()
+    for (const event of [preference(ann, 'stop'), preference(ben, 'stop'), preference(stranger, 'stop'), preference(dan, 'stop', 'other_category')]) expect((await deliver(srv.base, conn.id, event)).status).toBe(200)
+    expect(await consent(key, ann)).toBe('unknown')
+    expect(await consent(key, ben)).toBe('opted_out')
+    expect(await consent(key, dan)).toBe('opted_in')
+    expect(await consent(key, stranger)).toBeUndefined()
+    expect(await consent(other.key, ann)).toBe('opted_in')
+    expect((await deliver(srv.base, conn.id, preference(ann, 'resume'))).status).toBe(200)
+    expect(await consent(key, ann)).toBe('unknown')
+    const d = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+    const ledger = d.query("SELECT l.status, l.source FROM consent_ledger l JOIN contacts c ON c.id = l.contact_id WHERE c.phone = ? AND c.workspace_id = ? ORDER BY l.id").all(ann, conn.workspace_id)
+    d.close()
+    expect(ledger.at(-1)).toEqual({ status: 'unknown', source: 'cloud_api:marketing_stopped' })
+    // marketing is refused now; an order update still goes out
+    const promo = (await srv.api(key, 'POST', '/templates', { json: { name: 'Promo', category: 'marketing', body: 'Spring sale!', whatsapp: { name: 'spring_sale', language: 'en' } } })).json.data
+    const refused = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: ann, template_id: promo.id } })
+    expect([refused.status, refused.json.code]).toEqual([422, 'recipient_not_opted_in'])
+    expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: ann, body: 'Your order shipped' } })).status).toBe(202)
+
+    // a marketing send Meta refuses because the person stopped marketing messages (131050)
+    // withdraws their consent as well
+    const sent = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: dan, template_id: promo.id } })
+    await waitFor(async () => (await msg(key, sent.json.data.id)).status === 'sent')
+    const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+    const wamid = (db.query('SELECT external_id FROM messages WHERE id = ?').get(sent.json.data.id) as any).external_id as string
+    db.close()
+    expect((await deliver(srv.base, conn.id, statusEvent(wamid, 'failed', [{ code: 131050, title: 'Unable to deliver the message. This recipient has chosen to stop receiving marketing messages.' }]))).status).toBe(200)
+    await waitFor(async () => (await msg(key, sent.json.data.id)).status === 'failed')
+    expect((await msg(key, sent.json.data.id)).error.code).toBe('cloud_api_131050')
+    expect(await consent(key, dan)).toBe('unknown')
+  })
+
   test('an inbound message Meta delivers again (same wamid) is logged once', async () => {
     const { key, conn } = await setup()
     const from = newPhone()

@@ -4,7 +4,9 @@
  * accepted only with a valid X-Hub-Signature-256 over the raw body; statuses update messages
  * (forward only — duplicates and out-of-order events change nothing, and a status that arrives
  * before the send was recorded is tried again shortly), inbound messages are logged once per Meta
- * message id (opt-out keywords apply). Payloads it does not know are acknowledged and logged, never an error;
+ * message id (opt-out keywords apply), and a person who stopped marketing messages (their
+ * preference, or a send refused for it) loses their marketing consent. Payloads it does not know
+ * are acknowledged and logged, never an error;
  * an event that could not be stored is answered 500, so Meta delivers it again. Bad signatures
  * count per connection and client address against the failed-auth limit: over it, that address
  * gets 429 for that connection without its body being read (a flood costs neither hashing nor a
@@ -21,6 +23,9 @@ import { CloudApiConnection } from './cloud-api'
 
 const json = (status: number, body: unknown) => new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' } })
 const RETRY_UNKNOWN_MS = [1000, 3000, 10000]
+const E164 = /^\+[1-9][0-9]{6,14}$/
+/** Meta's error for a marketing template sent to someone who stopped marketing messages. */
+const MARKETING_STOPPED = 131050
 
 function validSignature(secret: string, raw: Uint8Array, header: string | null): boolean {
   if (!header?.startsWith('sha256=')) return false
@@ -108,11 +113,20 @@ async function apply(body: any, connectionId: string, svc: Services) {
         known++
         await applyStatus(connectionId, st.id, st.status, st.errors?.[0], svc, 0)
       }
+      // "Stop promotions" in WhatsApp: marketing consent withdrawn (resuming changes nothing here:
+      // consent to marketing is recorded by the business, through the API)
+      for (const p of Array.isArray(value.user_preferences) ? value.user_preferences : []) {
+        if (p?.category !== 'marketing_messages' || typeof p?.value !== 'string') continue
+        known++
+        const phone = typeof p.wa_id === 'string' ? (p.wa_id.startsWith('+') ? p.wa_id : `+${p.wa_id}`) : ''
+        if (p.value !== 'stop' || !E164.test(phone)) continue
+        if (await svc.messages.marketingStopped(connectionId, phone, 'cloud_api:marketing_stopped')) svc.log.info('marketing consent withdrawn: the contact stopped marketing messages in WhatsApp', { connection_id: connectionId })
+      }
       for (const m of Array.isArray(value.messages) ? value.messages : []) {
         if (typeof m?.from !== 'string') continue
         known++
         const from = m.from.startsWith('+') ? m.from : `+${m.from}`
-        if (!/^\+[1-9][0-9]{6,14}$/.test(from)) continue
+        if (!E164.test(from)) continue
         const text = inboundText(m)
         // Meta's message id (wamid): a webhook delivered again logs nothing twice
         const wamid = typeof m.id === 'string' && m.id.length > 0 && m.id.length <= 256 ? m.id : null
@@ -137,6 +151,10 @@ async function applyStatus(connectionId: string, externalId: string, status: str
     return
   }
   if (status === 'delivered' || status === 'read') await svc.messages.receipt(row.id, status)
-  else if (status === 'failed') await svc.messages.receipt(row.id, 'failed', { code: `cloud_api_${error?.code ?? 'failed'}`, message: String(error?.message ?? error?.title ?? 'The Cloud API reported the message as failed.').slice(0, 300) })
+  else if (status === 'failed') {
+    await svc.messages.receipt(row.id, 'failed', { code: `cloud_api_${error?.code ?? 'failed'}`, message: String(error?.message ?? error?.title ?? 'The Cloud API reported the message as failed.').slice(0, 300) })
+    // refused because the person stopped marketing messages: withdraw their marketing consent too
+    if (Number(error?.code) === MARKETING_STOPPED && row.recipient !== null) await svc.messages.marketingStopped(connectionId, row.recipient, `cloud_api_131050:${row.id}`)
+  }
   // "sent" is recorded when the send call returns; other statuses (e.g. deleted) are ignored
 }

@@ -382,6 +382,28 @@ export class MessageService {
   }
 
   /**
+   * The person at `phone` stopped marketing messages on the network (WhatsApp's "Stop promotions",
+   * or a marketing send the network refused for that reason). Their marketing consent is
+   * withdrawn: an opted-in contact of the connection's workspace goes back to `unknown` — so
+   * campaigns and marketing templates skip them while order updates still reach them — and the
+   * change is written to the consent ledger with `source`. An opted-out or unknown contact, or
+   * a number that is not a contact, is left as it is. Returns whether the consent changed.
+   */
+  async marketingStopped(connectionId: string, phone: string, source: string): Promise<boolean> {
+    const live = this.connections.find(connectionId)
+    if (!live) return false
+    return this.deps.writer.write(() => {
+      const ws = live.row.workspace_id
+      const contact = this.contacts.repo.getByPhone(ws, phone)
+      if (contact?.consent_status !== 'opted_in') return false
+      const now = this.deps.clock.now()
+      this.contacts.repo.setConsent(contact.id, 'unknown', now)
+      this.contacts.repo.ledger(ws, contact.id, 'unknown', source, now)
+      return true
+    })
+  }
+
+  /**
    * After a crash: a message found in `sending` is never sent again blindly. It is sent only if
    * the driver confirms the network has it; otherwise it fails as send_interrupted.
    */
