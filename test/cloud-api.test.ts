@@ -7,7 +7,7 @@ import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
-import { TestClamd } from './support/clamd'
+import { EICAR, TestClamd } from './support/clamd'
 import * as files from './support/files'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
@@ -30,7 +30,8 @@ function fakeGraph() {
   const seen: Seen[] = []
   // failFor: per recipient, what each of its next message POSTs meets (null: accepted; 500; or
   // 'reset': the request is read, then the connection breaks before an answer)
-  const state = { rejectTokens: false, throttleNext: 0, failFor: {} as Record<string, (null | 500 | 'reset')[]> }
+  // inbound: files customers sent, by media id (a status instead of bytes: Meta answers that)
+  const state = { rejectTokens: false, throttleNext: 0, failFor: {} as Record<string, (null | 500 | 'reset')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
   const server = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -41,6 +42,16 @@ function fakeGraph() {
       if (auth !== `Bearer ${TOKEN}` || state.rejectTokens) {
         seen.push({ method: req.method, path: url.pathname, auth })
         return err(401, 190, 'Error validating access token: Session has expired.')
+      }
+      // a customer's file: its details (a URL on this server, the size), then its bytes
+      const file = /^\/(v21\.0|files)\/(in-[\w-]+)$/.exec(url.pathname)
+      if (req.method === 'GET' && file) {
+        seen.push({ method: 'GET', path: url.pathname, auth })
+        const f = state.inbound[file[2]!]
+        if (!f || f.status === 404) return err(404, 100, 'Unsupported get request. Object does not exist.')
+        if (f.status) return err(f.status, 2, 'Service temporarily unavailable')
+        if (file[1] === 'files') return new Response(f.bytes)
+        return Response.json({ messaging_product: 'whatsapp', url: f.url ?? `${url.origin}/files/${file[2]}`, mime_type: 'application/octet-stream', sha256: 'x', file_size: f.bytes!.length, id: file[2] })
       }
       const m = /^\/v21\.0\/(\d+)(\/messages|\/media)?$/.exec(url.pathname)
       if (!m || m[1] !== PNID) return err(400, 100, 'Unsupported get request. Object does not exist.')
@@ -624,6 +635,72 @@ describe('webhooks from Meta', () => {
     await waitFor(async () => (await msg(key, sent.json.data.id)).status === 'failed')
     expect((await msg(key, sent.json.data.id)).error.code).toBe('cloud_api_131050')
     expect(await consent(key, dan)).toBe('unknown')
+  })
+
+  test('a photo, voice note or document a customer sends is downloaded, scanned and kept with the message', async () => {
+    const { key, conn } = await setup()
+    const from = newPhone()
+    const event = (type: string, media: Record<string, unknown>, wamid = `wamid.in-${crypto.randomUUID()}`) => {
+      const e = inboundEvent(from.slice(1), '') as any
+      e.entry[0].changes[0].value.messages[0] = { from: from.slice(1), id: wamid, timestamp: '1763700000', type, [type]: media }
+      return e
+    }
+    const fileId = () => `in-${crypto.randomUUID()}`
+    const inbound = async () => (await srv.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.sender === from)
+    const download = async (id: string) => new Uint8Array(await (await fetch(`${srv.base}/api/v1/media/${id}/download`, { headers: { authorization: `Bearer ${key}` } })).arrayBuffer())
+
+    // a photo with a caption and a document keep their files; the message lists them as attachments
+    const photo = files.png()
+    const [p, d] = [fileId(), fileId()]
+    graph.state.inbound[p] = { bytes: photo }
+    graph.state.inbound[d] = { bytes: files.pdf() }
+    expect((await deliver(srv.base, conn.id, event('image', { id: p, mime_type: 'image/png', caption: 'The box arrived broken' }))).status).toBe(200)
+    expect((await deliver(srv.base, conn.id, event('document', { id: d, mime_type: 'application/pdf', filename: 'warranty.pdf' }))).status).toBe(200)
+    let logged = await inbound()
+    expect(logged.map((m: any) => m.body)).toEqual(['[document message]', '[image message] The box arrived broken'])
+    const [docId, photoId] = logged.map((m: any) => m.attachments[0])
+    const media = (await srv.api(key, 'GET', `/media/${photoId}`)).json.data
+    expect([media.mime_type, media.size]).toEqual(['image/png', photo.length])
+    expect(await download(photoId)).toEqual(new Uint8Array(photo))
+    expect((await srv.api(key, 'GET', `/media/${docId}`)).json.data).toMatchObject({ filename: 'warranty.pdf', mime_type: 'application/pdf' })
+    // the token went to Meta for both the details and the file
+    expect(graph.seen.filter((x) => x.path.endsWith(p)).map((x) => [x.path.split('/')[1], x.auth])).toEqual([['v21.0', `Bearer ${TOKEN}`], ['files', `Bearer ${TOKEN}`]])
+
+    // not kept, the message still logged: malware, gone from Meta, over the workspace's limit
+    // (not even downloaded), a URL that is not Meta's (the token is not sent there)
+    const [bad, gone, big, foreign] = [fileId(), fileId(), fileId(), fileId()]
+    graph.state.inbound[bad] = { bytes: EICAR }
+    graph.state.inbound[gone] = { status: 404 }
+    graph.state.inbound[big] = { bytes: new Uint8Array(17 * 1024 * 1024) }
+    graph.state.inbound[foreign] = { bytes: files.png(), url: 'https://files.example.com/in-x' }
+    for (const [id, type] of [[bad, 'document'], [gone, 'audio'], [big, 'video'], [foreign, 'image']] as const) {
+      expect((await deliver(srv.base, conn.id, event(type, { id, mime_type: 'application/octet-stream' }))).status).toBe(200)
+    }
+    logged = await inbound()
+    expect(logged.slice(0, 4).map((m: any) => [m.body, m.attachments])).toEqual([
+      ['[image message]', []],
+      ['[video message]', []],
+      ['[audio message]', []],
+      ['[document message]', []],
+    ])
+    expect(graph.seen.filter((x) => x.path === `/files/${big}`)).toHaveLength(0)
+    await waitFor(() => srv.output.split('\n').filter((l) => l.includes('inbound file not kept') && l.includes(conn.id)).length === 4)
+
+    // Meta failing for now: 500, so Meta delivers it again; then it is logged once, with its file
+    const later = fileId()
+    const voice = files.ogg()
+    graph.state.inbound[later] = { status: 503 }
+    const wamid = `wamid.in-${crypto.randomUUID()}`
+    expect((await deliver(srv.base, conn.id, event('audio', { id: later, mime_type: 'audio/ogg; codecs=opus', voice: true }, wamid))).status).toBe(500)
+    expect((await inbound()).length).toBe(6)
+    graph.state.inbound[later] = { bytes: voice }
+    expect((await deliver(srv.base, conn.id, event('audio', { id: later, voice: true }, wamid))).status).toBe(200)
+    expect((await deliver(srv.base, conn.id, event('audio', { id: later, voice: true }, wamid))).status).toBe(200)
+    logged = await inbound()
+    expect(logged.length).toBe(7)
+    expect(await download(logged[0].attachments[0])).toEqual(new Uint8Array(voice))
+    // the copy delivered again was not downloaded again
+    expect(graph.seen.filter((x) => x.path === `/files/${later}`)).toHaveLength(1)
   })
 
   test('an inbound message Meta delivers again (same wamid) is logged once', async () => {

@@ -4,7 +4,8 @@
  * accepted only with a valid X-Hub-Signature-256 over the raw body; statuses update messages
  * (forward only — duplicates and out-of-order events change nothing, and a status that arrives
  * before the send was recorded is tried again shortly), inbound messages are logged once per Meta
- * message id (opt-out keywords apply), and a person who stopped marketing messages (their
+ * message id (opt-out keywords apply) with the file a customer sent, if any (downloaded and
+ * scanned like an upload), and a person who stopped marketing messages (their
  * preference, or a send refused for it) loses their marketing consent. Payloads it does not know
  * are acknowledged and logged, never an error;
  * an event that could not be stored is answered 500, so Meta delivers it again. Bad signatures
@@ -14,10 +15,11 @@
  */
 import { timingSafeEqual } from 'node:crypto'
 import { readBody, TOO_LARGE } from '../http/body'
-import { authRateLimited, payloadTooLarge } from '../http/errors'
+import { ApiError, authRateLimited, payloadTooLarge } from '../http/errors'
 import type { ClientAddress } from '../http/auth'
 import type { WindowCounter } from '../http/limits'
 import { clipCodePoints } from '../http/schema'
+import type { MediaRow } from '../modules/media/repo'
 import type { Services } from '../services'
 import { CloudApiConnection } from './cloud-api'
 
@@ -77,7 +79,7 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
     return json(200, { received: true })
   }
   try {
-    await apply(body, connectionId, svc)
+    await apply(body, connectionId, svc, driver)
   } catch (e) {
     // not stored (e.g. the disk is full): a 5xx makes Meta deliver it again; what was stored
     // before the failure is recognised by its message id then and not logged twice
@@ -103,7 +105,40 @@ function inboundText(m: any): string {
   return typeof media?.caption === 'string' && media.caption.trim() ? `[${type} message] ${media.caption}` : `[${type} message]`
 }
 
-async function apply(body: any, connectionId: string, svc: Services) {
+/** Inbound message types whose file is kept with the message. */
+const MEDIA_TYPES = new Set(['image', 'video', 'audio', 'document', 'sticker'])
+
+/**
+ * The file of an inbound photo, video, voice note, document or sticker: downloaded from Meta,
+ * then checked, scanned and stored like an upload (a row the message inserts), or null when it
+ * is not kept — larger than the workspace's media limit, gone from Meta, a type Capstan does not
+ * take, or malware (each logged). A failure that may pass (Meta or the network unreachable, the
+ * scanner down, the disk full) throws: the webhook answers 500 and Meta delivers it again.
+ */
+async function inboundFile(m: any, connectionId: string, svc: Services, driver: CloudApiConnection): Promise<MediaRow | null> {
+  const type = String(m.type)
+  const media = MEDIA_TYPES.has(type) && Object.hasOwn(m, type) ? m[type] : null
+  if (typeof media?.id !== 'string' || media.id.length === 0 || media.id.length > 256) return null
+  const workspaceId = svc.connections.getAny(connectionId).row.workspace_id
+  const { max_bytes } = svc.workspaces.settings(svc.workspaces.cached(workspaceId)!).media
+  const skip = (reason: string) => {
+    svc.log.warn('inbound file not kept', { connection_id: connectionId, type, reason })
+    return null
+  }
+  const got = await driver.downloadMedia(media.id, max_bytes)
+  if (got === 'gone') return skip('Meta no longer has the file')
+  if (got === 'too_large') return skip(`larger than the workspace's media limit (${max_bytes} bytes)`)
+  const name = typeof media.filename === 'string' ? media.filename : undefined
+  try {
+    return await svc.media.prepare(workspaceId, new File([got.bytes], name ?? ''))
+  } catch (e) {
+    // refused for what the file is; anything else (scanner down, disk full) may pass
+    if (e instanceof ApiError && e.status === 422) return skip(e.message)
+    throw e
+  }
+}
+
+async function apply(body: any, connectionId: string, svc: Services, driver: CloudApiConnection) {
   let known = 0
   for (const entry of Array.isArray(body?.entry) ? body.entry : []) {
     for (const change of Array.isArray(entry?.changes) ? entry.changes : []) {
@@ -130,7 +165,9 @@ async function apply(body: any, connectionId: string, svc: Services) {
         const text = inboundText(m)
         // Meta's message id (wamid): a webhook delivered again logs nothing twice
         const wamid = typeof m.id === 'string' && m.id.length > 0 && m.id.length <= 256 ? m.id : null
-        await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]', wamid)
+        if (wamid !== null && svc.messages.repo.byExternal(connectionId, wamid)) continue
+        const file = await inboundFile(m, connectionId, svc, driver)
+        await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]', wamid, file ?? undefined)
       }
     }
   }

@@ -28,6 +28,7 @@
  * message of several parts (one per attachment, then the text) that is retried after a refusal
  * goes on from the part that was refused — the parts already accepted are not sent again.
  */
+import { readBody, TOO_LARGE } from '../http/body'
 import type { ConnectionDriver, DriverContext, DriverFactory, NetworkTemplate, OutboundMedia, OutboundMessage } from './driver'
 import { DriverError, templateHeaderKind } from './driver'
 
@@ -66,6 +67,9 @@ const MEDIA_KIND: Record<string, 'image' | 'audio' | 'video' | 'document' | 'sti
   'video/mp4': 'video',
   'video/3gpp': 'video',
 }
+
+/** Hosts Meta serves customers' files from; the access token is sent to no other (see downloadMedia). */
+const MEDIA_HOSTS = ['fbsbx.com', 'facebook.com', 'fbcdn.net', 'whatsapp.net']
 
 interface GraphError {
   code: number
@@ -146,6 +150,51 @@ export class CloudApiConnection implements ConnectionDriver {
       if (err.code === 'network_unreachable') return { online: false, reason: 'The Cloud API could not be reached.' }
       return { online: false, reason: err.message }
     }
+  }
+
+  /**
+   * A file a customer sent, by the media id in their message: its details from the Cloud API
+   * (GET /{media id}: a short-lived URL and the size), then the file from that URL with the token.
+   * `too_large` past `maxBytes` (then it is not downloaded), `gone` when Meta does not have it
+   * (any more) or its URL is not Meta's. A failure that may pass — the network, Meta's 5xx or
+   * throttling — throws a retryable DriverError.
+   */
+  async downloadMedia(mediaId: string, maxBytes: number): Promise<{ bytes: Uint8Array } | 'too_large' | 'gone'> {
+    let info: any
+    try {
+      info = await this.call('GET', encodeURIComponent(mediaId))
+    } catch (e) {
+      if (e instanceof DriverError && e.retryable) throw e
+      return 'gone'
+    }
+    if (typeof info?.url !== 'string' || !this.isMetaUrl(info.url)) return 'gone'
+    if (Number(info.file_size) > maxBytes) return 'too_large'
+    const unreachable = () => new DriverError('network_unreachable', 'The Cloud API could not be reached.', true)
+    let res: Response
+    try {
+      res = await fetch(info.url, { headers: { authorization: `Bearer ${this.config.access_token}` }, signal: AbortSignal.timeout(TIMEOUT_MS) })
+    } catch {
+      throw unreachable()
+    }
+    if (!res.ok || Number(res.headers.get('content-length')) > maxBytes) {
+      await res.body?.cancel().catch(() => {})
+      if (res.status >= 500 || res.status === 429) throw unreachable()
+      return res.ok ? 'too_large' : 'gone'
+    }
+    const bytes = await readBody(res, maxBytes).catch(() => Promise.reject(unreachable()))
+    return bytes === TOO_LARGE ? 'too_large' : { bytes }
+  }
+
+  /** Whether a media URL the Cloud API gave is Meta's (or the configured Graph API's own origin). */
+  private isMetaUrl(raw: string): boolean {
+    let url: URL
+    try {
+      url = new URL(raw)
+    } catch {
+      return false
+    }
+    if (url.origin === new URL(this.config.graph_base_url).origin) return true
+    return url.protocol === 'https:' && MEDIA_HOSTS.some((h) => url.hostname === h || url.hostname.endsWith(`.${h}`))
   }
 
   private async uploadMedia(m: OutboundMedia): Promise<string> {

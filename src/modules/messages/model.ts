@@ -64,7 +64,7 @@ export const messageDoc = {
     sender: { type: ['string', 'null'], description: 'Who sent it: the connected number for outbound, the contact for inbound.' },
     group_id: { type: ['string', 'null'] },
     body: { type: ['string', 'null'] },
-    attachments: { type: 'array', items: { type: 'string', format: 'uuid' } },
+    attachments: { type: 'array', items: { type: 'string', format: 'uuid' }, description: 'Media ids (GET /media/{id}): what an outbound message sends, or the file a customer sent with an inbound one (Cloud API numbers).' },
     error: { anyOf: [{ type: 'null' }, { type: 'object', properties: { code: { type: 'string' }, message: { type: 'string' } } }] },
     created_at: { type: 'string', format: 'date-time' },
     updated_at: { type: 'string', format: 'date-time' },

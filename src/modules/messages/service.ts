@@ -353,32 +353,44 @@ export class MessageService {
   /**
    * An inbound message: logged as delivered; opt-out keywords opt the sender out. `externalId` is
    * the network's id for it: a network that delivers the same message again (Meta retries its
-   * webhooks) gets the row already logged back, and nothing is logged or announced twice.
+   * webhooks) gets the row already logged back, and nothing is logged or announced twice. `file`:
+   * what the sender attached, prepared (scanned and stored) and inserted with the message.
    */
-  async inbound(connectionId: string, from: string, body: string, externalId: string | null = null): Promise<MessageRow> {
+  async inbound(connectionId: string, from: string, body: string, externalId: string | null = null, file?: MediaRow): Promise<MessageRow> {
     const live = this.connections.getAny(connectionId)
-    return this.deps.writer.write(() => {
-      if (externalId !== null) {
-        const seen = this.repo.byExternal(connectionId, externalId)
-        if (seen) return seen
-      }
-      const now = this.deps.clock.now()
-      const ws = live.row.workspace_id
-      let contact = this.contacts.repo.getByPhone(ws, from)
-      if (!contact) contact = this.contacts.upsertInTx(ws, { phone: from }, 'inbound').row
-      else this.contacts.repo.touch(contact.id, now)
-      const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: '[]' }, 'inbound', 'delivered', now)
-      row.delivered_at = now
-      row.external_id = externalId
-      this.repo.insert(row)
-      if (OPT_OUT_KEYWORDS.has(body.trim().toUpperCase()) && contact.consent_status !== 'opted_out') {
-        this.contacts.repo.setConsent(contact.id, 'opted_out', now)
-        this.contacts.repo.ledger(ws, contact.id, 'opted_out', `inbound:${row.id}`, now)
-      }
-      const full = { ...row, seq: 0 }
-      this.emit(full, 'message.received')
-      return full
-    })
+    let row: MessageRow | undefined
+    try {
+      row = await this.deps.writer.write(() => this.inboundInTx(live, from, body, externalId, file))
+      return row
+    } finally {
+      // a message logged before (the same external id) keeps what it had: this copy's file goes
+      if (file) await this.media.settle(file, row !== undefined && row.attachments.includes(file.id))
+    }
+  }
+
+  private inboundInTx(live: LiveConnection, from: string, body: string, externalId: string | null, file: MediaRow | undefined): MessageRow {
+    const connectionId = live.row.id
+    if (externalId !== null) {
+      const seen = this.repo.byExternal(connectionId, externalId)
+      if (seen) return seen
+    }
+    const now = this.deps.clock.now()
+    const ws = live.row.workspace_id
+    let contact = this.contacts.repo.getByPhone(ws, from)
+    if (!contact) contact = this.contacts.upsertInTx(ws, { phone: from }, 'inbound').row
+    else this.contacts.repo.touch(contact.id, now)
+    if (file) this.media.insertInTx(file)
+    const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: JSON.stringify(file ? [file.id] : []) }, 'inbound', 'delivered', now)
+    row.delivered_at = now
+    row.external_id = externalId
+    this.repo.insert(row)
+    if (OPT_OUT_KEYWORDS.has(body.trim().toUpperCase()) && contact.consent_status !== 'opted_out') {
+      this.contacts.repo.setConsent(contact.id, 'opted_out', now)
+      this.contacts.repo.ledger(ws, contact.id, 'opted_out', `inbound:${row.id}`, now)
+    }
+    const full = { ...row, seq: 0 }
+    this.emit(full, 'message.received')
+    return full
   }
 
   /**
