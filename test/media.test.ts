@@ -6,7 +6,7 @@ import { join } from 'node:path'
 import { EICAR, TestClamd } from './support/clamd'
 import * as files from './support/files'
 import { inProcess, settle } from './support/inproc'
-import { TestServer, newPhone } from './support/server'
+import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
 
 let clamd: TestClamd
 let srv: TestServer
@@ -160,6 +160,20 @@ describe('reading', () => {
     const conn = (await srv.admin('POST', `/workspaces/${b.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
     const r = await srv.api(b.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), media: { attachments: [{ media_id: m.id }] } } })
     expect([r.status, r.json.message]).toEqual([404, 'The media was not found.'])
+  })
+
+  test('operators download a workspace’s media from the dashboard’s message log; only through that workspace', async () => {
+    const a = await srv.tenant()
+    const b = await srv.tenant()
+    const bytes = files.pdf()
+    const m = (await upload(a.key, bytes, 'receipt.pdf')).json.data
+    const get = (ws: string, id: string, token = ADMIN_TOKEN) => fetch(`${srv.base}/admin/api/workspaces/${ws}/media/${id}/download`, { headers: { authorization: `Bearer ${token}` } })
+    const dl = await get(a.ws.id, m.id.toUpperCase())
+    expect([dl.status, dl.headers.get('content-type'), dl.headers.get('content-disposition')?.startsWith('attachment; filename="receipt.pdf"')]).toEqual([200, 'application/pdf', true])
+    expect(new Uint8Array(await dl.arrayBuffer())).toEqual(new Uint8Array(bytes))
+    for (const r of [await get(b.ws.id, m.id), await get(a.ws.id, 'nope'), await get(crypto.randomUUID(), m.id)]) expect([r.status, ((await r.json()) as any).code]).toEqual([404, 'not_found'])
+    const noToken = await get(a.ws.id, m.id, 'wrong-token')
+    expect(noToken.status).toBe(401)
   })
 })
 

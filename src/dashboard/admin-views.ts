@@ -6,9 +6,10 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../http/auth'
 import { hidden } from '../http/docs'
-import { conflict } from '../http/errors'
+import { conflict, notFound } from '../http/errors'
 import { iso, paged, uuid } from '../http/format'
-import { s, validate } from '../http/schema'
+import { s, UUID, validate } from '../http/schema'
+import { downloadResponse } from '../modules/media/routes'
 import { STATUSES } from '../modules/messages/model'
 import type { Services } from '../services'
 
@@ -68,6 +69,16 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         svc.workspaces.get(params.id)
         const q = validate(logQuery, query)
         return paged(query, (l, o) => svc.messages.list(params.id, { direction: q.direction, status: q.status }, l, o), (m) => svc.messages.toPublic(m))
+      },
+      { admin: true, detail: hidden },
+    )
+    // a file of the message log (what a customer sent, or what was sent to them), for the dashboard
+    .get(
+      '/workspaces/:id/media/:mediaId/download',
+      ({ params }) => {
+        svc.workspaces.get(params.id)
+        if (!UUID.test(params.mediaId)) throw notFound('media')
+        return downloadResponse(svc, svc.media.get(params.id, params.mediaId.toLowerCase()))
       },
       { admin: true, detail: hidden },
     )

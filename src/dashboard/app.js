@@ -258,7 +258,7 @@ const pages = {
       <span class="muted">${esc(meta.total)} messages · page ${esc(meta.page)} of ${esc(meta.last_page)}</span></form>
       <table class="stack"><thead><tr><th>When</th><th>Direction</th><th>To / from</th><th>Status</th><th>Body</th><th>Timeline</th></tr></thead><tbody>
       ${data.map((m) => `<tr>${cell('When', when(m.created_at))}${cell('Direction', esc(m.direction))}${cell('To / from', esc(m.direction === 'inbound' ? m.sender : m.recipient || (m.group_id ? 'group' : '')))}
-        ${cell('Status', `${badge(m.status)}${m.error ? `<div class="muted">${esc(m.error.code)}</div>` : ''}`)}${cell('Body', esc((m.body || '').slice(0, 120)))}
+        ${cell('Status', `${badge(m.status)}${m.error ? `<div class="muted">${esc(m.error.code)}</div>` : ''}`)}${cell('Body', `${esc((m.body || '').slice(0, 120))}${m.attachments.map((id, i) => ` <a class="file" href="/admin/api/workspaces/${esc(ws.id)}/media/${esc(id)}/download">file ${i + 1}</a>`).join('')}`)}
         ${cell('Timeline', `<ul class="timeline">${m.timeline.map((e) => `<li>${esc(e.status)} · ${new Date(e.at).toLocaleTimeString()}</li>`).join('')}</ul>${
           m.direction === 'outbound' && !m.group_id ? `<div class="muted">sandbox receipt: ${['delivered', 'read', 'failed'].map((s) => `<button class="link" data-receipt="${esc(m.id)}" data-to="${s}">${s}</button>`).join(' ')}</div>` : ''}`)}</tr>`).join('')}</tbody></table>
       <p>${meta.page > 1 ? `<a href="#/w/${esc(ws.id)}/messages?${new URLSearchParams({ ...params, page: String(meta.page - 1) })}">← newer</a>` : ''}

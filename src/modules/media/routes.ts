@@ -5,6 +5,7 @@ import { SECURITY_HEADERS } from '../../http/auth'
 import { notFound } from '../../http/errors'
 import { s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
+import type { MediaRow } from './repo'
 import { SUPPORTED_TYPES } from './sniff'
 
 const uploadBody = s.object({ file: s.file().describe(`The file (multipart field "file"). Supported types, decided from the bytes: ${SUPPORTED_TYPES.join(', ')}.`) })
@@ -27,6 +28,13 @@ function disposition(name: string) {
   const ascii = name.replace(/[^\x20-\x7e]/g, '_').replace(/["\\]/g, '_')
   // toWellFormed: a name stored before names were cut by code point may end in half a pair
   return `attachment; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(name.toWellFormed())}`
+}
+
+/** A stored file as a download: its bytes, type, length and name (`extra`: more headers). */
+export function downloadResponse(svc: Services, row: MediaRow, extra: Record<string, string> = {}) {
+  return new Response(svc.media.store.file(row.sha256), {
+    headers: { ...SECURITY_HEADERS, 'content-type': row.mime_type, 'content-length': String(row.size), 'content-disposition': disposition(row.filename), ...extra },
+  })
 }
 
 export function mediaApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
@@ -68,15 +76,9 @@ export function mediaApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin
       '/media/:id/download',
       ({ caller, params, set }) => {
         const row = find(caller.workspace.id, params.id)
-        return new Response(media.store.file(row.sha256), {
-          headers: {
-            ...SECURITY_HEADERS,
-            'content-type': row.mime_type,
-            'content-length': String(row.size),
-            'content-disposition': disposition(row.filename),
-            'x-ratelimit-limit': String(set.headers['x-ratelimit-limit'] ?? ''),
-            'x-ratelimit-remaining': String(set.headers['x-ratelimit-remaining'] ?? ''),
-          },
+        return downloadResponse(svc, row, {
+          'x-ratelimit-limit': String(set.headers['x-ratelimit-limit'] ?? ''),
+          'x-ratelimit-remaining': String(set.headers['x-ratelimit-remaining'] ?? ''),
         })
       },
       {
