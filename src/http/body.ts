@@ -179,9 +179,10 @@ function mangledText(fields: [string, unknown][], raw: Uint8Array): boolean {
 export const TOO_LARGE: unique symbol = Symbol('body too large')
 
 /**
- * The body's bytes (a request's, or a response's), at most `max` of them. A body with a Content-Length is held to it (and the
- * caller has checked that length against the limit before reading); one sent chunked, without a
- * length, is read piece by piece and given up as soon as it passes `max`, never held whole.
+ * The body's bytes (a request's, or a response's), at most `max` of them. A body with a
+ * Content-Length is held to it (and the caller has checked that length against the limit before
+ * reading); one sent chunked, without a length, is read piece by piece and given up as soon as it
+ * passes `max`, never held whole.
  */
 export async function readBody(request: Pick<Request, 'body' | 'headers' | 'bytes'>, max: number): Promise<Uint8Array | typeof TOO_LARGE> {
   if (request.body === null) return new Uint8Array(0)

@@ -5,10 +5,10 @@
  * (forward only — duplicates and out-of-order events change nothing, and a status that arrives
  * before the send was recorded is tried again shortly), inbound messages are logged once per Meta
  * message id (opt-out keywords apply) with the file a customer sent, if any (downloaded and
- * scanned like an upload), and a person who stopped marketing messages (their
- * preference, or a send refused for it) loses their marketing consent. Payloads it does not know
- * are acknowledged and logged, never an error;
- * an event that could not be stored is answered 500, so Meta delivers it again. Bad signatures
+ * scanned like an upload), and a person who stopped marketing messages (their preference, or a
+ * send refused for it) loses their marketing consent. Payloads it does not know are acknowledged
+ * and logged, never an error; an event that could not be stored is answered 500, so Meta
+ * delivers it again. Bad signatures
  * count per connection and client address against the failed-auth limit: over it, that address
  * gets 429 for that connection without its body being read (a flood costs neither hashing nor a
  * log line per request, and a misconfigured app secret on one number cannot hold up another's).
