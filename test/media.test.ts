@@ -162,6 +162,28 @@ describe('reading', () => {
     expect([r.status, r.json.message]).toEqual([404, 'The media was not found.'])
   })
 
+  test('a sandbox customer can send a file: the inbound message carries its own copy of workspace media', async () => {
+    const a = await srv.tenant()
+    const b = await srv.tenant()
+    const conn = (await srv.admin('POST', `/workspaces/${a.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+    const photo = files.png()
+    const m = (await upload(a.key, photo, 'broken-box.png')).json.data
+    const r = await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'It arrived like this', media_id: m.id })
+    expect([r.status, r.json.data.direction, r.json.data.attachments.length]).toEqual([201, 'inbound', 1])
+    const copy = r.json.data.attachments[0]
+    expect(copy).not.toBe(m.id)
+    expect((await srv.api(a.key, 'GET', `/media/${copy}`)).json.data).toMatchObject({ filename: 'broken-box.png', mime_type: 'image/png', sha256: m.sha256 })
+    const dl = await fetch(`${srv.base}/api/v1/media/${copy}/download`, { headers: { authorization: `Bearer ${a.key}` } })
+    expect(new Uint8Array(await dl.arrayBuffer())).toEqual(new Uint8Array(photo))
+    // another workspace's or unknown media is not found, a malformed id is a validation error; nothing is logged
+    const foreign = (await upload(b.key, files.pdf())).json.data
+    const before = (await srv.api(a.key, 'GET', '/messages?direction=inbound')).json.meta.total
+    for (const media_id of [foreign.id, crypto.randomUUID()]) expect((await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'x', media_id })).status).toBe(404)
+    const bad = await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'x', media_id: 'nope' })
+    expect([bad.status, Object.keys(bad.json.errors)]).toEqual([422, ['media_id']])
+    expect((await srv.api(a.key, 'GET', '/messages?direction=inbound')).json.meta.total).toBe(before)
+  })
+
   test('operators download a workspace’s media from the dashboard’s message log; only through that workspace', async () => {
     const a = await srv.tenant()
     const b = await srv.tenant()

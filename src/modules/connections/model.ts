@@ -31,6 +31,8 @@ export const sandboxGroupsBody = s.object({
 export const sandboxInboundBody = s.object({
   from: phoneField(),
   body: s.string().length(1, 4096),
+  /** a file the simulated customer sends: media of the workspace (a copy becomes the message's) */
+  media_id: s.string().format('uuid').optional(),
 })
 
 export const sandboxReceiptBody = s.object({

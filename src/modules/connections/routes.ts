@@ -83,7 +83,8 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         const { live } = sandboxOf(params.id)
         const input = validate(sandboxInboundBody, body)
         if (live.row.receives !== 1) throw refused('connection_not_receiving', 'This number does not receive messages.')
-        const row = await svc.messages.inbound(params.id, input.from, input.body)
+        const file = input.media_id ? svc.media.copyOf(live.row.workspace_id, input.media_id.toLowerCase()) : undefined
+        const row = await svc.messages.inbound(params.id, input.from, input.body, null, file)
         set.status = 201
         return { data: svc.messages.toPublic(row) }
       },

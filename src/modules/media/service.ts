@@ -85,6 +85,19 @@ export class MediaService {
     return { id: uuid(), workspace_id: workspaceId, sha256: sha, filename: cleanFilename(file.name, type), mime_type: type, size: bytes.length, created_at: now, expires_at: now + retention_days * DAY }
   }
 
+  /**
+   * A prepared row for the content of live media `id` (404 otherwise): a new record of the same
+   * stored file with a retention of its own — a sandbox customer's file, say. Settled like
+   * `prepare`'s rows.
+   */
+  copyOf(workspaceId: string, id: string): MediaRow {
+    const m = this.get(workspaceId, id)
+    const { retention_days } = this.workspaces.settings(this.workspaces.cached(workspaceId)!).media
+    const now = this.deps.clock.now()
+    this.pending.set(m.sha256, (this.pending.get(m.sha256) ?? 0) + 1)
+    return { ...m, id: uuid(), created_at: now, expires_at: now + retention_days * DAY }
+  }
+
   /** Insert a prepared row (inside the write that uses it). */
   insertInTx(row: MediaRow) {
     this.repo.insert(row)
