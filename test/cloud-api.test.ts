@@ -578,11 +578,24 @@ describe('webhooks from Meta', () => {
       { type: 'audio', audio: { id: 'mid-2', mime_type: 'audio/ogg' } },
       { type: 'interactive', interactive: { type: 'list_reply', list_reply: { id: 'r-2', title: 'Tomorrow morning' } } },
       { type: 'interactive', interactive: { type: 'button_reply', button_reply: { id: 'b-stop', title: 'STOP' } } },
+      { type: 'reaction', reaction: { message_id: 'wamid.x', emoji: '👍' } },
+      { type: 'reaction', reaction: { message_id: 'wamid.x', emoji: '' } },
+      { type: 'location', location: { latitude: 52.52, longitude: 13.405, name: 'Pickup point', address: 'Alexanderplatz 1' } },
+      { type: 'location', location: { latitude: -33.86, longitude: 151.2 } },
     ]) {
       expect((await deliver(srv.base, conn.id, withMessage(m))).status).toBe(200)
     }
     const tapped = (await srv.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.sender === tapper)
-    expect(tapped.map((m: any) => m.body)).toEqual(['STOP', 'Tomorrow morning', '[audio message]', '[image message] The box arrived broken'])
+    expect(tapped.map((m: any) => m.body)).toEqual([
+      '[location message] (-33.86, 151.2)',
+      '[location message] Pickup point, Alexanderplatz 1 (52.52, 13.405)',
+      '[reaction removed]',
+      '[reaction] 👍',
+      'STOP',
+      'Tomorrow morning',
+      '[audio message]',
+      '[image message] The box arrived broken',
+    ])
     expect((await srv.api(key, 'GET', '/contacts')).json.data.find((c: any) => c.phone === tapper).consent_status).toBe('opted_out')
     for (const odd of [{ object: 'whatsapp_business_account', entry: [{ changes: [{ field: 'account_update', value: { event: 'VERIFIED_ACCOUNT' } }] }] }, { hello: 'world' }, []]) {
       expect((await deliver(srv.base, conn.id, odd)).status).toBe(200)

@@ -92,8 +92,9 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
 /**
  * What an inbound message says, as the message log keeps it: a text's body; the words of a tapped
  * reply — a template's quick-reply button (`button.text`) or an interactive button or list row
- * (`interactive.*_reply.title`), so a "STOP" button opts out like the typed word; otherwise
- * "[<type> message]" followed by the caption a photo, video or document came with.
+ * (`interactive.*_reply.title`), so a "STOP" button opts out like the typed word; a reaction as
+ * "[reaction] 👍"; a shared location as "[location message] <name, address> (lat, long)";
+ * otherwise "[<type> message]" followed by the caption a photo, video or document came with.
  */
 function inboundText(m: any): string {
   const type = String(m.type ?? 'unknown').slice(0, 30)
@@ -101,6 +102,12 @@ function inboundText(m: any): string {
   if (typeof m.button?.text === 'string') return m.button.text
   const reply = m.interactive?.button_reply ?? m.interactive?.list_reply
   if (type === 'interactive' && typeof reply?.title === 'string') return reply.title
+  // a reaction to one of our messages (an empty emoji takes a reaction back)
+  if (type === 'reaction' && typeof m.reaction?.emoji === 'string') return m.reaction.emoji ? `[reaction] ${m.reaction.emoji}` : '[reaction removed]'
+  if (type === 'location' && typeof m.location?.latitude === 'number' && typeof m.location?.longitude === 'number') {
+    const place = [m.location.name, m.location.address].filter((v) => typeof v === 'string' && v.trim()).join(', ')
+    return `[location message] ${place ? `${place} ` : ''}(${m.location.latitude}, ${m.location.longitude})`
+  }
   const media = Object.hasOwn(m, type) ? m[type] : undefined
   return typeof media?.caption === 'string' && media.caption.trim() ? `[${type} message] ${media.caption}` : `[${type} message]`
 }
