@@ -653,9 +653,10 @@ describe('webhooks from Meta', () => {
   test('a photo, voice note or document a customer sends is downloaded, scanned and kept with the message', async () => {
     const { key, conn } = await setup()
     const from = newPhone()
-    const event = (type: string, media: Record<string, unknown>, wamid = `wamid.in-${crypto.randomUUID()}`) => {
+    const now = () => String(Math.floor(Date.now() / 1000))
+    const event = (type: string, media: Record<string, unknown>, wamid = `wamid.in-${crypto.randomUUID()}`, timestamp = now()) => {
       const e = inboundEvent(from.slice(1), '') as any
-      e.entry[0].changes[0].value.messages[0] = { from: from.slice(1), id: wamid, timestamp: '1763700000', type, [type]: media }
+      e.entry[0].changes[0].value.messages[0] = { from: from.slice(1), id: wamid, timestamp, type, [type]: media }
       return e
     }
     const fileId = () => `in-${crypto.randomUUID()}`
@@ -714,6 +715,12 @@ describe('webhooks from Meta', () => {
     expect(await download(logged[0].attachments[0])).toEqual(new Uint8Array(voice))
     // the copy delivered again was not downloaded again
     expect(graph.seen.filter((x) => x.path === `/files/${later}`)).toHaveLength(1)
+    // still failing an hour after it was sent: the message is logged without its file
+    const stale = fileId()
+    graph.state.inbound[stale] = { status: 503 }
+    const hourAgo = String(Math.floor(Date.now() / 1000) - 3601)
+    expect((await deliver(srv.base, conn.id, event('image', { id: stale, caption: 'Still broken' }, undefined, hourAgo))).status).toBe(200)
+    expect((await inbound())[0]).toMatchObject({ body: '[image message] Still broken', attachments: [] })
   })
 
   test('an inbound message Meta delivers again (same wamid) is logged once', async () => {

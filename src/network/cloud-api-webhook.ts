@@ -115,12 +115,17 @@ function inboundText(m: any): string {
 /** Inbound message types whose file is kept with the message. */
 const MEDIA_TYPES = new Set(['image', 'video', 'audio', 'document', 'sticker'])
 
+/** How long after a customer sent a file a failure that may pass still holds up its message. */
+const FILE_RETRY_WINDOW_MS = 3_600_000
+
 /**
  * The file of an inbound photo, video, voice note, document or sticker: downloaded from Meta,
  * then checked, scanned and stored like an upload (a row the message inserts), or null when it
  * is not kept — larger than the workspace's media limit, gone from Meta, a type Capstan does not
  * take, or malware (each logged). A failure that may pass (Meta or the network unreachable, the
- * scanner down, the disk full) throws: the webhook answers 500 and Meta delivers it again.
+ * scanner down, the disk full) throws while the message is less than an hour old: the webhook
+ * answers 500 and Meta delivers it again. Past that the message is logged without its file, so a
+ * scanner that stays away never costs the message itself (Meta stops retrying after some days).
  */
 async function inboundFile(m: any, connectionId: string, svc: Services, driver: CloudApiConnection): Promise<MediaRow | null> {
   const type = String(m.type)
@@ -132,16 +137,20 @@ async function inboundFile(m: any, connectionId: string, svc: Services, driver: 
     svc.log.warn('inbound file not kept', { connection_id: connectionId, type, reason })
     return null
   }
-  const got = await driver.downloadMedia(media.id, max_bytes)
-  if (got === 'gone') return skip('Meta no longer has the file')
-  if (got === 'too_large') return skip(`larger than the workspace's media limit (${max_bytes} bytes)`)
-  const name = typeof media.filename === 'string' ? media.filename : undefined
+  // Meta's timestamp: seconds since the epoch, as a string
+  const sentAt = Number(m.timestamp) * 1000
+  const retrying = Number.isFinite(sentAt) && svc.deps.clock.now() - sentAt < FILE_RETRY_WINDOW_MS
   try {
+    const got = await driver.downloadMedia(media.id, max_bytes)
+    if (got === 'gone') return skip('Meta no longer has the file')
+    if (got === 'too_large') return skip(`larger than the workspace's media limit (${max_bytes} bytes)`)
+    const name = typeof media.filename === 'string' ? media.filename : undefined
     return await svc.media.prepare(workspaceId, new File([got.bytes], name ?? ''))
   } catch (e) {
-    // refused for what the file is; anything else (scanner down, disk full) may pass
+    // refused for what the file is; anything else (Meta, the scanner, the disk) may pass
     if (e instanceof ApiError && e.status === 422) return skip(e.message)
-    throw e
+    if (retrying) throw e
+    return skip(`still failing an hour after it was sent: ${String((e as Error)?.message ?? e).slice(0, 200)}`)
   }
 }
 
