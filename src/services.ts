@@ -92,6 +92,7 @@ export async function startServices(svc: Services) {
   svc.connections.start({
     receipt: (_connectionId, messageId, status, error) => void svc.messages.receipt(messageId, status, error).catch((e) => svc.log.error('receipt failed', { error: String(e) })),
     inbound: (connectionId, from, body) => void svc.messages.inbound(connectionId, from, body).catch((e) => svc.log.error('inbound failed', { error: String(e) })),
+    marketingStopped: (connectionId, phone, source) => void svc.messages.marketingStopped(connectionId, phone, source).catch((e) => svc.log.error('consent change failed', { error: String(e) })),
   })
   await svc.messages.recoverInterrupted()
   svc.messages.expireQueued()

@@ -31,7 +31,7 @@ function fakeGraph() {
   // failFor: per recipient, what each of its next message POSTs meets (null: accepted; 500; or
   // 'reset': the request is read, then the connection breaks before an answer)
   // inbound: files customers sent, by media id (a status instead of bytes: Meta answers that)
-  const state = { rejectTokens: false, throttleNext: 0, failFor: {} as Record<string, (null | 500 | 'reset')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
+  const state = { rejectTokens: false, throttleNext: 0, failFor: {} as Record<string, (null | 500 | 131050 | 'reset')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
   const server = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -71,6 +71,7 @@ function fakeGraph() {
         }
         const scripted = state.failFor[json.to]?.shift()
         if (scripted === 500) return err(500, 1, 'An unknown error occurred')
+        if (scripted === 131050) return err(400, 131050, 'Unable to deliver the message. This recipient has chosen to stop receiving marketing messages.')
         if (scripted === 'reset') return new Response(new ReadableStream({ pull: (c) => c.error(new Error('connection broken by the test')) }))
         if (json.to === '15550009001') return err(400, 131026, 'Message undeliverable')
         return Response.json({ messaging_product: 'whatsapp', contacts: [{ input: json.to, wa_id: json.to }], messages: [{ id: `wamid.${crypto.randomUUID()}` }] })
@@ -648,6 +649,14 @@ describe('webhooks from Meta', () => {
     await waitFor(async () => (await msg(key, sent.json.data.id)).status === 'failed')
     expect((await msg(key, sent.json.data.id)).error.code).toBe('cloud_api_131050')
     expect(await consent(key, dan)).toBe('unknown')
+    // the same refusal as the answer to the send itself
+    const eve = newPhone()
+    await srv.api(key, 'POST', '/contacts', { json: { phone: eve, consent_status: 'opted_in' } })
+    graph.state.failFor[eve.slice(1)] = [131050]
+    const refusedNow = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: eve, template_id: promo.id } })
+    await waitFor(async () => (await msg(key, refusedNow.json.data.id)).status === 'failed')
+    expect((await msg(key, refusedNow.json.data.id)).error.code).toBe('cloud_api_131050')
+    await waitFor(async () => (await consent(key, eve)) === 'unknown')
   })
 
   test('a photo, voice note or document a customer sends is downloaded, scanned and kept with the message', async () => {

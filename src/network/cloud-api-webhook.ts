@@ -21,13 +21,11 @@ import type { WindowCounter } from '../http/limits'
 import { clipCodePoints } from '../http/schema'
 import type { MediaRow } from '../modules/media/repo'
 import type { Services } from '../services'
-import { CloudApiConnection } from './cloud-api'
+import { CloudApiConnection, MARKETING_STOPPED } from './cloud-api'
 
 const json = (status: number, body: unknown) => new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' } })
 const RETRY_UNKNOWN_MS = [1000, 3000, 10000]
 const E164 = /^\+[1-9][0-9]{6,14}$/
-/** Meta's error for a marketing template sent to someone who stopped marketing messages. */
-const MARKETING_STOPPED = 131050
 
 function validSignature(secret: string, raw: Uint8Array, header: string | null): boolean {
   if (!header?.startsWith('sha256=')) return false
@@ -207,7 +205,7 @@ async function applyStatus(connectionId: string, externalId: string, status: str
   else if (status === 'failed') {
     await svc.messages.receipt(row.id, 'failed', { code: `cloud_api_${error?.code ?? 'failed'}`, message: String(error?.message ?? error?.title ?? 'The Cloud API reported the message as failed.').slice(0, 300) })
     // refused because the person stopped marketing messages: withdraw their marketing consent too
-    if (Number(error?.code) === MARKETING_STOPPED && row.recipient !== null) await svc.messages.marketingStopped(connectionId, row.recipient, `cloud_api_131050:${row.id}`)
+    if (Number(error?.code) === MARKETING_STOPPED && row.recipient !== null) await svc.messages.marketingStopped(connectionId, row.recipient, `cloud_api_${MARKETING_STOPPED}:${row.id}`)
   }
   // "sent" is recorded when the send call returns; other statuses (e.g. deleted) are ignored
 }

@@ -68,6 +68,9 @@ const MEDIA_KIND: Record<string, 'image' | 'audio' | 'video' | 'document' | 'sti
   'video/3gpp': 'video',
 }
 
+/** Meta's error for a marketing template sent to someone who stopped marketing messages. */
+export const MARKETING_STOPPED = 131050
+
 /** Hosts Meta serves customers' files from; the access token is sent to no other (see downloadMedia). */
 const MEDIA_HOSTS = ['fbsbx.com', 'facebook.com', 'fbcdn.net', 'whatsapp.net']
 
@@ -260,6 +263,8 @@ export class CloudApiConnection implements ConnectionDriver {
       // retried later: remember what was accepted; otherwise the message fails and is not retried
       if (e instanceof DriverError && e.retryable && ids.length > 0) this.progress.set(message.id, { at: now, ids })
       else this.progress.delete(message.id)
+      // refused because the person stopped marketing messages (as a status webhook can also say)
+      if (e instanceof DriverError && e.code === `cloud_api_${MARKETING_STOPPED}`) this.ctx.events.marketingStopped(this.ctx.connectionId, message.recipient, `cloud_api_${MARKETING_STOPPED}:${message.id}`)
       throw e
     }
   }

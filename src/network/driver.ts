@@ -84,6 +84,11 @@ export interface DriverEvents {
   receipt(connectionId: string, messageId: string, status: ReceiptStatus, error?: { code: string; message: string }): void
   /** Someone wrote to the number. */
   inbound(connectionId: string, from: string, body: string): void
+  /**
+   * The network refused a send because the person stopped marketing messages: their marketing
+   * consent is withdrawn (`source` goes to the consent ledger).
+   */
+  marketingStopped(connectionId: string, phone: string, source: string): void
 }
 
 export interface ConnectionDriver {
