@@ -732,6 +732,36 @@ describe('webhooks from Meta', () => {
     expect((await inbound())[0]).toMatchObject({ body: '[image message] Still broken', attachments: [] })
   })
 
+  test('a reply or a button tap names the message it answers (reply_to)', async () => {
+    const { key, conn } = await setup()
+    const to = newPhone()
+    const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order #1001 ships tomorrow. Reply to change the day.' } })).json.data
+    await waitFor(async () => (await msg(key, out.id)).status === 'sent')
+    const d = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+    const wamid = (d.query('SELECT external_id FROM messages WHERE id = ?').get(out.id) as any).external_id as string
+    d.close()
+    const replying = (quoted: string | null, m: Record<string, unknown>) => {
+      const e = inboundEvent(to.slice(1), '') as any
+      const base = e.entry[0].changes[0].value.messages[0]
+      e.entry[0].changes[0].value.messages[0] = { from: base.from, id: base.id, timestamp: base.timestamp, ...(quoted ? { context: { from: '15550001234', id: quoted } } : {}), ...m }
+      return e
+    }
+    for (const event of [
+      replying(wamid, { type: 'text', text: { body: 'Friday please' } }),
+      replying(wamid, { type: 'button', button: { text: 'Change day', payload: 'Change day' } }),
+      replying('wamid.not-ours', { type: 'text', text: { body: 'About something else' } }),
+      replying(null, { type: 'text', text: { body: 'Hello' } }),
+    ]) expect((await deliver(srv.base, conn.id, event)).status).toBe(200)
+    const inbound = (await srv.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.sender === to)
+    expect(inbound.map((m: any) => [m.body, m.reply_to])).toEqual([
+      ['Hello', null],
+      ['About something else', null],
+      ['Change day', out.id],
+      ['Friday please', out.id],
+    ])
+    expect((await msg(key, out.id)).reply_to).toBeNull()
+  })
+
   test('an inbound message Meta delivers again (same wamid) is logged once', async () => {
     const { key, conn } = await setup()
     const from = newPhone()

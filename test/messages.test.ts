@@ -285,6 +285,20 @@ describe('a template sent one-to-one (template_id in place of body)', () => {
 })
 
 describe('the log', () => {
+  test('a simulated reply names the message it answers (reply_to); only the workspace’s own messages', async () => {
+    const { key, conn } = await setup()
+    const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'Your table is booked for 8 pm' } })).json.data
+    const reply = await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'thanks!', reply_to: out.id.toUpperCase() })
+    expect([reply.status, reply.json.data.reply_to]).toEqual([201, out.id])
+    expect((await srv.api(key, 'GET', `/messages/${reply.json.data.id}`)).json.data.reply_to).toBe(out.id)
+    const other = await setup()
+    const theirs = (await srv.api(other.key, 'POST', '/messages', { json: { connection_id: other.conn.id, recipient: newPhone(), body: 'theirs' } })).json.data
+    const before = (await srv.api(key, 'GET', '/messages?direction=inbound')).json.meta.total
+    for (const reply_to of [theirs.id, crypto.randomUUID()]) expect((await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'x', reply_to })).status).toBe(404)
+    expect((await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'x', reply_to: 'nope' })).status).toBe(422)
+    expect((await srv.api(key, 'GET', '/messages?direction=inbound')).json.meta.total).toBe(before)
+  })
+
   test('newest first, direction and status filters, pagination; inbound is delivered', async () => {
     const { key, conn } = await setup()
     const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'out' } })).json.data
@@ -293,6 +307,7 @@ describe('the log', () => {
     expect(inbound).toMatchObject({ direction: 'inbound', status: 'delivered', body: 'hello?', recipient: conn.phone })
     expect(inbound.sender).toMatch(/^\+1555/)
     expect(inbound.timeline.map((e: any) => e.status)).toEqual(['delivered'])
+    expect([inbound.reply_to, out.reply_to]).toEqual([null, null])
     const all = await srv.api(key, 'GET', '/messages')
     expect(all.json.data.map((m: any) => m.id)).toEqual([inbound.id, out.id])
     const q = async (qs: string) => (await srv.api(key, 'GET', `/messages?${qs}`)).json.data.map((m: any) => m.id)

@@ -33,6 +33,8 @@ export const sandboxInboundBody = s.object({
   body: s.string().length(1, 4096),
   /** a file the simulated customer sends: media of the workspace (a copy becomes the message's) */
   media_id: s.string().format('uuid').optional(),
+  /** the workspace's message it answers */
+  reply_to: s.string().format('uuid').optional(),
 })
 
 export const sandboxReceiptBody = s.object({

@@ -31,6 +31,8 @@ export interface MessageRow {
   network_template: string | null
   /** 1 for a marketing template sent one-to-one: it leaves only while the recipient is opted in. */
   opt_in_required: number
+  /** Inbound: the id of our message it answers (a reply or a button tap), or null. */
+  reply_to: string | null
 }
 
 export type NewMessage = Omit<MessageRow, 'seq'>
@@ -70,8 +72,8 @@ export class MessageRepo {
 
   constructor(private readonly db: Database) {
     this.insertStmt = db.query(
-      `INSERT INTO messages (id, workspace_id, connection_id, contact_id, group_id, campaign_id, direction, status, recipient, sender, body, attachments, error_code, error_message, external_id, created_at, updated_at, sending_at, sent_at, delivered_at, read_at, failed_at, network_template, opt_in_required)
-       VALUES ($id, $workspace_id, $connection_id, $contact_id, $group_id, $campaign_id, $direction, $status, $recipient, $sender, $body, $attachments, $error_code, $error_message, $external_id, $created_at, $updated_at, $sending_at, $sent_at, $delivered_at, $read_at, $failed_at, $network_template, $opt_in_required)`,
+      `INSERT INTO messages (id, workspace_id, connection_id, contact_id, group_id, campaign_id, direction, status, recipient, sender, body, attachments, error_code, error_message, external_id, created_at, updated_at, sending_at, sent_at, delivered_at, read_at, failed_at, network_template, opt_in_required, reply_to)
+       VALUES ($id, $workspace_id, $connection_id, $contact_id, $group_id, $campaign_id, $direction, $status, $recipient, $sender, $body, $attachments, $error_code, $error_message, $external_id, $created_at, $updated_at, $sending_at, $sent_at, $delivered_at, $read_at, $failed_at, $network_template, $opt_in_required, $reply_to)`,
     )
     this.byIdStmt = db.query<MessageRow, [string, string]>('SELECT * FROM messages WHERE id = ? AND workspace_id = ?')
     this.byIdAnyStmt = db.query<MessageRow, [string]>('SELECT * FROM messages WHERE id = ?')

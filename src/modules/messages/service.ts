@@ -62,10 +62,18 @@ function withTimeout<T>(run: (signal: AbortSignal) => Promise<T>, ms: number): P
 }
 
 /** What a caller decides about a new message; the rest starts empty. */
+/** What an inbound message may carry beyond its text (see MessageService.inbound). */
+export interface InboundExtra {
+  externalId?: string | null
+  file?: MediaRow
+  replyTo?: string | null
+}
+
 export type MessageFields = Pick<NewMessage, 'id' | 'workspace_id' | 'connection_id' | 'contact_id' | 'group_id' | 'recipient' | 'sender' | 'body' | 'attachments'> & {
   campaign_id?: string | null
   network_template?: string | null
   opt_in_required?: number
+  reply_to?: string | null
 }
 
 function newMessage(fields: MessageFields, direction: NewMessage['direction'], status: MessageStatus, now: number): NewMessage {
@@ -73,6 +81,7 @@ function newMessage(fields: MessageFields, direction: NewMessage['direction'], s
     campaign_id: null,
     network_template: null,
     opt_in_required: 0,
+    reply_to: null,
     ...fields,
     direction,
     status,
@@ -147,6 +156,7 @@ export class MessageService {
       group_id: row.group_id,
       body: row.body,
       attachments: JSON.parse(row.attachments) as string[],
+      reply_to: row.reply_to,
       error,
       created_at: iso(row.created_at),
       updated_at: iso(row.updated_at),
@@ -355,12 +365,14 @@ export class MessageService {
    * the network's id for it: a network that delivers the same message again (Meta retries its
    * webhooks) gets the row already logged back, and nothing is logged or announced twice. `file`:
    * what the sender attached, prepared (scanned and stored) and inserted with the message.
+   * `replyTo`: the id of our message it answers, when the network says so.
    */
-  async inbound(connectionId: string, from: string, body: string, externalId: string | null = null, file?: MediaRow): Promise<MessageRow> {
+  async inbound(connectionId: string, from: string, body: string, extra: InboundExtra = {}): Promise<MessageRow> {
     const live = this.connections.getAny(connectionId)
+    const file = extra.file
     let row: MessageRow | undefined
     try {
-      row = await this.deps.writer.write(() => this.inboundInTx(live, from, body, externalId, file))
+      row = await this.deps.writer.write(() => this.inboundInTx(live, from, body, extra))
       return row
     } finally {
       // a message logged before (the same external id) keeps what it had: this copy's file goes
@@ -368,7 +380,7 @@ export class MessageService {
     }
   }
 
-  private inboundInTx(live: LiveConnection, from: string, body: string, externalId: string | null, file: MediaRow | undefined): MessageRow {
+  private inboundInTx(live: LiveConnection, from: string, body: string, { externalId = null, file, replyTo = null }: InboundExtra): MessageRow {
     const connectionId = live.row.id
     if (externalId !== null) {
       const seen = this.repo.byExternal(connectionId, externalId)
@@ -380,7 +392,7 @@ export class MessageService {
     if (!contact) contact = this.contacts.upsertInTx(ws, { phone: from }, 'inbound').row
     else this.contacts.repo.touch(contact.id, now)
     if (file) this.media.insertInTx(file)
-    const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: JSON.stringify(file ? [file.id] : []) }, 'inbound', 'delivered', now)
+    const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: JSON.stringify(file ? [file.id] : []), reply_to: replyTo }, 'inbound', 'delivered', now)
     row.delivered_at = now
     row.external_id = externalId
     this.repo.insert(row)
