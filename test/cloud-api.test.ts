@@ -732,7 +732,7 @@ describe('webhooks from Meta', () => {
     expect((await inbound())[0]).toMatchObject({ body: '[image message] Still broken', attachments: [] })
   })
 
-  test('a reply or a button tap names the message it answers (reply_to)', async () => {
+  test('a reply, a button tap or a reaction names the message it answers (reply_to)', async () => {
     const { key, conn } = await setup()
     const to = newPhone()
     const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order #1001 ships tomorrow. Reply to change the day.' } })).json.data
@@ -751,9 +751,11 @@ describe('webhooks from Meta', () => {
       replying(wamid, { type: 'button', button: { text: 'Change day', payload: 'Change day' } }),
       replying('wamid.not-ours', { type: 'text', text: { body: 'About something else' } }),
       replying(null, { type: 'text', text: { body: 'Hello' } }),
+      replying(null, { type: 'reaction', reaction: { message_id: wamid, emoji: '👍' } }),
     ]) expect((await deliver(srv.base, conn.id, event)).status).toBe(200)
     const inbound = (await srv.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.sender === to)
     expect(inbound.map((m: any) => [m.body, m.reply_to])).toEqual([
+      ['[reaction] 👍', out.id],
       ['Hello', null],
       ['About something else', null],
       ['Change day', out.id],

@@ -181,8 +181,10 @@ async function apply(body: any, connectionId: string, svc: Services, driver: Clo
         const wamid = typeof m.id === 'string' && m.id.length > 0 && m.id.length <= 256 ? m.id : null
         if (wamid !== null && svc.messages.repo.byExternal(connectionId, wamid)) continue
         const file = await inboundFile(m, connectionId, svc, driver)
-        // a reply or a button tap quotes the wamid of the message it answers: ours, if we sent it
-        const quoted = typeof m.context?.id === 'string' && m.context.id.length <= 256 ? svc.messages.repo.byExternal(connectionId, m.context.id) : null
+        // a reply or a button tap quotes the wamid of the message it answers, a reaction names the
+        // one it reacts to: ours, if we sent it
+        const quotedId = m.context?.id ?? (m.type === 'reaction' ? m.reaction?.message_id : undefined)
+        const quoted = typeof quotedId === 'string' && quotedId.length <= 256 ? svc.messages.repo.byExternal(connectionId, quotedId) : null
         const replyTo = quoted?.direction === 'outbound' ? quoted.id : null
         await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]', { externalId: wamid, file: file ?? undefined, replyTo })
       }

@@ -65,7 +65,7 @@ export const messageDoc = {
     group_id: { type: ['string', 'null'] },
     body: { type: ['string', 'null'] },
     attachments: { type: 'array', items: { type: 'string', format: 'uuid' }, description: 'Media ids (GET /media/{id}): what an outbound message sends, or the file a customer sent with an inbound one (Cloud API numbers).' },
-    reply_to: { type: ['string', 'null'], format: 'uuid', description: 'Inbound: the id of the workspace’s message this one answers — a quoted reply or a tap on one of its buttons (Cloud API numbers) — else null.' },
+    reply_to: { type: ['string', 'null'], format: 'uuid', description: 'Inbound: the id of the workspace’s message this one answers — a quoted reply, a tap on one of its buttons or a reaction to it (Cloud API numbers) — else null.' },
     error: { anyOf: [{ type: 'null' }, { type: 'object', properties: { code: { type: 'string' }, message: { type: 'string' } } }] },
     created_at: { type: 'string', format: 'date-time' },
     updated_at: { type: 'string', format: 'date-time' },
