@@ -125,6 +125,16 @@ async function setup(config: Record<string, unknown> = {}) {
 
 const msg = (key: string, id: string) => srv.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
 
+/** The wamid Meta returned for a message we sent (stored as its external id; statuses and replies refer to it). */
+function wamidOf(messageId: string): string {
+  const d = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+  try {
+    return (d.query('SELECT external_id FROM messages WHERE id = ?').get(messageId) as { external_id: string }).external_id
+  } finally {
+    d.close()
+  }
+}
+
 /** Upload a file through POST /media; its media id. */
 async function uploadMedia(key: string, name: string, bytes: Uint8Array): Promise<string> {
   const fd = new FormData()
@@ -516,9 +526,7 @@ describe('webhooks from Meta', () => {
     const sendCall = graph.seen.filter((s) => s.json?.text?.body === 'track me')
     expect(sendCall).toHaveLength(1)
     // the driver stored the wamid Meta returned as the external id; statuses refer to it
-    const d = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
-    const ext = (d.query('SELECT external_id FROM messages WHERE id = ?').get(r.json.data.id) as any).external_id as string
-    d.close()
+    const ext = wamidOf(r.json.data.id)
     expect(ext).toMatch(/^wamid\./)
     const forged = await deliver(srv.base, conn.id, statusEvent(ext, 'read'), 'wrong-secret')
     expect(forged.status).toBe(401)
@@ -642,9 +650,7 @@ describe('webhooks from Meta', () => {
     // withdraws their consent as well
     const sent = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: dan, template_id: promo.id } })
     await waitFor(async () => (await msg(key, sent.json.data.id)).status === 'sent')
-    const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
-    const wamid = (db.query('SELECT external_id FROM messages WHERE id = ?').get(sent.json.data.id) as any).external_id as string
-    db.close()
+    const wamid = wamidOf(sent.json.data.id)
     expect((await deliver(srv.base, conn.id, statusEvent(wamid, 'failed', [{ code: 131050, title: 'Unable to deliver the message. This recipient has chosen to stop receiving marketing messages.' }]))).status).toBe(200)
     await waitFor(async () => (await msg(key, sent.json.data.id)).status === 'failed')
     expect((await msg(key, sent.json.data.id)).error.code).toBe('cloud_api_131050')
@@ -737,9 +743,7 @@ describe('webhooks from Meta', () => {
     const to = newPhone()
     const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order #1001 ships tomorrow. Reply to change the day.' } })).json.data
     await waitFor(async () => (await msg(key, out.id)).status === 'sent')
-    const d = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
-    const wamid = (d.query('SELECT external_id FROM messages WHERE id = ?').get(out.id) as any).external_id as string
-    d.close()
+    const wamid = wamidOf(out.id)
     const replying = (quoted: string | null, m: Record<string, unknown>) => {
       const e = inboundEvent(to.slice(1), '') as any
       const base = e.entry[0].changes[0].value.messages[0]
