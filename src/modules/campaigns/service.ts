@@ -13,7 +13,7 @@ import type { Logger } from '../../http/log'
 import { templateHeaderKind } from '../../network/driver'
 import type { ConnectionService } from '../connections/service'
 import type { ContactService } from '../contacts/service'
-import { MAX_HEADER_TEXT, renderedFault } from '../messages/model'
+import { headerFault, renderedFault } from '../messages/model'
 import type { MessageRow } from '../messages/repo'
 import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
@@ -290,7 +290,7 @@ export class CampaignService {
         // rendered for this contact: a text no message may carry (nothing, or past the body
         // limit through long metadata values) is a skip with its reason, not a send that fails
         const filled = contact && !reason ? fill(c.body ?? '', c.whatsapp, { name: contact.name, phone: contact.phone, metadata: JSON.parse(contact.metadata), numbered: JSON.parse(c.variables) }) : null
-        const unfit = filled ? (renderedFault(filled.text) ?? (filled.headerText === null ? null : renderedFault(filled.headerText, MAX_HEADER_TEXT))) : null
+        const unfit = filled ? (renderedFault(filled.text) ?? headerFault(filled.headerText)) : null
         if (reason || unfit || !contact || !filled) {
           this.repo.skip(r.seq, reason ?? unfit ?? 'contact_removed', now)
           if (++skips >= MAX_SKIPS_PER_RELEASE) {

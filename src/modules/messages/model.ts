@@ -19,6 +19,9 @@ export function renderedFault(text: string, max = MAX_BODY): 'rendered_too_long'
   if (codePoints(text) > max) return 'rendered_too_long'
   return text.trim() === '' ? 'rendered_empty' : null
 }
+
+/** `renderedFault` for a WhatsApp template's rendered header text; null when it has none. */
+export const headerFault = (headerText: string | null) => (headerText === null ? null : renderedFault(headerText, MAX_HEADER_TEXT))
 export const STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'failed'] as const
 
 export const sendMessageBody = s.object({

@@ -19,7 +19,7 @@ import { fill } from '../templates/render'
 import type { TemplateService } from '../templates/service'
 import type { EventType, WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
-import { MAX_BODY, MAX_HEADER_TEXT, OPT_OUT_KEYWORDS, renderedFault } from './model'
+import { headerFault, MAX_BODY, MAX_HEADER_TEXT, OPT_OUT_KEYWORDS, renderedFault } from './model'
 import { MessageRepo, type MessageRow, type MessageStatus, type NewMessage } from './repo'
 
 const RANK: Record<MessageStatus, number> = { queued: 0, sending: 1, sent: 2, delivered: 3, read: 4, failed: -1 }
@@ -257,9 +257,9 @@ export class MessageService {
     const fault = renderedFault(text)
     if (fault === 'rendered_too_long') throw validationFailed({ template_id: [`The template renders to more than ${MAX_BODY} characters for this recipient.`] })
     if (fault === 'rendered_empty' && !withMedia) throw validationFailed({ template_id: ['The template renders to an empty text for this recipient.'] })
-    const headerFault = headerText === null ? null : renderedFault(headerText, MAX_HEADER_TEXT)
-    if (headerFault === 'rendered_too_long') throw validationFailed({ template_id: [`The template’s WhatsApp header text renders to more than ${MAX_HEADER_TEXT} characters for this recipient.`] })
-    if (headerFault === 'rendered_empty') throw validationFailed({ template_id: ['The template’s WhatsApp header text renders empty for this recipient.'] })
+    const header = headerFault(headerText)
+    if (header === 'rendered_too_long') throw validationFailed({ template_id: [`The template’s WhatsApp header text renders to more than ${MAX_HEADER_TEXT} characters for this recipient.`] })
+    if (header === 'rendered_empty') throw validationFailed({ template_id: ['The template’s WhatsApp header text renders empty for this recipient.'] })
     return { body: fault === 'rendered_empty' ? null : text, marketing: tpl.category === 'marketing', networkTemplate, headerText }
   }
 
