@@ -283,12 +283,21 @@ describe('scanner down', () => {
 })
 
 describe('retention', () => {
-  test('media a campaign that has not ended still sends is kept past its retention, and goes once the campaign ends', async () => {
+  /** An in-process Capstan (real SQLite, real clamd, controlled time) with one workspace keeping media for a day. */
+  async function withOneDayRetention(name: string, run: (env: Awaited<ReturnType<typeof inProcess>>, ws: { id: string }) => Promise<void>) {
     const env = await inProcess({ clamd: `unix:${clamd.socket}` })
     try {
+      const ws = env.svc.workspaces.create({ name })
+      env.svc.workspaces.patch(ws.id, { settings: { media: { retention_days: 1, max_bytes: 1 << 20 } } })
+      await run(env, ws)
+    } finally {
+      await env.close()
+    }
+  }
+
+  test('media a campaign that has not ended still sends is kept past its retention, and goes once the campaign ends', async () => {
+    await withOneDayRetention('Campaign media', async (env, ws) => {
       const { svc } = env
-      const ws = svc.workspaces.create({ name: 'Campaign media' })
-      svc.workspaces.patch(ws.id, { settings: { media: { retention_days: 1, max_bytes: 1 << 20 } } })
       const conn = svc.connections.create(ws.id, { phone: '+15550000081', driver: 'sandbox' })
       await svc.contacts.upsert(ws.id, { phone: '+15550000082', consent_status: 'opted_in' }, 'test')
       const used = await svc.media.upload(ws.id, new File([files.pdf()], 'menu.pdf'))
@@ -310,17 +319,12 @@ describe('retention', () => {
       await svc.media.purgeExpired()
       expect(svc.media.repo.get(ws.id, used.id)).toBeNull()
       expect(existsSync(svc.media.store.pathFor(used.sha256))).toBe(false)
-    } finally {
-      await env.close()
-    }
+    })
   })
 
   test('media a queued message still has to send is kept past its retention, and goes once the message is sent', async () => {
-    const env = await inProcess({ clamd: `unix:${clamd.socket}` })
-    try {
+    await withOneDayRetention('Queued media', async (env, ws) => {
       const { svc, timers } = env
-      const ws = svc.workspaces.create({ name: 'Queued media' })
-      svc.workspaces.patch(ws.id, { settings: { media: { retention_days: 1, max_bytes: 1 << 20 } } })
       const conn = svc.connections.create(ws.id, { phone: '+15550000083', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })
       const m = await svc.media.upload(ws.id, new File([files.pdf()], 'invoice.pdf'))
       timers.advance(23 * 3_600_000)
@@ -342,17 +346,12 @@ describe('retention', () => {
       await svc.media.purgeExpired()
       expect(svc.media.repo.get(ws.id, m.id)).toBeNull()
       expect(existsSync(svc.media.store.pathFor(m.sha256))).toBe(false)
-    } finally {
-      await env.close()
-    }
+    })
   })
 
   test('expired media is deleted with its file; later sends naming it get 404', async () => {
-    const env = await inProcess({ clamd: `unix:${clamd.socket}` })
-    try {
+    await withOneDayRetention('Retention', async (env, ws) => {
       const { svc } = env
-      const ws = svc.workspaces.create({ name: 'Retention' })
-      svc.workspaces.patch(ws.id, { settings: { media: { retention_days: 1, max_bytes: 1 << 20 } } })
       const conn = svc.connections.create(ws.id, { phone: '+15550000077', driver: 'sandbox' })
       const bytes = files.pdf()
       const m = await svc.media.upload(ws.id, new File([bytes], 'a.pdf'))
@@ -371,8 +370,6 @@ describe('retention', () => {
       // a later upload is untouched
       expect(existsSync(svc.media.store.pathFor(keep.sha256))).toBe(true)
       expect(svc.media.get(ws.id, keep.id).id).toBe(keep.id)
-    } finally {
-      await env.close()
-    }
+    })
   })
 })
