@@ -9,17 +9,19 @@
  *   [{type: "header", parameters: [{type: "document", document: {id, filename}}]}, {type: "body",
  *   parameters: [{type: "text", text}]}]} (free-form text and media reach only people who wrote
  *   within 24 hours; an approved template reaches anyone who opted in). The header component is
- *   there when the message has an attachment: an image, video or document header by media id; a
- *   dynamic URL button gets {type: "button", sub_type: "url", index: "0", parameters: [{type:
- *   "text", text}]}.
+ *   there when the message has an attachment: an image, video or document header by media id —
+ *   or, for a text header's variable, [{type: "text", text}]; a dynamic URL button gets {type:
+ *   "button", sub_type: "url", index: "0", parameters: [{type: "text", text}]}.
  * - media: POST {base}/{version}/{phone-number-id}/media, multipart (file, type,
- *   messaging_product) → {id}; a media message then refers to it by id.
+ *   messaging_product) → {id}; a media message then refers to it by id. A customer's file: GET
+ *   {base}/{version}/{media-id} → {url, mime_type, file_size}, then GET url with the token.
  * - probe: GET {base}/{version}/{phone-number-id} (code 190 = the access token was rejected;
  *   100 / 33 = no such phone number id for this token).
  * - webhooks (see handleCloudApiWebhook): GET verification with hub.mode/hub.verify_token/
  *   hub.challenge; POST signed with X-Hub-Signature-256 = "sha256=" + hex HMAC-SHA256 of the raw
  *   body keyed with the app secret; body {object, entry: [{changes: [{field, value: {metadata,
- *   statuses: [{id, status, errors?}], messages: [{from, id, type, text: {body}}]}}]}]}.
+ *   statuses: [{id, status, errors?}], messages: [{from, id, timestamp, type, text: {body},
+ *   context?: {id}}], user_preferences: [{wa_id, category, value}]}}]}]}.
  * Throughput errors (130429, 131056) are retried and slow the number's pacing; the Cloud API
  * cannot list groups, so groups are reported as unsupported.
  *
