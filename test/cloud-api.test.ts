@@ -31,7 +31,9 @@ function fakeGraph() {
   // failFor: per recipient, what each of its next message POSTs meets (null: accepted; 500; or
   // 'reset': the request is read, then the connection breaks before an answer)
   // inbound: files customers sent, by media id (a status instead of bytes: Meta answers that)
-  const state = { rejectTokens: false, throttleNext: 0, failFor: {} as Record<string, (null | 500 | 131050 | 'reset')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
+  // 'hang': the request is read and no answer comes until the test ends (or the client goes away)
+  const hung: (() => void)[] = []
+  const state = { rejectTokens: false, throttleNext: 0, failFor: {} as Record<string, (null | 500 | 131050 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
   const server = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -72,6 +74,10 @@ function fakeGraph() {
         const scripted = state.failFor[json.to]?.shift()
         if (scripted === 500) return err(500, 1, 'An unknown error occurred')
         if (scripted === 131050) return err(400, 131050, 'Unable to deliver the message. This recipient has chosen to stop receiving marketing messages.')
+        if (scripted === 'hang') {
+          await new Promise<void>((resolve) => hung.push(resolve))
+          return err(500, 1, 'An unknown error occurred')
+        }
         if (scripted === 'reset') return new Response(new ReadableStream({ pull: (c) => c.error(new Error('connection broken by the test')) }))
         if (json.to === '15550009001') return err(400, 131026, 'Message undeliverable')
         return Response.json({ messaging_product: 'whatsapp', contacts: [{ input: json.to, wa_id: json.to }], messages: [{ id: `wamid.${crypto.randomUUID()}` }] })
@@ -79,7 +85,15 @@ function fakeGraph() {
       return err(400, 100, 'Unsupported request')
     },
   })
-  return { base: `http://127.0.0.1:${server.port}`, seen, state, stop: () => server.stop(true) }
+  return {
+    base: `http://127.0.0.1:${server.port}`,
+    seen,
+    state,
+    stop: () => {
+      for (const release of hung) release()
+      server.stop(true)
+    },
+  }
 }
 
 /** Post a webhook the way Meta does: JSON body signed with the app secret. */
@@ -89,9 +103,10 @@ async function deliver(base: string, connId: string, body: unknown, secret = APP
   return fetch(`${base}/hooks/whatsapp/${connId}`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-hub-signature-256': sig }, body: raw })
 }
 
-const statusEvent = (wamid: string, status: string, errors?: unknown[]) => ({
+/** A status of a message; `ours` is the biz_opaque_callback_data its send carried (Meta returns it in each status). */
+const statusEvent = (wamid: string, status: string, errors?: unknown[], ours?: string) => ({
   object: 'whatsapp_business_account',
-  entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { display_phone_number: '15550001234', phone_number_id: PNID }, statuses: [{ id: wamid, status, timestamp: '1763700000', recipient_id: '15551234567', ...(errors ? { errors } : {}) }] } }] }],
+  entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { display_phone_number: '15550001234', phone_number_id: PNID }, statuses: [{ id: wamid, status, timestamp: '1763700000', recipient_id: '15551234567', ...(errors ? { errors } : {}), ...(ours ? { biz_opaque_callback_data: ours } : {}) }] } }] }],
 })
 const inboundEvent = (from: string, text: string) => ({
   object: 'whatsapp_business_account',
@@ -145,12 +160,12 @@ async function uploadMedia(key: string, name: string, bytes: Uint8Array): Promis
 describe('connecting a number', () => {
   test('config is validated; secrets are never returned, logged or stored in clear', async () => {
     const ws = await srv.workspace()
-    const bad = await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'cloud_api', config: { phone_number_id: 'abc', graph_base_url: 'ftp://x' } })
-    expect(Object.keys(bad.json.errors).sort()).toEqual(['config.access_token', 'config.app_secret', 'config.graph_base_url', 'config.phone_number_id', 'config.verify_token'])
+    const bad = await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'cloud_api', config: { phone_number_id: 'abc', graph_base_url: 'ftp://x', confirm_wait_seconds: 3601 } })
+    expect(Object.keys(bad.json.errors).sort()).toEqual(['config.access_token', 'config.app_secret', 'config.confirm_wait_seconds', 'config.graph_base_url', 'config.phone_number_id', 'config.verify_token'])
     const { conn, created } = await setup()
     expect(created.status).toBe(201)
     expect(conn).toMatchObject({ driver: 'cloud_api', status: 'online', status_reason: null })
-    expect(conn.config).toMatchObject({ phone_number_id: PNID, access_token: '(set)', app_secret: '(set)', graph_base_url: graph.base })
+    expect(conn.config).toMatchObject({ phone_number_id: PNID, access_token: '(set)', app_secret: '(set)', graph_base_url: graph.base, confirm_wait_seconds: 300 })
     const listed = await srv.admin('GET', `/connections/${conn.id}`)
     expect(listed.text).not.toContain(TOKEN)
     expect(listed.text).not.toContain(APP_SECRET)
@@ -190,7 +205,7 @@ describe('sending', () => {
     const sent = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'sent' ? msg(key, r.json.data.id) : null))
     const call = graph.seen.filter((s) => s.json?.to === to.slice(1))
     expect(call).toHaveLength(1)
-    expect(call[0]).toMatchObject({ path: `/v21.0/${PNID}/messages`, auth: `Bearer ${TOKEN}`, json: { messaging_product: 'whatsapp', recipient_type: 'individual', to: to.slice(1), type: 'text', text: { body: 'Your order shipped' } } })
+    expect(call[0]).toMatchObject({ path: `/v21.0/${PNID}/messages`, auth: `Bearer ${TOKEN}`, json: { messaging_product: 'whatsapp', recipient_type: 'individual', to: to.slice(1), type: 'text', text: { body: 'Your order shipped' }, biz_opaque_callback_data: r.json.data.id } })
     expect(sent.outcome.state).toBe('sent')
   })
 
@@ -211,7 +226,9 @@ describe('sending', () => {
     // named placeholders fill the template's {{1}}, {{2}}, ... in order of first appearance
     const [ann, ben] = await run({ whatsapp: { name: 'order_ships', language: 'en_US' } })
     const body = (...texts: string[]) => ({ components: [{ type: 'body', parameters: texts.map((text) => ({ type: 'text', text })) }] })
-    expect(ann).toEqual({ messaging_product: 'whatsapp', recipient_type: 'individual', to: people[0]!.phone.slice(1), type: 'template', template: { name: 'order_ships', language: { code: 'en_US' }, ...body('Ann', 'A-1001', 'Friday') } })
+    const idOf = new Map((await srv.api(key, 'GET', '/messages?per_page=2')).json.data.map((m: any) => [m.recipient, m.id]))
+    expect(ann).toEqual({ messaging_product: 'whatsapp', recipient_type: 'individual', to: people[0]!.phone.slice(1), type: 'template', template: { name: 'order_ships', language: { code: 'en_US' }, ...body('Ann', 'A-1001', 'Friday') }, biz_opaque_callback_data: idOf.get(people[0]!.phone) })
+    expect(ben.biz_opaque_callback_data).toBe(idOf.get(people[1]!.phone))
     expect(ben.template).toEqual({ name: 'order_ships', language: { code: 'en_US' }, ...body('Ben', 'A-1001', '') })
     // the log keeps the rendered text
     const logged = (await srv.api(key, 'GET', '/messages?per_page=2')).json.data.map((m: any) => m.body).sort()
@@ -231,7 +248,7 @@ describe('sending', () => {
     await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
     const sent = graph.seen.filter((x) => x.json?.to === ada.phone.slice(1))
     expect(sent.map((x) => x.json)).toEqual([
-      { messaging_product: 'whatsapp', recipient_type: 'individual', to: ada.phone.slice(1), type: 'template', template: { name: 'order_receipt', language: { code: 'de' }, components: [{ type: 'body', parameters: [{ type: 'text', text: 'Ada' }, { type: 'text', text: 'A-77' }] }] } },
+      { messaging_product: 'whatsapp', recipient_type: 'individual', to: ada.phone.slice(1), type: 'template', template: { name: 'order_receipt', language: { code: 'de' }, components: [{ type: 'body', parameters: [{ type: 'text', text: 'Ada' }, { type: 'text', text: 'A-77' }] }] }, biz_opaque_callback_data: r.json.data.id },
     ])
   })
 
@@ -304,6 +321,7 @@ describe('sending', () => {
           { type: 'body', parameters: [{ type: 'text', text: 'A-88' }] },
         ],
       },
+      biz_opaque_callback_data: r.json.data.id,
     })
     expect(mediaId).toMatch(/^media-/)
 
@@ -466,8 +484,10 @@ describe('sending', () => {
     const sent = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'sent' ? msg(key, r.json.data.id) : null), 10_000)
     expect(sent.outcome.state).toBe('sent')
     // the customer got the photo once: only the invoice was sent again
-    const posts = graph.seen.filter((s) => s.json?.to === to.slice(1)).map((s) => s.json.type)
-    expect(posts).toEqual(['image', 'document', 'document'])
+    const posts = graph.seen.filter((s) => s.json?.to === to.slice(1))
+    expect(posts.map((s) => s.json.type)).toEqual(['image', 'document', 'document'])
+    // every part names the message, so each part's statuses find it
+    expect(posts.map((s) => s.json.biz_opaque_callback_data)).toEqual([r.json.data.id, r.json.data.id, r.json.data.id])
   })
 
   test('a recipient who opts out while a failed send waits for its retry is not sent to again', async () => {
@@ -482,15 +502,53 @@ describe('sending', () => {
     expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
   })
 
-  test('a send whose connection breaks after the request left fails as send_unconfirmed and is not sent again', async () => {
-    const { key, conn } = await setup()
+  test('a send whose connection breaks after the request left waits for Meta to name it; without a word it fails as send_unconfirmed, never sent again', async () => {
+    const { key, conn } = await setup({ confirm_wait_seconds: 2 })
     const to = newPhone()
     graph.state.failFor[to.slice(1)] = ['reset']
     const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
+    await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
+    await Bun.sleep(500)
+    // the answer was lost: Meta may have it, so it is not failed before Meta had time to say so
+    expect((await msg(key, r.json.data.id)).status).toBe('sending')
     const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
     expect(failed.error.code).toBe('send_unconfirmed')
     await Bun.sleep(1500) // past the first retry's backoff: nothing more goes out
     expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
+  })
+
+  test('a send whose answer was lost is recorded as sent when a status from Meta names it; only its own number can', async () => {
+    const { key, conn } = await setup()
+    const other = await setup()
+    const to = newPhone()
+    graph.state.failFor[to.slice(1)] = ['reset']
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
+    const id = r.json.data.id
+    await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
+    const wamid = `wamid.${crypto.randomUUID()}`
+    // a status naming it that arrives for another number (another workspace's) changes nothing
+    expect((await deliver(srv.base, other.conn.id, statusEvent(wamid, 'delivered', undefined, id))).status).toBe(200)
+    await Bun.sleep(300)
+    expect((await msg(key, id)).status).toBe('sending')
+    expect((await deliver(srv.base, conn.id, statusEvent(wamid, 'delivered', undefined, id))).status).toBe(200)
+    const done = await waitFor(async () => ((await msg(key, id)).status === 'delivered' ? msg(key, id) : null))
+    expect(done.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'delivered'])
+    expect(done.error).toBeNull()
+    expect(wamidOf(id)).toBe(wamid)
+    expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
+  })
+
+  test('a send waiting for Meta to name it fails at once when its number is removed', async () => {
+    const { key, conn } = await setup()
+    const to = newPhone()
+    graph.state.failFor[to.slice(1)] = ['reset']
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
+    await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
+    await Bun.sleep(300)
+    expect((await msg(key, r.json.data.id)).status).toBe('sending')
+    expect((await srv.admin('DELETE', `/connections/${conn.id}`)).status).toBe(204)
+    const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null), 3000)
+    expect(failed.error.code).toBe('send_unconfirmed')
   })
 
   test('a token rejected while sending fails the message and takes the number offline with the reason', async () => {
@@ -540,6 +598,24 @@ describe('webhooks from Meta', () => {
     const final = await msg(key, r.json.data.id)
     expect(final.status).toBe('read')
     expect(final.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'read', 'delivered'])
+  })
+
+  test('a later part of a message sent as several finds it by the id its send carried: its failure fails the message', async () => {
+    const { key, conn } = await setup()
+    const attachments = [{ media_id: await uploadMedia(key, 'photo.png', files.png()) }, { media_id: await uploadMedia(key, 'invoice.pdf', files.pdf()) }]
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'Your order', media: { attachments } } })
+    const id = r.json.data.id
+    await waitFor(async () => (await msg(key, id)).status === 'sent')
+    const invoice = `wamid.${crypto.randomUUID()}` // the second part's wamid: not the one the message keeps
+    // its delivery tells nothing new (the first part's statuses move the message)
+    expect((await deliver(srv.base, conn.id, statusEvent(invoice, 'delivered', undefined, id))).status).toBe(200)
+    await Bun.sleep(300)
+    expect((await msg(key, id)).status).toBe('sent')
+    // Meta could not deliver the invoice: the customer did not get the whole message
+    expect((await deliver(srv.base, conn.id, statusEvent(invoice, 'failed', [{ code: 131053, title: 'Media upload error' }], id))).status).toBe(200)
+    const failed = await waitFor(async () => ((await msg(key, id)).status === 'failed' ? msg(key, id) : null))
+    expect(failed.error).toEqual({ code: 'cloud_api_131053', message: 'Media upload error' })
+    expect(wamidOf(id)).not.toBe(invoice)
   })
 
   test('a flood of bad signatures is cut off per number and address: 429 without reading, one log line per counted failure', async () => {
@@ -819,4 +895,44 @@ describe('webhooks from Meta', () => {
     expect(await chunked.json()).toEqual({ message: 'The request body is too large.', code: 'payload_too_large' })
     expect((await srv.request('GET', '/healthz')).status).toBe(200)
   })
+})
+
+describe('a crash mid-send', () => {
+  test('after a restart, a send Meta names in a status is recorded as sent; one it does not name fails as send_interrupted; neither is sent again', async () => {
+    const own = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const t = await own.tenant()
+      await own.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = (
+        await own.admin('POST', `/workspaces/${t.ws.id}/connections`, {
+          phone: newPhone('+1444'),
+          driver: 'cloud_api',
+          config: { phone_number_id: PNID, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base, graph_version: 'v21.0', confirm_wait_seconds: 4 },
+        })
+      ).json.data
+      const [a, b] = [newPhone(), newPhone()]
+      graph.state.failFor[a.slice(1)] = ['hang']
+      graph.state.failFor[b.slice(1)] = ['hang']
+      const ids: string[] = []
+      for (const to of [a, b]) ids.push((await own.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })).json.data.id)
+      // both requests reached Meta; no answer came before the process died
+      await waitFor(() => [a, b].every((to) => graph.seen.some((s) => s.json?.to === to.slice(1))))
+      await own.stop('SIGKILL')
+      await own.boot()
+      const wamid = `wamid.${crypto.randomUUID()}`
+      expect((await deliver(own.base, conn.id, statusEvent(wamid, 'sent', undefined, ids[0]))).status).toBe(200)
+      const key = (await own.key(t.ws.id)).key
+      const get = (id: string) => own.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
+      const sent = await waitFor(async () => ((await get(ids[0]!)).status === 'sent' ? get(ids[0]!) : null))
+      expect(sent.error).toBeNull()
+      const failed = await waitFor(async () => ((await get(ids[1]!)).status === 'failed' ? get(ids[1]!) : null))
+      expect(failed.error.code).toBe('send_interrupted')
+      for (const to of [a, b]) expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
+      const d = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
+      expect((d.query('SELECT external_id FROM messages WHERE id = ?').get(ids[0]!) as { external_id: string }).external_id).toBe(wamid)
+      d.close()
+    } finally {
+      await own.close()
+    }
+  }, 40_000)
 })

@@ -160,7 +160,8 @@ async function apply(body: any, connectionId: string, svc: Services, driver: Clo
       for (const st of Array.isArray(value.statuses) ? value.statuses : []) {
         if (typeof st?.id !== 'string' || typeof st?.status !== 'string') continue
         known++
-        await applyStatus(connectionId, st.id, st.status, st.errors?.[0], svc, 0)
+        const ours = typeof st.biz_opaque_callback_data === 'string' ? st.biz_opaque_callback_data : null
+        await applyStatus(connectionId, { wamid: st.id, status: st.status, error: st.errors?.[0], ours }, svc, driver, 0)
       }
       // "Stop promotions" in WhatsApp: marketing consent withdrawn (resuming changes nothing here:
       // consent to marketing is recorded by the business, through the API)
@@ -193,24 +194,56 @@ async function apply(body: any, connectionId: string, svc: Services, driver: Clo
   if (known === 0) svc.log.info('cloud api webhook without statuses or messages; acknowledged', { connection_id: connectionId, field: String(body?.entry?.[0]?.changes?.[0]?.field ?? '').slice(0, 50) })
 }
 
+/** One status from Meta: the wamid it is about, and our message id (biz_opaque_callback_data) if it carried one. */
+interface StatusReport {
+  wamid: string
+  status: string
+  error: any
+  ours: string | null
+}
+
 /**
- * Apply one status (its write awaited, so a failure reaches Meta as a 5xx); a message not yet
- * known (its send result not recorded) is retried shortly.
+ * Apply one status (its write awaited, so a failure reaches Meta as a 5xx). The message is found
+ * by the wamid its send recorded or, failing that, by our id the status carries:
+ * - a message still being sent whose wamid Capstan has not recorded (its send's answer is late or
+ *   was lost, or a crash interrupted it): the driver learns that Meta has it (`reportedSend`),
+ *   which records it as sent; the status is then applied on a retry;
+ * - a message sent as several parts, by a later part's wamid: that part's failure fails a message
+ *   not yet delivered (its first part's statuses tell delivery and reading).
+ * A message not yet known is retried shortly.
  */
-async function applyStatus(connectionId: string, externalId: string, status: string, error: any, svc: Services, attempt: number): Promise<void> {
-  const row = svc.messages.repo.byExternal(connectionId, externalId)
+async function applyStatus(connectionId: string, report: StatusReport, svc: Services, driver: CloudApiConnection, attempt: number): Promise<void> {
+  const { wamid, status, error, ours } = report
+  let row = svc.messages.repo.byExternal(connectionId, wamid)
   if (row?.direction === 'inbound') return // statuses describe our sends, never a customer's message
+  let laterPart = false
+  if (!row && ours !== null) {
+    const named = ours.length <= 64 ? svc.messages.repo.getAny(ours) : null
+    if (named?.connection_id === connectionId && named.direction === 'outbound') {
+      if (named.external_id !== null) {
+        row = named
+        laterPart = true
+      } else if (named.status === 'sending') driver.reportedSend(named.id, wamid)
+      else {
+        // failed before Meta's word came (e.g. the wait for it ran out): the log cannot go back
+        if (status !== 'failed') svc.log.warn('cloud api reports a message recorded as failed as sent', { connection_id: connectionId, message_id: named.id, error_code: named.error_code, status })
+        return
+      }
+    }
+  }
   if (!row) {
     const wait = RETRY_UNKNOWN_MS[attempt]
-    const again = () => applyStatus(connectionId, externalId, status, error, svc, attempt + 1).catch((e) => svc.log.error('cloud api status could not be stored', { connection_id: connectionId, error: String((e as Error)?.message ?? e).slice(0, 200) }))
+    const again = () => applyStatus(connectionId, report, svc, driver, attempt + 1).catch((e) => svc.log.error('cloud api status could not be stored', { connection_id: connectionId, error: String((e as Error)?.message ?? e).slice(0, 200) }))
     if (wait !== undefined) setTimeout(again, wait)
     return
   }
+  if (laterPart && status !== 'failed') return
   if (status === 'delivered' || status === 'read') await svc.messages.receipt(row.id, status)
   else if (status === 'failed') {
     await svc.messages.receipt(row.id, 'failed', { code: `cloud_api_${error?.code ?? 'failed'}`, message: String(error?.message ?? error?.title ?? 'The Cloud API reported the message as failed.').slice(0, 300) })
     // refused because the person stopped marketing messages: withdraw their marketing consent too
     if (Number(error?.code) === MARKETING_STOPPED && row.recipient !== null) await svc.messages.marketingStopped(connectionId, row.recipient, `cloud_api_${MARKETING_STOPPED}:${row.id}`)
   }
-  // "sent" is recorded when the send call returns; other statuses (e.g. deleted) are ignored
+  // "sent" is recorded when the send call returns (or Meta's word for it arrives); other statuses
+  // (e.g. deleted) are ignored
 }

@@ -3,7 +3,8 @@
  *
  * Shapes follow Meta's published Cloud API reference:
  * - send: POST {base}/{version}/{phone-number-id}/messages with
- *   {messaging_product: "whatsapp", recipient_type: "individual", to, type, text|image|...}
+ *   {messaging_product: "whatsapp", recipient_type: "individual", to, type, text|image|...,
+ *   biz_opaque_callback_data}
  *   → {messages: [{id: "wamid..."}]}; errors → {error: {code, message, error_data?}}.
  *   A template message: type "template", template: {name, language: {code}, components:
  *   [{type: "header", parameters: [{type: "document", document: {id, filename}}]}, {type: "body",
@@ -20,19 +21,26 @@
  * - webhooks (see handleCloudApiWebhook): GET verification with hub.mode/hub.verify_token/
  *   hub.challenge; POST signed with X-Hub-Signature-256 = "sha256=" + hex HMAC-SHA256 of the raw
  *   body keyed with the app secret; body {object, entry: [{changes: [{field, value: {metadata,
- *   statuses: [{id, status, errors?}], messages: [{from, id, timestamp, type, text: {body},
- *   context?: {id}}], user_preferences: [{wa_id, category, value}]}}]}]}.
+ *   statuses: [{id, status, errors?, biz_opaque_callback_data?}], messages: [{from, id,
+ *   timestamp, type, text: {body}, context?: {id}}], user_preferences: [{wa_id, category,
+ *   value}]}}]}]}.
  * Throughput errors (130429, 131056) are retried and slow the number's pacing; the Cloud API
  * cannot list groups, so groups are reported as unsupported.
  *
  * Nothing is sent twice: a message POST whose outcome is unknown (the connection broke or the
- * send's time ran out after the request left) fails the message instead of being retried, and a
- * message of several parts (one per attachment, then the text) that is retried after a refusal
- * goes on from the part that was refused — the parts already accepted are not sent again.
+ * send's time ran out after the request left) is never retried, and a message of several parts
+ * (one per attachment, then the text) that is retried after a refusal goes on from the part that
+ * was refused — the parts already accepted are not sent again.
+ *
+ * Every message POST carries Capstan's message id as `biz_opaque_callback_data`, which Meta
+ * returns in each status webhook for it. So a send whose outcome is unknown — including one a
+ * crash interrupted — is not failed at once: it waits (`confirm_wait_seconds`, default 300) for
+ * a status naming it, and is recorded as sent with Meta's wamid if one comes (see
+ * `confirmLater`). It also lets the statuses of a message's later parts find their message.
  */
 import { readBody, TOO_LARGE } from '../http/body'
 import type { ConnectionDriver, DriverContext, DriverFactory, NetworkTemplate, OutboundMedia, OutboundMessage } from './driver'
-import { DriverError, templateHeaderKind } from './driver'
+import { DriverError, STOPPED, UnconfirmedSend, templateHeaderKind } from './driver'
 
 export const DEFAULT_GRAPH_BASE = 'https://graph.facebook.com'
 export const DEFAULT_GRAPH_VERSION = 'v21.0'
@@ -40,6 +48,10 @@ export const DEFAULT_GRAPH_VERSION = 'v21.0'
 const TIMEOUT_MS = 20_000
 /** How long the parts already accepted of a message that will be retried are remembered. */
 const PROGRESS_TTL_MS = 3 * 3_600_000
+/** How long a send with an unknown outcome waits for Meta's status by default (config `confirm_wait_seconds`). */
+export const DEFAULT_CONFIRM_WAIT_SECONDS = 300
+/** How long a status naming a message still being sent is kept for a `confirmLater` to come. */
+const REPORTED_TTL_MS = 10 * 60_000
 /** fetch failures that mean the request never reached the server: safe to send again. */
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ENETUNREACH', 'EHOSTUNREACH', 'ConnectionRefused', 'FailedToOpenSocket'])
 
@@ -55,6 +67,7 @@ interface CloudConfig {
   verify_token: string
   graph_base_url: string
   graph_version: string
+  confirm_wait_seconds: number
 }
 
 const MEDIA_KIND: Record<string, 'image' | 'audio' | 'video' | 'document' | 'sticker'> = {
@@ -85,6 +98,10 @@ export class CloudApiConnection implements ConnectionDriver {
   private config: CloudConfig
   /** Per message id: the wamids of the parts the Cloud API accepted before a retryable refusal. */
   private progress = new Map<string, { at: number; ids: string[] }>()
+  /** Sends with an unknown outcome waiting for a status that names them (see confirmLater). */
+  private waiting = new Map<string, { resolve: (r: { externalId: string } | null | typeof STOPPED) => void; timer: Timer }>()
+  /** Per message id: a wamid a status named while nothing waited for it yet (kept REPORTED_TTL_MS). */
+  private reported = new Map<string, { wamid: string; at: number }>()
 
   constructor(private readonly ctx: DriverContext) {
     this.config = ctx.config as unknown as CloudConfig
@@ -125,7 +142,7 @@ export class CloudApiConnection implements ConnectionDriver {
       json = await res.json().catch((e) => (res.ok ? Promise.reject(e) : null))
     } catch (e) {
       if (send && !NOT_SENT.has((e as { code?: string })?.code ?? '')) {
-        throw new DriverError('send_unconfirmed', 'The connection to the Cloud API broke before it confirmed the message; it may have been sent, so it was not sent again.')
+        throw new UnconfirmedSend('send_unconfirmed', 'The connection to the Cloud API broke before it confirmed the message; it may have been sent, so it was not sent again.')
       }
       throw new DriverError('network_unreachable', 'The Cloud API could not be reached.', true)
     }
@@ -221,7 +238,8 @@ export class CloudApiConnection implements ConnectionDriver {
     const ids: string[] = []
     try {
       const to = message.recipient.replace(/^\+/, '')
-      const base = { messaging_product: 'whatsapp', recipient_type: 'individual', to }
+      // our id comes back in every status of the message (see confirmLater)
+      const base = { messaging_product: 'whatsapp', recipient_type: 'individual', to, biz_opaque_callback_data: message.id }
       const path = `${encodeURIComponent(this.config.phone_number_id)}/messages`
       // a part the Cloud API accepted in an earlier attempt is counted, not sent again
       const accepted = () => {
@@ -259,6 +277,7 @@ export class CloudApiConnection implements ConnectionDriver {
       }
       if (caption && !accepted()) await post({ type: 'text', text: { body: caption, preview_url: false } })
       this.progress.delete(message.id)
+      this.reported.delete(message.id)
       if (!ids.length) throw new DriverError('cloud_api_bad_response', 'The message had nothing to send.')
       return { externalId: ids[0]! }
     } catch (e) {
@@ -272,15 +291,64 @@ export class CloudApiConnection implements ConnectionDriver {
   }
 
   async confirm() {
-    // the Cloud API cannot be asked whether it got a send by our id
+    // the Cloud API cannot be asked whether it got a send by our id; it tells later (confirmLater)
     return null
+  }
+
+  /**
+   * Wait for a status webhook naming this message (its `biz_opaque_callback_data`) by a wamid:
+   * Meta has it. Null when none came within `confirm_wait_seconds`; STOPPED when the driver closes.
+   */
+  confirmLater(messageId: string): Promise<{ externalId: string } | null | typeof STOPPED> {
+    const seen = this.reported.get(messageId)
+    if (seen) {
+      this.reported.delete(messageId)
+      return Promise.resolve({ externalId: seen.wamid })
+    }
+    const waitMs = (this.config.confirm_wait_seconds ?? DEFAULT_CONFIRM_WAIT_SECONDS) * 1000
+    if (waitMs <= 0) return Promise.resolve(null)
+    this.waiting.get(messageId)?.resolve(null)
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(messageId)
+        resolve(null)
+      }, waitMs)
+      this.waiting.set(messageId, { resolve, timer })
+    })
+  }
+
+  /**
+   * A status webhook named one of our messages still being sent, by a wamid Capstan has not
+   * recorded: a send waiting in confirmLater gets it at once, otherwise it is kept for one that
+   * comes soon (the status can overtake the send's own answer, or a crash recovery's wait).
+   */
+  reportedSend(messageId: string, wamid: string) {
+    const w = this.waiting.get(messageId)
+    if (w) {
+      clearTimeout(w.timer)
+      this.waiting.delete(messageId)
+      w.resolve({ externalId: wamid })
+      return
+    }
+    const now = Date.now()
+    for (const [id, r] of this.reported) {
+      if (now - r.at <= REPORTED_TTL_MS) break // kept in arrival order: the rest are younger
+      this.reported.delete(id)
+    }
+    if (!this.reported.has(messageId)) this.reported.set(messageId, { wamid, at: now })
   }
 
   async listGroups() {
     return null
   }
 
-  close() {}
+  close() {
+    for (const w of this.waiting.values()) {
+      clearTimeout(w.timer)
+      w.resolve(STOPPED)
+    }
+    this.waiting.clear()
+  }
 }
 
 /**
@@ -306,7 +374,7 @@ export const cloudApiDriver: DriverFactory = {
   secretFields: ['access_token', 'app_secret'],
   checkConfig(config: unknown, previous?: Record<string, unknown>) {
     if (config !== undefined && config !== null && (typeof config !== 'object' || Array.isArray(config))) return { errors: { config: ['The config field must be an object.'] } }
-    const c: Record<string, unknown> = { graph_base_url: DEFAULT_GRAPH_BASE, graph_version: DEFAULT_GRAPH_VERSION, ...previous, ...(config as Record<string, unknown> | undefined) }
+    const c: Record<string, unknown> = { graph_base_url: DEFAULT_GRAPH_BASE, graph_version: DEFAULT_GRAPH_VERSION, confirm_wait_seconds: DEFAULT_CONFIRM_WAIT_SECONDS, ...previous, ...(config as Record<string, unknown> | undefined) }
     const errors: Record<string, string[]> = {}
     if (typeof c.phone_number_id !== 'string' || !digits.test(c.phone_number_id)) errors['config.phone_number_id'] = ['The config.phone_number_id field must be the numeric phone number id from Meta.']
     if (!str(c.access_token, 4096)) errors['config.access_token'] = ['The config.access_token field is required.']
@@ -314,9 +382,11 @@ export const cloudApiDriver: DriverFactory = {
     if (!str(c.verify_token, 200)) errors['config.verify_token'] = ['The config.verify_token field is required (Meta sends it when you register the webhook).']
     if (typeof c.graph_base_url !== 'string' || !/^https?:\/\/[^\s/?#]+(\/[^\s?#]*)?$/.test(c.graph_base_url)) errors['config.graph_base_url'] = ['The config.graph_base_url field must be an http or https URL.']
     if (typeof c.graph_version !== 'string' || !/^v[0-9]{1,3}\.[0-9]{1,2}$/.test(c.graph_version)) errors['config.graph_version'] = ['The config.graph_version field must look like v21.0.']
+    const wait = c.confirm_wait_seconds
+    if (typeof wait !== 'number' || !Number.isInteger(wait) || wait < 0 || wait > 3600) errors['config.confirm_wait_seconds'] = ['The config.confirm_wait_seconds field must be a whole number of seconds from 0 to 3600.']
     if (Object.keys(errors).length) return { errors }
-    const { phone_number_id, access_token, app_secret, verify_token, graph_base_url, graph_version } = c
-    return { config: { phone_number_id, access_token, app_secret, verify_token, graph_base_url, graph_version } }
+    const { phone_number_id, access_token, app_secret, verify_token, graph_base_url, graph_version, confirm_wait_seconds } = c
+    return { config: { phone_number_id, access_token, app_secret, verify_token, graph_base_url, graph_version, confirm_wait_seconds } }
   },
   create: (ctx) => new CloudApiConnection(ctx),
 }

@@ -77,6 +77,16 @@ export class DriverError extends Error {
   }
 }
 
+/**
+ * A send whose outcome is unknown: the request reached the network but its answer was lost (the
+ * connection broke). The message is never sent again; the core asks the driver whether the
+ * network has it (`confirmLater`) before failing it with this code.
+ */
+export class UnconfirmedSend extends DriverError {}
+
+/** `confirmLater`'s answer when the server stops before the network told: the message is settled at the next start. */
+export const STOPPED = 'stopped'
+
 export type ReceiptStatus = 'delivered' | 'read' | 'failed'
 
 export interface DriverEvents {
@@ -99,6 +109,13 @@ export interface ConnectionDriver {
   send(message: OutboundMessage, signal?: AbortSignal): Promise<{ externalId: string }>
   /** Ask whether a send interrupted by a crash reached the network (null: cannot tell). */
   confirm(messageId: string): Promise<{ externalId: string } | null>
+  /**
+   * For networks that report on a send later (not when asked): wait for the network to say it has
+   * a message whose outcome is unknown — a timeout, a lost answer, a crash mid-send. Resolves with
+   * its id, null when the network said nothing within the driver's wait, or STOPPED when the
+   * driver is closed first. Optional.
+   */
+  confirmLater?(messageId: string): Promise<{ externalId: string } | null | typeof STOPPED>
   /** The groups the number belongs to, or null when this network cannot report groups. */
   listGroups(): Promise<GroupInfo[] | null>
   /** Apply a new driver config (admin PATCH). */

@@ -61,13 +61,18 @@ export class ConnectionService {
   /** Load every connection and start its driver; `events` receives receipts and inbound messages. */
   start(events: DriverEvents) {
     this.events = events
+    this.stopped = false
     for (const row of this.repo.all()) this.attach(row)
   }
 
   stop() {
+    this.stopped = true
     for (const c of this.live.values()) c.driver.close()
     this.live.clear()
   }
+
+  /** Set while the server stops (a driver closed then was not removed). */
+  stopped = false
 
   private attach(row: ConnectionRow): LiveConnection {
     const factory = DRIVERS[row.driver]

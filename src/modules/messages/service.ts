@@ -8,7 +8,7 @@ import type { Deps } from '../../deps'
 import { notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { NetworkTemplate, ReceiptStatus } from '../../network/driver'
-import { DriverError, type OutboundMedia, templateHeaderKind } from '../../network/driver'
+import { DriverError, type OutboundMedia, STOPPED, UnconfirmedSend, templateHeaderKind } from '../../network/driver'
 import type { ConnectionService, LiveConnection } from '../connections/service'
 import type { ContactService } from '../contacts/service'
 import type { MediaRow } from '../media/repo'
@@ -37,6 +37,8 @@ export interface SendInput {
 }
 
 const TIMED_OUT = Symbol('timed out')
+/** How a send a crash interrupted fails when the network does not confirm it. */
+const INTERRUPTED = { code: 'send_interrupted', message: 'The server stopped while this message was being handed to the network; it was not sent again.' }
 /** Queued messages the direct lane fails for a refusal in one release before yielding. */
 const MAX_REFUSED_PER_RELEASE = 200
 
@@ -429,15 +431,37 @@ export class MessageService {
 
   /**
    * After a crash: a message found in `sending` is never sent again blindly. It is sent only if
-   * the driver confirms the network has it; otherwise it fails as send_interrupted.
+   * the driver confirms the network has it; otherwise it fails as send_interrupted. A network
+   * that tells later (`confirmLater`) is waited for in the background: its report arrives over
+   * HTTP, once the server listens.
    */
   async recoverInterrupted() {
     for (const row of this.repo.inFlight()) {
       const live = this.connections.find(row.connection_id)
       const confirmed = live ? await live.driver.confirm(row.id).catch(() => null) : null
       if (confirmed) await this.markSent(row.id, confirmed.externalId)
-      else await this.markFailed(row.id, 'send_interrupted', 'The server stopped while this message was being handed to the network; it was not sent again.')
+      else if (live?.driver.confirmLater) void this.track(() => this.settleUnknown(live, row, INTERRUPTED))
+      else await this.markFailed(row.id, INTERRUPTED.code, INTERRUPTED.message)
     }
+  }
+
+  /**
+   * A send whose outcome is unknown (timed out, its answer lost, or interrupted by a crash): sent
+   * if the driver confirms the network has it — at once or, where it can tell later, within its
+   * wait — otherwise failed with `why`. Left in `sending` when the server stops first (the next
+   * start settles it). Never sent again.
+   */
+  private async settleUnknown(live: LiveConnection, row: MessageRow, why: { code: string; message: string }) {
+    let confirmed = await live.driver.confirm(row.id).catch(() => null)
+    if (!confirmed && live.driver.confirmLater) {
+      const later = await live.driver.confirmLater(row.id).catch(() => null)
+      // the server is stopping: settled at the next start (a removed number's send fails now)
+      if (later === STOPPED && this.connections.stopped) return
+      confirmed = later === STOPPED ? null : later
+    }
+    if (confirmed) await this.markSent(row.id, confirmed.externalId)
+    else await this.markFailed(row.id, why.code, why.message)
+    this.onSettled(row)
   }
 
   /** Messages still queued after 24 h (their number never came back) fail as expired. */
@@ -463,10 +487,15 @@ export class MessageService {
   inFlight = 0
 
   /** Hand one released message to its number's driver and record the outcome. */
-  async dispatch(live: LiveConnection, row: MessageRow, groupExternalId: string | null = null) {
+  dispatch(live: LiveConnection, row: MessageRow, groupExternalId: string | null = null) {
+    return this.track(() => this.dispatchOnce(live, row, groupExternalId))
+  }
+
+  /** Work that records a send's outcome, counted in `inFlight`. */
+  private async track(work: () => Promise<void>) {
     this.inFlight++
     try {
-      await this.dispatchOnce(live, row, groupExternalId)
+      await work()
     } catch (e) {
       // the outcome could not be written (the server is stopping): the message stays `sending`
       // and is settled by crash recovery at the next start
@@ -521,14 +550,9 @@ export class MessageService {
         this.onSettled(row)
         return
       } catch (e) {
-        if (e === TIMED_OUT) {
-          // the network may or may not have it: never send again blindly
-          const confirmed = await live.driver.confirm(row.id).catch(() => null)
-          if (confirmed) await this.markSent(row.id, confirmed.externalId)
-          else await this.markFailed(row.id, 'send_timeout', 'The network did not answer in time; the message was not sent again.')
-          this.onSettled(row)
-          return
-        }
+        // the network may or may not have it: never sent again blindly
+        if (e === TIMED_OUT) return this.settleUnknown(live, row, { code: 'send_timeout', message: 'The network did not answer in time; the message was not sent again.' })
+        if (e instanceof UnconfirmedSend) return this.settleUnknown(live, row, e)
         const err = e instanceof DriverError ? e : new DriverError('driver_error', 'The network driver failed.', false)
         if (err.throttled && throttles < throttleBackoff.length) {
           this.onThrottled(live.row.id)
