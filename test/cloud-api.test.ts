@@ -23,6 +23,8 @@ interface Seen {
   auth: string | null
   json?: any
   form?: Record<string, string>
+  /** the wamid a message POST was answered with */
+  wamid?: string
 }
 
 /** A fake Graph API: send, media upload and phone number lookup, with scripted failures. */
@@ -80,7 +82,9 @@ function fakeGraph() {
         }
         if (scripted === 'reset') return new Response(new ReadableStream({ pull: (c) => c.error(new Error('connection broken by the test')) }))
         if (json.to === '15550009001') return err(400, 131026, 'Message undeliverable')
-        return Response.json({ messaging_product: 'whatsapp', contacts: [{ input: json.to, wa_id: json.to }], messages: [{ id: `wamid.${crypto.randomUUID()}` }] })
+        const wamid = `wamid.${crypto.randomUUID()}`
+        seen.at(-1)!.wamid = wamid
+        return Response.json({ messaging_product: 'whatsapp', contacts: [{ input: json.to, wa_id: json.to }], messages: [{ id: wamid }] })
       }
       return err(400, 100, 'Unsupported request')
     },
@@ -600,22 +604,31 @@ describe('webhooks from Meta', () => {
     expect(final.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'read', 'delivered'])
   })
 
-  test('a later part of a message sent as several finds it by the id its send carried: its failure fails the message', async () => {
+  test('a later part of a message sent as several is found by its own wamid or by the id its send carried: its failure fails the message', async () => {
     const { key, conn } = await setup()
     const attachments = [{ media_id: await uploadMedia(key, 'photo.png', files.png()) }, { media_id: await uploadMedia(key, 'invoice.pdf', files.pdf()) }]
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'Your order', media: { attachments } } })
-    const id = r.json.data.id
-    await waitFor(async () => (await msg(key, id)).status === 'sent')
-    const invoice = `wamid.${crypto.randomUUID()}` // the second part's wamid: not the one the message keeps
-    // its delivery tells nothing new (the first part's statuses move the message)
-    expect((await deliver(srv.base, conn.id, statusEvent(invoice, 'delivered', undefined, id))).status).toBe(200)
+    const sendTwoParts = async () => {
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'Your order', media: { attachments } } })
+      await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+      return { id: r.json.data.id as string, parts: graph.seen.filter((s) => s.json?.biz_opaque_callback_data === r.json.data.id).map((s) => s.wamid!) }
+    }
+    const invoiceFailed = [{ code: 131053, title: 'Media upload error' }]
+    const one = await sendTwoParts()
+    expect(one.parts).toHaveLength(2)
+    expect(wamidOf(one.id)).toBe(one.parts[0]!)
+    // the invoice's own wamid (recorded with the message): its delivery tells nothing new, the
+    // first part's statuses move the message
+    expect((await deliver(srv.base, conn.id, statusEvent(one.parts[1]!, 'delivered'))).status).toBe(200)
     await Bun.sleep(300)
-    expect((await msg(key, id)).status).toBe('sent')
+    expect((await msg(key, one.id)).status).toBe('sent')
     // Meta could not deliver the invoice: the customer did not get the whole message
-    expect((await deliver(srv.base, conn.id, statusEvent(invoice, 'failed', [{ code: 131053, title: 'Media upload error' }], id))).status).toBe(200)
-    const failed = await waitFor(async () => ((await msg(key, id)).status === 'failed' ? msg(key, id) : null))
+    expect((await deliver(srv.base, conn.id, statusEvent(one.parts[1]!, 'failed', invoiceFailed))).status).toBe(200)
+    const failed = await waitFor(async () => ((await msg(key, one.id)).status === 'failed' ? msg(key, one.id) : null))
     expect(failed.error).toEqual({ code: 'cloud_api_131053', message: 'Media upload error' })
-    expect(wamidOf(id)).not.toBe(invoice)
+    // a part whose wamid Capstan never got (its answer was lost) is found by the id it carried
+    const two = await sendTwoParts()
+    expect((await deliver(srv.base, conn.id, statusEvent(`wamid.${crypto.randomUUID()}`, 'failed', invoiceFailed, two.id))).status).toBe(200)
+    expect((await waitFor(async () => ((await msg(key, two.id)).status === 'failed' ? msg(key, two.id) : null))).error.code).toBe('cloud_api_131053')
   })
 
   test('a flood of bad signatures is cut off per number and address: 429 without reading, one log line per counted failure', async () => {
@@ -842,6 +855,14 @@ describe('webhooks from Meta', () => {
       ['Friday please', out.id],
     ])
     expect((await msg(key, out.id)).reply_to).toBeNull()
+    // a reply quoting the second part of a message sent as two (the photo, then the invoice)
+    const attachments = [{ media_id: await uploadMedia(key, 'photo.png', files.png()) }, { media_id: await uploadMedia(key, 'invoice.pdf', files.pdf()) }]
+    const two = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your receipt', media: { attachments } } })).json.data
+    await waitFor(async () => (await msg(key, two.id)).status === 'sent')
+    const invoice = graph.seen.filter((s) => s.json?.biz_opaque_callback_data === two.id).at(-1)!.wamid!
+    expect((await deliver(srv.base, conn.id, replying(invoice, { type: 'text', text: { body: 'Wrong address on this one' } }))).status).toBe(200)
+    const last = (await srv.api(key, 'GET', '/messages?direction=inbound&per_page=1')).json.data[0]
+    expect([last.body, last.reply_to]).toEqual(['Wrong address on this one', two.id])
   })
 
   test('an inbound message Meta delivers again (same wamid) is logged once', async () => {

@@ -185,7 +185,7 @@ async function apply(body: any, connectionId: string, svc: Services, driver: Clo
         // a reply or a button tap quotes the wamid of the message it answers, a reaction names the
         // one it reacts to: ours, if we sent it
         const quotedId = m.context?.id ?? (m.type === 'reaction' ? m.reaction?.message_id : undefined)
-        const quoted = typeof quotedId === 'string' && quotedId.length <= 256 ? svc.messages.repo.byExternal(connectionId, quotedId) : null
+        const quoted = typeof quotedId === 'string' && quotedId.length <= 256 ? svc.messages.repo.byAnyPart(connectionId, quotedId) : null
         const replyTo = quoted?.direction === 'outbound' ? quoted.id : null
         await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]', { externalId: wamid, file: file ?? undefined, replyTo })
       }
@@ -204,19 +204,25 @@ interface StatusReport {
 
 /**
  * Apply one status (its write awaited, so a failure reaches Meta as a 5xx). The message is found
- * by the wamid its send recorded or, failing that, by our id the status carries:
+ * by a wamid its send recorded (its first part's, or a later part's) or, failing that, by our id
+ * the status carries:
  * - a message still being sent whose wamid Capstan has not recorded (its send's answer is late or
  *   was lost, or a crash interrupted it): the driver learns that Meta has it (`reportedSend`),
  *   which records it as sent; the status is then applied on a retry;
- * - a message sent as several parts, by a later part's wamid: that part's failure fails a message
- *   not yet delivered (its first part's statuses tell delivery and reading).
+ * - a later part of a message sent as several: that part's failure fails a message not yet
+ *   delivered (its first part's statuses tell delivery and reading).
  * A message not yet known is retried shortly.
  */
 async function applyStatus(connectionId: string, report: StatusReport, svc: Services, driver: CloudApiConnection, attempt: number): Promise<void> {
   const { wamid, status, error, ours } = report
   let row = svc.messages.repo.byExternal(connectionId, wamid)
   if (row?.direction === 'inbound') return // statuses describe our sends, never a customer's message
+  // a later part of a message sent as several: recorded with it, or named by our id
   let laterPart = false
+  if (!row) {
+    row = svc.messages.repo.byLaterPart(connectionId, wamid)
+    laterPart = row !== null
+  }
   if (!row && ours !== null) {
     const named = ours.length <= 64 ? svc.messages.repo.getAny(ours) : null
     if (named?.connection_id === connectionId && named.direction === 'outbound') {

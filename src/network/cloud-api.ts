@@ -229,7 +229,7 @@ export class CloudApiConnection implements ConnectionDriver {
     return r.id
   }
 
-  async send(message: OutboundMessage, signal?: AbortSignal): Promise<{ externalId: string }> {
+  async send(message: OutboundMessage, signal?: AbortSignal): Promise<{ externalId: string; partIds: string[] }> {
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
     if (message.groupExternalId !== null || !message.recipient) throw new DriverError('unsupported', 'The Cloud API cannot post into groups.')
     const now = Date.now()
@@ -279,7 +279,7 @@ export class CloudApiConnection implements ConnectionDriver {
       this.progress.delete(message.id)
       this.reported.delete(message.id)
       if (!ids.length) throw new DriverError('cloud_api_bad_response', 'The message had nothing to send.')
-      return { externalId: ids[0]! }
+      return { externalId: ids[0]!, partIds: ids.slice(1) }
     } catch (e) {
       // retried later: remember what was accepted; otherwise the message fails and is not retried
       if (e instanceof DriverError && e.retryable && ids.length > 0) this.progress.set(message.id, { at: now, ids })

@@ -103,10 +103,11 @@ export interface DriverEvents {
 
 export interface ConnectionDriver {
   /**
-   * Hand one message to the network; resolves with the network's id once it accepted it.
-   * `signal` aborts when the core stops waiting (the message is then failed, never resent).
+   * Hand one message to the network; resolves with the network's id once it accepted it (and the
+   * ids of its later parts, where the network took it as several messages). `signal` aborts when
+   * the core stops waiting (the message is then failed, never resent).
    */
-  send(message: OutboundMessage, signal?: AbortSignal): Promise<{ externalId: string }>
+  send(message: OutboundMessage, signal?: AbortSignal): Promise<{ externalId: string; partIds?: string[] }>
   /** Ask whether a send interrupted by a crash reached the network (null: cannot tell). */
   confirm(messageId: string): Promise<{ externalId: string } | null>
   /**

@@ -65,6 +65,8 @@ export class MessageRepo {
   private expiredStmt
   private queuedForConnStmt
   private byExternalStmt
+  private byPartStmt
+  private addPartStmt
   private usageGet
   private usageAdd
   private lists = new Map<string, ReturnType<Database['query']>>()
@@ -84,6 +86,8 @@ export class MessageRepo {
     this.expiredStmt = db.query<MessageRow, [number, number]>("SELECT * FROM messages WHERE status = 'queued' AND created_at <= ? ORDER BY seq LIMIT ?")
     this.queuedForConnStmt = db.query<MessageRow, [string]>("SELECT * FROM messages WHERE connection_id = ? AND status = 'queued'")
     this.byExternalStmt = db.query<MessageRow, [string, string]>('SELECT * FROM messages WHERE connection_id = ? AND external_id = ?')
+    this.byPartStmt = db.query<MessageRow, [string, string]>('SELECT m.* FROM message_parts p JOIN messages m ON m.id = p.message_id WHERE p.connection_id = ? AND p.external_id = ?')
+    this.addPartStmt = db.query('INSERT OR IGNORE INTO message_parts (connection_id, external_id, message_id) VALUES (?, ?, ?)')
     this.usageGet = db.query<{ messages: number }, [string, string]>('SELECT messages FROM usage_monthly WHERE workspace_id = ? AND month = ?')
     this.usageAdd = db.query('INSERT INTO usage_monthly (workspace_id, month, messages) VALUES (?, ?, 1) ON CONFLICT (workspace_id, month) DO UPDATE SET messages = messages + 1')
   }
@@ -97,6 +101,18 @@ export class MessageRepo {
   /** A message by the network's id for it. */
   byExternal(connectionId: string, externalId: string) {
     return this.byExternalStmt.get(connectionId, externalId)
+  }
+  /** A message by the network's id for one of its later parts (see addParts). */
+  byLaterPart(connectionId: string, externalId: string) {
+    return this.byPartStmt.get(connectionId, externalId)
+  }
+  /** A message by the network's id for any of its parts. */
+  byAnyPart(connectionId: string, externalId: string) {
+    return this.byExternal(connectionId, externalId) ?? this.byLaterPart(connectionId, externalId)
+  }
+  /** Record the network's ids of a message's later parts. */
+  addParts(connectionId: string, messageId: string, externalIds: string[]) {
+    for (const id of externalIds) this.addPartStmt.run(connectionId, id, messageId)
   }
   getAny(id: string) {
     return this.byIdAnyStmt.get(id)

@@ -348,8 +348,13 @@ export class MessageService {
     for (const id of ids) this.advanceInTx(id, 'sending', at)
   }
 
-  markSent(id: string, externalId: string) {
-    return this.deps.writer.write(() => this.advanceInTx(id, 'sent', this.deps.clock.now(), { external_id: externalId }))
+  /** The network accepted a message: its id for it, and for its later parts if it took several. */
+  markSent(id: string, externalId: string, partIds: string[] = []) {
+    return this.deps.writer.write(() => {
+      const row = this.advanceInTx(id, 'sent', this.deps.clock.now(), { external_id: externalId })
+      if (row && partIds.length) this.repo.addParts(row.connection_id, id, partIds)
+      return row
+    })
   }
 
   markFailed(id: string, code: string, message: string) {
@@ -546,7 +551,7 @@ export class MessageService {
       }
       try {
         const r = await withTimeout((signal) => live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments, template }, signal), this.deps.config.driverTimeoutMs)
-        await this.markSent(row.id, r.externalId)
+        await this.markSent(row.id, r.externalId, r.partIds)
         this.onSettled(row)
         return
       } catch (e) {
