@@ -542,6 +542,21 @@ describe('sending', () => {
     expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
   })
 
+  test('a message whose later part lost its answer is sent at once: Meta took its first part; nothing is sent again', async () => {
+    const { key, conn } = await setup()
+    const to = newPhone()
+    graph.state.failFor[to.slice(1)] = [null, 'reset'] // the photo is accepted; the invoice's answer is lost
+    const attachments = [{ media_id: await uploadMedia(key, 'photo.png', files.png()) }, { media_id: await uploadMedia(key, 'invoice.pdf', files.pdf()) }]
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order', media: { attachments } } })
+    const sent = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'sent' ? msg(key, r.json.data.id) : null), 3000)
+    expect(sent.error).toBeNull()
+    const posts = graph.seen.filter((s) => s.json?.to === to.slice(1))
+    expect(posts.map((s) => s.json.type)).toEqual(['image', 'document'])
+    expect(wamidOf(r.json.data.id)).toBe(posts[0]!.wamid!)
+    await Bun.sleep(1500) // past the first retry's backoff: nothing more goes out
+    expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(2)
+  })
+
   test('a send waiting for Meta to name it fails at once when its number is removed', async () => {
     const { key, conn } = await setup()
     const to = newPhone()

@@ -284,6 +284,9 @@ export class CloudApiConnection implements ConnectionDriver {
       // retried later: remember what was accepted; otherwise the message fails and is not retried
       if (e instanceof DriverError && e.retryable && ids.length > 0) this.progress.set(message.id, { at: now, ids })
       else this.progress.delete(message.id)
+      // a later part's answer was lost (or the send's time ran out), but Meta took the first part:
+      // the message is out, whatever became of the rest (their statuses still find it)
+      if (e instanceof UnconfirmedSend && ids.length > 0) this.reportedSend(message.id, ids[0]!)
       // refused because the person stopped marketing messages (as a status webhook can also say)
       if (e instanceof DriverError && e.code === `cloud_api_${MARKETING_STOPPED}`) this.ctx.events.marketingStopped(this.ctx.connectionId, message.recipient, `cloud_api_${MARKETING_STOPPED}:${message.id}`)
       throw e
