@@ -131,10 +131,11 @@ afterAll(async () => {
   graph.stop()
 })
 
-async function setup(config: Record<string, unknown> = {}) {
-  const t = await srv.tenant()
-  await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
-  const r = await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, {
+/** A workspace with a key and a Cloud API number on the fake Graph API (on `on`, the shared server unless given). */
+async function setup(config: Record<string, unknown> = {}, on: TestServer = srv) {
+  const t = await on.tenant()
+  await on.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+  const r = await on.admin('POST', `/workspaces/${t.ws.id}/connections`, {
     phone: newPhone('+1444'),
     driver: 'cloud_api',
     config: { phone_number_id: PNID, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base, graph_version: 'v21.0', ...config },
@@ -506,16 +507,22 @@ describe('sending', () => {
     expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
   })
 
-  test('a send whose connection breaks after the request left waits for Meta to name it; without a word it fails as send_unconfirmed, never sent again', async () => {
-    const { key, conn } = await setup({ confirm_wait_seconds: 2 })
+  /** Send a text whose answer is lost after Meta read the request (the connection breaks); resolves once Meta has it. */
+  async function sendLosingAnswer(key: string, connectionId: string) {
     const to = newPhone()
     graph.state.failFor[to.slice(1)] = ['reset']
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: connectionId, recipient: to, body: 'Your order shipped' } })
     await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
+    return { id: r.json.data.id as string, to }
+  }
+
+  test('a send whose connection breaks after the request left waits for Meta to name it; without a word it fails as send_unconfirmed, never sent again', async () => {
+    const { key, conn } = await setup({ confirm_wait_seconds: 2 })
+    const { id, to } = await sendLosingAnswer(key, conn.id)
     await Bun.sleep(500)
     // the answer was lost: Meta may have it, so it is not failed before Meta had time to say so
-    expect((await msg(key, r.json.data.id)).status).toBe('sending')
-    const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
+    expect((await msg(key, id)).status).toBe('sending')
+    const failed = await waitFor(async () => ((await msg(key, id)).status === 'failed' ? msg(key, id) : null))
     expect(failed.error.code).toBe('send_unconfirmed')
     await Bun.sleep(1500) // past the first retry's backoff: nothing more goes out
     expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
@@ -524,11 +531,7 @@ describe('sending', () => {
   test('a send whose answer was lost is recorded as sent when a status from Meta names it; only its own number can', async () => {
     const { key, conn } = await setup()
     const other = await setup()
-    const to = newPhone()
-    graph.state.failFor[to.slice(1)] = ['reset']
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
-    const id = r.json.data.id
-    await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
+    const { id, to } = await sendLosingAnswer(key, conn.id)
     const wamid = `wamid.${crypto.randomUUID()}`
     // a status naming it that arrives for another number (another workspace's) changes nothing
     expect((await deliver(srv.base, other.conn.id, statusEvent(wamid, 'delivered', undefined, id))).status).toBe(200)
@@ -559,14 +562,11 @@ describe('sending', () => {
 
   test('a send waiting for Meta to name it fails at once when its number is removed', async () => {
     const { key, conn } = await setup()
-    const to = newPhone()
-    graph.state.failFor[to.slice(1)] = ['reset']
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
-    await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
+    const { id } = await sendLosingAnswer(key, conn.id)
     await Bun.sleep(300)
-    expect((await msg(key, r.json.data.id)).status).toBe('sending')
+    expect((await msg(key, id)).status).toBe('sending')
     expect((await srv.admin('DELETE', `/connections/${conn.id}`)).status).toBe(204)
-    const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null), 3000)
+    const failed = await waitFor(async () => ((await msg(key, id)).status === 'failed' ? msg(key, id) : null), 3000)
     expect(failed.error.code).toBe('send_unconfirmed')
   })
 
@@ -937,27 +937,18 @@ describe('a crash mid-send', () => {
   test('after a restart, a send Meta names in a status is recorded as sent; one it does not name fails as send_interrupted; neither is sent again', async () => {
     const own = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     try {
-      const t = await own.tenant()
-      await own.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
-      const conn = (
-        await own.admin('POST', `/workspaces/${t.ws.id}/connections`, {
-          phone: newPhone('+1444'),
-          driver: 'cloud_api',
-          config: { phone_number_id: PNID, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base, graph_version: 'v21.0', confirm_wait_seconds: 4 },
-        })
-      ).json.data
+      const { key, conn } = await setup({ confirm_wait_seconds: 4 }, own)
       const [a, b] = [newPhone(), newPhone()]
       graph.state.failFor[a.slice(1)] = ['hang']
       graph.state.failFor[b.slice(1)] = ['hang']
       const ids: string[] = []
-      for (const to of [a, b]) ids.push((await own.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })).json.data.id)
+      for (const to of [a, b]) ids.push((await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })).json.data.id)
       // both requests reached Meta; no answer came before the process died
       await waitFor(() => [a, b].every((to) => graph.seen.some((s) => s.json?.to === to.slice(1))))
       await own.stop('SIGKILL')
       await own.boot()
       const wamid = `wamid.${crypto.randomUUID()}`
       expect((await deliver(own.base, conn.id, statusEvent(wamid, 'sent', undefined, ids[0]))).status).toBe(200)
-      const key = (await own.key(t.ws.id)).key
       const get = (id: string) => own.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
       const sent = await waitFor(async () => ((await get(ids[0]!)).status === 'sent' ? get(ids[0]!) : null))
       expect(sent.error).toBeNull()
