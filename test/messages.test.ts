@@ -270,17 +270,23 @@ describe('a template sent one-to-one (template_id in place of body)', () => {
     const { ws, key, conn } = await setup({ fast: false })
     await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 1, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 } } })
     const promo = await template(key, 'Spring sale, {{name}}!', { category: 'marketing' })
-    const [lapsed, kept] = [newPhone(), newPhone()]
-    for (const phone of [lapsed, kept]) await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'P', consent_status: 'opted_in' } })
-    const send = async (recipient: string) => (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient, template_id: promo } })).json.data.id as string
+    const [lapsed, kept, both] = [newPhone(), newPhone(), newPhone()]
+    for (const phone of [lapsed, kept, both]) await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'P', consent_status: 'opted_in' } })
+    const post = (recipient: string) => srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient, template_id: promo } })
+    const send = async (recipient: string) => (await post(recipient)).json.data.id as string
     await waitStatus(key, await send(kept), 'sent')
-    const ids = { lapsed: await send(lapsed), kept: await send(kept) }
+    const ids = { lapsed: await send(lapsed), kept: await send(kept), both: await send(both) }
     // consent set back to unknown while it waits (not an opt-out, but no longer an opt-in)
-    expect((await srv.api(key, 'POST', '/contacts', { json: { phone: lapsed, consent_status: 'unknown' } })).status).toBe(200)
+    for (const phone of [lapsed, both]) expect((await srv.api(key, 'POST', '/contacts', { json: { phone, consent_status: 'unknown' } })).status).toBe(200)
+    // ... and one of them suppressed too: it fails with the code a send to it gets now
+    expect((await srv.admin('POST', `/workspaces/${ws.id}/suppressions`, { phone: both })).status).toBe(201)
+    expect((await post(both)).json.code).toBe('recipient_suppressed')
     await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 100, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 } } })
     await waitStatus(key, ids.kept, 'sent')
     const m = await message(key, ids.lapsed)
     expect([m.status, m.error?.code, m.timeline.map((e: any) => e.status)]).toEqual(['failed', 'recipient_not_opted_in', ['queued', 'failed']])
+    const b = await waitStatus(key, ids.both, 'failed')
+    expect(b.error.code).toBe('recipient_suppressed')
   })
 })
 

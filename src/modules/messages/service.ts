@@ -318,8 +318,9 @@ export class MessageService {
     if (row.group_id !== null) return this.groupRefusal(row)
     const contact = row.contact_id ? this.contacts.repo.get(row.workspace_id, row.contact_id) : null
     if (contact?.consent_status === 'opted_out') return { code: 'recipient_opted_out', message: 'The recipient opted out before the message was sent.' }
-    if (row.opt_in_required === 1 && contact?.consent_status !== 'opted_in') return { code: 'recipient_not_opted_in', message: 'The recipient was no longer opted in when the marketing message was to be sent.' }
+    // in the order `send` checks them, so a message refused at release gets the code a send would
     if (row.recipient !== null && this.suppressions.isSuppressed(row.workspace_id, row.recipient)) return { code: 'recipient_suppressed', message: 'The recipient was suppressed before the message was sent.' }
+    if (row.opt_in_required === 1 && contact?.consent_status !== 'opted_in') return { code: 'recipient_not_opted_in', message: 'The recipient was no longer opted in when the marketing message was to be sent.' }
     return null
   }
 
