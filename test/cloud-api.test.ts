@@ -219,6 +219,7 @@ describe('sending', () => {
     const people = [
       { phone: newPhone(), name: 'Ann', metadata: { day: 'Friday' } },
       { phone: newPhone(), name: 'Ben', metadata: {} },
+      { phone: newPhone(), name: 'Cy', metadata: { day: 'Friday\n(after  5 pm)' } },
     ]
     for (const p of people) expect((await srv.api(key, 'POST', '/contacts', { json: { ...p, consent_status: 'opted_in' } })).status).toBe(201)
     const run = async (template: Record<string, unknown>) => {
@@ -226,22 +227,28 @@ describe('sending', () => {
       const c = (await srv.api(key, 'POST', '/campaigns', { json: { name: 'Shipping', template_id: tpl.id, connection_id: conn.id, variables: { '1': 'A-1001' } } })).json.data
       expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).status).toBe(200)
       await waitFor(async () => (await srv.api(key, 'GET', `/campaigns/${c.id}`)).json.data.status === 'completed')
-      return people.map((p) => graph.seen.filter((x) => x.json?.to === p.phone.slice(1)).at(-1)!.json)
+      const recipients = (await srv.api(key, 'GET', `/campaigns/${c.id}/recipients`)).json.data
+      return { sent: people.map((p) => graph.seen.filter((x) => x.json?.to === p.phone.slice(1)).at(-1)?.json), recipients }
     }
     // named placeholders fill the template's {{1}}, {{2}}, ... in order of first appearance
-    const [ann, ben] = await run({ whatsapp: { name: 'order_ships', language: 'en_US' } })
+    const { sent: [ann, ben, cy], recipients } = await run({ whatsapp: { name: 'order_ships', language: 'en_US' } })
     const body = (...texts: string[]) => ({ components: [{ type: 'body', parameters: texts.map((text) => ({ type: 'text', text })) }] })
     const idOf = new Map((await srv.api(key, 'GET', '/messages?per_page=2')).json.data.map((m: any) => [m.recipient, m.id]))
     expect(ann).toEqual({ messaging_product: 'whatsapp', recipient_type: 'individual', to: people[0]!.phone.slice(1), type: 'template', template: { name: 'order_ships', language: { code: 'en_US' }, ...body('Ann', 'A-1001', 'Friday') }, biz_opaque_callback_data: idOf.get(people[0]!.phone) })
-    expect(ben.biz_opaque_callback_data).toBe(idOf.get(people[1]!.phone))
-    expect(ben.template).toEqual({ name: 'order_ships', language: { code: 'en_US' }, ...body('Ben', 'A-1001', '') })
+    // WhatsApp refuses a parameter with a line break or a run of spaces: it goes out on one line
+    expect(cy.template).toEqual({ name: 'order_ships', language: { code: 'en_US' }, ...body('Cy', 'A-1001', 'Friday (after 5 pm)') })
+    expect(cy.biz_opaque_callback_data).toBe(idOf.get(people[2]!.phone))
+    // ... and an empty one: Ben has no day, so he is skipped instead of sent a message Meta refuses
+    expect(ben).toBeUndefined()
+    expect(recipients.find((r: any) => r.phone === people[1]!.phone)).toMatchObject({ status: 'skipped', skipped_reason: 'missing_value', message_id: null })
     // the log keeps the rendered text
     const logged = (await srv.api(key, 'GET', '/messages?per_page=2')).json.data.map((m: any) => m.body).sort()
-    expect(logged).toEqual(['Hi Ann, order A-1001 ships Friday. Thanks Ann!', 'Hi Ben, order A-1001 ships . Thanks Ben!'])
-    // a template without one goes out as text, as before
-    const [plain] = await run({})
-    expect(plain).toMatchObject({ type: 'text', text: { body: 'Hi Ann, order A-1001 ships Friday. Thanks Ann!' } })
-    expect(plain.template).toBeUndefined()
+    expect(logged).toEqual(['Hi Ann, order A-1001 ships Friday. Thanks Ann!', 'Hi Cy, order A-1001 ships Friday\n(after  5 pm). Thanks Cy!'])
+    // a template without one goes out as text, as before (a value a contact lacks renders empty)
+    const { sent: plain } = await run({})
+    expect(plain[0]).toMatchObject({ type: 'text', text: { body: 'Hi Ann, order A-1001 ships Friday. Thanks Ann!' } })
+    expect(plain[1]).toMatchObject({ type: 'text', text: { body: 'Hi Ben, order A-1001 ships . Thanks Ben!' } })
+    expect(plain[0].template).toBeUndefined()
   })
 
   test('a one-to-one send of a template that names a WhatsApp template goes out as that template', async () => {
@@ -251,6 +258,9 @@ describe('sending', () => {
     const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, contact_id: ada.id, template_id: tpl.id, variables: { '1': 'A-77' } } })
     expect([r.status, r.json.data.body]).toEqual([202, 'Hi Ada, your receipt for order A-77 is ready.'])
     await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    // a value the recipient lacks (no name) would reach WhatsApp empty, which it refuses: 422, nothing queued
+    const nameless = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), template_id: tpl.id, variables: { '1': 'A-78' } } })
+    expect([nameless.status, nameless.json.errors]).toEqual([422, { template_id: ['The WhatsApp template gets no value for {{name}} for this recipient; WhatsApp refuses empty values.'] }])
     const sent = graph.seen.filter((x) => x.json?.to === ada.phone.slice(1))
     expect(sent.map((x) => x.json)).toEqual([
       { messaging_product: 'whatsapp', recipient_type: 'individual', to: ada.phone.slice(1), type: 'template', template: { name: 'order_receipt', language: { code: 'de' }, components: [{ type: 'body', parameters: [{ type: 'text', text: 'Ada' }, { type: 'text', text: 'A-77' }] }] }, biz_opaque_callback_data: r.json.data.id },
@@ -265,6 +275,11 @@ describe('sending', () => {
     const btnOnly = (await srv.api(key, 'POST', '/templates', { json: { name: 'Btn', body: 'Your order is on its way.', whatsapp: { name: 'order_track2', language: 'en', url_buttons: [{ index: 0, value: '{{1}}' }] } } })).json.data
     const missing = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, contact_id: ada.id, template_id: btnOnly.id } })
     expect([missing.status, missing.json.errors]).toEqual([422, { variables: ['Values are needed for the numbered placeholders {{1}}.'] }])
+    // a button whose whole value is one the recipient lacks would reach WhatsApp empty: 422
+    const byCustomer = (await srv.api(key, 'POST', '/templates', { json: { name: 'Account', body: 'Your account is ready.', whatsapp: { name: 'account_ready', language: 'en', url_buttons: [{ index: 1, value: '{{metadata.cust}}' }] } } })).json.data
+    const bo = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'Bo' } })).json.data
+    const noCust = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, contact_id: bo.id, template_id: byCustomer.id } })
+    expect([noCust.status, noCust.json.errors]).toEqual([422, { template_id: ['The WhatsApp template gets no value for URL button 1 for this recipient; WhatsApp refuses empty values.'] }])
     const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, contact_id: ada.id, template_id: tpl.id, variables: { '1': 'A-5' } } })
     expect([r.status, r.json.data.body]).toEqual([202, 'Order A-5 is on its way.'])
     await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')

@@ -355,6 +355,13 @@ export class CloudApiConnection implements ConnectionDriver {
 }
 
 /**
+ * A text parameter as WhatsApp takes it: no line breaks, tabs or runs of more than four spaces
+ * (Meta refuses those, error 132018), so each run of whitespace becomes one space. The message
+ * log keeps the text as rendered.
+ */
+const oneLine = (text: string) => text.replace(/\s+/g, ' ').trim()
+
+/**
  * A message template as the Cloud API takes it: name, language, the header (an uploaded media id —
  * a document also keeps its file name — or the value of a text header's variable), the body's
  * text parameters and the variable part of each dynamic URL button (by its position among the
@@ -363,8 +370,8 @@ export class CloudApiConnection implements ConnectionDriver {
 function templatePayload(t: NetworkTemplate, header: { kind: 'image' | 'video' | 'document'; id: string; filename: string } | null) {
   const components: Record<string, unknown>[] = []
   if (header) components.push({ type: 'header', parameters: [{ type: header.kind, [header.kind]: header.kind === 'document' ? { id: header.id, filename: header.filename } : { id: header.id } }] })
-  else if (t.headerText !== undefined) components.push({ type: 'header', parameters: [{ type: 'text', text: t.headerText }] })
-  if (t.parameters.length) components.push({ type: 'body', parameters: t.parameters.map((text) => ({ type: 'text', text })) })
+  else if (t.headerText !== undefined) components.push({ type: 'header', parameters: [{ type: 'text', text: oneLine(t.headerText) }] })
+  if (t.parameters.length) components.push({ type: 'body', parameters: t.parameters.map((text) => ({ type: 'text', text: oneLine(text) })) })
   for (const b of t.urlButtons ?? []) components.push({ type: 'button', sub_type: 'url', index: String(b.index), parameters: [{ type: 'text', text: b.text }] })
   return { name: t.name, language: { code: t.language }, ...(components.length ? { components } : {}) }
 }

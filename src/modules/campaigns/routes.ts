@@ -67,7 +67,7 @@ const recipientDoc = {
     phone: { type: 'string' },
     status: { type: 'string', enum: ['pending', 'queued', 'sending', 'sent', 'delivered', 'read', 'failed', 'skipped'] },
     message_id: { type: ['string', 'null'], format: 'uuid' },
-    skipped_reason: { type: ['string', 'null'], enum: [null, 'not_opted_in', 'suppressed', 'contact_removed', 'rendered_empty', 'rendered_too_long', 'cancelled', 'connection_removed'] },
+    skipped_reason: { type: ['string', 'null'], enum: [null, 'not_opted_in', 'suppressed', 'contact_removed', 'rendered_empty', 'rendered_too_long', 'missing_value', 'cancelled', 'connection_removed'] },
     updated_at: { type: 'string', format: 'date-time' },
   },
 }

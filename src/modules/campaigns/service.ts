@@ -288,9 +288,10 @@ export class CampaignService {
         const contact = this.contacts.repo.get(c.workspace_id, r.contact_id)
         const reason = !contact ? 'contact_removed' : contact.consent_status !== 'opted_in' ? 'not_opted_in' : this.suppressions.isSuppressed(c.workspace_id, contact.phone) ? 'suppressed' : null
         // rendered for this contact: a text no message may carry (nothing, or past the body
-        // limit through long metadata values) is a skip with its reason, not a send that fails
+        // limit through long metadata values), or a Meta template WhatsApp would refuse (a header
+        // it cannot take, a value the contact lacks), is a skip with its reason, not a send that fails
         const filled = contact && !reason ? fill(c.body ?? '', c.whatsapp, { name: contact.name, phone: contact.phone, metadata: JSON.parse(contact.metadata), numbered: JSON.parse(c.variables) }) : null
-        const unfit = filled ? (renderedFault(filled.text) ?? headerFault(filled.headerText)) : null
+        const unfit = filled ? (renderedFault(filled.text) ?? headerFault(filled.headerText) ?? (filled.emptyValue === null ? null : 'missing_value')) : null
         if (reason || unfit || !contact || !filled) {
           this.repo.skip(r.seq, reason ?? unfit ?? 'contact_removed', now)
           if (++skips >= MAX_SKIPS_PER_RELEASE) {

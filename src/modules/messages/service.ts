@@ -248,20 +248,22 @@ export class MessageService {
    * A template sent one-to-one (inside the send's write): its text rendered for the recipient — a
    * number not yet a contact has only its phone — and the Meta template it stands for, if any.
    * Refused like a body would be: a numbered placeholder without a value, or a text that renders
-   * empty or past the body limit for this recipient.
+   * empty or past the body limit for this recipient; and a Meta template WhatsApp would refuse for
+   * this recipient (its header text empty or too long, a parameter or button value empty).
    */
   private fillTemplate(workspaceId: string, input: SendInput, contact: ContactRow | null, phone: string, withMedia: boolean) {
     const tpl = this.templates.repo.get(workspaceId, input.template_id!)
     if (!tpl) throw notFound('template')
     const numbered = input.variables ?? {}
     this.templates.requireNumbered(tpl, numbered)
-    const { text, networkTemplate, headerText } = fill(tpl.body, tpl.whatsapp, { name: contact?.name ?? null, phone, metadata: contact ? (JSON.parse(contact.metadata) as Record<string, unknown>) : {}, numbered })
+    const { text, networkTemplate, headerText, emptyValue } = fill(tpl.body, tpl.whatsapp, { name: contact?.name ?? null, phone, metadata: contact ? (JSON.parse(contact.metadata) as Record<string, unknown>) : {}, numbered })
     const fault = renderedFault(text)
     if (fault === 'rendered_too_long') throw validationFailed({ template_id: [`The template renders to more than ${MAX_BODY} characters for this recipient.`] })
     if (fault === 'rendered_empty' && !withMedia) throw validationFailed({ template_id: ['The template renders to an empty text for this recipient.'] })
     const header = headerFault(headerText)
     if (header === 'rendered_too_long') throw validationFailed({ template_id: [`The template’s WhatsApp header text renders to more than ${MAX_HEADER_TEXT} characters for this recipient.`] })
     if (header === 'rendered_empty') throw validationFailed({ template_id: ['The template’s WhatsApp header text renders empty for this recipient.'] })
+    if (emptyValue !== null) throw validationFailed({ template_id: [`The WhatsApp template gets no value for ${emptyValue} for this recipient; WhatsApp refuses empty values.`] })
     return { body: fault === 'rendered_empty' ? null : text, marketing: tpl.category === 'marketing', networkTemplate, headerText }
   }
 

@@ -67,8 +67,8 @@ export function render(body: string, values: RenderValues): { text: string; miss
  * The network template a body stands for, filled for one recipient: its parameters are the values
  * of the body's placeholders in order of first appearance — so "Hi {{name}}, order {{1}} ships
  * {{metadata.day}}" fills a WhatsApp template "Hi {{1}}, order {{2}} ships {{3}}" — each as the
- * text renders it (a value the recipient lacks is empty). Its header text and its URL buttons'
- * values are rendered the same way ("track/{{1}}" → "track/A-1001").
+ * text renders it (a value the recipient lacks is empty: see emptyValueOf). Its header text and
+ * its URL buttons' values are rendered the same way ("track/{{1}}" → "track/A-1001").
  */
 export function networkTemplate(whatsapp: { name: string; language: string; header_text?: string | null; url_buttons?: { index: number; value: string }[] }, body: string, values: RenderValues) {
   const parameters = placeholders(body).variables.map((name) => asText(valueOf(name, values)?.value) ?? '')
@@ -83,13 +83,26 @@ export function networkTemplate(whatsapp: { name: string; language: string; head
 }
 
 /**
+ * What of a filled network template has no value for the recipient — WhatsApp refuses a template
+ * message with an empty parameter: a body placeholder ("{{metadata.day}}") or a URL button's value
+ * ("URL button 0"); null when every value is there. (An empty header text is `headerFault`'s.)
+ */
+function emptyValueOf(t: ReturnType<typeof networkTemplate>, body: string): string | null {
+  const i = t.parameters.findIndex((p) => p.trim() === '')
+  if (i >= 0) return `{{${placeholders(body).variables[i]}}}`
+  const button = t.urlButtons?.find((b) => b.text.trim() === '')
+  return button ? `URL button ${button.index}` : null
+}
+
+/**
  * A template body filled for one recipient: the text, and — when the template names a network
  * template (`whatsapp`, JSON) — that template with its parameters, as a message row stores it,
- * and its rendered header text (null when it has none).
+ * its rendered header text (null when it has none) and what of it has no value (`emptyValue`,
+ * see emptyValueOf; such a message cannot be sent).
  */
-export function fill(body: string, whatsapp: string | null, values: RenderValues): { text: string; networkTemplate: string | null; headerText: string | null } {
+export function fill(body: string, whatsapp: string | null, values: RenderValues): { text: string; networkTemplate: string | null; headerText: string | null; emptyValue: string | null } {
   const text = render(body, values).text
-  if (whatsapp === null) return { text, networkTemplate: null, headerText: null }
+  if (whatsapp === null) return { text, networkTemplate: null, headerText: null, emptyValue: null }
   const t = networkTemplate(JSON.parse(whatsapp), body, values)
-  return { text, networkTemplate: JSON.stringify(t), headerText: t.headerText ?? null }
+  return { text, networkTemplate: JSON.stringify(t), headerText: t.headerText ?? null, emptyValue: emptyValueOf(t, body) }
 }
