@@ -914,6 +914,7 @@ describe('webhooks from Meta', () => {
     const from = newPhone()
     // fault injection on the real database: inserts of this sender's messages fail until dropped
     const db = new Database(join(srv.dataDir, 'capstan.db'))
+    db.run('PRAGMA busy_timeout = 5000') // the server may be committing at this moment
     db.run(`CREATE TRIGGER fail_inbound BEFORE INSERT ON messages WHEN NEW.sender = '${from}' BEGIN SELECT RAISE(ABORT, 'injected write failure'); END`)
     const event = inboundEvent(from.slice(1), 'Where is my order?')
     try {
