@@ -35,7 +35,8 @@ function fakeGraph() {
   // inbound: files customers sent, by media id (a status instead of bytes: Meta answers that)
   // 'hang': the request is read and no answer comes until the test ends (or the client goes away)
   const hung: (() => void)[] = []
-  const state = { rejectTokens: false, throttleNext: 0, failFor: {} as Record<string, (null | 500 | 131050 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
+  // waIdFor: the WhatsApp id Meta answers a send with, per number sent to (default: the number)
+  const state = { rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131050 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
   const server = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -84,7 +85,7 @@ function fakeGraph() {
         if (json.to === '15550009001') return err(400, 131026, 'Message undeliverable')
         const wamid = `wamid.${crypto.randomUUID()}`
         seen.at(-1)!.wamid = wamid
-        return Response.json({ messaging_product: 'whatsapp', contacts: [{ input: json.to, wa_id: json.to }], messages: [{ id: wamid }] })
+        return Response.json({ messaging_product: 'whatsapp', contacts: [{ input: json.to, wa_id: state.waIdFor[json.to] ?? json.to }], messages: [{ id: wamid }] })
       }
       return err(400, 100, 'Unsupported request')
     },
@@ -115,6 +116,12 @@ const statusEvent = (wamid: string, status: string, errors?: unknown[], ours?: s
 const inboundEvent = (from: string, text: string) => ({
   object: 'whatsapp_business_account',
   entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: PNID }, contacts: [{ profile: { name: 'Ada' }, wa_id: from }], messages: [{ from, id: `wamid.in-${crypto.randomUUID()}`, timestamp: '1763700000', type: 'text', text: { body: text } }] } }] }],
+})
+
+/** A person's marketing preference as Meta reports it (the user_preferences field). */
+const preferenceEvent = (waId: string, value: string, category = 'marketing_messages') => ({
+  object: 'whatsapp_business_account',
+  entry: [{ id: 'WABA', changes: [{ field: 'user_preferences', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: PNID }, contacts: [{ profile: { name: 'Ann' }, wa_id: waId }], user_preferences: [{ wa_id: waId, detail: 'User requested to stop marketing messages', category, value, timestamp: 1763700000 }] } }] }],
 })
 
 let graph: ReturnType<typeof fakeGraph>
@@ -733,6 +740,30 @@ describe('webhooks from Meta', () => {
     expect((await srv.request('GET', '/healthz')).status).toBe(200)
   })
 
+  test('a number WhatsApp knows under another id (its wa_id): replies, STOP and "Stop promotions" from that id are the contact’s', async () => {
+    const { key, conn } = await setup()
+    const tail = String(Math.floor(Math.random() * 1e8)).padStart(8, '0')
+    // Brazilian mobiles with the ninth digit; WhatsApp knows older accounts without it
+    const [bia, caio] = [`+55119${tail}`, `+55219${tail}`]
+    const waIdOf = (phone: string) => `${phone.slice(1, 5)}${phone.slice(6)}`
+    for (const phone of [bia, caio]) {
+      expect((await srv.api(key, 'POST', '/contacts', { json: { phone, consent_status: 'opted_in' } })).status).toBe(201)
+      graph.state.waIdFor[phone.slice(1)] = waIdOf(phone)
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: phone, body: 'Your order shipped' } })
+      await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    }
+    for (const event of [inboundEvent(waIdOf(bia), 'Thanks!'), inboundEvent(waIdOf(bia), 'STOP'), preferenceEvent(waIdOf(caio), 'stop')]) expect((await deliver(srv.base, conn.id, event)).status).toBe(200)
+    const inbound = (await srv.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.body === 'Thanks!' || m.body === 'STOP')
+    expect(inbound.map((m: any) => m.sender)).toEqual([bia, bia])
+    const contacts = (await srv.api(key, 'GET', '/contacts?per_page=100')).json.data
+    expect(contacts.find((c: any) => c.phone === bia).consent_status).toBe('opted_out')
+    expect(contacts.find((c: any) => c.phone === caio).consent_status).toBe('unknown')
+    // no second contact under the WhatsApp ids
+    expect(contacts.filter((c: any) => c.phone === `+${waIdOf(bia)}` || c.phone === `+${waIdOf(caio)}`)).toEqual([])
+    const again = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: bia, body: 'One more thing' } })
+    expect([again.status, again.json.code]).toEqual([422, 'recipient_opted_out'])
+  })
+
   test('stopping marketing messages in WhatsApp withdraws marketing consent; order updates still reach the person', async () => {
     const { key, conn } = await setup()
     const other = await setup()
@@ -740,10 +771,7 @@ describe('webhooks from Meta', () => {
     for (const [phone, consent_status] of [[ann, 'opted_in'], [ben, 'opted_out'], [dan, 'opted_in']]) await srv.api(key, 'POST', '/contacts', { json: { phone, consent_status } })
     await srv.api(other.key, 'POST', '/contacts', { json: { phone: ann, consent_status: 'opted_in' } })
     const consent = async (k: string, phone: string) => (await srv.api(k, 'GET', '/contacts?per_page=100')).json.data.find((c: any) => c.phone === phone)?.consent_status
-    const preference = (phone: string, value: string, category = 'marketing_messages') => ({
-      object: 'whatsapp_business_account',
-      entry: [{ id: 'WABA', changes: [{ field: 'user_preferences', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: PNID }, contacts: [{ profile: { name: 'Ann' }, wa_id: phone.slice(1) }], user_preferences: [{ wa_id: phone.slice(1), detail: 'User requested to stop marketing messages', category, value, timestamp: 1763700000 }] } }] }],
-    })
+    const preference = (phone: string, value: string, category?: string) => preferenceEvent(phone.slice(1), value, category)
     // "Stop promotions": opted in → unknown, in this number's workspace only; an opted-out
     // contact stays opted out; a number that is no contact is not made one; resuming changes nothing
     const stranger = newPhone()

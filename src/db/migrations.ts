@@ -15,6 +15,7 @@ import m0013 from '../../migrations/0013_marketing_opt_in.sql' with { type: 'tex
 import m0014 from '../../migrations/0014_campaign_media.sql' with { type: 'text' }
 import m0015 from '../../migrations/0015_message_reply_to.sql' with { type: 'text' }
 import m0016 from '../../migrations/0016_message_parts.sql' with { type: 'text' }
+import m0017 from '../../migrations/0017_network_addresses.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -33,4 +34,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 14, name: '0014_campaign_media', sql: m0014 },
   { version: 15, name: '0015_message_reply_to', sql: m0015 },
   { version: 16, name: '0016_message_parts', sql: m0016 },
+  { version: 17, name: '0017_network_addresses', sql: m0017 },
 ]

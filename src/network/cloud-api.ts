@@ -39,7 +39,7 @@
  * `confirmLater`). It also lets the statuses of a message's later parts find their message.
  */
 import { readBody, TOO_LARGE } from '../http/body'
-import type { ConnectionDriver, DriverContext, DriverFactory, NetworkTemplate, OutboundMedia, OutboundMessage } from './driver'
+import type { Accepted, ConnectionDriver, DriverContext, DriverFactory, NetworkTemplate, OutboundMedia, OutboundMessage } from './driver'
 import { DriverError, STOPPED, UnconfirmedSend, templateHeaderKind } from './driver'
 
 export const DEFAULT_GRAPH_BASE = 'https://graph.facebook.com'
@@ -229,13 +229,15 @@ export class CloudApiConnection implements ConnectionDriver {
     return r.id
   }
 
-  async send(message: OutboundMessage, signal?: AbortSignal): Promise<{ externalId: string; partIds: string[] }> {
+  async send(message: OutboundMessage, signal?: AbortSignal): Promise<Accepted> {
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
     if (message.groupExternalId !== null || !message.recipient) throw new DriverError('unsupported', 'The Cloud API cannot post into groups.')
     const now = Date.now()
     for (const [id, p] of this.progress) if (now - p.at > PROGRESS_TTL_MS) this.progress.delete(id)
     const done = this.progress.get(message.id)?.ids ?? []
     const ids: string[] = []
+    // the person's WhatsApp id as Meta answers it (it can differ from the number sent to)
+    let waId: string | undefined
     try {
       const to = message.recipient.replace(/^\+/, '')
       // our id comes back in every status of the message (see confirmLater)
@@ -252,6 +254,8 @@ export class CloudApiConnection implements ConnectionDriver {
         const id = r?.messages?.[0]?.id
         if (typeof id !== 'string') throw new DriverError('cloud_api_bad_response', 'The Cloud API did not return a message id.')
         ids.push(id)
+        const wa = r?.contacts?.[0]?.wa_id
+        if (typeof wa === 'string' && /^[1-9][0-9]{6,14}$/.test(wa)) waId ??= wa
       }
       // a template Meta approved: it reaches people outside the 24-hour window too. Its one
       // attachment, if any, is its media header (uploaded first, referred to by id)
@@ -279,7 +283,7 @@ export class CloudApiConnection implements ConnectionDriver {
       this.progress.delete(message.id)
       this.reported.delete(message.id)
       if (!ids.length) throw new DriverError('cloud_api_bad_response', 'The message had nothing to send.')
-      return { externalId: ids[0]!, partIds: ids.slice(1) }
+      return { externalId: ids[0]!, partIds: ids.slice(1), recipientAddress: waId === undefined ? undefined : `+${waId}` }
     } catch (e) {
       // retried later: remember what was accepted; otherwise the message fails and is not retried
       if (e instanceof DriverError && e.retryable && ids.length > 0) this.progress.set(message.id, { at: now, ids })

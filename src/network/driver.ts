@@ -101,13 +101,26 @@ export interface DriverEvents {
   marketingStopped(connectionId: string, phone: string, source: string): void
 }
 
+/** What the network said when it accepted a message. */
+export interface Accepted {
+  /** Its id for the message (its first part's, when it took several). */
+  externalId: string
+  /** Its ids for the message's later parts. */
+  partIds?: string[]
+  /**
+   * The recipient's address as the network knows it (WhatsApp's wa_id, as E.164), which can
+   * differ from the number sent to: the network's messages from there are the recipient's.
+   */
+  recipientAddress?: string
+}
+
 export interface ConnectionDriver {
   /**
-   * Hand one message to the network; resolves with the network's id once it accepted it (and the
-   * ids of its later parts, where the network took it as several messages). `signal` aborts when
-   * the core stops waiting (the message is then failed, never resent).
+   * Hand one message to the network; resolves with what the network said once it accepted it
+   * (see Accepted). `signal` aborts when the core stops waiting (the message is then failed, never
+   * resent).
    */
-  send(message: OutboundMessage, signal?: AbortSignal): Promise<{ externalId: string; partIds?: string[] }>
+  send(message: OutboundMessage, signal?: AbortSignal): Promise<Accepted>
   /** Ask whether a send interrupted by a crash reached the network (null: cannot tell). */
   confirm(messageId: string): Promise<{ externalId: string } | null>
   /**

@@ -23,6 +23,8 @@ export class ContactRepo {
   private ledgerStmt
   private listStmt
   private countStmt
+  private addressGet
+  private addressPut
 
   constructor(db: Database) {
     this.byPhone = db.query<ContactRow, [string, string]>('SELECT * FROM contacts WHERE workspace_id = ? AND phone = ?')
@@ -36,10 +38,20 @@ export class ContactRepo {
     this.ledgerStmt = db.query('INSERT INTO consent_ledger (workspace_id, contact_id, status, source, at) VALUES (?, ?, ?, ?, ?)')
     this.listStmt = db.query<ContactRow, [string, number, number]>('SELECT * FROM contacts WHERE workspace_id = ? ORDER BY last_activity_at DESC, rowid DESC LIMIT ? OFFSET ?')
     this.countStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM contacts WHERE workspace_id = ?')
+    this.addressGet = db.query<{ phone: string }, [string, string]>('SELECT phone FROM network_addresses WHERE workspace_id = ? AND address = ?')
+    this.addressPut = db.query('INSERT INTO network_addresses (workspace_id, address, phone) VALUES (?, ?, ?) ON CONFLICT (workspace_id, address) DO UPDATE SET phone = excluded.phone')
   }
 
   getByPhone(workspaceId: string, phone: string) {
     return this.byPhone.get(workspaceId, phone)
+  }
+  /** The number a network address stands for (see network_addresses), or the address itself. */
+  phoneOf(workspaceId: string, address: string) {
+    return this.addressGet.get(workspaceId, address)?.phone ?? address
+  }
+  /** The network reports `phone` as `address`: its messages from there are that number's. */
+  addAddress(workspaceId: string, address: string, phone: string) {
+    this.addressPut.run(workspaceId, address, phone)
   }
   get(workspaceId: string, id: string) {
     return this.byId.get(workspaceId, id)

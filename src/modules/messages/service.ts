@@ -7,7 +7,7 @@
 import type { Deps } from '../../deps'
 import { notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
-import type { NetworkTemplate, ReceiptStatus } from '../../network/driver'
+import type { Accepted, NetworkTemplate, ReceiptStatus } from '../../network/driver'
 import { DriverError, type OutboundMedia, STOPPED, UnconfirmedSend, templateHeaderKind } from '../../network/driver'
 import type { ConnectionService, LiveConnection } from '../connections/service'
 import type { ContactService } from '../contacts/service'
@@ -351,11 +351,15 @@ export class MessageService {
     for (const id of ids) this.advanceInTx(id, 'sending', at)
   }
 
-  /** The network accepted a message: its id for it, and for its later parts if it took several. */
-  markSent(id: string, externalId: string, partIds: string[] = []) {
+  /**
+   * The network accepted a message: its id for it, for its later parts if it took several, and the
+   * recipient's address there when that is not the number sent to (see network_addresses).
+   */
+  markSent(id: string, { externalId, partIds = [], recipientAddress }: Accepted) {
     return this.deps.writer.write(() => {
       const row = this.advanceInTx(id, 'sent', this.deps.clock.now(), { external_id: externalId })
       if (row && partIds.length) this.repo.addParts(row.connection_id, id, partIds)
+      if (row?.recipient && recipientAddress && recipientAddress !== row.recipient) this.contacts.repo.addAddress(row.workspace_id, recipientAddress, row.recipient)
       return row
     })
   }
@@ -375,7 +379,9 @@ export class MessageService {
    * the network's id for it: a network that delivers the same message again (Meta retries its
    * webhooks) gets the row already logged back, and nothing is logged or announced twice. `file`:
    * what the sender attached, prepared (scanned and stored) and inserted with the message.
-   * `replyTo`: the id of our message it answers, when the network says so.
+   * `replyTo`: the id of our message it answers, when the network says so. `from` is the sender's
+   * address on the network: one the network gave for a number Capstan sent to (network_addresses)
+   * is logged as that number, so a reply or a STOP from it is that contact's.
    */
   async inbound(connectionId: string, from: string, body: string, extra: InboundExtra = {}): Promise<MessageRow> {
     const live = this.connections.getAny(connectionId)
@@ -390,7 +396,7 @@ export class MessageService {
     }
   }
 
-  private inboundInTx(live: LiveConnection, from: string, body: string, { externalId = null, file, replyTo = null }: InboundExtra): MessageRow {
+  private inboundInTx(live: LiveConnection, address: string, body: string, { externalId = null, file, replyTo = null }: InboundExtra): MessageRow {
     const connectionId = live.row.id
     if (externalId !== null) {
       const seen = this.repo.byExternal(connectionId, externalId)
@@ -398,6 +404,8 @@ export class MessageService {
     }
     const now = this.deps.clock.now()
     const ws = live.row.workspace_id
+    // the number the network's address for the sender stands for (usually the address itself)
+    const from = this.contacts.repo.phoneOf(ws, address)
     let contact = this.contacts.repo.getByPhone(ws, from)
     if (!contact) contact = this.contacts.upsertInTx(ws, { phone: from }, 'inbound').row
     else this.contacts.repo.touch(contact.id, now)
@@ -428,7 +436,7 @@ export class MessageService {
     if (!live) return false
     return this.deps.writer.write(() => {
       const ws = live.row.workspace_id
-      const contact = this.contacts.repo.getByPhone(ws, phone)
+      const contact = this.contacts.repo.getByPhone(ws, this.contacts.repo.phoneOf(ws, phone))
       if (contact?.consent_status !== 'opted_in') return false
       const now = this.deps.clock.now()
       this.contacts.repo.setConsent(contact.id, 'unknown', now)
@@ -447,7 +455,7 @@ export class MessageService {
     for (const row of this.repo.inFlight()) {
       const live = this.connections.find(row.connection_id)
       const confirmed = live ? await live.driver.confirm(row.id).catch(() => null) : null
-      if (confirmed) await this.markSent(row.id, confirmed.externalId)
+      if (confirmed) await this.markSent(row.id, confirmed)
       else if (live?.driver.confirmLater) void this.track(() => this.settleUnknown(live, row, INTERRUPTED))
       else await this.markFailed(row.id, INTERRUPTED.code, INTERRUPTED.message)
     }
@@ -467,7 +475,7 @@ export class MessageService {
       if (later === STOPPED && this.connections.stopped) return
       confirmed = later === STOPPED ? null : later
     }
-    if (confirmed) await this.markSent(row.id, confirmed.externalId)
+    if (confirmed) await this.markSent(row.id, confirmed)
     else await this.markFailed(row.id, why.code, why.message)
     this.onSettled(row)
   }
@@ -554,7 +562,7 @@ export class MessageService {
       }
       try {
         const r = await withTimeout((signal) => live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments, template }, signal), this.deps.config.driverTimeoutMs)
-        await this.markSent(row.id, r.externalId, r.partIds)
+        await this.markSent(row.id, r)
         this.onSettled(row)
         return
       } catch (e) {
