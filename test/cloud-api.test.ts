@@ -36,7 +36,7 @@ function fakeGraph() {
   // 'hang': the request is read and no answer comes until the test ends (or the client goes away)
   const hung: (() => void)[] = []
   // waIdFor: the WhatsApp id Meta answers a send with, per number sent to (default: the number)
-  const state = { rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131050 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
+  const state = { rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131050 | 131053 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
   const server = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -76,6 +76,7 @@ function fakeGraph() {
         }
         const scripted = state.failFor[json.to]?.shift()
         if (scripted === 500) return err(500, 1, 'An unknown error occurred')
+        if (scripted === 131053) return err(400, 131053, 'Media upload error')
         if (scripted === 131050) return err(400, 131050, 'Unable to deliver the message. This recipient has chosen to stop receiving marketing messages.')
         if (scripted === 'hang') {
           await new Promise<void>((resolve) => hung.push(resolve))
@@ -388,6 +389,7 @@ describe('sending', () => {
 
     expect((await srv.api(key, 'POST', `/campaigns/${draft.id}/schedule`, { json: {} })).status).toBe(200)
     await waitFor(async () => (await srv.api(key, 'GET', `/campaigns/${draft.id}`)).json.data.status === 'completed')
+    const headers: string[] = []
     for (const phone of people) {
       const sent = graph.seen.filter((x) => x.json?.to === phone.slice(1))
       expect(sent).toHaveLength(1)
@@ -396,7 +398,11 @@ describe('sending', () => {
         language: { code: 'en' },
         components: [{ type: 'header', parameters: [{ type: 'image', image: { id: expect.stringMatching(/^media-/) } }] }, { type: 'body', parameters: [{ type: 'text', text: 'Zoe' }] }],
       })
+      headers.push(sent[0]!.json.template.components[0].parameters[0].image.id)
     }
+    // the file went to Meta once: every recipient's message names the same upload
+    expect(graph.seen.filter((x) => x.path.endsWith('/media') && x.form?.filename === 'spring.png')).toHaveLength(1)
+    expect(headers[1]).toBe(headers[0])
     const logged = (await srv.api(key, 'GET', '/messages?per_page=2')).json.data
     expect(logged.map((m: any) => m.attachments)).toEqual([[png], [png]])
   })
@@ -475,6 +481,28 @@ describe('sending', () => {
     const send = graph.seen.find((s) => s.json?.to === to.slice(1))
     expect(send?.json).toMatchObject({ type: 'image', image: { caption: 'Your receipt' } })
     expect(send?.json.image.id).toMatch(/^media-/)
+  })
+
+  test('a file sent again is not uploaded again; after a refusal it is', async () => {
+    const { key, conn } = await setup()
+    const pdf = await uploadMedia(key, 'terms-v2.pdf', files.pdf())
+    const uploads = () => graph.seen.filter((x) => x.path.endsWith('/media') && x.form?.filename === 'terms-v2.pdf').length
+    const send = async (scripted: (null | 131053)[]) => {
+      const to = newPhone()
+      graph.state.failFor[to.slice(1)] = scripted
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Our new terms', media: { attachments: [{ media_id: pdf }] } } })
+      return waitFor(async () => {
+        const m = await msg(key, r.json.data.id)
+        return m.status === 'sent' || m.status === 'failed' ? m : null
+      })
+    }
+    expect((await send([null])).status).toBe('sent')
+    expect((await send([null])).status).toBe('sent')
+    expect(uploads()).toBe(1)
+    // Meta refuses the reused upload: that message fails, and the next one uploads the file afresh
+    expect((await send([131053])).error.code).toBe('cloud_api_131053')
+    expect((await send([null])).status).toBe('sent')
+    expect(uploads()).toBe(2)
   })
 
   test('a Cloud API error fails the message with its code and message', async () => {

@@ -50,6 +50,13 @@ const TIMEOUT_MS = 20_000
 const PROGRESS_TTL_MS = 3 * 3_600_000
 /** How long a send with an unknown outcome waits for Meta's status by default (config `confirm_wait_seconds`). */
 export const DEFAULT_CONFIRM_WAIT_SECONDS = 300
+/**
+ * How long a file uploaded to Meta is sent again by its Meta media id rather than uploaded again
+ * (Meta keeps uploads for 30 days), and how many such ids a number remembers: a campaign with a
+ * media header uploads its file once, not once per recipient.
+ */
+const UPLOAD_REUSE_MS = 24 * 3_600_000
+const UPLOADS_KEPT = 10_000
 /** How long a status naming a message still being sent is kept for a `confirmLater` to come. */
 const REPORTED_TTL_MS = 10 * 60_000
 /** fetch failures that mean the request never reached the server: safe to send again. */
@@ -102,6 +109,8 @@ export class CloudApiConnection implements ConnectionDriver {
   private waiting = new Map<string, { resolve: (r: { externalId: string } | null | typeof STOPPED) => void; timer: Timer }>()
   /** Per message id: a wamid a status named while nothing waited for it yet (kept REPORTED_TTL_MS). */
   private reported = new Map<string, { wamid: string; at: number }>()
+  /** Per Capstan media id: its upload to Meta (under way or done), reused for UPLOAD_REUSE_MS. */
+  private uploads = new Map<string, { id: Promise<string>; at: number }>()
 
   constructor(private readonly ctx: DriverContext) {
     this.config = ctx.config as unknown as CloudConfig
@@ -109,6 +118,7 @@ export class CloudApiConnection implements ConnectionDriver {
 
   configure(config: Record<string, unknown>) {
     this.config = config as unknown as CloudConfig
+    this.uploads.clear() // another number or app may not see the old uploads
   }
 
   /** The connection's secrets, for the webhook route. */
@@ -219,7 +229,22 @@ export class CloudApiConnection implements ConnectionDriver {
     return url.protocol === 'https:' && MEDIA_HOSTS.some((h) => url.hostname === h || url.hostname.endsWith(`.${h}`))
   }
 
-  private async uploadMedia(m: OutboundMedia): Promise<string> {
+  /** A file's Meta media id: uploaded once, then reused (see UPLOAD_REUSE_MS); a failed upload is forgotten. */
+  private uploadMedia(m: OutboundMedia): Promise<string> {
+    const now = Date.now()
+    const kept = this.uploads.get(m.id)
+    if (kept && now - kept.at < UPLOAD_REUSE_MS) return kept.id
+    const id = this.upload(m)
+    this.uploads.delete(m.id)
+    this.uploads.set(m.id, { id, at: now })
+    if (this.uploads.size > UPLOADS_KEPT) this.uploads.delete(this.uploads.keys().next().value!)
+    id.catch(() => {
+      if (this.uploads.get(m.id)?.id === id) this.uploads.delete(m.id)
+    })
+    return id
+  }
+
+  private async upload(m: OutboundMedia): Promise<string> {
     const form = new FormData()
     form.set('messaging_product', 'whatsapp')
     form.set('type', m.mimeType)
@@ -288,6 +313,8 @@ export class CloudApiConnection implements ConnectionDriver {
       // retried later: remember what was accepted; otherwise the message fails and is not retried
       if (e instanceof DriverError && e.retryable && ids.length > 0) this.progress.set(message.id, { at: now, ids })
       else this.progress.delete(message.id)
+      // a refusal may be of a reused upload Meta no longer takes: the next message uploads afresh
+      if (!(e instanceof DriverError && e.retryable)) for (const m of message.attachments) this.uploads.delete(m.id)
       // a later part's answer was lost (or the send's time ran out), but Meta took the first part:
       // the message is out, whatever became of the rest (their statuses still find it)
       if (e instanceof UnconfirmedSend && ids.length > 0) this.reportedSend(message.id, ids[0]!)
