@@ -341,7 +341,12 @@ export class CloudApiConnection implements ConnectionDriver {
     }
     const waitMs = (this.config.confirm_wait_seconds ?? DEFAULT_CONFIRM_WAIT_SECONDS) * 1000
     if (waitMs <= 0) return Promise.resolve(null)
-    this.waiting.get(messageId)?.resolve(null)
+    // one wait per message: an earlier one (there should be none) is answered "no word"
+    const earlier = this.waiting.get(messageId)
+    if (earlier) {
+      clearTimeout(earlier.timer)
+      earlier.resolve(null)
+    }
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         this.waiting.delete(messageId)
