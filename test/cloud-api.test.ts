@@ -114,9 +114,9 @@ const statusEvent = (wamid: string, status: string, errors?: unknown[], ours?: s
   object: 'whatsapp_business_account',
   entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { display_phone_number: '15550001234', phone_number_id: PNID }, statuses: [{ id: wamid, status, timestamp: '1763700000', recipient_id: '15551234567', ...(errors ? { errors } : {}), ...(ours ? { biz_opaque_callback_data: ours } : {}) }] } }] }],
 })
-const inboundEvent = (from: string, text: string) => ({
+const inboundEvent = (from: string, text: string, profileName = 'Ada') => ({
   object: 'whatsapp_business_account',
-  entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: PNID }, contacts: [{ profile: { name: 'Ada' }, wa_id: from }], messages: [{ from, id: `wamid.in-${crypto.randomUUID()}`, timestamp: '1763700000', type: 'text', text: { body: text } }] } }] }],
+  entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: PNID }, contacts: [{ profile: { name: profileName }, wa_id: from }], messages: [{ from, id: `wamid.in-${crypto.randomUUID()}`, timestamp: '1763700000', type: 'text', text: { body: text } }] } }] }],
 })
 
 /** A person's marketing preference as Meta reports it (the user_preferences field). */
@@ -766,6 +766,17 @@ describe('webhooks from Meta', () => {
     const notJson = await fetch(`${srv.base}/hooks/whatsapp/${conn.id}`, { method: 'POST', headers: { 'x-hub-signature-256': `sha256=${new Bun.CryptoHasher('sha256', APP_SECRET).update('{oops').digest('hex')}` }, body: '{oops' })
     expect(notJson.status).toBe(200)
     expect((await srv.request('GET', '/healthz')).status).toBe(200)
+  })
+
+  test('a sender’s WhatsApp profile name names a contact that has none; a name the team gave is kept', async () => {
+    const { key, conn } = await setup()
+    const [fresh, named, nameless] = [newPhone(), newPhone(), newPhone()]
+    expect((await srv.api(key, 'POST', '/contacts', { json: { phone: named, name: 'Grace Hopper' } })).status).toBe(201)
+    expect((await srv.api(key, 'POST', '/contacts', { json: { phone: nameless } })).status).toBe(201)
+    for (const [phone, profile] of [[fresh, '  Ada  '], [named, 'Gracie'], [nameless, 'Linus']]) expect((await deliver(srv.base, conn.id, inboundEvent(phone!.slice(1), 'Hello', profile))).status).toBe(200)
+    const contacts = (await srv.api(key, 'GET', '/contacts?per_page=100')).json.data
+    const nameOf = (phone: string) => contacts.find((c: any) => c.phone === phone)?.name
+    expect([nameOf(fresh), nameOf(named), nameOf(nameless)]).toEqual(['Ada', 'Grace Hopper', 'Linus'])
   })
 
   test('a number WhatsApp knows under another id (its wa_id): replies, STOP and "Stop promotions" from that id are the contact’s', async () => {

@@ -172,6 +172,9 @@ async function apply(body: any, connectionId: string, svc: Services, driver: Clo
         if (p.value !== 'stop' || !E164.test(phone)) continue
         if (await svc.messages.marketingStopped(connectionId, phone, 'cloud_api:marketing_stopped')) svc.log.info('marketing consent withdrawn: the contact stopped marketing messages in WhatsApp', { connection_id: connectionId })
       }
+      // the senders' WhatsApp profile names, by wa_id
+      const names = new Map<string, string>()
+      for (const c of Array.isArray(value.contacts) ? value.contacts : []) if (typeof c?.wa_id === 'string' && typeof c.profile?.name === 'string') names.set(c.wa_id, c.profile.name)
       for (const m of Array.isArray(value.messages) ? value.messages : []) {
         if (typeof m?.from !== 'string') continue
         known++
@@ -187,7 +190,7 @@ async function apply(body: any, connectionId: string, svc: Services, driver: Clo
         const quotedId = m.context?.id ?? (m.type === 'reaction' ? m.reaction?.message_id : undefined)
         const quoted = typeof quotedId === 'string' && quotedId.length <= 256 ? svc.messages.repo.byAnyPart(connectionId, quotedId) : null
         const replyTo = quoted?.direction === 'outbound' ? quoted.id : null
-        await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]', { externalId: wamid, file: file ?? undefined, replyTo })
+        await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]', { externalId: wamid, file: file ?? undefined, replyTo, senderName: names.get(m.from) ?? null })
       }
     }
   }

@@ -19,6 +19,7 @@ import { fill } from '../templates/render'
 import type { TemplateService } from '../templates/service'
 import type { EventType, WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
+import { clipCodePoints } from '../../http/schema'
 import { headerFault, MAX_BODY, MAX_HEADER_TEXT, OPT_OUT_KEYWORDS, renderedFault } from './model'
 import { MessageRepo, type MessageRow, type MessageStatus, type NewMessage } from './repo'
 
@@ -69,6 +70,8 @@ export interface InboundExtra {
   externalId?: string | null
   file?: MediaRow
   replyTo?: string | null
+  /** The name the sender goes by on the network (WhatsApp's profile name): a contact without one takes it. */
+  senderName?: string | null
 }
 
 export type MessageFields = Pick<NewMessage, 'id' | 'workspace_id' | 'connection_id' | 'contact_id' | 'group_id' | 'recipient' | 'sender' | 'body' | 'attachments'> & {
@@ -396,7 +399,7 @@ export class MessageService {
     }
   }
 
-  private inboundInTx(live: LiveConnection, address: string, body: string, { externalId = null, file, replyTo = null }: InboundExtra): MessageRow {
+  private inboundInTx(live: LiveConnection, address: string, body: string, { externalId = null, file, replyTo = null, senderName = null }: InboundExtra): MessageRow {
     const connectionId = live.row.id
     if (externalId !== null) {
       const seen = this.repo.byExternal(connectionId, externalId)
@@ -407,7 +410,9 @@ export class MessageService {
     // the number the network's address for the sender stands for (usually the address itself)
     const from = this.contacts.repo.phoneOf(ws, address)
     let contact = this.contacts.repo.getByPhone(ws, from)
-    if (!contact) contact = this.contacts.upsertInTx(ws, { phone: from }, 'inbound').row
+    // a name the team gave is kept; a contact without one takes the sender's own
+    const name = senderName?.trim() ? clipCodePoints(senderName.trim(), 255) : null
+    if (!contact || (name !== null && !contact.name)) contact = this.contacts.upsertInTx(ws, { phone: from, ...(name !== null ? { name } : {}) }, 'inbound', contact).row
     else this.contacts.repo.touch(contact.id, now)
     if (file) this.media.insertInTx(file)
     const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: JSON.stringify(file ? [file.id] : []), reply_to: replyTo }, 'inbound', 'delivered', now)
