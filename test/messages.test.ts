@@ -305,6 +305,16 @@ describe('the log', () => {
     expect((await srv.api(key, 'GET', '/messages?direction=inbound')).json.meta.total).toBe(before)
   })
 
+  test('a simulated sender’s name names a new contact; a bad name is a 422 and logs nothing', async () => {
+    const { key, conn } = await setup()
+    const from = newPhone()
+    expect((await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from, body: 'hi', name: 'Ada' })).status).toBe(201)
+    expect((await srv.api(key, 'GET', '/contacts')).json.data.find((c: any) => c.phone === from).name).toBe('Ada')
+    const before = (await srv.api(key, 'GET', '/messages?direction=inbound')).json.meta.total
+    for (const name of ['', 7, 'x'.repeat(256)]) expect((await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'x', name })).status).toBe(422)
+    expect((await srv.api(key, 'GET', '/messages?direction=inbound')).json.meta.total).toBe(before)
+  })
+
   test('newest first, direction and status filters, pagination; inbound is delivered', async () => {
     const { key, conn } = await setup()
     const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'out' } })).json.data

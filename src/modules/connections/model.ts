@@ -35,6 +35,8 @@ export const sandboxInboundBody = s.object({
   media_id: s.string().format('uuid').optional(),
   /** the workspace's message it answers */
   reply_to: s.string().format('uuid').optional(),
+  /** the name the simulated customer goes by (as WhatsApp's profile name): a contact without one takes it */
+  name: s.string().length(1, 255).optional(),
 })
 
 export const sandboxReceiptBody = s.object({
