@@ -169,6 +169,11 @@ async function serve() {
     stopServices(svc)
     await app.stop()
     const left = await settleServices(svc)
+    try {
+      svc.keys.flushUse()
+    } catch (e) {
+      log.warn('could not record when the API keys were last used', { error: String((e as Error)?.message ?? e).slice(0, 200) })
+    }
     if (left.sends > 0) log.warn('stopping with sends in flight; the next start settles them', { in_flight: left.sends })
     if (left.deliveries > 0) log.warn('stopping with webhook deliveries in flight; the next start retries them', { in_flight: left.deliveries })
     log.info('capstan stopped', { signal })

@@ -121,6 +121,39 @@ describe('keys', () => {
     expect(dump).not.toContain(k.key.split('.')[1])
   })
 
+  test('a key shows when it was last used; the time is kept across a restart and when it is revoked', async () => {
+    const own = await TestServer.start()
+    try {
+      const ws = await own.workspace()
+      const [a, b] = [await own.key(ws.id), await own.key(ws.id)]
+      const lastUsed = async () => new Map((await own.admin('GET', `/workspaces/${ws.id}/keys`)).json.data.map((k: any) => [k.id, k.last_used_at]))
+      expect([...(await lastUsed()).values()]).toEqual([null, null])
+      const before = Date.now()
+      for (const k of [a, b]) expect((await own.api(k.key, 'GET', '/workspace')).status).toBe(200)
+      // shown at once (from memory; nothing is written on the request path)
+      const shown = await lastUsed()
+      for (const k of [a, b]) expect(Date.parse(shown.get(k.id) as string)).toBeGreaterThanOrEqual(before - 1000)
+      const written = () => {
+        const db = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
+        try {
+          return new Map((db.query('SELECT id, last_used_at FROM api_keys').all() as { id: string; last_used_at: number | null }[]).map((r) => [r.id, r.last_used_at]))
+        } finally {
+          db.close()
+        }
+      }
+      // revoking a key writes its last use with it
+      expect((await own.admin('POST', `/keys/${b.id}/revoke`)).status).toBe(200)
+      expect(written().get(b.id)).toBe(Date.parse(shown.get(b.id) as string))
+      // a graceful stop writes the rest
+      await own.stop()
+      expect(written().get(a.id)).toBe(Date.parse(shown.get(a.id) as string))
+      await own.boot()
+      expect(await lastUsed()).toEqual(shown)
+    } finally {
+      await own.close()
+    }
+  }, 30_000)
+
   test('chosen scopes are kept exactly; unknown scopes, bad names and past expiry are 422', async () => {
     const ws = await srv.workspace()
     const r = await srv.admin('POST', `/workspaces/${ws.id}/keys`, { name: 'r', scopes: ['contacts:read', 'groups:send'] })

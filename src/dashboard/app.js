@@ -172,10 +172,10 @@ const pages = {
       <p class="muted">Scopes (none ticked = all twelve, fixed now):</p>
       <div class="scopes">${SCOPES.map((s) => `<label><input type="checkbox" name="scope" value="${s}">${s}</label>`).join('')}</div>
       <button type="submit">Create key</button></form><div id="new-secret"></div></div>
-      <div class="card muted">Rotation: create the new key, deploy it, revoke the old one (it is refused on its very next request), then remove it from the list.</div>
-      <table class="stack"><thead><tr><th>Name</th><th>Prefix</th><th>Scopes</th><th>Status</th><th>Created</th><th></th></tr></thead><tbody>
+      <div class="card muted">Rotation: create the new key, deploy it, wait until the old one's “Last used” stops moving (it is kept to the minute), revoke the old one (it is refused on its very next request), then remove it from the list.</div>
+      <table class="stack"><thead><tr><th>Name</th><th>Prefix</th><th>Scopes</th><th>Status</th><th>Created</th><th>Last used</th><th></th></tr></thead><tbody>
       ${data.map((k) => `<tr>${cell('Name', esc(k.name))}${cell('Prefix', `<span class="mono">${esc(k.prefix)}</span>`)}${cell('Scopes', `<span class="muted">${k.scopes.length === 12 ? 'all twelve' : esc(k.scopes.join(', '))}</span>`)}
-        ${cell('Status', badge(k.status))}${cell('Created', when(k.created_at))}
+        ${cell('Status', badge(k.status))}${cell('Created', when(k.created_at))}${cell('Last used', k.last_used_at ? when(k.last_used_at) : '<span class="muted">never</span>')}
         ${cell('', k.status === 'active' ? `<button class="danger" data-revoke="${esc(k.id)}">Revoke</button>` : `<button class="secondary" data-remove="${esc(k.id)}">Remove</button>`)}</tr>`).join('')}
       </tbody></table>`
     $('#new-key').onsubmit = async (ev) => {

@@ -16,6 +16,7 @@ export function startJobs(svc: Services): Cron[] {
   }
   return [
     new Cron('30 * * * * *', { protect: true }, guard('expire-queued', () => svc.messages.expireQueued())),
+    new Cron('45 * * * * *', { protect: true }, guard('key-last-used', () => svc.keys.flushUse())),
     new Cron('0 */10 * * * *', { protect: true }, guard('purge-idempotency', () => void svc.idempotency.purge())),
     new Cron('0 35 * * * *', { protect: true }, guard('webhook-delivery-retention', () => void svc.webhooks.pruneFinished())),
     new Cron('5 0 * * * *', { protect: true }, guard('campaigns-allowance', () => svc.campaigns.resumeWhereRoom())),

@@ -12,6 +12,8 @@ export interface KeyRow {
   created_at: number
   expires_at: number | null
   revoked_at: number | null
+  /** null until its first use is written (see KeyService.flushUse) */
+  last_used_at?: number | null
 }
 
 export interface AuditRow {
@@ -28,6 +30,7 @@ export class KeyRepo {
   private insertStmt
   private revokeStmt
   private deleteStmt
+  private usedStmt
   private listStmt
   private auditInsert
   private auditList
@@ -41,6 +44,7 @@ export class KeyRepo {
     )
     this.revokeStmt = db.query("UPDATE api_keys SET status = 'revoked', revoked_at = ? WHERE id = ? AND status = 'active'")
     this.deleteStmt = db.query('DELETE FROM api_keys WHERE id = ?')
+    this.usedStmt = db.query('UPDATE api_keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?) WHERE id = ?')
     this.listStmt = db.query<KeyRow, [string]>('SELECT * FROM api_keys WHERE workspace_id = ? ORDER BY created_at DESC, id')
     this.auditInsert = db.query('INSERT INTO audit_log (workspace_id, action, key_id, at) VALUES (?, ?, ?, ?)')
     this.auditList = db.query<AuditRow, [string, number, number]>('SELECT * FROM audit_log WHERE workspace_id = ? ORDER BY id DESC LIMIT ? OFFSET ?')
@@ -61,6 +65,9 @@ export class KeyRepo {
   }
   remove(id: string) {
     this.deleteStmt.run(id)
+  }
+  used(id: string, at: number) {
+    this.usedStmt.run(at, id)
   }
   listForWorkspace(workspaceId: string) {
     return this.listStmt.all(workspaceId)

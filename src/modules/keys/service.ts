@@ -40,6 +40,10 @@ interface CachedKey {
   status: KeyRow['status']
   expiresAt: number | null
   key: AuthenticatedKey
+  /** its last use (ms), kept here per request and written by `flushUse`; 0 before any */
+  usedAt: number
+  /** the last use already written */
+  writtenAt: number
 }
 
 /** Keys kept in memory after their first use; writes below drop them, so revocation is immediate. */
@@ -68,7 +72,30 @@ export class KeyService {
       created_at: iso(row.created_at),
       expires_at: iso(row.expires_at),
       revoked_at: iso(row.revoked_at),
+      // the use in memory may be newer than the one written (see flushUse)
+      last_used_at: iso(Math.max(row.last_used_at ?? 0, this.cache.get(row.key_id)?.usedAt ?? 0) || null),
     }
+  }
+
+  /**
+   * Write each key's last use (kept in memory per request: no write on the request path). Runs
+   * every minute and when the server stops, so the time shown is never more than a minute old.
+   */
+  flushUse() {
+    const used: CachedKey[] = []
+    for (const e of this.cache.values()) if (e.usedAt > e.writtenAt) used.push(e)
+    if (used.length === 0) return
+    this.deps.writer.now(() => {
+      for (const e of used) this.repo.used(e.key.id, e.usedAt)
+    })
+    for (const e of used) e.writtenAt = e.usedAt
+  }
+
+  /** Inside a write that drops a key from the cache: keep its last use first. */
+  private keepUseInTx(keyId: string) {
+    const e = this.cache.get(keyId)
+    if (e && e.usedAt > e.writtenAt) this.repo.used(e.key.id, e.usedAt)
+    this.cache.delete(keyId)
   }
 
   /** Issue a key; returns the record and the plaintext (shown once). */
@@ -107,7 +134,7 @@ export class KeyService {
     return this.deps.writer.now(() => {
       const row = this.repo.get(id)
       if (!row) throw notFound('API key')
-      this.cache.delete(row.key_id)
+      this.keepUseInTx(row.key_id)
       if (row.status === 'active') {
         const now = this.deps.clock.now()
         this.repo.revoke(id, now)
@@ -140,9 +167,11 @@ export class KeyService {
     const presented = Bun.SHA256.hash(token.slice(21), presentedHash) as Uint8Array
     const same = timingSafeEqual(presented, entry ? entry.secretHash : DUMMY_HASH)
     if (!entry || !same || entry.status !== 'active') return null
-    if (entry.expiresAt !== null && entry.expiresAt <= this.deps.clock.now()) return null
+    const now = this.deps.clock.now()
+    if (entry.expiresAt !== null && entry.expiresAt <= now) return null
     const workspace = this.workspaces.cached(entry.key.workspaceId)
     if (!workspace) return null
+    entry.usedAt = now
     return { key: entry.key, workspace }
   }
 
@@ -157,9 +186,17 @@ export class KeyService {
       status: row.status,
       expiresAt: row.expires_at,
       key: { id: row.id, keyId: row.key_id, workspaceId: row.workspace_id, scopes: new Set(JSON.parse(row.scopes) as Scope[]) },
+      usedAt: row.last_used_at ?? 0,
+      writtenAt: row.last_used_at ?? 0,
     }
     if (row.status === 'active') {
-      if (this.cache.size >= CACHE_LIMIT) this.cache.clear()
+      if (this.cache.size >= CACHE_LIMIT) {
+        // the uses not yet written would go with the cache (losing them must not fail the request)
+        try {
+          this.flushUse()
+        } catch {}
+        this.cache.clear()
+      }
       this.cache.set(keyId, entry)
     }
     return entry
