@@ -1,7 +1,8 @@
 /**
- * Housekeeping with croner: expire 24 h-old queued messages, forget 24 h-old idempotency records,
- * delete expired media and webhook deliveries finished more than 30 days ago, and let campaigns
- * paused for the monthly allowance go on when a new month gives them room.
+ * Housekeeping with croner: expire 24 h-old queued messages, write API keys' last use (kept in
+ * memory per request) once a minute, forget 24 h-old idempotency records, delete expired media
+ * and webhook deliveries finished more than 30 days ago, and let campaigns paused for the monthly
+ * allowance go on when a new month gives them room.
  */
 import { Cron } from 'croner'
 import type { Services } from '../services'
