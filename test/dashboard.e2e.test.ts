@@ -6,6 +6,8 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { type Browser, chromium, type Page } from 'playwright-core'
+import { TestClamd } from './support/clamd'
+import * as files from './support/files'
 import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
 
@@ -13,9 +15,11 @@ const SHOTS = process.env.UPDATE_SCREENSHOTS === '1' ? join(import.meta.dir, '..
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 
 let srv: TestServer
+let clamd: TestClamd
 let browser: Browser
 beforeAll(async () => {
-  srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+  clamd = await TestClamd.start()
+  srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
@@ -25,6 +29,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await browser?.close()
   await srv.close()
+  await clamd.stop()
 })
 
 async function shot(page: Page, name: string) {
@@ -141,6 +146,27 @@ describe('dashboard', () => {
     const overflow = await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')
     expect(overflow).toBeLessThanOrEqual(0)
     await shot(page, 'messages-phone')
+    await page.close()
+  })
+
+  test('the message log links each message’s files; a link serves the file to the signed-in operator only', async () => {
+    const t = await srv.tenant()
+    const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+    const fd = new FormData()
+    fd.set('file', new File([files.pdf()], 'receipt.pdf'))
+    const media = (await srv.api(t.key, 'POST', '/media', { multipart: fd })).json.data
+    const sent = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'Your receipt', media: { attachments: [{ media_id: media.id }] } } })
+    expect(sent.status).toBe(202)
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    await signIn(page)
+    await page.goto(`${srv.base}/admin#/w/${t.ws.id}/messages`)
+    await page.waitForSelector('a.file:has-text("file 1")')
+    const href = (await page.getAttribute('a.file', 'href'))!
+    expect(href).toBe(`/admin/api/workspaces/${t.ws.id}/media/${media.id}/download`)
+    // fetched as the dashboard's own page does: with the session cookie
+    const got = await page.evaluate(`fetch(${JSON.stringify(href)}).then(async (r) => ({ status: r.status, type: r.headers.get('content-type'), size: (await r.arrayBuffer()).byteLength }))`)
+    expect(got).toEqual({ status: 200, type: 'application/pdf', size: files.pdf().length })
+    expect((await fetch(`${srv.base}${href}`)).status).toBe(401)
     await page.close()
   })
 
