@@ -57,6 +57,9 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   messages.onSettled = (row) => {
     if (row.campaign_id) campaigns.checkComplete(row.campaign_id)
   }
+  messages.onTemplateRefused = (row, code) => {
+    if (row.campaign_id) campaigns.templateRefused(row.campaign_id, code)
+  }
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   connections.onChange = (id) => pacer.wake(id)
   workspaces.onChange = (id) => {

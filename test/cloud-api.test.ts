@@ -36,7 +36,7 @@ function fakeGraph() {
   // 'hang': the request is read and no answer comes until the test ends (or the client goes away)
   const hung: (() => void)[] = []
   // waIdFor: the WhatsApp id Meta answers a send with, per number sent to (default: the number)
-  const state = { rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131050 | 131053 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
+  const state = { rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131050 | 131053 | 132015 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
   const server = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -77,6 +77,7 @@ function fakeGraph() {
         const scripted = state.failFor[json.to]?.shift()
         if (scripted === 500) return err(500, 1, 'An unknown error occurred')
         if (scripted === 131053) return err(400, 131053, 'Media upload error')
+        if (scripted === 132015) return err(400, 132015, 'Template is paused due to low quality so it cannot be sent in a template message.')
         if (scripted === 131050) return err(400, 131050, 'Unable to deliver the message. This recipient has chosen to stop receiving marketing messages.')
         if (scripted === 'hang') {
           await new Promise<void>((resolve) => hung.push(resolve))
@@ -258,6 +259,49 @@ describe('sending', () => {
     expect(plain[1]).toMatchObject({ type: 'text', text: { body: 'Hi Ben, order A-1001 ships . Thanks Ben!' } })
     expect(plain[0].template).toBeUndefined()
   })
+
+  test('a campaign whose WhatsApp template Meta refuses as such pauses (template_refused) instead of failing every recipient; resumed, it goes on', async () => {
+    const { ws, key, conn } = await setup()
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 1, max_gap_seconds: 1 } } })
+    const people = [newPhone(), newPhone(), newPhone()]
+    for (const phone of people) await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Kim', consent_status: 'opted_in', metadata: { promo: 'paused-template' } } })
+    graph.state.failFor[people[0]!.slice(1)] = [132015] // Meta paused the template for low quality
+    const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Promo', body: 'Hi {{name}}!', whatsapp: { name: 'promo_low_quality', language: 'en' } } })).json.data
+    const c = (await srv.api(key, 'POST', '/campaigns', { json: { name: 'Promo', template_id: tpl.id, connection_id: conn.id, audience: { metadata: { promo: 'paused-template' } } } })).json.data
+    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).status).toBe(200)
+    const paused = await waitFor(async () => {
+      const now = (await srv.api(key, 'GET', `/campaigns/${c.id}`)).json.data
+      return now.status === 'paused' ? now : null
+    })
+    expect(paused.paused_reason).toBe('template_refused')
+    await Bun.sleep(2500) // past two more release gaps: nothing else goes out
+    const posted = () => people.map((p) => graph.seen.filter((x) => x.json?.to === p.slice(1)).length)
+    expect(posted()).toEqual([1, 0, 0])
+    const recipients = (await srv.api(key, 'GET', `/campaigns/${c.id}/recipients`)).json.data
+    expect(recipients.map((r: any) => r.status)).toEqual(['failed', 'pending', 'pending'])
+    // the operator fixed the template at Meta: resumed, it reaches the others
+    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/resume`, { json: {} })).status).toBe(200)
+    await waitFor(async () => (await srv.api(key, 'GET', `/campaigns/${c.id}`)).json.data.status === 'completed')
+    expect(posted()).toEqual([1, 1, 1])
+  }, 30_000)
+
+  test('a template refusal Meta reports in a status webhook pauses the campaign too', async () => {
+    const { ws, key, conn } = await setup()
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 4, max_gap_seconds: 4 } } })
+    const people = [newPhone(), newPhone()]
+    for (const phone of people) await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Lee', consent_status: 'opted_in', metadata: { promo: 'disabled-later' } } })
+    const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Promo', body: 'Hi {{name}}!', whatsapp: { name: 'promo_disabled', language: 'en' } } })).json.data
+    const c = (await srv.api(key, 'POST', '/campaigns', { json: { name: 'Promo', template_id: tpl.id, connection_id: conn.id, audience: { metadata: { promo: 'disabled-later' } } } })).json.data
+    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).status).toBe(200)
+    const first = await waitFor(() => graph.seen.find((x) => x.json?.to === people[0]!.slice(1))?.json.biz_opaque_callback_data)
+    await waitFor(async () => (await msg(key, first)).status === 'sent')
+    // Meta took the first message, then failed it: the template was disabled meanwhile
+    expect((await deliver(srv.base, conn.id, statusEvent(wamidOf(first), 'failed', [{ code: 132016, title: 'Template is disabled' }]))).status).toBe(200)
+    const paused = (await srv.api(key, 'GET', `/campaigns/${c.id}`)).json.data
+    expect([paused.status, paused.paused_reason]).toEqual(['paused', 'template_refused'])
+    await Bun.sleep(4500) // past the next release gap: the second recipient is not sent to
+    expect(graph.seen.filter((x) => x.json?.to === people[1]!.slice(1))).toHaveLength(0)
+  }, 30_000)
 
   test('a one-to-one send of a template that names a WhatsApp template goes out as that template', async () => {
     const { key, conn } = await setup()

@@ -21,7 +21,7 @@ import type { WindowCounter } from '../http/limits'
 import { clipCodePoints } from '../http/schema'
 import type { MediaRow } from '../modules/media/repo'
 import type { Services } from '../services'
-import { CloudApiConnection, MARKETING_STOPPED } from './cloud-api'
+import { CloudApiConnection, MARKETING_STOPPED, TEMPLATE_REFUSED } from './cloud-api'
 
 const json = (status: number, body: unknown) => new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' } })
 const RETRY_UNKNOWN_MS = [1000, 3000, 10000]
@@ -252,6 +252,8 @@ async function applyStatus(connectionId: string, report: StatusReport, svc: Serv
     await svc.messages.receipt(row.id, 'failed', { code: `cloud_api_${error?.code ?? 'failed'}`, message: String(error?.message ?? error?.title ?? 'The Cloud API reported the message as failed.').slice(0, 300) })
     // refused because the person stopped marketing messages: withdraw their marketing consent too
     if (Number(error?.code) === MARKETING_STOPPED && row.recipient !== null) await svc.messages.marketingStopped(connectionId, row.recipient, `cloud_api_${MARKETING_STOPPED}:${row.id}`)
+    // the template itself was refused: a campaign sending it pauses
+    if (TEMPLATE_REFUSED.has(Number(error?.code))) svc.messages.onTemplateRefused(row, `cloud_api_${error.code}`)
   }
   // "sent" is recorded when the send call returns (or Meta's word for it arrives); other statuses
   // (e.g. deleted) are ignored

@@ -40,7 +40,7 @@
  */
 import { readBody, TOO_LARGE } from '../http/body'
 import type { Accepted, ConnectionDriver, DriverContext, DriverFactory, NetworkTemplate, OutboundMedia, OutboundMessage } from './driver'
-import { DriverError, STOPPED, UnconfirmedSend, templateHeaderKind } from './driver'
+import { DriverError, STOPPED, TemplateRefused, UnconfirmedSend, templateHeaderKind } from './driver'
 
 export const DEFAULT_GRAPH_BASE = 'https://graph.facebook.com'
 export const DEFAULT_GRAPH_VERSION = 'v21.0'
@@ -64,6 +64,12 @@ const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ENETUNREACH
 
 /** Cloud API error codes that mean "slow down" rather than "this message is wrong". */
 const THROTTLE_CODES = new Set([130429, 131056, 80007, 4, 613])
+/**
+ * Meta refuses the template itself: parameters not matching it (132000), unknown in that language
+ * (132001), against its format policy (132007), a header of the wrong kind (132012), paused for low
+ * quality (132015), disabled (132016), its flow blocked or throttled (132068, 132069).
+ */
+export const TEMPLATE_REFUSED = new Set([132000, 132001, 132007, 132012, 132015, 132016, 132068, 132069])
 /** The token is no good: the number cannot send until the operator fixes the config. */
 const AUTH_CODES = new Set([190, 0, 10, 200])
 
@@ -168,6 +174,7 @@ export class CloudApiConnection implements ConnectionDriver {
       return new DriverError('connection_offline', 'The Cloud API rejected the access token; the number is offline until its config is fixed.')
     }
     if (httpStatus >= 500) return new DriverError(`cloud_api_${err.code}`, `The Cloud API failed: ${err.message}`, true)
+    if (TEMPLATE_REFUSED.has(err.code)) return new TemplateRefused(`cloud_api_${err.code}`, err.message)
     return new DriverError(`cloud_api_${err.code}`, err.message)
   }
 

@@ -84,6 +84,13 @@ export class DriverError extends Error {
  */
 export class UnconfirmedSend extends DriverError {}
 
+/**
+ * The network refused the message's template itself — unknown, paused, disabled, or not matching
+ * what was sent — so every message with that template would be refused the same way (a campaign
+ * sending it pauses instead of failing recipient after recipient).
+ */
+export class TemplateRefused extends DriverError {}
+
 /** `confirmLater`'s answer when the server stops before the network told: the message is settled at the next start. */
 export const STOPPED = 'stopped'
 

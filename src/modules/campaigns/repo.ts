@@ -3,7 +3,7 @@ import type { Database } from 'bun:sqlite'
 
 export type CampaignStatus = 'draft' | 'scheduled' | 'running' | 'paused' | 'completed' | 'cancelled'
 /** Why a campaign is paused: on request, or by the pacer when the monthly allowance ran out. */
-export type PausedReason = 'requested' | 'allowance_exhausted'
+export type PausedReason = 'requested' | 'allowance_exhausted' | 'template_refused'
 
 export interface CampaignRow {
   id: string

@@ -51,7 +51,7 @@ const campaignDoc = {
     variables: { type: 'object' },
     media_id: { type: ['string', 'null'], format: 'uuid' },
     status: { type: 'string', enum: ['draft', 'scheduled', 'running', 'paused', 'completed', 'cancelled'] },
-    paused_reason: { type: ['string', 'null'], enum: ['requested', 'allowance_exhausted', null], description: 'Why it is paused: on request (only a resume moves it), or because the monthly allowance ran out (it goes on by itself when there is room). null unless paused.' },
+    paused_reason: { type: ['string', 'null'], enum: ['requested', 'allowance_exhausted', 'template_refused', null], description: 'Why it is paused: on request (only a resume moves it); because the monthly allowance ran out (it goes on by itself when there is room); or because the network refused its template as such — Meta’s paused, disabled or unknown template — (fix the template, then resume). null unless paused.' },
     scheduled_at: { type: ['string', 'null'], format: 'date-time' },
     started_at: { type: ['string', 'null'], format: 'date-time' },
     finished_at: { type: ['string', 'null'], format: 'date-time' },

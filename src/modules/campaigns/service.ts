@@ -250,6 +250,22 @@ export class CampaignService {
   }
 
   /**
+   * The network refused the campaign's template as such (`code`: Meta's paused, disabled or
+   * unknown template, ...): every further recipient would be refused the same way, so a running
+   * campaign pauses (`template_refused`) until the operator fixes the template and resumes it.
+   * The message that was refused keeps its failure.
+   */
+  templateRefused(id: string, code: string) {
+    const paused = this.deps.writer.now(() => {
+      const row = this.repo.getAny(id)
+      if (row?.status !== 'running') return false
+      this.repo.update(id, { status: 'paused', paused_reason: 'template_refused', updated_at: this.deps.clock.now() })
+      return true
+    })
+    if (paused) this.log.warn('campaign paused: the network refused its template; fix the template, then resume the campaign', { campaign_id: id, error_code: code })
+  }
+
+  /**
    * Campaigns the pacer paused because the monthly allowance ran out go on by themselves once
    * there is room: after a settings change of their workspace (a higher or no allowance), from the
    * hourly job (a new month) and at start. A campaign paused on request is left alone.

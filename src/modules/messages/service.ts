@@ -8,7 +8,7 @@ import type { Deps } from '../../deps'
 import { notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Accepted, NetworkTemplate, ReceiptStatus } from '../../network/driver'
-import { DriverError, type OutboundMedia, STOPPED, UnconfirmedSend, templateHeaderKind } from '../../network/driver'
+import { DriverError, type OutboundMedia, STOPPED, TemplateRefused, UnconfirmedSend, templateHeaderKind } from '../../network/driver'
 import type { ConnectionService, LiveConnection } from '../connections/service'
 import type { ContactService } from '../contacts/service'
 import type { MediaRow } from '../media/repo'
@@ -531,6 +531,8 @@ export class MessageService {
   groupRefusal: (row: MessageRow) => Refusal | null = () => null
   /** Called after a released message reached sent or failed (campaign completion watches it). */
   onSettled: (row: MessageRow) => void = () => {}
+  /** The network refused a message's template as such (a campaign sending it pauses). */
+  onTemplateRefused: (row: MessageRow, code: string) => void = () => {}
   /** The network asked a number to slow down (the pacer backs off). */
   onThrottled: (connectionId: string) => void = () => {}
 
@@ -585,6 +587,7 @@ export class MessageService {
           continue
         }
         await this.markFailed(row.id, err.code, err.message)
+        if (err instanceof TemplateRefused) this.onTemplateRefused(row, err.code)
         this.onSettled(row)
         return
       }
