@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { networkInterfaces, tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { MIGRATIONS } from '../src/db/migrations'
 import { loadDotEnv } from '../src/main'
 import { TestServer, freePort, hostEnv, newPhone } from './support/server'
 
@@ -257,6 +258,38 @@ describe('configuration and start-up', () => {
       expect((await runCapstan(['version'], {})).out.trim()).toMatch(/^\d+\.\d+\.\d+$/)
       expect((await runCapstan(['healthcheck'], { CAPSTAN_PORT: new URL(srv.base).port })).code).toBe(0)
       expect((await runCapstan(['healthcheck'], { CAPSTAN_PORT: '1' })).code).toBe(1)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('upgrading keeps what older migrations wrote: a paused campaign keeps its reason when the reasons grow (0019)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-upgrade-'))
+    try {
+      // a database as Capstan left it at schema 18, with campaigns paused for each reason it had
+      const old = new Database(join(dir, 'capstan.db'))
+      old.run('CREATE TABLE migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT')
+      for (const m of MIGRATIONS.filter((x) => x.version <= 18)) {
+        old.run(m.sql)
+        old.query('INSERT INTO migrations (version, name, applied_at) VALUES (?, ?, 0)').run(m.version, m.name)
+      }
+      const campaign = old.query("INSERT INTO campaigns (id, workspace_id, name, template_id, connection_id, audience, variables, status, created_at, updated_at, paused_reason) VALUES (?, 'w', 'c', 't', 'k', '{}', '{}', ?, 0, 0, ?)")
+      campaign.run('by-request', 'paused', 'requested')
+      campaign.run('by-allowance', 'paused', 'allowance_exhausted')
+      campaign.run('running', 'running', null)
+      old.close()
+      const r = await runCapstan(['migrate'], { CAPSTAN_DATA_DIR: dir })
+      expect([r.code, r.out]).toEqual([0, expect.stringContaining('applied migrations 19')])
+      const db = new Database(join(dir, 'capstan.db'))
+      expect(db.query('SELECT id, status, paused_reason FROM campaigns ORDER BY id').all()).toEqual([
+        { id: 'by-allowance', status: 'paused', paused_reason: 'allowance_exhausted' },
+        { id: 'by-request', status: 'paused', paused_reason: 'requested' },
+        { id: 'running', status: 'running', paused_reason: null },
+      ])
+      db.run("UPDATE campaigns SET status = 'paused', paused_reason = 'template_refused' WHERE id = 'running'")
+      expect(() => db.run("UPDATE campaigns SET paused_reason = 'whatever' WHERE id = 'running'")).toThrow(/CHECK constraint failed/)
+      expect((db.query('PRAGMA integrity_check').get() as any).integrity_check).toBe('ok')
+      db.close()
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
