@@ -277,7 +277,12 @@ const pages = {
       ${data.map((c) => {
         const done = c.counts.sent + c.counts.delivered + c.counts.read + c.counts.failed + c.counts.skipped
         const pct = c.counts.total ? Math.round((done / c.counts.total) * 100) : 0
-        const why = c.paused_reason === 'allowance_exhausted' ? '<p class="muted">Paused: the workspace has used its message allowance for this month. It goes on by itself when there is room (next month, or a higher allowance).</p>' : ''
+        const why =
+          c.paused_reason === 'allowance_exhausted'
+            ? '<p class="muted">Paused: the workspace has used its message allowance for this month. It goes on by itself when there is room (next month, or a higher allowance).</p>'
+            : c.paused_reason === 'template_refused'
+              ? '<p class="muted">Paused: the network refused its template (paused for low quality, disabled, or not matching). Fix the template, or wait out the network’s pause, then resume it through the API.</p>'
+              : ''
         return `<div class="card"><strong>${esc(c.name)}</strong> ${badge(c.status)}${why}
           <div class="bar" title="${pct}%"><span style="width:${pct}%"></span></div>
           <p class="muted">${pct}% · total ${esc(c.counts.total)} · queued ${esc(c.counts.queued)} · sent ${esc(c.counts.sent)} · delivered ${esc(c.counts.delivered)} · read ${esc(c.counts.read)} · failed ${esc(c.counts.failed)} · skipped ${esc(c.counts.skipped)}</p>
