@@ -789,11 +789,15 @@ describe('webhooks from Meta', () => {
       { type: 'reaction', reaction: { message_id: 'wamid.x', emoji: '' } },
       { type: 'location', location: { latitude: 52.52, longitude: 13.405, name: 'Pickup point', address: 'Alexanderplatz 1' } },
       { type: 'location', location: { latitude: -33.86, longitude: 151.2 } },
+      { type: 'contacts', contacts: [{ name: { formatted_name: 'Jo Doe' }, phones: [{ phone: '+1 (940) 555-1234', type: 'CELL' }] }, { name: { formatted_name: 'Al' } }] },
+      { type: 'system', system: { body: 'Kim changed their phone number to a new number 16505551234', new_wa_id: '16505551234', type: 'user_changed_number' } },
     ]) {
       expect((await deliver(srv.base, conn.id, withMessage(m))).status).toBe(200)
     }
     const tapped = (await srv.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.sender === tapper)
     expect(tapped.map((m: any) => m.body)).toEqual([
+      '[system message] Kim changed their phone number to a new number 16505551234',
+      '[contacts message] Jo Doe +1 (940) 555-1234; Al',
       '[location message] (-33.86, 151.2)',
       '[location message] Pickup point, Alexanderplatz 1 (52.52, 13.405)',
       '[reaction removed]',

@@ -92,7 +92,9 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
  * reply — a template's quick-reply button (`button.text`) or an interactive button or list row
  * (`interactive.*_reply.title`), so a "STOP" button opts out like the typed word; a reaction as
  * "[reaction] 👍"; a shared location as "[location message] <name, address> (lat, long)";
- * otherwise "[<type> message]" followed by the caption a photo, video or document came with.
+ * shared contacts as "[contacts message] <name> <numbers>; ..."; a WhatsApp notice (the customer
+ * changed their number) as "[system message] <its text>"; otherwise "[<type> message]" followed
+ * by the caption a photo, video or document came with.
  */
 function inboundText(m: any): string {
   const type = String(m.type ?? 'unknown').slice(0, 30)
@@ -106,6 +108,14 @@ function inboundText(m: any): string {
     const place = [m.location.name, m.location.address].filter((v) => typeof v === 'string' && v.trim()).join(', ')
     return `[location message] ${place ? `${place} ` : ''}(${m.location.latitude}, ${m.location.longitude})`
   }
+  // shared contact cards: each one's name and numbers
+  if (type === 'contacts' && Array.isArray(m.contacts)) {
+    const text = (v: unknown) => (typeof v === 'string' && v.trim() ? [v.trim()] : [])
+    const cards = m.contacts.slice(0, 20).map((c: any) => [...text(c?.name?.formatted_name), ...(Array.isArray(c?.phones) ? c.phones.flatMap((p: any) => text(p?.phone)) : [])].join(' '))
+    return `[contacts message] ${cards.filter(Boolean).join('; ')}`.trimEnd()
+  }
+  // WhatsApp's own notices, e.g. that the customer changed their number (to which one)
+  if (type === 'system' && typeof m.system?.body === 'string') return `[system message] ${m.system.body}`.trimEnd()
   const media = Object.hasOwn(m, type) ? m[type] : undefined
   return typeof media?.caption === 'string' && media.caption.trim() ? `[${type} message] ${media.caption}` : `[${type} message]`
 }
