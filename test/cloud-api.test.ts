@@ -849,6 +849,12 @@ describe('webhooks from Meta', () => {
     expect(contacts.filter((c: any) => c.phone === `+${waIdOf(bia)}` || c.phone === `+${waIdOf(caio)}`)).toEqual([])
     const again = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: bia, body: 'One more thing' } })
     expect([again.status, again.json.code]).toEqual([422, 'recipient_opted_out'])
+    // ... also when addressed by the id WhatsApp knows her under
+    const byWaId = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: `+${waIdOf(bia)}`, body: 'One more thing' } })
+    expect([byWaId.status, byWaId.json.code]).toEqual([422, 'recipient_opted_out'])
+    // a send to Caio's WhatsApp id is a message to Caio (his contact, his number)
+    const toCaio = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: `+${waIdOf(caio)}`, body: 'Your order shipped' } })
+    expect([toCaio.status, toCaio.json.data.recipient, toCaio.json.data.contact_id]).toEqual([202, caio, contacts.find((c: any) => c.phone === caio).id])
   })
 
   test('stopping marketing messages in WhatsApp withdraws marketing consent; order updates still reach the person', async () => {

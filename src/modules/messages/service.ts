@@ -210,14 +210,17 @@ export class MessageService {
     const row = await this.deps.writer.write(() => {
       const now = this.deps.clock.now()
       const live = this.connections.get(workspaceId, input.connection_id)
-      let contact = input.contact_id ? this.contacts.repo.get(workspaceId, input.contact_id) : this.contacts.repo.getByPhone(workspaceId, input.recipient!)
+      // a number the network reported for a contact's number (network_addresses) is that contact
+      let contact = input.contact_id
+        ? this.contacts.repo.get(workspaceId, input.contact_id)
+        : (this.contacts.repo.getByPhone(workspaceId, input.recipient!) ?? this.contacts.repo.getByPhone(workspaceId, this.contacts.repo.phoneOf(workspaceId, input.recipient!)))
       if (input.contact_id && !contact) throw notFound('contact')
       const media = input.attachments.map((id) => this.media.get(workspaceId, id))
       const phone = contact ? contact.phone : input.recipient!
       const filled = input.template_id === undefined ? null : this.fillTemplate(workspaceId, input, contact, phone, upload !== undefined || media.length > 0)
       if (filled?.networkTemplate) checkTemplateHeader(media, upload, filled.headerText !== null)
       if (contact?.consent_status === 'opted_out') throw refused('recipient_opted_out', 'The recipient has opted out.')
-      if (this.suppressions.isSuppressed(workspaceId, phone)) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
+      if (this.suppressions.isSuppressed(workspaceId, phone) || (input.recipient !== undefined && input.recipient !== phone && this.suppressions.isSuppressed(workspaceId, input.recipient))) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
       if (filled?.marketing && contact?.consent_status !== 'opted_in') throw refused('recipient_not_opted_in', 'A marketing template goes only to contacts who opted in.')
       this.checkSendable(live, workspaceId, now)
       if (upload) this.media.insertInTx(upload)
