@@ -49,6 +49,11 @@ export class ContactRepo {
   phoneOf(workspaceId: string, address: string) {
     return this.addressGet.get(workspaceId, address)?.phone ?? address
   }
+  /** The contact whose number the network reported under `address` (network_addresses), if any. */
+  viaAddress(workspaceId: string, address: string) {
+    const phone = this.addressGet.get(workspaceId, address)?.phone
+    return phone === undefined ? null : this.getByPhone(workspaceId, phone)
+  }
   /** The network reports `phone` as `address`: its messages from there are that number's. */
   addAddress(workspaceId: string, address: string, phone: string) {
     this.addressPut.run(workspaceId, address, phone)

@@ -213,7 +213,7 @@ export class MessageService {
       // a number the network reported for a contact's number (network_addresses) is that contact
       let contact = input.contact_id
         ? this.contacts.repo.get(workspaceId, input.contact_id)
-        : (this.contacts.repo.getByPhone(workspaceId, input.recipient!) ?? this.contacts.repo.getByPhone(workspaceId, this.contacts.repo.phoneOf(workspaceId, input.recipient!)))
+        : (this.contacts.repo.getByPhone(workspaceId, input.recipient!) ?? this.contacts.repo.viaAddress(workspaceId, input.recipient!))
       if (input.contact_id && !contact) throw notFound('contact')
       const media = input.attachments.map((id) => this.media.get(workspaceId, id))
       const phone = contact ? contact.phone : input.recipient!
@@ -462,9 +462,13 @@ export class MessageService {
   async recoverInterrupted() {
     for (const row of this.repo.inFlight()) {
       const live = this.connections.find(row.connection_id)
+      // settleUnknown asks `confirm` first itself
+      if (live?.driver.confirmLater) {
+        void this.track(() => this.settleUnknown(live, row, INTERRUPTED))
+        continue
+      }
       const confirmed = live ? await live.driver.confirm(row.id).catch(() => null) : null
       if (confirmed) await this.markSent(row.id, confirmed)
-      else if (live?.driver.confirmLater) void this.track(() => this.settleUnknown(live, row, INTERRUPTED))
       else await this.markFailed(row.id, INTERRUPTED.code, INTERRUPTED.message)
     }
   }
