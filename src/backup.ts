@@ -9,7 +9,7 @@
  * media file the restored database does not refer to.
  */
 import { Database } from 'bun:sqlite'
-import { copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { LATEST_SCHEMA, migrate, openDatabase, schemaVersion } from './db/open'
 import { VERSION } from './version'
@@ -24,12 +24,21 @@ export interface BackupResult {
 /** The media files a database refers to, by content hash. */
 const mediaShas = (db: Database) => db.query<{ sha256: string }, []>('SELECT DISTINCT sha256 FROM media').all().map((r) => r.sha256)
 
+/**
+ * A copy readable by its owner only. A copy keeps its source's mode, not the umask: a file a
+ * server wrote under a looser umask, or one from an older backup, must not come out readable.
+ */
+function copyPrivate(from: string, to: string) {
+  copyFileSync(from, to)
+  chmodSync(to, 0o600)
+}
+
 function copyDir(from: string, to: string) {
   if (!existsSync(from)) return
   mkdirSync(to, { recursive: true, mode: 0o700 })
   for (const f of readdirSync(from, { withFileTypes: true })) {
     if (f.isDirectory()) copyDir(join(from, f.name), join(to, f.name))
-    else if (f.isFile()) copyFileSync(join(from, f.name), join(to, f.name))
+    else if (f.isFile()) copyPrivate(join(from, f.name), join(to, f.name))
   }
 }
 
@@ -57,9 +66,9 @@ export function backup(dataDir: string, dir: string): BackupResult {
       continue
     }
     mkdirSync(join(dir, 'media', sha.slice(0, 2)), { recursive: true, mode: 0o700 })
-    copyFileSync(from, join(dir, 'media', sha.slice(0, 2), sha))
+    copyPrivate(from, join(dir, 'media', sha.slice(0, 2), sha))
   }
-  if (existsSync(join(dataDir, 'secret.key'))) copyFileSync(join(dataDir, 'secret.key'), join(dir, 'secret.key'))
+  if (existsSync(join(dataDir, 'secret.key'))) copyPrivate(join(dataDir, 'secret.key'), join(dir, 'secret.key'))
   copyDir(join(dataDir, 'sandbox'), join(dir, 'sandbox'))
   writeFileSync(join(dir, 'manifest.json'), JSON.stringify({ capstan: VERSION, created_at: new Date().toISOString(), messages, media_files: shas.length - missing.length, missing_media: missing }, null, 2))
   return { dir, messages, media: shas.length - missing.length, missing }
@@ -97,10 +106,10 @@ export function restore(dir: string, dataDir: string, force = false): { messages
   mkdirSync(dataDir, { recursive: true, mode: 0o700 })
   // a forced restore replaces the database whole: its old WAL must not be replayed onto the copy
   for (const f of ['capstan.db-wal', 'capstan.db-shm']) rmSync(join(dataDir, f), { force: true })
-  copyFileSync(from, join(dataDir, 'capstan.db'))
+  copyPrivate(from, join(dataDir, 'capstan.db'))
   copyDir(join(dir, 'media'), join(dataDir, 'media'))
   copyDir(join(dir, 'sandbox'), join(dataDir, 'sandbox'))
-  if (existsSync(join(dir, 'secret.key'))) copyFileSync(join(dir, 'secret.key'), join(dataDir, 'secret.key'))
+  if (existsSync(join(dir, 'secret.key'))) copyPrivate(join(dir, 'secret.key'), join(dataDir, 'secret.key'))
   const db = openDatabase(join(dataDir, 'capstan.db'))
   try {
     migrate(db)

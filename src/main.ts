@@ -187,6 +187,10 @@ async function serve() {
 }
 
 async function main(argv: string[]) {
+  // Everything Capstan writes — the database and its WAL, media, the key file, sandbox records,
+  // backups — holds customers' data or secrets: readable by the service's own user only, whatever
+  // umask it was started with (a shell's 022, a container's entrypoint)
+  process.umask(0o077)
   if (Bun.main.startsWith('/$bunfs/') || Bun.main.startsWith('B:\\~BUN')) loadDotEnv(join(dirname(process.execPath), '.env'))
   const [command] = argv
   // `--help` anywhere only prints the help: `capstan backup --help` must not write a backup

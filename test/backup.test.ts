@@ -1,7 +1,7 @@
 /** `capstan backup` while the server runs under load, then `capstan restore` and a fresh start. */
 import { describe, expect, test } from 'bun:test'
 import { Database } from 'bun:sqlite'
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { TestClamd } from './support/clamd'
@@ -16,8 +16,20 @@ function capstan(args: string[], env: Record<string, string>) {
   return { code: p.exitCode, out: p.stdout.toString(), err: p.stderr.toString() }
 }
 
+/** Files and directories under `dir` that anyone but their owner may read, write or enter. */
+function notPrivate(dir: string): string[] {
+  const loose: string[] = []
+  for (const f of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, f.name)
+    if ((statSync(path).mode & 0o077) !== 0) loose.push(`${path} ${(statSync(path).mode & 0o777).toString(8)}`)
+    if (f.isDirectory()) loose.push(...notPrivate(path))
+  }
+  return loose
+}
+
 describe('backup and restore', () => {
   test('an online backup restores into a working server with every message, media file and secret', async () => {
+    const umask = process.umask(0o022) // what Capstan's processes inherit, as from a login shell
     const clamd = await TestClamd.start()
     const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
     const backupDir = join(mkdtempSync(join(tmpdir(), 'capstan-backup-')), 'b1')
@@ -44,6 +56,8 @@ describe('backup and restore', () => {
       expect(b.code).toBe(0)
       expect(b.out).toContain('backup written')
       expect(capstan(['backup', backupDir], { CAPSTAN_DATA_DIR: srv.dataDir }).code).toBe(2) // never overwrites
+      expect(notPrivate(backupDir)).toEqual([])
+      for (const f of readdirSync(backupDir, { recursive: true }) as string[]) chmodSync(join(backupDir, f), statSync(join(backupDir, f)).isDirectory() ? 0o755 : 0o644)
 
       const r = capstan(['restore', backupDir], { CAPSTAN_DATA_DIR: restoredDir })
       expect(r.code).toBe(0)
@@ -54,12 +68,17 @@ describe('backup and restore', () => {
       expect(Buffer.from(await dl.arrayBuffer()).equals(Buffer.from(pngBytes))).toBe(true)
       expect((await restored.admin('GET', `/webhooks/${hook.id}`)).json.data.secret).toBe(hook.secret)
       expect((await restored.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'after restore' } })).status).toBe(202)
+      // customers' data and the key file stay private to the service's user under a umask of 022,
+      // restored from a backup whose files had been made readable too
+      expect(notPrivate(srv.dataDir)).toEqual([])
+      expect(notPrivate(restoredDir)).toEqual([])
     } finally {
       await restored?.close()
       await srv.close()
       await clamd.stop()
       rmSync(join(backupDir, '..'), { recursive: true, force: true })
       rmSync(restoredDir, { recursive: true, force: true })
+      process.umask(umask)
     }
   }, 60_000)
 
