@@ -17,7 +17,7 @@ RUN apt-get update \
  && mkdir -p /run/clamav && chown clamav:clamav /run/clamav \
  && useradd --system --uid 10001 --home /data --shell /usr/sbin/nologin capstan \
  && usermod -a -G clamav capstan \
- && mkdir -p /data && chown capstan:capstan /data
+ && mkdir -p /data && chown capstan:capstan /data && chmod 0700 /data
 COPY --from=build /out/capstan /usr/local/bin/capstan
 COPY docker/entrypoint.sh /usr/local/bin/capstan-entrypoint
 ENV CAPSTAN_DATA_DIR=/data \
