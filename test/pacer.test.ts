@@ -79,6 +79,21 @@ describe('pacer', () => {
     expect(releases(ids, t0)).toEqual([0, 0, 3600, 86400, 86400])
   })
 
+  test('releases whose write fails (a full disk) count against no cap: the number sends as soon as writes succeed again', async () => {
+    const { ids } = await setup({ hourly_cap: 3, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 5)
+    const { db, timers, clock } = env!
+    const t0 = clock.t
+    // for a minute the release write cannot commit, as when the disk is full: each second the
+    // pacer takes the first two messages in one write, and the second one's update fails it
+    db.run(`CREATE TRIGGER full_disk BEFORE UPDATE OF status ON messages WHEN NEW.status = 'sending' AND OLD.id = '${ids[1]}' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`)
+    timers.advance(60_000)
+    expect(releases(ids, t0)).toEqual([null, null, null, null, null])
+    db.run('DROP TRIGGER full_disk')
+    timers.advance(10_000)
+    // the three the hourly cap allows, right after the fault — not an hour later
+    expect(releases(ids, t0)).toEqual([61, 61, 61, null, null])
+  })
+
   test('an offline number releases nothing until it is back online', async () => {
     const { conn, ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 0)
     const { svc } = env!

@@ -74,6 +74,29 @@ export function dueAt(st: NumberState, p: Policy, now: number): number {
   return due
 }
 
+/** A number's pacing state as it was before a tick, to put back if the tick's write fails. */
+interface Saved {
+  st: NumberState
+  campaignNext: boolean
+  last: number | null
+  gap: number
+  times: number[]
+  length: number
+  start: number
+}
+
+const save = (st: NumberState): Saved => ({ st, campaignNext: st.campaignNext, last: st.last, gap: st.gap, times: st.times, length: st.times.length, start: st.start })
+
+/**
+ * Puts a number's state back. Releases are only ever appended, so cutting the array back to its
+ * old length removes them — also when pruning replaced the array meanwhile (then the old one,
+ * which still holds everything before the tick, comes back).
+ */
+function restore(s: Saved) {
+  s.times.length = s.length
+  Object.assign(s.st, { campaignNext: s.campaignNext, last: s.last, gap: s.gap, times: s.times, start: s.start })
+}
+
 export class Pacer {
   private states = new Map<string, NumberState>()
   private pending = new Set<string>()
@@ -184,6 +207,9 @@ export class Pacer {
   tick() {
     if (!this.running || this.ticking) return
     this.ticking = true
+    // each number's state before this tick's releases, put back if their write does not commit
+    const before: Saved[] = []
+    let committed = false
     try {
       const now = this.clock.now()
       let next = Infinity
@@ -204,6 +230,7 @@ export class Pacer {
           const policy = this.workspaces.settings(ws).sending_policy
           const st = this.state(id)
           let due = dueAt(st, policy, now)
+          if (due <= now) before.push(save(st))
           let burst = 0
           while (due <= now && burst < BURST) {
             const row = this.take(id, st, now)
@@ -224,9 +251,13 @@ export class Pacer {
           if (this.pending.has(id)) next = Math.min(next, Math.max(due, now))
         }
       })
+      committed = true
       for (const r of released) void this.messages.dispatch(r.live, r.row, this.groupExternalId(r.row))
       if (next < Infinity) this.schedule(next - now)
     } catch (e) {
+      // nothing was released (e.g. the disk is full): releases counted in memory must not count
+      // against the caps, or after the fault a number would wait out an hour or a day for nothing
+      if (!committed) for (const saved of before) restore(saved)
       this.log.error('pacer tick failed', { error: String((e as Error)?.stack ?? e) })
       this.schedule(1000)
     } finally {
