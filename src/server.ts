@@ -14,7 +14,7 @@ import { parseBody, TOO_LARGE } from './http/body'
 import { SECURITY_HEADERS, authPlugin, clientIp } from './http/auth'
 import { WindowCounter } from './http/limits'
 import { DOC_COMPONENTS, hidden } from './http/docs'
-import { payloadTooLarge, toErrorResponse } from './http/errors'
+import { diskFull, payloadTooLarge, toErrorResponse } from './http/errors'
 import { noteOf, peekNote } from './http/log'
 import { Sessions } from './http/session'
 import { campaignApiRoutes } from './modules/campaigns/routes'
@@ -90,7 +90,8 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   return root
     .onError(({ code, error, set, request }) => {
       const { status, body } = toErrorResponse(error, code)
-      if (status >= 500) svc.log.error('request failed', { method: request.method, path: new URL(request.url).pathname, error: String((error as Error)?.stack ?? error) })
+      if (status === 500) svc.log.error('request failed', { method: request.method, path: new URL(request.url).pathname, error: String((error as Error)?.stack ?? error) })
+      else if (diskFull(error)) svc.log.error('request refused: the disk of the data directory is full', { method: request.method, path: new URL(request.url).pathname })
       set.status = status
       Object.assign(set.headers, SECURITY_HEADERS)
       set.headers['content-type'] = 'application/json; charset=utf-8'
@@ -128,7 +129,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
             title: 'Capstan Messaging API',
             version: VERSION,
             description:
-              'Workspace-scoped API for sending paced messages through connected numbers, managing contacts and consent, media, the message log, groups, templates and opt-in campaigns. Every request needs `Authorization: Bearer <API key>` and the scope named on each operation (`x-required-scope`). Errors are JSON `{message, code}`, plus `errors` on validation failures.',
+              'Workspace-scoped API for sending paced messages through connected numbers, managing contacts and consent, media, the message log, groups, templates and opt-in campaigns. Every request needs `Authorization: Bearer <API key>` and the scope named on each operation (`x-required-scope`). Errors are JSON `{message, code}`, plus `errors` on validation failures. Any write may answer 507 `storage_full` when the server\'s disk is full (nothing is stored).',
           },
           servers: [{ url: '/' }],
           components: DOC_COMPONENTS as any,

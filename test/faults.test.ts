@@ -128,6 +128,57 @@ describe('disk full', () => {
       await clamd.stop()
     }
   }, 30_000)
+
+  test('the database on a full disk: 507 storage_full and nothing half-stored; once there is room the queue goes on at once', async () => {
+    const dataDir = join(tmpdir(), `capstan-dbfull-${crypto.randomUUID()}`)
+    mkdirSync(dataDir, { recursive: true })
+    // the whole data directory on a 3 MiB tmpfs (root is needed, as above)
+    const m = Bun.spawnSync(['mount', '-t', 'tmpfs', '-o', 'size=3m', 'tmpfs', dataDir])
+    if (m.exitCode !== 0) throw new Error(`this test needs to mount a tmpfs: ${m.stderr.toString()}`)
+    mounted = dataDir
+    const srv = await TestServer.start({ dataDir, env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const t = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 4, daily_cap: 100, min_gap_seconds: 1, max_gap_seconds: 1 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1333'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null } })).json.data
+      const sends: string[] = []
+      for (let i = 0; i < 6; i++) {
+        const r = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `order ${i}` } })
+        expect(r.status).toBe(202)
+        sends.push(r.json.data.id)
+      }
+      // fill the disk with contacts of 50 KB each until a write no longer fits
+      const metadata = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${i}`, 'x'.repeat(1000)]))
+      let created = 0
+      let refusal: Awaited<ReturnType<TestServer['api']>> | null = null
+      while (!refusal && created < 1000) {
+        const r = await srv.api(t.key, 'POST', '/contacts', { json: { phone: newPhone(), metadata } })
+        if (r.status === 201) created++
+        else refusal = r
+      }
+      expect([refusal?.status, refusal?.json]).toEqual([507, { code: 'storage_full', message: "The server's disk is full; nothing was stored." }])
+      const send = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'no room' } })
+      expect([send.status, send.json.code]).toEqual([507, 'storage_full'])
+      // releases keep failing for a while: each is rolled back, and none may count against the cap
+      await Bun.sleep(5000)
+      expect(Bun.spawnSync(['mount', '-o', 'remount,size=64m', dataDir]).exitCode).toBe(0)
+      // the four the hourly cap allows are sent (their outcome written once it fits), two wait
+      await waitFor(async () => {
+        const statuses = await Promise.all(sends.map(async (id) => (await srv.api(t.key, 'GET', `/messages/${id}`)).json.data.status))
+        return statuses.filter((s) => s === 'sent').length === 4 && statuses.filter((s) => s === 'queued').length === 2
+      }, 45_000)
+      expect((await srv.api(t.key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'After' } })).status).toBe(201)
+      // every contact answered 201 is there, the refused ones are not (plus the six recipients)
+      expect((await srv.api(t.key, 'GET', '/contacts')).json.meta.total).toBe(created + 6 + 1)
+      expect(srv.output).toContain('request refused: the disk of the data directory is full')
+      expect(srv.output).not.toContain('"request failed"')
+    } finally {
+      await srv.close()
+      Bun.spawnSync(['umount', dataDir])
+      mounted = ''
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+  }, 90_000)
 })
 
 describe('webhook receivers that misbehave', () => {

@@ -43,6 +43,12 @@ export const authRateLimited = () => new ApiError(429, 'auth_rate_limited', MESS
 export const payloadTooLarge = () => new ApiError(413, 'payload_too_large', MESSAGES.payloadTooLarge)
 export const validationFailed = (errors: FieldErrors) => new ApiError(422, 'validation_failed', MESSAGES.validation, errors)
 
+/** 507: the data directory's disk is full; the write was rolled back. */
+export const storageFull = () => new ApiError(507, 'storage_full', "The server's disk is full; nothing was stored.")
+
+/** SQLite's "database or disk is full". */
+export const diskFull = (error: unknown) => (error as { code?: unknown } | null)?.code === 'SQLITE_FULL'
+
 /** 404 naming what was not found: "The connection was not found." */
 export const notFound = (what: string) => new ApiError(404, 'not_found', `The ${what} was not found.`)
 
@@ -69,5 +75,7 @@ export function toErrorResponse(error: unknown, elysiaCode?: string | number): {
   }
   const status = (error as { status?: unknown })?.status
   if (status === 413) return { status: 413, body: payloadTooLarge().toBody() }
+  // SQLite could not write (its transaction rolled back): the request changed nothing
+  if (diskFull(error)) return { status: 507, body: storageFull().toBody() }
   return { status: 500, body: { message: MESSAGES.internal, code: 'internal_error' } }
 }

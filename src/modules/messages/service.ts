@@ -487,8 +487,7 @@ export class MessageService {
       if (later === STOPPED && this.connections.stopped) return
       confirmed = later === STOPPED ? null : later
     }
-    if (confirmed) await this.markSent(row.id, confirmed)
-    else await this.markFailed(row.id, why.code, why.message)
+    await this.record(() => (confirmed ? this.markSent(row.id, confirmed) : this.markFailed(row.id, why.code, why.message)))
     this.onSettled(row)
   }
 
@@ -560,7 +559,7 @@ export class MessageService {
     const throttleBackoff = [5000, 15000, 30000, 60000, 120000, 300000, 600000, 900000]
     const attachments = this.outboundMedia(row)
     if (!attachments) {
-      await this.markFailed(row.id, 'media_unavailable', 'An attachment expired before the message was sent.')
+      await this.record(() => this.markFailed(row.id, 'media_unavailable', 'An attachment expired before the message was sent.'))
       this.onSettled(row)
       return
     }
@@ -570,15 +569,13 @@ export class MessageService {
       // a retry can come minutes later (a throttled number): the recipient may have opted out since
       const refusal = attempt > 0 ? this.refusalFor(row) : null
       if (refusal) {
-        await this.markFailed(row.id, refusal.code, refusal.message)
+        await this.record(() => this.markFailed(row.id, refusal.code, refusal.message))
         this.onSettled(row)
         return
       }
+      let accepted: Accepted
       try {
-        const r = await withTimeout((signal) => live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments, template }, signal), this.deps.config.driverTimeoutMs)
-        await this.markSent(row.id, r)
-        this.onSettled(row)
-        return
+        accepted = await withTimeout((signal) => live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments, template }, signal), this.deps.config.driverTimeoutMs)
       } catch (e) {
         // the network may or may not have it: never sent again blindly
         if (e === TIMED_OUT) return this.settleUnknown(live, row, { code: 'send_timeout', message: 'The network did not answer in time; the message was not sent again.' })
@@ -593,10 +590,33 @@ export class MessageService {
           await Bun.sleep(backoff[attempt]!)
           continue
         }
-        await this.markFailed(row.id, err.code, err.message)
+        await this.record(() => this.markFailed(row.id, err.code, err.message))
         if (err instanceof TemplateRefused) this.onTemplateRefused(row, err.code)
         this.onSettled(row)
         return
+      }
+      // the network has it: a failure to write that down is no failure of the send
+      await this.record(() => this.markSent(row.id, accepted))
+      this.onSettled(row)
+      return
+    }
+  }
+
+  /**
+   * Writes a send's outcome, again and again while the write fails (the disk is full): what the
+   * network answered must not be lost, nor leave the message `sending` until a restart. Waits 1 s
+   * before the second try, doubling to 30 s. When the server stops first, the message stays
+   * `sending` and crash recovery settles it at the next start.
+   */
+  private async record(write: () => Promise<unknown>) {
+    for (let wait = 1000; ; wait = Math.min(wait * 2, 30_000)) {
+      try {
+        await write()
+        return
+      } catch (e) {
+        if (this.connections.stopped) throw e
+        this.onDispatchError(e)
+        await Bun.sleep(wait)
       }
     }
   }
