@@ -145,6 +145,11 @@ async function serve() {
       fail(`cannot listen on ${config.host}:${config.port}: ${listenFailure(e)}`)
     }
   }
+  // A background task that fails unexpectedly (a write on a full disk from a timer, say) is
+  // logged; it must not take the server down, and with it every send in a network's hands
+  const unexpected = (e: unknown) => log.error('background task failed', { error: String((e as Error)?.stack ?? e) })
+  process.on('uncaughtException', unexpected)
+  process.on('unhandledRejection', unexpected)
   const deps = { config, db, writer: new Writer(db), clock: systemClock }
   const svc = buildServices(deps, log, SecretBox.load(config.dataDir, config.secretKey))
   await startServices(svc)

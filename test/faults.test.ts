@@ -137,10 +137,24 @@ describe('disk full', () => {
     if (m.exitCode !== 0) throw new Error(`this test needs to mount a tmpfs: ${m.stderr.toString()}`)
     mounted = dataDir
     const srv = await TestServer.start({ dataDir, env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    // a webhook receiver that takes events but holds its answers until the disk is full
+    const received: string[] = []
+    let answer = () => {}
+    const held = new Promise<void>((resolve) => (answer = resolve))
+    const receiver = Bun.serve({
+      port: 0,
+      hostname: '127.0.0.1',
+      fetch: async (req) => {
+        received.push(req.headers.get('webhook-id')!)
+        await held
+        return new Response('ok')
+      },
+    })
     try {
       const t = await srv.tenant()
       await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 4, daily_cap: 100, min_gap_seconds: 1, max_gap_seconds: 1 } } })
       const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1333'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null } })).json.data
+      const hook = (await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: `http://127.0.0.1:${receiver.port}/`, events: ['message.sent'] })).json.data
       const sends: string[] = []
       for (let i = 0; i < 6; i++) {
         const r = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `order ${i}` } })
@@ -150,15 +164,23 @@ describe('disk full', () => {
       // fill the disk with contacts of 50 KB each until a write no longer fits
       const metadata = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${i}`, 'x'.repeat(1000)]))
       let created = 0
-      let refusal: Awaited<ReturnType<TestServer['api']>> | null = null
-      while (!refusal && created < 1000) {
-        const r = await srv.api(t.key, 'POST', '/contacts', { json: { phone: newPhone(), metadata } })
-        if (r.status === 201) created++
-        else refusal = r
+      const fill = async (body: Record<string, unknown>) => {
+        for (let i = 0; i < 1000; i++) {
+          const r = await srv.api(t.key, 'POST', '/contacts', { json: { phone: newPhone(), ...body } })
+          if (r.status !== 201) return r
+          created++
+        }
+        throw new Error('the disk never filled up')
       }
-      expect([refusal?.status, refusal?.json]).toEqual([507, { code: 'storage_full', message: "The server's disk is full; nothing was stored." }])
+      const refusal = await fill({ metadata })
+      expect([refusal.status, refusal.json]).toEqual([507, { code: 'storage_full', message: "The server's disk is full; nothing was stored." }])
+      // then with the smallest contacts, so that not even a small write fits
+      expect((await fill({})).status).toBe(507)
       const send = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'no room' } })
       expect([send.status, send.json.code]).toEqual([507, 'storage_full'])
+      // the receiver answers now: that it took the events cannot be written yet
+      await waitFor(() => received.length > 0)
+      answer()
       // releases keep failing for a while: each is rolled back, and none may count against the cap
       await Bun.sleep(5000)
       expect(Bun.spawnSync(['mount', '-o', 'remount,size=64m', dataDir]).exitCode).toBe(0)
@@ -170,9 +192,17 @@ describe('disk full', () => {
       expect((await srv.api(t.key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'After' } })).status).toBe(201)
       // every contact answered 201 is there, the refused ones are not (plus the six recipients)
       expect((await srv.api(t.key, 'GET', '/contacts')).json.meta.total).toBe(created + 6 + 1)
+      // each sent message's event was delivered, and recorded as such: none went out twice
+      const deliveries = await waitFor(async () => {
+        const list = (await srv.admin('GET', `/webhooks/${hook.id}/deliveries`)).json.data as { id: string; status: string }[]
+        return list.length === 4 && list.every((d) => d.status === 'delivered') && list
+      }, 45_000)
+      expect([...received].sort()).toEqual(deliveries.map((d) => d.id).sort())
       expect(srv.output).toContain('request refused: the disk of the data directory is full')
       expect(srv.output).not.toContain('"request failed"')
+      expect(srv.output).not.toContain('background task failed')
     } finally {
+      receiver.stop(true)
       await srv.close()
       Bun.spawnSync(['umount', dataDir])
       mounted = ''

@@ -145,3 +145,22 @@ export class Writer {
     return this.sql.totalChanges.values()[0]![0] as number
   }
 }
+
+/**
+ * Runs `write` until it succeeds: for an outcome that already happened elsewhere (a network took
+ * a message, a receiver took an event), which must be written down, not lost or mistaken for a
+ * failure, when writes fail for a while (a full disk). Tries again after 1 s, doubling to 30 s,
+ * telling `onError` each time; gives up — throws — once `stopping()` says the server stops.
+ */
+export async function persist(write: () => unknown, stopping: () => boolean, onError: (e: unknown) => void): Promise<void> {
+  for (let wait = 1000; ; wait = Math.min(wait * 2, 30_000)) {
+    try {
+      await write()
+      return
+    } catch (e) {
+      if (stopping()) throw e
+      onError(e)
+      await Bun.sleep(wait)
+    }
+  }
+}

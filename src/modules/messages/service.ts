@@ -5,6 +5,7 @@
  * A group message ends at sent.
  */
 import type { Deps } from '../../deps'
+import { persist } from '../../db/writer'
 import { notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Accepted, NetworkTemplate, ReceiptStatus } from '../../network/driver'
@@ -603,21 +604,11 @@ export class MessageService {
   }
 
   /**
-   * Writes a send's outcome, again and again while the write fails (the disk is full): what the
-   * network answered must not be lost, nor leave the message `sending` until a restart. Waits 1 s
-   * before the second try, doubling to 30 s. When the server stops first, the message stays
-   * `sending` and crash recovery settles it at the next start.
+   * Writes a send's outcome, again while the write fails (see `persist`): what the network
+   * answered must not be lost, nor leave the message `sending` until a restart. When the server
+   * stops first, the message stays `sending` and crash recovery settles it at the next start.
    */
-  private async record(write: () => Promise<unknown>) {
-    for (let wait = 1000; ; wait = Math.min(wait * 2, 30_000)) {
-      try {
-        await write()
-        return
-      } catch (e) {
-        if (this.connections.stopped) throw e
-        this.onDispatchError(e)
-        await Bun.sleep(wait)
-      }
-    }
+  private record(write: () => Promise<unknown>) {
+    return persist(write, () => this.connections.stopped, this.onDispatchError)
   }
 }

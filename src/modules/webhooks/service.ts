@@ -5,6 +5,7 @@
  * is pending in SQLite until an endpoint answered 2xx or its retries ran out.
  */
 import { randomBytes } from 'node:crypto'
+import { persist } from '../../db/writer'
 import type { Deps } from '../../deps'
 import { notFound } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
@@ -39,8 +40,11 @@ const eventsColumn = (events: string[] | undefined) => (events && events.length 
 export class WebhookService {
   readonly repo: WebhookRepo
   private timer: Timer | null = null
-  /** Deliveries sent whose answer is not recorded yet (a graceful stop waits for them). */
-  inFlight = 0
+  /** Deliveries sent whose outcome is not recorded yet, by id (a graceful stop waits for them). */
+  private readonly underWay = new Set<string>()
+  get inFlight() {
+    return this.underWay.size
+  }
   private running = false
   private readonly maxInFlight = 16
 
@@ -185,26 +189,55 @@ export class WebhookService {
     this.timer = null
     const now = this.deps.clock.now()
     const room = this.maxInFlight - this.inFlight
+    let skipped = false
     if (room > 0) {
       for (const d of this.repo.due(now, room)) {
+        // still under way here (its outcome waits to be written, its claim ran out): not twice
+        if (this.underWay.has(d.id)) {
+          skipped = true
+          continue
+        }
         // claim: push its next attempt out past the timeout so it is not picked twice
-        this.deps.writer.now(() => this.repo.claim(d.id, now + DELIVERY_TIMEOUT_MS + 5000))
-        this.inFlight++
-        void this.attempt(d).finally(() => {
-          this.inFlight--
-          this.kick()
-        })
+        try {
+          this.deps.writer.now(() => this.repo.claim(d.id, now + DELIVERY_TIMEOUT_MS + 5000))
+        } catch (e) {
+          // the claim cannot be written (a full disk): nothing goes out unclaimed; look again soon
+          this.log.error('webhook deliveries paused: a delivery could not be claimed', { error: String((e as Error)?.message ?? e) })
+          this.timer = setTimeout(() => this.kick(), 1000)
+          return
+        }
+        this.underWay.add(d.id)
+        void this.attempt(d)
+          .catch((e) => this.log.error('webhook delivery outcome not written (the server is stopping); it is attempted again after the restart', { error: String((e as Error)?.message ?? e) }))
+          .finally(() => {
+            this.underWay.delete(d.id)
+            this.kick()
+          })
       }
     }
     if (this.inFlight >= this.maxInFlight) return
     const next = this.repo.nextDue()
-    if (next !== null) this.timer = setTimeout(() => this.kick(), Math.max(10, Math.min(next - this.deps.clock.now(), 60_000)))
+    // one skipped above stays due until its outcome is written (then this runs again): no busy loop
+    if (next !== null) this.timer = setTimeout(() => this.kick(), Math.max(skipped ? 1000 : 10, Math.min(next - this.deps.clock.now(), 60_000)))
+  }
+
+  /**
+   * Writes what became of an attempt, again while the write fails (see `persist`): a receiver that
+   * took the event is not sent it again for a write that could not be made. When the server stops
+   * first, the delivery's claim runs out and it is attempted again after the restart.
+   */
+  private record(fn: () => void) {
+    return persist(
+      () => this.deps.writer.now(fn),
+      () => !this.running,
+      (e) => this.log.error('webhook delivery outcome could not be written yet', { error: String((e as Error)?.message ?? e) }),
+    )
   }
 
   private async attempt(d: DeliveryRow) {
     const endpoint = this.repo.endpoint(d.endpoint_id)
     if (!endpoint || endpoint.status !== 'active') {
-      this.deps.writer.now(() => this.repo.fail(d.id, null, endpoint ? HELD_REASON : 'endpoint removed', this.deps.clock.now()))
+      await this.record(() => this.repo.fail(d.id, null, endpoint ? HELD_REASON : 'endpoint removed', this.deps.clock.now()))
       return
     }
     const ts = Math.floor(Date.now() / 1000)
@@ -228,7 +261,7 @@ export class WebhookService {
       await res.body?.cancel().catch(() => {})
       if (res.status >= 200 && res.status < 300) {
         const now = this.deps.clock.now()
-        this.deps.writer.now(() => {
+        await this.record(() => {
           this.repo.delivered(d.id, res.status, now)
           if (endpoint.failing_since !== null) this.repo.markFailing(endpoint.id, null, now)
         })
@@ -239,7 +272,7 @@ export class WebhookService {
       error = (e as Error).name === 'TimeoutError' ? 'timed out after 15 s' : 'connection failed'
     }
     const now = this.deps.clock.now()
-    this.deps.writer.now(() => {
+    await this.record(() => {
       const since = endpoint.failing_since ?? now
       if (endpoint.failing_since === null) this.repo.markFailing(endpoint.id, now, now)
       if (now - since >= DISABLE_AFTER_MS) {
