@@ -373,4 +373,40 @@ describe('the campaign lane (controlled clock)', () => {
       await env.close()
     }
   })
+
+  test('a start or a completion whose write failed (a full disk) happens at the next sweep, not at the next restart', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, timers, db } = env
+      const ws = svc.workspaces.create({ name: 'Sweep' })
+      svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(0) } })
+      const conn = svc.connections.create(ws.id, { phone: '+15550003000', driver: 'sandbox', config: NO_RECEIPTS })
+      await svc.contacts.upsert(ws.id, { phone: '+15550003001', consent_status: 'opted_in' }, 'test')
+      const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
+      const c = svc.campaigns.create(ws.id, { name: 'Now', template_id: tpl.id, connection_id: conn.id })
+      svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', ['campaign.completed'])
+      const status = () => svc.campaigns.repo.getAny(c.id)!.status
+      const failing = (to: string) => db.run(`CREATE TRIGGER full_disk BEFORE UPDATE OF status ON campaigns WHEN NEW.status = '${to}' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`)
+      // launched now, but the start cannot be written: it stays scheduled, due, with nothing armed
+      failing('running')
+      expect(() => svc.campaigns.schedule(ws.id, c.id, null)).toThrow('database or disk is full')
+      expect(status()).toBe('scheduled')
+      db.run('DROP TRIGGER full_disk')
+      svc.campaigns.sweep()
+      expect(status()).toBe('running')
+      // its one message is sent; marking the campaign completed then cannot be written
+      failing('completed')
+      timers.advance(0)
+      await settle(20)
+      expect(svc.campaigns.repo.counts(c.id)).toMatchObject({ total: 1, sent: 1 })
+      expect(status()).toBe('running')
+      db.run('DROP TRIGGER full_disk')
+      svc.campaigns.sweep()
+      expect(status()).toBe('completed')
+      // announced once, with the completion
+      expect(db.query("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE type = 'campaign.completed'").get()).toEqual({ n: 1 })
+    } finally {
+      await env.close()
+    }
+  })
 })

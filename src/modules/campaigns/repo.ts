@@ -102,6 +102,7 @@ export class CampaignRepo {
   private recipientCountStmt
   private activeConnsStmt
   private scheduledStmt
+  private runningIdsStmt
   private waitingStmt
 
   constructor(private readonly db: Database) {
@@ -135,6 +136,7 @@ export class CampaignRepo {
     this.recipientCountStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM campaign_recipients WHERE campaign_id = ?')
     this.activeConnsStmt = db.query<{ connection_id: string }, []>("SELECT DISTINCT connection_id FROM campaigns WHERE status = 'running' AND deleted_at IS NULL")
     this.scheduledStmt = db.query<CampaignRow, []>("SELECT * FROM campaigns WHERE status = 'scheduled' AND deleted_at IS NULL")
+    this.runningIdsStmt = db.query<{ id: string }, []>("SELECT id FROM campaigns WHERE status = 'running' AND deleted_at IS NULL")
     this.waitingStmt = db.query<CampaignRow, []>("SELECT * FROM campaigns WHERE status = 'paused' AND paused_reason = 'allowance_exhausted' AND deleted_at IS NULL")
   }
 
@@ -184,6 +186,10 @@ export class CampaignRepo {
   }
   connectionsWithRunning() {
     return this.activeConnsStmt.all().map((r) => r.connection_id)
+  }
+  /** Ids of every running campaign. */
+  runningIds() {
+    return this.runningIdsStmt.all().map((r) => r.id)
   }
   scheduled() {
     return this.scheduledStmt.all()

@@ -369,6 +369,17 @@ export class CampaignService {
     }
   }
 
+  /**
+   * Once a minute: a scheduled campaign whose time has come starts, and a running one with nothing
+   * left is completed. Both happen at once as a rule; this is the second chance for a step whose
+   * write failed (a full disk), which would otherwise wait for a restart.
+   */
+  sweep() {
+    const now = this.deps.clock.now()
+    for (const row of this.repo.scheduled()) if ((row.scheduled_at ?? now) <= now) this.start(row.id)
+    for (const id of this.repo.runningIds()) this.checkComplete(id)
+  }
+
   /** Start-up: re-arm every scheduled campaign (those already due start now). */
   armAll() {
     for (const row of this.repo.scheduled()) this.arm(row)
