@@ -176,7 +176,9 @@ describe('disk full', () => {
       expect([refusal.status, refusal.json]).toEqual([507, { code: 'storage_full', message: "The server's disk is full; nothing was stored." }])
       // then with the smallest contacts, so that not even a small write fits
       expect((await fill({})).status).toBe(507)
-      const send = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'no room' } })
+      const late = { connection_id: conn.id, recipient: newPhone(), body: 'no room' }
+      const keyed = { json: late, headers: { 'idempotency-key': 'disk-full-0001' } }
+      const send = await srv.api(t.key, 'POST', '/messages', keyed)
       expect([send.status, send.json.code]).toEqual([507, 'storage_full'])
       // the receiver answers now: that it took the events cannot be written yet
       await waitFor(() => received.length > 0)
@@ -190,8 +192,11 @@ describe('disk full', () => {
         return statuses.filter((s) => s === 'sent').length === 4 && statuses.filter((s) => s === 'queued').length === 2
       }, 45_000)
       expect((await srv.api(t.key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'After' } })).status).toBe(201)
-      // every contact answered 201 is there, the refused ones are not (plus the six recipients)
-      expect((await srv.api(t.key, 'GET', '/contacts')).json.meta.total).toBe(created + 6 + 1)
+      // the refused send was not kept under its Idempotency-Key either: sent again, it is queued
+      const again = await srv.api(t.key, 'POST', '/messages', keyed)
+      expect([again.status, again.headers.get('idempotency-replayed')]).toEqual([202, null])
+      // every contact answered 201 is there, the refused ones are not (plus the seven recipients)
+      expect((await srv.api(t.key, 'GET', '/contacts')).json.meta.total).toBe(created + 7 + 1)
       // each sent message's event was delivered, and recorded as such: none went out twice
       const deliveries = await waitFor(async () => {
         const list = (await srv.admin('GET', `/webhooks/${hook.id}/deliveries`)).json.data as { id: string; status: string }[]
