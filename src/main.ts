@@ -19,7 +19,7 @@ import { DataDirLocked, lockDataDir } from './db/lock'
 import { Writer } from './db/writer'
 import { Logger } from './http/log'
 import { buildApp } from './server'
-import { startJobs } from './scheduler/jobs'
+import { startJobs, warnIfDiskLow } from './scheduler/jobs'
 import { SecretBox } from './secrets'
 import { buildServices, settleServices, startServices, stopServices } from './services'
 import { VERSION } from './version'
@@ -157,6 +157,7 @@ async function serve() {
   const app = buildApp({ svc, adminTokenHash: admin.hash, probes: { scanner: () => svc.media.scannerReachable() } })
   app.listen({ hostname: config.host, port: config.port })
   log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, migrations_applied: applied })
+  warnIfDiskLow(svc)
   log.flush()
 
   let stopping = false

@@ -8,6 +8,7 @@ import { Elysia } from 'elysia'
 import type { Database } from 'bun:sqlite'
 import { dashboardAdminRoutes } from './dashboard/admin-views'
 import { dashboardRoutes } from './dashboard/routes'
+import { diskSpace } from './disk'
 import { docsUi } from './docs/ui'
 import { handleCloudApiWebhook } from './network/cloud-api-webhook'
 import { parseBody, TOO_LARGE } from './http/body'
@@ -147,8 +148,11 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
       '/readyz',
       async ({ set }) => {
         const database = databaseOk(svc.deps.db)
-        const checks: Record<string, string> = { database: database ? 'ok' : 'unavailable' }
+        const checks: Record<string, unknown> = { database: database ? 'ok' : 'unavailable' }
         for (const [name, probe] of Object.entries(probes)) checks[name] = (await probe().catch(() => false)) ? 'ok' : 'unavailable'
+        // reported, not a reason to be unready: a low disk still serves (a full one answers 507)
+        const disk = diskSpace(config.dataDir)
+        if (disk) checks.disk = disk
         if (!database) set.status = 503
         return { status: database ? 'ok' : 'unavailable', ...checks }
       },

@@ -161,6 +161,7 @@ describe('disk full', () => {
         expect(r.status).toBe(202)
         sends.push(r.json.data.id)
       }
+      expect((await srv.request('GET', '/readyz')).json.disk.state).toBe('ok')
       // fill the disk with contacts of 50 KB each until a write no longer fits
       const metadata = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${i}`, 'x'.repeat(1000)]))
       let created = 0
@@ -180,6 +181,9 @@ describe('disk full', () => {
       const keyed = { json: late, headers: { 'idempotency-key': 'disk-full-0001' } }
       const send = await srv.api(t.key, 'POST', '/messages', keyed)
       expect([send.status, send.json.code]).toEqual([507, 'storage_full'])
+      // still ready (reads work), and says where the trouble is
+      const ready = await srv.request('GET', '/readyz')
+      expect([ready.status, ready.json.database, ready.json.disk.state]).toEqual([200, 'ok', 'low'])
       // the receiver answers now: that it took the events cannot be written yet
       await waitFor(() => received.length > 0)
       answer()

@@ -22,6 +22,10 @@ describe('health and docs', () => {
     const ready = await srv.request('GET', '/readyz')
     expect(ready.status).toBe(200)
     expect(ready.json.database).toBe('ok')
+    // the data directory's disk: plenty free here
+    expect(ready.json.disk).toEqual({ state: 'ok', free_bytes: expect.any(Number), total_bytes: expect.any(Number) })
+    expect(ready.json.disk.free_bytes).toBeGreaterThan(0)
+    expect(ready.json.disk.free_bytes).toBeLessThanOrEqual(ready.json.disk.total_bytes)
   })
 
   test('the OpenAPI document names every API path with its scope and error responses', async () => {

@@ -2,11 +2,19 @@
  * Housekeeping with croner: expire 24 h-old queued messages, write API keys' last use (kept in
  * memory per request) once a minute, forget 24 h-old idempotency records, delete expired media
  * and webhook deliveries finished more than 30 days ago, let campaigns paused for the monthly
- * allowance go on when a new month gives them room, and start or complete a campaign whose step
- * could not be written when it was due (`CampaignService.sweep`).
+ * allowance go on when a new month gives them room, start or complete a campaign whose step
+ * could not be written when it was due (`CampaignService.sweep`), and warn every ten minutes
+ * while the data directory's disk is nearly full.
  */
 import { Cron } from 'croner'
+import { diskSpace } from '../disk'
 import type { Services } from '../services'
+
+/** A warning line while the data directory's disk is low (see disk.ts); nothing otherwise. */
+export function warnIfDiskLow(svc: Services) {
+  const disk = diskSpace(svc.deps.config.dataDir)
+  if (disk?.state === 'low') svc.log.warn("the data directory's disk is nearly full: writes will be refused (507) when it is", { free_bytes: disk.free_bytes, total_bytes: disk.total_bytes })
+}
 
 export function startJobs(svc: Services): Cron[] {
   const guard = (name: string, fn: () => void) => () => {
@@ -23,6 +31,7 @@ export function startJobs(svc: Services): Cron[] {
     new Cron('0 35 * * * *', { protect: true }, guard('webhook-delivery-retention', () => void svc.webhooks.pruneFinished())),
     new Cron('5 0 * * * *', { protect: true }, guard('campaigns-allowance', () => svc.campaigns.resumeWhereRoom())),
     new Cron('15 * * * * *', { protect: true }, guard('campaigns-sweep', () => svc.campaigns.sweep())),
+    new Cron('20 */10 * * * *', { protect: true }, guard('disk-space', () => warnIfDiskLow(svc))),
     new Cron('0 5 * * * *', { protect: true }, guard('media-retention', () => void svc.media.purgeExpired().catch((e) => svc.log.error('media retention failed', { error: String(e) })))),
   ]
 }
