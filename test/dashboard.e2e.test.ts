@@ -36,8 +36,8 @@ async function shot(page: Page, name: string) {
   if (SHOTS) await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true })
 }
 
-async function signIn(page: Page) {
-  await page.goto(`${srv.base}/admin`)
+async function signIn(page: Page, on = srv) {
+  await page.goto(`${on.base}/admin`)
   await page.fill('input[name=token]', ADMIN_TOKEN)
   await page.click('#login button[type=submit]')
   await page.waitForSelector('h1:has-text("Workspaces")')
@@ -65,6 +65,8 @@ describe('dashboard', () => {
     const wsId = (await srv.admin('GET', '/workspaces?per_page=100')).json.data.find((w: any) => w.name === 'Acme Store').id
     await page.click('a:has-text("Acme Store")')
     await page.waitForSelector('h1:has-text("Overview")')
+    // clamd answers and the disk has room: no health banner
+    expect(await page.isHidden('#health')).toBe(true)
 
     await page.click('nav a:has-text("API keys")')
     await page.fill('#new-key input[name=name]', 'shop backend')
@@ -215,5 +217,18 @@ describe('dashboard', () => {
     const page = await fetch(`${srv.base}/admin`)
     expect(page.headers.get('content-security-policy')).toContain("script-src 'self'")
     expect(await page.text()).not.toMatch(/https?:\/\//)
+  })
+
+  test('a banner above every page says what is wrong with the appliance: here, clamd unreachable', async () => {
+    const bare = await TestServer.start() // its CAPSTAN_CLAMD names a socket nothing listens on
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    try {
+      await signIn(page, bare)
+      await page.waitForSelector('#health:has-text("The malware scanner (clamd) is unreachable")')
+      expect(await page.textContent('#health')).not.toContain('disk')
+    } finally {
+      await page.close()
+      await bare.close()
+    }
   })
 })

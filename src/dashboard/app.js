@@ -350,6 +350,25 @@ const pages = {
 
 // ---------------------------------------------------------------- routing
 
+const mib = (n) => `${Math.floor(n / 2 ** 20).toLocaleString()} MiB`
+
+/** What /readyz says is wrong with the appliance, shown above every page (nothing when all is well). */
+async function health() {
+  let r = null
+  try {
+    r = await (await fetch('/readyz', { headers: { accept: 'application/json' } })).json()
+  } catch {
+    return
+  }
+  const problems = []
+  if (r.database !== 'ok') problems.push('The database cannot be read.')
+  if (r.scanner && r.scanner !== 'ok') problems.push('The malware scanner (clamd) is unreachable: uploads and sends with a file are refused (503).')
+  if (r.disk && r.disk.state !== 'ok') problems.push(`The data directory's disk is nearly full: ${mib(r.disk.free_bytes)} of ${mib(r.disk.total_bytes)} free. Writes are refused (507) once it is full.`)
+  const el = $('#health')
+  el.innerHTML = problems.map((p) => `<p>${esc(p)}</p>`).join('')
+  el.hidden = problems.length === 0
+}
+
 async function route() {
   try {
     await api('GET', '/session')
@@ -357,6 +376,7 @@ async function route() {
     return
   }
   $('#sign-out').hidden = false
+  void health()
   const [path, query] = (location.hash.slice(1) || '/workspaces').split('?')
   const parts = path.split('/').filter(Boolean)
   try {
