@@ -282,6 +282,31 @@ describe('scanner down', () => {
   })
 })
 
+describe('a scanner that takes less than the workspace allows', () => {
+  test('a file longer than clamd takes (its StreamMaxLength) is 422 naming file, not 503; nothing is stored; the log says what to change', async () => {
+    const small = await TestClamd.start({ streamMaxLength: '1M' })
+    const s2 = await TestServer.start({ env: { CAPSTAN_CLAMD: `unix:${small.socket}` } })
+    try {
+      const { key } = await s2.tenant()
+      const send = (bytes: Uint8Array) => {
+        const fd = new FormData()
+        fd.set('file', new File([bytes], 'long.pdf'))
+        return s2.api(key, 'POST', '/media', { multipart: fd })
+      }
+      const long = await send(Buffer.concat([Buffer.from('%PDF-1.4\n'), Buffer.alloc(2 * 1024 * 1024, 0x20)]))
+      expect([long.status, long.json.code, long.json.errors]).toEqual([422, 'validation_failed', { file: ['The file field is larger than the malware scanner accepts.'] }])
+      expect(existsSync(join(s2.dataDir, 'media')) ? readdirSync(join(s2.dataDir, 'media')).filter((f) => f !== 'tmp') : []).toEqual([])
+      expect(s2.output).toContain('raise StreamMaxLength in clamd.conf')
+      // the scanner itself is fine: readiness says so, and a file within its limit is stored
+      expect((await s2.request('GET', '/readyz')).json.scanner).toBe('ok')
+      expect((await send(Buffer.concat([Buffer.from('%PDF-1.4\n'), Buffer.alloc(500 * 1024, 0x20)]))).status).toBe(201)
+    } finally {
+      await s2.close()
+      await small.stop()
+    }
+  })
+})
+
 describe('retention', () => {
   /** An in-process Capstan (real SQLite, real clamd, controlled time) with one workspace keeping media for a day. */
   async function withOneDayRetention(name: string, run: (env: Awaited<ReturnType<typeof inProcess>>, ws: { id: string }) => Promise<void>) {

@@ -11,6 +11,9 @@ export type ScanResult = { clean: true } | { clean: false; signature: string }
 /** The scanner could not give an answer (unreachable, timed out, or clamd reported an error). */
 export class ScannerUnavailable extends Error {}
 
+/** clamd refused the file as longer than it takes (its StreamMaxLength, 25 MiB by default). */
+export class ScanTooLarge extends Error {}
+
 export interface Scanner {
   scan(bytes: Uint8Array): Promise<ScanResult>
   ping(): Promise<boolean>
@@ -121,6 +124,7 @@ export class ClamdScanner implements Scanner {
     if (/^stream: OK$/.test(text)) return { clean: true }
     const found = /^stream: (.+) FOUND$/.exec(text)
     if (found) return { clean: false, signature: found[1]! }
+    if (/^INSTREAM size limit exceeded/.test(text)) throw new ScanTooLarge('clamd refused the file as longer than its StreamMaxLength')
     throw new ScannerUnavailable(`clamd could not scan the file: ${text.slice(0, 200)}`)
   }
 }

@@ -15,13 +15,14 @@ export class TestClamd {
   dir = mkdtempSync(join(tmpdir(), 'capstan-clamd-'))
   socket = join(this.dir, 'clamd.sock')
 
-  static async start() {
+  /** `streamMaxLength`: clamd's limit on a scanned stream (Debian's default is 25M). */
+  static async start(opts: { streamMaxLength?: string } = {}) {
     const c = new TestClamd()
     const db = join(c.dir, 'db')
     Bun.spawnSync(['mkdir', '-p', db])
     writeFileSync(join(db, 'test.ndb'), `Eicar-Test-Signature:0:*:${EICAR.toString('hex')}\n`)
     const conf = join(c.dir, 'clamd.conf')
-    writeFileSync(conf, `LocalSocket ${c.socket}\nForeground yes\nDatabaseDirectory ${db}\nTemporaryDirectory ${c.dir}\nLocalSocketMode 660\nStreamMaxLength 64M\n`)
+    writeFileSync(conf, `LocalSocket ${c.socket}\nForeground yes\nDatabaseDirectory ${db}\nTemporaryDirectory ${c.dir}\nLocalSocketMode 660\nStreamMaxLength ${opts.streamMaxLength ?? '64M'}\n`)
     const exe = Bun.which('clamd') ?? '/usr/sbin/clamd'
     c.proc = Bun.spawn([exe, `--config-file=${conf}`], { stdout: 'ignore', stderr: 'ignore' })
     const deadline = Date.now() + 60_000

@@ -8,7 +8,7 @@ import type { Deps } from '../../deps'
 import { ApiError, notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
-import { type Scanner, ScannerUnavailable } from '../../scanner/clamd'
+import { type Scanner, ScannerUnavailable, ScanTooLarge } from '../../scanner/clamd'
 import type { WorkspaceService } from '../workspaces/service'
 import { MediaRepo, type MediaRow } from './repo'
 import { cleanFilename, sniff } from './sniff'
@@ -61,6 +61,12 @@ export class MediaService {
       if (e instanceof ScannerUnavailable) {
         this.log.warn('malware scanner unavailable', { reason: e.message })
         throw scannerUnavailable()
+      }
+      if (e instanceof ScanTooLarge) {
+        // the scanner is fine; the file is longer than it is set to take: a file it cannot scan is
+        // refused like one over the workspace's limit (the operator's fix is in the log line)
+        this.log.warn("upload refused: longer than the malware scanner takes; raise StreamMaxLength in clamd.conf or lower the workspace's media max_bytes", { workspace_id: workspaceId, size: bytes.length })
+        throw validationFailed({ [field]: [`The ${field} field is larger than the malware scanner accepts.`] })
       }
       throw e
     }
