@@ -1,4 +1,5 @@
 /** Every service, built once from the deps; routes, the scheduler and the CLI share them. */
+import { persist } from './db/writer'
 import type { Deps } from './deps'
 import { Idempotency } from './http/idempotency'
 import type { Logger } from './http/log'
@@ -92,10 +93,16 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
  */
 export async function startServices(svc: Services) {
   await svc.media.store.init()
+  // what a network reports is written even while writes fail for a while (a full disk): kept and
+  // tried again (see persist) until it is, or until the server stops
+  const keep = (what: string, write: () => Promise<unknown>) =>
+    void persist(write, () => svc.connections.stopped, (e) => svc.log.error(`${what} could not be written yet`, { error: String((e as Error)?.message ?? e) })).catch((e) =>
+      svc.log.error(`${what} failed`, { error: String(e) }),
+    )
   svc.connections.start({
-    receipt: (_connectionId, messageId, status, error) => void svc.messages.receipt(messageId, status, error).catch((e) => svc.log.error('receipt failed', { error: String(e) })),
-    inbound: (connectionId, from, body) => void svc.messages.inbound(connectionId, from, body).catch((e) => svc.log.error('inbound failed', { error: String(e) })),
-    marketingStopped: (connectionId, phone, source) => void svc.messages.marketingStopped(connectionId, phone, source).catch((e) => svc.log.error('consent change failed', { error: String(e) })),
+    receipt: (_connectionId, messageId, status, error) => keep('receipt', () => svc.messages.receipt(messageId, status, error)),
+    inbound: (connectionId, from, body) => keep('inbound message', () => svc.messages.inbound(connectionId, from, body)),
+    marketingStopped: (connectionId, phone, source) => keep('consent change', () => svc.messages.marketingStopped(connectionId, phone, source)),
   })
   await svc.messages.recoverInterrupted()
   svc.messages.expireQueued()

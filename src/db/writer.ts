@@ -147,10 +147,17 @@ export class Writer {
 }
 
 /**
+ * A write SQLite could not make for the storage's sake — the disk full, an I/O error, the file
+ * busy, locked or read-only — which can succeed later; not one refused for what it wrote.
+ */
+export const transientWriteError = (e: unknown) => /^SQLITE_(FULL|IOERR|BUSY|LOCKED|READONLY)/.test(String((e as { code?: unknown } | null)?.code ?? ''))
+
+/**
  * Runs `write` until it succeeds: for an outcome that already happened elsewhere (a network took
  * a message, a receiver took an event), which must be written down, not lost or mistaken for a
- * failure, when writes fail for a while (a full disk). Tries again after 1 s, doubling to 30 s,
- * telling `onError` each time; gives up — throws — once `stopping()` says the server stops.
+ * failure, while writes fail for a while (a full disk). Tries again after 1 s, doubling to 30 s,
+ * telling `onError` each time; throws at once for any other error, and once `stopping()` says the
+ * server stops.
  */
 export async function persist(write: () => unknown, stopping: () => boolean, onError: (e: unknown) => void): Promise<void> {
   for (let wait = 1000; ; wait = Math.min(wait * 2, 30_000)) {
@@ -158,7 +165,7 @@ export async function persist(write: () => unknown, stopping: () => boolean, onE
       await write()
       return
     } catch (e) {
-      if (stopping()) throw e
+      if (stopping() || !transientWriteError(e)) throw e
       onError(e)
       await Bun.sleep(wait)
     }
