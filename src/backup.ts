@@ -46,7 +46,21 @@ export function backup(dataDir: string, dir: string): BackupResult {
   const source = join(dataDir, 'capstan.db')
   if (!existsSync(source)) throw new Error(`no database at ${source}`)
   if (existsSync(join(dir, 'capstan.db'))) throw new Error(`${dir} already holds a backup`)
+  // what this backup adds to `dir`, removed again if it cannot be finished (a full disk): a half
+  // backup must neither pass for one nor stop the next try as "already holds a backup"
+  const added = ['capstan.db', 'media', 'secret.key', 'sandbox', 'manifest.json'].filter((f) => !existsSync(join(dir, f))).map((f) => join(dir, f))
+  const made = !existsSync(dir)
   mkdirSync(dir, { recursive: true, mode: 0o700 })
+  try {
+    return writeBackup(dataDir, dir)
+  } catch (e) {
+    for (const path of made ? [dir] : added) rmSync(path, { recursive: true, force: true })
+    throw new Error(`the backup could not be written and nothing of it was kept: ${(e as Error).message}`)
+  }
+}
+
+function writeBackup(dataDir: string, dir: string): BackupResult {
+  const source = join(dataDir, 'capstan.db')
   const db = new Database(source, { readonly: true })
   db.run('PRAGMA busy_timeout = 10000')
   try {

@@ -146,4 +146,34 @@ describe('backup and restore', () => {
       rmSync(root, { recursive: true, force: true })
     }
   })
+
+  test('a backup that cannot be finished (its disk fills up) leaves nothing of itself, and the next try works', () => {
+    const root = mkdtempSync(join(tmpdir(), 'capstan-backup-full-'))
+    const small = join(root, 'small')
+    mkdirSync(small)
+    // a 100 KiB tmpfs for the backups (root is needed; CI and these machines run as root)
+    const m = Bun.spawnSync(['mount', '-t', 'tmpfs', '-o', 'size=100k', 'tmpfs', small])
+    if (m.exitCode !== 0) throw new Error(`this test needs to mount a tmpfs: ${m.stderr.toString()}`)
+    try {
+      const live = join(root, 'live')
+      expect(capstan(['migrate'], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
+      const target = join(small, 'b1')
+      const r = capstan(['backup', target], { CAPSTAN_DATA_DIR: live })
+      expect(r.code).toBe(2)
+      expect(r.err).toContain('capstan: the backup could not be written and nothing of it was kept: database or disk is full')
+      expect(existsSync(target)).toBe(false)
+      // into a directory that was there: only what the backup added goes
+      mkdirSync(join(small, 'b2'))
+      writeFileSync(join(small, 'b2', 'notes.txt'), 'mine')
+      expect(capstan(['backup', join(small, 'b2')], { CAPSTAN_DATA_DIR: live }).code).toBe(2)
+      expect(readdirSync(join(small, 'b2'))).toEqual(['notes.txt'])
+      // with room, the same command succeeds (no "already holds a backup")
+      expect(Bun.spawnSync(['mount', '-o', 'remount,size=16m', small]).exitCode).toBe(0)
+      expect(capstan(['backup', target], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
+      expect(existsSync(join(target, 'manifest.json'))).toBe(true)
+    } finally {
+      Bun.spawnSync(['umount', small])
+      rmSync(root, { recursive: true, force: true })
+    }
+  })
 })
