@@ -9,7 +9,7 @@
  * media file the restored database does not refer to.
  */
 import { Database } from 'bun:sqlite'
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, closeSync, copyFileSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { LATEST_SCHEMA, migrate, openDatabase, schemaVersion } from './db/open'
 import { VERSION } from './version'
@@ -33,12 +33,16 @@ function copyPrivate(from: string, to: string) {
   chmodSync(to, 0o600)
 }
 
-function copyDir(from: string, to: string) {
+/** Copies a directory tree; files that were not there before are listed in `added`. */
+function copyDir(from: string, to: string, added: string[] = []) {
   if (!existsSync(from)) return
   mkdirSync(to, { recursive: true, mode: 0o700 })
   for (const f of readdirSync(from, { withFileTypes: true })) {
-    if (f.isDirectory()) copyDir(join(from, f.name), join(to, f.name))
-    else if (f.isFile()) copyPrivate(join(from, f.name), join(to, f.name))
+    if (f.isDirectory()) copyDir(join(from, f.name), join(to, f.name), added)
+    else if (f.isFile()) {
+      if (!existsSync(join(to, f.name))) added.push(join(to, f.name))
+      copyPrivate(join(from, f.name), join(to, f.name))
+    }
   }
 }
 
@@ -118,12 +122,29 @@ export function restore(dir: string, dataDir: string, force = false): { messages
   if (existsSync(join(dataDir, 'capstan.db')) && !force) throw new Error(`${dataDir} already holds a database; stop the server and move it away (or pass --force)`)
   checkBackup(from)
   mkdirSync(dataDir, { recursive: true, mode: 0o700 })
+  // The database and key file are copied beside their places and renamed over them only once
+  // every copy succeeded: a restore that cannot be finished (a full disk) leaves the data
+  // directory's own database — forced over one — as it was, and the media files it added go.
+  const staged = ['capstan.db', 'secret.key']
+    .filter((name) => existsSync(join(dir, name)))
+    .map((name) => ({ source: join(dir, name), to: join(dataDir, name), temp: join(dataDir, `${name}.restoring`) }))
+  const addedMedia: string[] = []
+  try {
+    for (const f of staged) {
+      copyPrivate(f.source, f.temp)
+      const fd = openSync(f.temp, 'r+')
+      fsyncSync(fd)
+      closeSync(fd)
+    }
+    copyDir(join(dir, 'media'), join(dataDir, 'media'), addedMedia)
+  } catch (e) {
+    for (const path of [...staged.map((f) => f.temp), ...addedMedia]) rmSync(path, { force: true })
+    throw new Error(`the restore could not be written; the data directory was left as it was: ${(e as Error).message}`)
+  }
   // a forced restore replaces the database whole: its old WAL must not be replayed onto the copy
   for (const f of ['capstan.db-wal', 'capstan.db-shm']) rmSync(join(dataDir, f), { force: true })
-  copyPrivate(from, join(dataDir, 'capstan.db'))
-  copyDir(join(dir, 'media'), join(dataDir, 'media'))
+  for (const f of staged) renameSync(f.temp, f.to)
   copyDir(join(dir, 'sandbox'), join(dataDir, 'sandbox'))
-  if (existsSync(join(dir, 'secret.key'))) copyPrivate(join(dir, 'secret.key'), join(dataDir, 'secret.key'))
   const db = openDatabase(join(dataDir, 'capstan.db'))
   try {
     migrate(db)

@@ -176,4 +176,36 @@ describe('backup and restore', () => {
       rmSync(root, { recursive: true, force: true })
     }
   })
+
+  test('a forced restore that cannot be finished (the data directory’s disk fills up) leaves its database as it was', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'capstan-restore-full-'))
+    const live = join(root, 'live')
+    mkdirSync(live)
+    // the live data directory on a tmpfs that holds its database but not a second copy beside it
+    const m = Bun.spawnSync(['mount', '-t', 'tmpfs', '-o', 'size=1500k', 'tmpfs', live])
+    if (m.exitCode !== 0) throw new Error(`this test needs to mount a tmpfs: ${m.stderr.toString()}`)
+    try {
+      expect(capstan(['migrate'], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
+      // a backup of another installation, somewhat larger
+      const other = join(root, 'other')
+      expect(capstan(['migrate'], { CAPSTAN_DATA_DIR: other }).code).toBe(0)
+      const odb = new Database(join(other, 'capstan.db'))
+      odb.run("INSERT INTO workspaces (id, name, slug, status, settings, created_at, updated_at) VALUES ('w1', ?, 'w', 'active', '{}', 0, 0)", ['x'.repeat(2_000_000)])
+      odb.close()
+      const backupDir = join(root, 'b')
+      expect(capstan(['backup', backupDir], { CAPSTAN_DATA_DIR: other }).code).toBe(0)
+      const before = readFileSync(join(live, 'capstan.db'))
+      const r = capstan(['restore', backupDir, '--force'], { CAPSTAN_DATA_DIR: live })
+      expect(r.code).toBe(2)
+      expect(r.err).toContain('capstan: the restore could not be written; the data directory was left as it was')
+      expect(readFileSync(join(live, 'capstan.db')).equals(before)).toBe(true)
+      expect(readdirSync(live).filter((f) => f.endsWith('.restoring'))).toEqual([])
+      // and a server still starts on it
+      const srv = await TestServer.start({ dataDir: live })
+      await srv.close()
+    } finally {
+      Bun.spawnSync(['umount', live])
+      rmSync(root, { recursive: true, force: true })
+    }
+  })
 })
