@@ -121,6 +121,8 @@ export function restore(dir: string, dataDir: string, force = false): { messages
   if (!existsSync(from)) throw new Error(`no backup at ${dir} (capstan.db missing)`)
   if (existsSync(join(dataDir, 'capstan.db')) && !force) throw new Error(`${dataDir} already holds a database; stop the server and move it away (or pass --force)`)
   checkBackup(from)
+  // written last: without it the backup was cut off (killed, power lost) before its media were all copied
+  if (!existsSync(join(dir, 'manifest.json'))) throw new Error(`the backup at ${dir} is incomplete (no manifest.json: it was interrupted); make a new one`)
   mkdirSync(dataDir, { recursive: true, mode: 0o700 })
   // The database and key file are copied beside their places and renamed over them only once
   // every copy succeeded: a restore that cannot be finished (a full disk) leaves the data

@@ -82,7 +82,7 @@ describe('backup and restore', () => {
     }
   }, 60_000)
 
-  test('a forced restore of a damaged backup, or of one a newer Capstan made, leaves the data directory as it was', () => {
+  test('a forced restore of a damaged or incomplete backup, or of one a newer Capstan made, leaves the data directory as it was', () => {
     const root = mkdtempSync(join(tmpdir(), 'capstan-restore-check-'))
     try {
       const live = join(root, 'live')
@@ -104,9 +104,15 @@ describe('backup and restore', () => {
       mkdirSync(damaged)
       writeFileSync(join(damaged, 'capstan.db'), Buffer.alloc(8192, 7))
 
+      // cut off before its manifest (written last) was: its media may not all be there
+      const cut = join(root, 'cut')
+      expect(capstan(['backup', cut], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
+      rmSync(join(cut, 'manifest.json'))
+
       for (const [dir, reason] of [
         [newer, 'the backup was made by a newer Capstan (database schema version 9999'],
         [damaged, "the backup's database cannot be read: file is not a database"],
+        [cut, `the backup at ${cut} is incomplete (no manifest.json: it was interrupted); make a new one`],
       ] as const) {
         const r = capstan(['restore', dir, '--force'], { CAPSTAN_DATA_DIR: live })
         expect(r.code).toBe(2)
