@@ -56,15 +56,14 @@ export function backup(dataDir: string, dir: string): BackupResult {
   const made = !existsSync(dir)
   mkdirSync(dir, { recursive: true, mode: 0o700 })
   try {
-    return writeBackup(dataDir, dir)
+    return writeBackup(source, dataDir, dir)
   } catch (e) {
     for (const path of made ? [dir] : added) rmSync(path, { recursive: true, force: true })
     throw new Error(`the backup could not be written and nothing of it was kept: ${(e as Error).message}`)
   }
 }
 
-function writeBackup(dataDir: string, dir: string): BackupResult {
-  const source = join(dataDir, 'capstan.db')
+function writeBackup(source: string, dataDir: string, dir: string): BackupResult {
   const db = new Database(source, { readonly: true })
   db.run('PRAGMA busy_timeout = 10000')
   try {
