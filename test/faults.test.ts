@@ -214,6 +214,8 @@ describe('disk full', () => {
       expect(srv.output).not.toContain('background task failed')
       // the first receipts came while the disk was full: kept and written later, not dropped
       expect(srv.output).toContain('receipt could not be written yet')
+      // the pacer tried each second while the disk was full, and said so once
+      expect(srv.output.split('"pacer tick failed"').length - 1).toBe(1)
     } finally {
       receiver.stop(true)
       await srv.close()

@@ -135,6 +135,19 @@ export class Logger {
     if (ORDER[level] >= ORDER.warn) this.flush()
   }
 
+  private lastRepeated = new Map<string, number>()
+
+  /**
+   * `error`, at most once per `everyMs` for the same `msg`: a fault that lasts (a full disk) makes
+   * a loop that tries each second fail each second, and one line a minute says as much.
+   */
+  errorAtMostEvery(everyMs: number, msg: string, fields: Record<string, unknown> = {}) {
+    const now = Date.now()
+    if (now - (this.lastRepeated.get(msg) ?? -Infinity) < everyMs) return
+    this.lastRepeated.set(msg, now)
+    this.error(msg, fields)
+  }
+
   info(msg: string, fields: Record<string, unknown> = {}) {
     this.write('info', { msg, ...fields })
   }

@@ -8,6 +8,7 @@
  * start). One timer is armed for the earliest due release; nothing runs while nothing is due.
  */
 import type { Clock } from '../clock'
+import { transientWriteError } from '../db/writer'
 import type { Deps } from '../deps'
 import type { Logger } from '../http/log'
 import type { ConnectionService } from '../modules/connections/service'
@@ -258,7 +259,8 @@ export class Pacer {
       // nothing was released (e.g. the disk is full): releases counted in memory must not count
       // against the caps, or after the fault a number would wait out an hour or a day for nothing
       if (!committed) for (const saved of before) restore(saved)
-      this.log.error('pacer tick failed', { error: String((e as Error)?.stack ?? e) })
+      // tried again each second: a lasting fault is told once a minute, a storage one without a stack
+      this.log.errorAtMostEvery(60_000, 'pacer tick failed', { error: String((transientWriteError(e) ? (e as Error).message : (e as Error)?.stack) ?? e) })
       this.schedule(1000)
     } finally {
       this.ticking = false

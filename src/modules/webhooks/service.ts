@@ -202,7 +202,7 @@ export class WebhookService {
           this.deps.writer.now(() => this.repo.claim(d.id, now + DELIVERY_TIMEOUT_MS + 5000))
         } catch (e) {
           // the claim cannot be written (a full disk): nothing goes out unclaimed; look again soon
-          this.log.error('webhook deliveries paused: a delivery could not be claimed', { error: String((e as Error)?.message ?? e) })
+          this.log.errorAtMostEvery(60_000, 'webhook deliveries paused: a delivery could not be claimed', { error: String((e as Error)?.message ?? e) })
           this.timer = setTimeout(() => this.kick(), 1000)
           return
         }
