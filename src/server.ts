@@ -110,11 +110,19 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
       if (declaredLength(request) > config.maxJsonBytes) throw payloadTooLarge()
       return handleCloudApiWebhook(request, params.id, svc, webhookGuard)
     }, { parse: 'none', detail: hidden })
-    .onParse(async ({ request, contentType, set }) => {
+    .onParse(async ({ request, contentType, set, path }) => {
       noteOf(set)
       // 413 before the body is read when its declared length is over the limit for its type
       const max = contentType.toLowerCase().startsWith('multipart/form-data') ? config.maxUploadBytes : config.maxJsonBytes
       if (declaredLength(request) > max) throw payloadTooLarge()
+      // and 401 (or 429) before it is read when the request has no valid credentials; the unread
+      // rest of the body means the connection cannot carry another request
+      try {
+        auth.admitBody(request, path)
+      } catch (e) {
+        set.headers['connection'] = 'close'
+        throw e
+      }
       // a body sent without a Content-Length (chunked) is held to the same limit while it is read
       const body = await parseBody(request, contentType, max)
       if (body === TOO_LARGE) throw payloadTooLarge()

@@ -91,19 +91,47 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
     return false
   }
 
+  /** The API key a request presents: 429 past the failed-auth limit, else 401 (counted) without a valid one. */
+  const keyHolder = (request: Request) => {
+    // the IP is only looked at when some address has failed recently (the common case costs nothing)
+    const ip = failures.active() ? ipOf(request) : null
+    if (ip !== null && failures.exceeded(ip)) throw authRateLimited()
+    const token = bearerToken(request.headers.get('authorization'))
+    const found = token ? keys.authenticate(token) : null
+    if (!found) {
+      failures.hit(ip ?? ipOf(request))
+      throw unauthenticated()
+    }
+    return found
+  }
+
+  /** How an operator signed a request — the admin token, or a dashboard session — else 429/401 like keyHolder. */
+  const operatorVia = (request: Request): 'token' | 'session' => {
+    const ip = ipOf(request)
+    if (failures.exceeded(ip)) throw authRateLimited()
+    const header = request.headers.get('authorization')
+    const token = bearerToken(header)
+    if (token && timingSafeEqual(sha256(token), adminTokenHash)) return 'token'
+    if (!header && sessions.valid(request.headers.get('cookie'))) return 'session'
+    failures.hit(ip)
+    throw adminUnauthenticated()
+  }
+
+  /**
+   * Before a body is read: a request to the API or the admin API without valid credentials is
+   * refused here, so nobody without them makes the server read and hold a body (up to 64 MiB of
+   * multipart) only to be refused after it. The route checks again, in full, once the body is in.
+   */
+  const admitBody = (request: Request, path: string) => {
+    if (path.startsWith('/api/v1/')) keyHolder(request)
+    else if (path.startsWith('/admin/api/')) operatorVia(request)
+  }
+
   /** The API caller for a route that needs `scope` (see the order of checks above). */
   const resolveCaller = (scope: Scope) =>
     function resolve({ request, set, body, params }: { request: Request; set: { headers: Record<string, string | number> }; body: unknown; params?: Record<string, string> }): { caller: Caller } {
       const note = noteOf(set)
-      // the IP is only looked at when some address has failed recently (the common case costs nothing)
-      const ip = failures.active() ? ipOf(request) : null
-      if (ip !== null && failures.exceeded(ip)) throw authRateLimited()
-      const token = bearerToken(request.headers.get('authorization'))
-      const found = token ? keys.authenticate(token) : null
-      if (!found) {
-        failures.hit(ip ?? ipOf(request))
-        throw unauthenticated()
-      }
+      const found = keyHolder(request)
       note.workspaceId = found.workspace.id
       note.keyId = found.key.keyId
       if (found.workspace.status !== 'active') throw workspaceUnavailable()
@@ -122,7 +150,7 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
       return { caller: found }
     }
 
-  return new Elysia({ name: 'capstan-auth' }).decorate('checkAdminToken', checkAdminToken).macro({
+  const plugin = new Elysia({ name: 'capstan-auth' }).decorate('checkAdminToken', checkAdminToken).macro({
     /**
      * An /api/v1 route, stated once: `api: { summary, tag, scope, ... }` is the OpenAPI operation
      * (see `op`) and the scope this route enforces — the two cannot drift apart.
@@ -134,23 +162,13 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
         if (!enabled) return { operator: true }
         noteOf(set)
         Object.assign(set.headers, SECURITY_HEADERS)
-        const ip = ipOf(request)
-        if (failures.exceeded(ip)) throw authRateLimited()
-        const header = request.headers.get('authorization')
-        const token = bearerToken(header)
-        if (token && timingSafeEqual(sha256(token), adminTokenHash)) {
-          if (body === UNREADABLE) throw badRequest()
-          return { operator: true }
-        }
-        // the dashboard: a session cookie, plus the CSRF header on anything that changes state
-        if (!header && sessions.valid(request.headers.get('cookie'))) {
-          if (request.method !== 'GET' && request.method !== 'HEAD' && request.headers.get('x-capstan-csrf') !== '1') throw csrfFailed()
-          if (body === UNREADABLE) throw badRequest()
-          return { operator: true }
-        }
-        failures.hit(ip)
-        throw adminUnauthenticated()
+        // the dashboard's session cookie needs the CSRF header on anything that changes state
+        if (operatorVia(request) === 'session' && request.method !== 'GET' && request.method !== 'HEAD' && request.headers.get('x-capstan-csrf') !== '1') throw csrfFailed()
+        if (body === UNREADABLE) throw badRequest()
+        return { operator: true }
       },
     }),
   })
+  // the body-parsing step (server.ts) is not a route of this plugin: it gets the check as such
+  return Object.assign(plugin, { admitBody })
 }
