@@ -83,10 +83,11 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
   const limitHeader = String(config.keyRateLimit)
 
   /** Dashboard sign-in: the admin token against the same per-IP failed-auth limit. */
+  const isAdminToken = (token: unknown) => typeof token === 'string' && timingSafeEqual(sha256(token), adminTokenHash)
   const checkAdminToken = (request: Request, token: unknown): boolean => {
     const ip = ipOf(request)
     if (failures.exceeded(ip)) throw authRateLimited()
-    if (typeof token === 'string' && timingSafeEqual(sha256(token), adminTokenHash)) return true
+    if (isAdminToken(token)) return true
     failures.hit(ip)
     return false
   }
@@ -110,8 +111,7 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
     const ip = ipOf(request)
     if (failures.exceeded(ip)) throw authRateLimited()
     const header = request.headers.get('authorization')
-    const token = bearerToken(header)
-    if (token && timingSafeEqual(sha256(token), adminTokenHash)) return 'token'
+    if (isAdminToken(bearerToken(header))) return 'token'
     if (!header && sessions.valid(request.headers.get('cookie'))) return 'session'
     failures.hit(ip)
     throw adminUnauthenticated()
