@@ -7,6 +7,7 @@ import { join } from 'node:path'
 import { TestClamd } from './support/clamd'
 import * as files from './support/files'
 import { TestServer, hostEnv, newPhone } from './support/server'
+import { growTmpfs, mountTmpfs, unmount } from './support/tmpfs'
 
 const ROOT = join(import.meta.dir, '..')
 
@@ -156,10 +157,7 @@ describe('backup and restore', () => {
   test('a backup that cannot be finished (its disk fills up) leaves nothing of itself, and the next try works', () => {
     const root = mkdtempSync(join(tmpdir(), 'capstan-backup-full-'))
     const small = join(root, 'small')
-    mkdirSync(small)
-    // a 100 KiB tmpfs for the backups (root is needed; CI and these machines run as root)
-    const m = Bun.spawnSync(['mount', '-t', 'tmpfs', '-o', 'size=100k', 'tmpfs', small])
-    if (m.exitCode !== 0) throw new Error(`this test needs to mount a tmpfs: ${m.stderr.toString()}`)
+    mountTmpfs(small, '100k') // for the backups
     try {
       const live = join(root, 'live')
       expect(capstan(['migrate'], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
@@ -174,11 +172,11 @@ describe('backup and restore', () => {
       expect(capstan(['backup', join(small, 'b2')], { CAPSTAN_DATA_DIR: live }).code).toBe(2)
       expect(readdirSync(join(small, 'b2'))).toEqual(['notes.txt'])
       // with room, the same command succeeds (no "already holds a backup")
-      expect(Bun.spawnSync(['mount', '-o', 'remount,size=16m', small]).exitCode).toBe(0)
+      expect(growTmpfs(small, '16m')).toBe(true)
       expect(capstan(['backup', target], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
       expect(existsSync(join(target, 'manifest.json'))).toBe(true)
     } finally {
-      Bun.spawnSync(['umount', small])
+      unmount(small)
       rmSync(root, { recursive: true, force: true })
     }
   })
@@ -186,10 +184,8 @@ describe('backup and restore', () => {
   test('a forced restore that cannot be finished (the data directory’s disk fills up) leaves its database as it was', async () => {
     const root = mkdtempSync(join(tmpdir(), 'capstan-restore-full-'))
     const live = join(root, 'live')
-    mkdirSync(live)
     // the live data directory on a tmpfs that holds its database but not a second copy beside it
-    const m = Bun.spawnSync(['mount', '-t', 'tmpfs', '-o', 'size=1500k', 'tmpfs', live])
-    if (m.exitCode !== 0) throw new Error(`this test needs to mount a tmpfs: ${m.stderr.toString()}`)
+    mountTmpfs(live, '1500k')
     try {
       expect(capstan(['migrate'], { CAPSTAN_DATA_DIR: live }).code).toBe(0)
       // a backup of another installation, somewhat larger
@@ -210,7 +206,7 @@ describe('backup and restore', () => {
       const srv = await TestServer.start({ dataDir: live })
       await srv.close()
     } finally {
-      Bun.spawnSync(['umount', live])
+      unmount(live)
       rmSync(root, { recursive: true, force: true })
     }
   })

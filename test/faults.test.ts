@@ -5,12 +5,13 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs'
+import { existsSync, readdirSync, rmSync, statSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { TestClamd } from './support/clamd'
 import { TestServer, newPhone } from './support/server'
+import { growTmpfs, mountTmpfs, unmount } from './support/tmpfs'
 import { waitFor } from './support/wait'
 
 function storeFiles(dir: string): string[] {
@@ -94,17 +95,14 @@ describe('scanner faults', () => {
 describe('disk full', () => {
   let mounted = ''
   afterAll(() => {
-    if (mounted) Bun.spawnSync(['umount', mounted])
+    if (mounted) unmount(mounted)
   })
 
   test('storing media on a full disk: 507 storage_full, no partial file, no row; works again once there is room', async () => {
     const clamd = await TestClamd.start()
     const dataDir = join(tmpdir(), `capstan-full-${crypto.randomUUID()}`)
     const mediaDir = join(dataDir, 'media')
-    mkdirSync(mediaDir, { recursive: true })
-    // a 1 MiB tmpfs as the media store (root is needed; CI and these machines run as root)
-    const m = Bun.spawnSync(['mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', mediaDir])
-    if (m.exitCode !== 0) throw new Error(`this test needs to mount a tmpfs: ${m.stderr.toString()}`)
+    mountTmpfs(mediaDir, '1m') // the media store
     mounted = mediaDir
     const srv = await TestServer.start({ dataDir, env: { CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
     try {
@@ -122,7 +120,7 @@ describe('disk full', () => {
       expect((await upload(srv, t.key, pdf(100_000, 3))).status).toBe(201)
     } finally {
       await srv.close()
-      Bun.spawnSync(['umount', mediaDir])
+      unmount(mediaDir)
       mounted = ''
       rmSync(dataDir, { recursive: true, force: true })
       await clamd.stop()
@@ -131,10 +129,7 @@ describe('disk full', () => {
 
   test('the database on a full disk: 507 storage_full and nothing half-stored; once there is room the queue goes on at once', async () => {
     const dataDir = join(tmpdir(), `capstan-dbfull-${crypto.randomUUID()}`)
-    mkdirSync(dataDir, { recursive: true })
-    // the whole data directory on a 3 MiB tmpfs (root is needed, as above)
-    const m = Bun.spawnSync(['mount', '-t', 'tmpfs', '-o', 'size=3m', 'tmpfs', dataDir])
-    if (m.exitCode !== 0) throw new Error(`this test needs to mount a tmpfs: ${m.stderr.toString()}`)
+    mountTmpfs(dataDir, '3m') // the whole data directory
     mounted = dataDir
     const srv = await TestServer.start({ dataDir, env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     // a webhook receiver that takes events but holds its answers until the disk is full
@@ -190,7 +185,7 @@ describe('disk full', () => {
       answer()
       // releases keep failing for a while: each is rolled back, and none may count against the cap
       await Bun.sleep(5000)
-      expect(Bun.spawnSync(['mount', '-o', 'remount,size=64m', dataDir]).exitCode).toBe(0)
+      expect(growTmpfs(dataDir, '64m')).toBe(true)
       // the four the hourly cap allows are sent and then delivered (each outcome and receipt written
       // once it fits), two wait
       await waitFor(async () => {
@@ -219,7 +214,7 @@ describe('disk full', () => {
     } finally {
       receiver.stop(true)
       await srv.close()
-      Bun.spawnSync(['umount', dataDir])
+      unmount(dataDir)
       mounted = ''
       rmSync(dataDir, { recursive: true, force: true })
     }
