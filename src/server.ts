@@ -9,6 +9,8 @@ import type { Database } from 'bun:sqlite'
 import { dashboardAdminRoutes } from './dashboard/admin-views'
 import { dashboardRoutes } from './dashboard/routes'
 import { diskSpace } from './disk'
+import type { Scope } from './modules/keys/model'
+import { fileTooLarge } from './modules/media/service'
 import { docsUi } from './docs/ui'
 import { handleCloudApiWebhook } from './network/cloud-api-webhook'
 import { parseBody, TOO_LARGE } from './http/body'
@@ -47,6 +49,17 @@ function databaseOk(db: Database): boolean {
     return false
   }
 }
+
+/**
+ * The routes that take a file (field `file`), with the scope spec §5 gives them. Their bodies are
+ * held to the workspace's media max_bytes plus FORM_ROOM for the other fields (a 4096-character
+ * body, ids, template values: far less).
+ */
+const UPLOADS = new Map<string, Scope>([
+  ['/api/v1/media', 'messages:write'],
+  ['/api/v1/messages', 'messages:write'],
+])
+const FORM_ROOM = 1024 * 1024
 
 /** The body size a request declares (Content-Length; 0 when absent), read before the body is. */
 const declaredLength = (request: Request) => Number(request.headers.get('content-length') ?? 0)
@@ -113,19 +126,40 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     .onParse(async ({ request, contentType, set, path }) => {
       noteOf(set)
       // 413 before the body is read when its declared length is over the limit for its type
-      const max = contentType.toLowerCase().startsWith('multipart/form-data') ? config.maxUploadBytes : config.maxJsonBytes
+      const multipart = contentType.toLowerCase().startsWith('multipart/form-data')
+      const max = multipart ? config.maxUploadBytes : config.maxJsonBytes
       if (declaredLength(request) > max) throw payloadTooLarge()
       // and 401 (or 429) before it is read when the request has no valid credentials; the unread
       // rest of the body means the connection cannot carry another request
+      let holder
       try {
-        auth.admitBody(request, path)
+        holder = auth.admitBody(request, path)
       } catch (e) {
         set.headers['connection'] = 'close'
         throw e
       }
+      // an upload is read only as far as its workspace takes files: one declared (or, chunked,
+      // running) longer than max_bytes plus room for the form's other fields gets the 422 a
+      // too-large file gets, without the server reading and holding the rest
+      const scope = multipart && holder && request.method === 'POST' ? UPLOADS.get(path) : undefined
+      const fileMax = scope ? svc.media.maxFileBytes(holder!.workspace) : null
+      const limit = fileMax === null ? max : Math.min(max, fileMax + FORM_ROOM)
+      const refuseFile = (): never => {
+        try {
+          // the route's own checks first (403, 429, counted once), as if the body had been read
+          auth.resolveCaller(scope!)({ request, set, body: undefined })
+        } finally {
+          set.headers['connection'] = 'close'
+        }
+        throw fileTooLarge('file', fileMax!)
+      }
+      if (declaredLength(request) > limit) refuseFile()
       // a body sent without a Content-Length (chunked) is held to the same limit while it is read
-      const body = await parseBody(request, contentType, max)
-      if (body === TOO_LARGE) throw payloadTooLarge()
+      const body = await parseBody(request, contentType, limit)
+      if (body === TOO_LARGE) {
+        if (limit < max) refuseFile()
+        throw payloadTooLarge()
+      }
       return body
     })
     .use(

@@ -107,6 +107,59 @@ describe('upload', () => {
     expect([huge.status, huge.json?.code]).toEqual([413, 'payload_too_large'])
   })
 
+  test('an upload longer than the workspace takes is refused before it is read, after the key, scope and limit checks', async () => {
+    const { ws, key } = await srv.tenant()
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { media: { retention_days: 30, max_bytes: 1 << 20 } } })
+    const head = (bearer: string, path = '/api/v1/media') => `POST ${path} HTTP/1.1\r\nAuthorization: Bearer ${bearer}\r\nContent-Type: multipart/form-data; boundary=b`
+    const status = (reply: string) => reply.split('\r\n')[0]
+    const body = (reply: string) => JSON.parse(reply.slice(reply.indexOf('\r\n\r\n') + 4))
+    // 40 MB announced (the server's limit is 64 MiB), 4 KiB sent: the answer comes at once, and
+    // the connection closes (the rest of the body is not read)
+    for (const path of ['/api/v1/media', '/api/v1/messages']) {
+      const { reply, closed } = await srv.partialRequest(head(key, path), 40_000_000)
+      expect(status(reply)).toBe('HTTP/1.1 422 Unprocessable Entity')
+      expect(body(reply)).toEqual({ message: 'The given data was invalid.', code: 'validation_failed', errors: { file: [`The file field must not be larger than ${1 << 20} bytes.`] } })
+      expect(closed).toBe(true)
+    }
+    // counted once against the key's limit, like any request, and answered with its headers
+    const seen = await srv.api(key, 'GET', '/workspace')
+    const { reply } = await srv.partialRequest(head(key), 40_000_000)
+    const left = (r: string) => Number(/x-ratelimit-remaining: (\d+)/i.exec(r)?.[1])
+    expect(left(reply)).toBe(Number(seen.headers.get('x-ratelimit-remaining')) - 1)
+    // in CONTRACT's order: a key without the scope gets its 403, an inactive workspace its 403
+    const reader = (await srv.key(ws.id, ['contacts:read'])).key
+    const noScope = await srv.partialRequest(head(reader), 40_000_000)
+    expect([status(noScope.reply), body(noScope.reply).code, noScope.closed]).toEqual(['HTTP/1.1 403 Forbidden', 'insufficient_scope', true])
+    // a file the workspace takes, in a body the same size, is read as before: nothing is answered yet
+    expect((await srv.partialRequest(head(key), (1 << 20) + 1000, 1000)).reply).toBe('')
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { status: 'inactive' })
+    const inactive = await srv.partialRequest(head(key), 40_000_000)
+    expect([status(inactive.reply), body(inactive.reply).code]).toEqual(['HTTP/1.1 403 Forbidden', 'workspace_unavailable'])
+  })
+
+  test('a chunked upload is read only as far as the workspace takes files', async () => {
+    const { ws, key } = await srv.tenant()
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { media: { retention_days: 30, max_bytes: 1 << 20 } } })
+    // a stream body goes out chunked (no Content-Length): a file of `size` bytes in a form
+    const post = async (size: number) => {
+      let sent = 0
+      const chunk = new Uint8Array(64 * 1024).fill(0x20)
+      const body = (async function* () {
+        yield Buffer.from('--b\r\nContent-Disposition: form-data; name="file"; filename="f.pdf"\r\n\r\n%PDF-1.4\n')
+        for (; sent < size; sent += chunk.length) yield chunk.subarray(0, Math.min(chunk.length, size - sent))
+        yield Buffer.from('\r\n--b--\r\n')
+      })()
+      const r = await fetch(`${srv.base}/api/v1/media`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'multipart/form-data; boundary=b' }, body: body as any })
+      return { status: r.status, json: (await r.json()) as any, sent }
+    }
+    expect((await post(200_000)).status).toBe(201)
+    // 80 MB: past the workspace's limit and the server's (64 MiB)
+    const r = await post(80_000_000)
+    expect([r.status, r.json.errors]).toEqual([422, { file: [`The file field must not be larger than ${1 << 20} bytes.`] }])
+    // answered once a little more than the workspace's limit (and the room for other fields) was in
+    expect(r.sent).toBeLessThan(16 << 20)
+  })
+
   test('identical content is stored once; both records download it', async () => {
     const { key } = await srv.tenant()
     const bytes = files.png()

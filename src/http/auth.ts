@@ -121,10 +121,12 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
    * Before a body is read: a request to the API or the admin API without valid credentials is
    * refused here, so nobody without them makes the server read and hold a body (up to 64 MiB of
    * multipart) only to be refused after it. The route checks again, in full, once the body is in.
+   * Returns the key and workspace of an /api/v1 request (null for any other).
    */
   const admitBody = (request: Request, path: string) => {
-    if (path.startsWith('/api/v1/')) keyHolder(request)
-    else if (path.startsWith('/admin/api/')) operatorVia(request)
+    if (path.startsWith('/api/v1/')) return keyHolder(request)
+    if (path.startsWith('/admin/api/')) operatorVia(request)
+    return null
   }
 
   /** The API caller for a route that needs `scope` (see the order of checks above). */
@@ -169,6 +171,7 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
       },
     }),
   })
-  // the body-parsing step (server.ts) is not a route of this plugin: it gets the check as such
-  return Object.assign(plugin, { admitBody })
+  // the body-parsing step (server.ts) is not a route of this plugin: it gets the checks as such —
+  // the early one, and a route's full one for refusing a body it will not read
+  return Object.assign(plugin, { admitBody, resolveCaller })
 }

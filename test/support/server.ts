@@ -151,6 +151,34 @@ export class TestServer {
   api(key: string, method: string, path: string, o: Parameters<TestServer['request']>[2] = {}) {
     return this.request(method, `/api/v1${path}`, { ...o, bearer: key })
   }
+
+  /**
+   * Sends a request's head (its lines, without Host or Content-Length) and the first 4 KiB of a
+   * body it says is `declared` bytes long, then waits: what the server answers within `ms` while
+   * the rest of the body never comes ('' if nothing), and whether it closed the connection.
+   */
+  async partialRequest(head: string, declared: number, ms = 3000): Promise<{ reply: string; closed: boolean }> {
+    const url = new URL(this.base)
+    let reply = ''
+    let closed = false
+    const sock = await Bun.connect({
+      hostname: url.hostname,
+      port: Number(url.port),
+      socket: {
+        data(_s, d) {
+          reply += Buffer.from(d).toString()
+        },
+        close() {
+          closed = true
+        },
+      },
+    })
+    sock.write(`${head}\r\nHost: ${url.host}\r\nContent-Length: ${declared}\r\nConnection: keep-alive\r\n\r\n${'x'.repeat(4096)}`)
+    const end = Date.now() + ms
+    while (!closed && Date.now() < end) await Bun.sleep(20)
+    sock.end()
+    return { reply, closed }
+  }
 }
 
 export async function freePort(): Promise<number> {

@@ -9,12 +9,16 @@ import { ApiError, notFound, refused, validationFailed } from '../../http/errors
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
 import { type Scanner, ScannerUnavailable, ScanTooLarge } from '../../scanner/clamd'
+import type { WorkspaceRow } from '../workspaces/repo'
 import type { WorkspaceService } from '../workspaces/service'
 import { MediaRepo, type MediaRow } from './repo'
 import { cleanFilename, sniff } from './sniff'
 import type { MediaStore } from './store'
 
 const DAY = 86_400_000
+
+/** An uploaded file over the workspace's media max_bytes: 422 naming its form field. */
+export const fileTooLarge = (field: string, maxBytes: number) => validationFailed({ [field]: [`The ${field} field must not be larger than ${maxBytes} bytes.`] })
 
 export const scannerUnavailable = () => new ApiError(503, 'scanner_unavailable', 'Media cannot be accepted right now because the malware scanner is unreachable.')
 
@@ -41,6 +45,11 @@ export class MediaService {
     return this.scanner.ping()
   }
 
+  /** The largest file the workspace takes, in bytes (its media max_bytes). */
+  maxFileBytes(ws: WorkspaceRow): number {
+    return this.workspaces.settings(ws).media.max_bytes
+  }
+
   /**
    * Check, scan and store an uploaded file; returns the row to insert (not inserted yet).
    * 422 validation_failed (empty or over the workspace's max_bytes), 422 unsupported_media,
@@ -50,7 +59,7 @@ export class MediaService {
     const ws = this.workspaces.cached(workspaceId)!
     const { max_bytes, retention_days } = this.workspaces.settings(ws).media
     if (file.size === 0) throw validationFailed({ [field]: [`The ${field} field must not be empty.`] })
-    if (file.size > max_bytes) throw validationFailed({ [field]: [`The ${field} field must not be larger than ${max_bytes} bytes.`] })
+    if (file.size > max_bytes) throw fileTooLarge(field, max_bytes)
     const bytes = new Uint8Array(await file.arrayBuffer())
     const type = sniff(bytes)
     if (!type) throw refused('unsupported_media', 'This type of file is not supported.')
