@@ -7,7 +7,8 @@
  * release: 1,000 sandbox numbers at zero gap release a pre-filled queue, in-process over a real
  *          SQLite file and the real sandbox driver. Target: >= 5,000 messages/s. Then the
  *          scheduler's CPU use while messages are queued but none is due (target ~0%).
- * list:    GET /api/v1/messages with 1,000,000 messages stored. Target: p50 <= 5 ms.
+ * list:    GET /api/v1/messages with 1,000,000 messages stored (10,000 contacts with 100 each), the
+ *          whole log, its filters and one contact's conversation. Target: p50 <= 5 ms.
  */
 import { Database } from 'bun:sqlite'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -121,11 +122,15 @@ async function list() {
   await cap.proc.exited
   const db = new Database(join(cap.dir, 'capstan.db'))
   db.run('PRAGMA synchronous = OFF')
-  const ins = db.query("INSERT INTO messages (id, workspace_id, connection_id, direction, status, recipient, body, attachments, created_at, updated_at, sent_at) VALUES (?, ?, ?, ?, ?, '+15551234567', 'Your order has shipped', '[]', ?, ?, ?)")
+  const ins = db.query("INSERT INTO messages (id, workspace_id, connection_id, contact_id, direction, status, recipient, body, attachments, created_at, updated_at, sent_at) VALUES (?, ?, ?, ?, ?, ?, '+15551234567', 'Your order has shipped', '[]', ?, ?, ?)")
+  const addContact = db.query("INSERT INTO contacts (id, workspace_id, phone, consent_status, metadata, created_at, updated_at, last_activity_at) VALUES (?, ?, ?, 'unknown', '{}', ?, ?, ?)")
   const st = ['sent', 'delivered', 'read', 'failed']
   const now = Date.now()
+  // 10,000 contacts with 100 messages each, interleaved (a conversation is spread over the log)
+  const contacts = Array.from({ length: 10_000 }, () => crypto.randomUUID())
   db.transaction(() => {
-    for (let i = 0; i < 1_000_000; i++) ins.run(crypto.randomUUID(), ws.id, conn.id, i % 5 === 0 ? 'inbound' : 'outbound', st[i % 4]!, now - 1_000_000 + i, now, now)
+    for (const [i, id] of contacts.entries()) addContact.run(id, ws.id, `+1555${String(i).padStart(7, '0')}`, now, now, now)
+    for (let i = 0; i < 1_000_000; i++) ins.run(crypto.randomUUID(), ws.id, conn.id, contacts[(i * 7919) % contacts.length]!, i % 5 === 0 ? 'inbound' : 'outbound', st[i % 4]!, now - 1_000_000 + i, now, now)
   })()
   db.close()
   const port = await freePort()
@@ -141,7 +146,8 @@ async function list() {
   }
   console.log(`\nGET /api/v1/messages with 1,000,000 messages stored (wrk -t1 -c1 -d${seconds}s, one request at a time)\n`)
   console.log('| query | result |\n|---|---|')
-  for (const qs of ['', '?direction=inbound', '?status=failed', '?direction=outbound&status=read&per_page=100', '?page=2000']) {
+  const one = contacts[1234]
+  for (const qs of ['', '?direction=inbound', '?status=failed', '?direction=outbound&status=read&per_page=100', '?page=2000', `?contact_id=${one}`, `?contact_id=${one}&direction=inbound&per_page=100`]) {
     const r = await wrk(`http://127.0.0.1:${port}/api/v1/messages${qs}`, { seconds, connections: 1, headers: { authorization: `Bearer ${key}` } })
     console.log(`| GET /api/v1/messages${qs} | ${fmt(r)} |`)
   }

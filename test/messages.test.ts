@@ -367,6 +367,47 @@ describe('the log', () => {
     expect(new Set(all.filter((m) => m.status === 'delivered').map((m) => m.direction))).toEqual(new Set(['inbound', 'outbound']))
   })
 
+  test('contact_id lists one contact’s conversation: both directions, newest first, with the other filters; a foreign or unknown contact is 404', async () => {
+    const { ws, key, conn } = await setup()
+    const ada = newPhone()
+    const send = async (recipient: string, body: string) => (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient, body } })).json.data
+    const first = await send(ada, 'Your order shipped')
+    const other = await send(newPhone(), 'Someone else')
+    await waitStatus(key, first.id, 'sent')
+    const reply = (await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: ada, body: 'Thanks!' })).json.data
+    const last = await send(ada, 'It arrives tomorrow')
+    await waitStatus(key, last.id, 'sent')
+    await srv.admin('POST', `/messages/${first.id}/sandbox/receipt`, { status: 'delivered' })
+    const contactId = first.contact_id
+    expect([reply.contact_id, last.contact_id]).toEqual([contactId, contactId])
+    const page = async (qs: string, k = key) => srv.api(k, 'GET', `/messages?contact_id=${contactId}${qs}`)
+    const ids = async (qs = '') => (await page(qs)).json.data.map((m: any) => m.id)
+    expect(await ids()).toEqual([last.id, reply.id, first.id])
+    expect((await page('')).json.meta).toEqual({ page: 1, per_page: 25, total: 3, last_page: 1 })
+    expect(await ids('&direction=inbound')).toEqual([reply.id])
+    expect(await ids('&direction=outbound')).toEqual([last.id, first.id])
+    expect(await ids('&status=sent')).toEqual([last.id])
+    expect(await ids('&status=delivered')).toEqual([reply.id, first.id])
+    expect(await ids('&direction=outbound&status=delivered')).toEqual([first.id])
+    expect(await ids('&status=failed')).toEqual([])
+    expect(await ids('&per_page=1&page=2')).toEqual([reply.id])
+    expect((await page('&per_page=2')).json.meta).toEqual({ page: 1, per_page: 2, total: 3, last_page: 2 })
+    // the other contact's conversation holds only its message; an upper-case id finds the same
+    expect((await srv.api(key, 'GET', `/messages?contact_id=${other.contact_id}`)).json.data.map((m: any) => m.id)).toEqual([other.id])
+    expect((await srv.api(key, 'GET', `/messages?contact_id=${contactId.toUpperCase()}`)).json.meta.total).toBe(3)
+    // another workspace's contact, and one that does not exist, are 404; a malformed id 422
+    const stranger = await srv.tenant()
+    for (const id of [contactId, crypto.randomUUID()]) {
+      const r = await srv.api(stranger.key, 'GET', `/messages?contact_id=${id}`)
+      expect([r.status, r.json]).toEqual([404, { message: 'The contact was not found.', code: 'not_found' }])
+    }
+    const bad = await srv.api(key, 'GET', '/messages?contact_id=ada')
+    expect([bad.status, Object.keys(bad.json.errors)]).toEqual([422, ['contact_id']])
+    // a reader key sees the conversation as well (messages:read is the scope)
+    const reader = (await srv.key(ws.id, ['messages:read'])).key
+    expect((await page('', reader)).status).toBe(200)
+  })
+
   test('inbound STOP opts the contact out in the consent ledger; later sends are refused', async () => {
     const { key, conn } = await setup()
     const phone = newPhone()

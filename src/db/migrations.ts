@@ -18,6 +18,7 @@ import m0016 from '../../migrations/0016_message_parts.sql' with { type: 'text' 
 import m0017 from '../../migrations/0017_network_addresses.sql' with { type: 'text' }
 import m0018 from '../../migrations/0018_api_key_last_used.sql' with { type: 'text' }
 import m0019 from '../../migrations/0019_campaign_template_refused.sql' with { type: 'text' }
+import m0020 from '../../migrations/0020_messages_by_contact.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -39,4 +40,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 17, name: '0017_network_addresses', sql: m0017 },
   { version: 18, name: '0018_api_key_last_used', sql: m0018 },
   { version: 19, name: '0019_campaign_template_refused', sql: m0019 },
+  { version: 20, name: '0020_messages_by_contact', sql: m0020 },
 ]

@@ -48,6 +48,7 @@ export const sendMessageBody = s.object({
 export const listMessagesQuery = s.object({
   direction: s.string().oneOf(['inbound', 'outbound']).optional().describe('Omit for both.'),
   status: s.string().oneOf(STATUSES).optional(),
+  contact_id: s.string().format('uuid').optional().describe('Only the messages to and from this contact: its conversation (group messages have no contact).'),
   page: s.integer().range(1, 1_000_000).optional(),
   per_page: s.integer().range(1, 100).optional(),
 })

@@ -150,26 +150,32 @@ export class MessageRepo {
     this.usageAdd.run(workspaceId, month)
   }
 
-  /** A page of the log, newest first, with optional direction/status filters. */
-  list(workspaceId: string, filter: { direction?: string; status?: string }, limit: number, offset: number) {
+  /**
+   * A page of the log, newest first, with optional direction/status filters; with a contact, that
+   * contact's messages only (read through its index; counted there too).
+   */
+  list(workspaceId: string, filter: { direction?: string; status?: string; contactId?: string }, limit: number, offset: number) {
     const where = ['workspace_id = $ws']
     if (filter.direction) where.push('direction = $direction')
     if (filter.status) where.push('status = $status')
+    if (filter.contactId) where.unshift('contact_id = $contact')
     const key = where.join(' AND ')
     let q = this.lists.get(key)
     if (!q) {
-      q = this.db.query(`${listSql(filter)} ORDER BY seq DESC LIMIT $limit OFFSET $offset`)
+      const from = filter.contactId ? `SELECT * FROM messages INDEXED BY messages_contact WHERE ${key}` : listSql(filter)
+      q = this.db.query(`${from} ORDER BY seq DESC LIMIT $limit OFFSET $offset`)
       this.lists.set(key, q)
     }
     let c = this.counts.get(key)
     if (!c) {
       // message_counts is kept by triggers (migration 0003): at most 12 rows per workspace
-      c = this.db.query(`SELECT COALESCE(SUM(n), 0) AS n FROM message_counts WHERE ${key}`)
+      c = this.db.query(filter.contactId ? `SELECT COUNT(*) AS n FROM messages INDEXED BY messages_contact WHERE ${key}` : `SELECT COALESCE(SUM(n), 0) AS n FROM message_counts WHERE ${key}`)
       this.counts.set(key, c)
     }
     const params: Record<string, unknown> = { ws: workspaceId }
     if (filter.direction) params.direction = filter.direction
     if (filter.status) params.status = filter.status
+    if (filter.contactId) params.contact = filter.contactId
     const rows = q.all({ ...params, limit, offset } as any) as MessageRow[]
     const total = (c.get(params as any) as { n: number }).n
     return { rows, total }

@@ -63,17 +63,18 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
       '/messages',
       ({ caller, query }) => {
         const q = validate(listMessagesQuery, query)
-        return paged(query, (limit, offset) => messages.list(caller.workspace.id, { direction: q.direction, status: q.status }, limit, offset), (r) => messages.toPublic(r))
+        const filter = { direction: q.direction, status: q.status, contactId: q.contact_id?.toLowerCase() }
+        return paged(query, (limit, offset) => messages.list(caller.workspace.id, filter, limit, offset), (r) => messages.toPublic(r))
       },
       {
         api: {
           summary: 'The message log',
-          description: 'Inbound and outbound messages, newest first, each with its delivery outcome and timeline.',
+          description: 'Inbound and outbound messages, newest first, each with its delivery outcome and timeline. With contact_id, one contact’s conversation (404 when the contact is not the workspace’s).',
           tag: 'Messages',
           scope: 'messages:read',
           query: listMessagesQuery,
           ok: { status: 200, data: messageDoc, list: true, description: 'A page of messages.' },
-          errors: [422],
+          errors: [404, 422],
         },
       },
     )

@@ -274,7 +274,9 @@ export class MessageService {
     return { body: fault === 'rendered_empty' ? null : text, marketing: tpl.category === 'marketing', networkTemplate, headerText }
   }
 
-  list(workspaceId: string, filter: { direction?: string; status?: string }, limit: number, offset: number) {
+  /** A page of the log (see MessageRepo.list); 404 for a contact that is not the workspace's. */
+  list(workspaceId: string, filter: { direction?: string; status?: string; contactId?: string }, limit: number, offset: number) {
+    if (filter.contactId && !this.contacts.repo.get(workspaceId, filter.contactId)) throw notFound('contact')
     return this.repo.list(workspaceId, filter, limit, offset)
   }
 
