@@ -263,4 +263,25 @@ describe('listing', () => {
     const all = await srv.api(key, 'GET', '/contacts?per_page=100')
     expect(all.json.data).toHaveLength(5)
   })
+
+  test('phone looks one contact up without changing it; only the workspace’s own; a bad number is 422', async () => {
+    const { key } = await srv.tenant()
+    const ada = newPhone()
+    const created = (await srv.api(key, 'POST', '/contacts', { json: { phone: ada, name: 'Ada', consent_status: 'opted_in' } })).json.data
+    await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone() } })
+    const found = await srv.api(key, 'GET', `/contacts?phone=${encodeURIComponent(ada)}`)
+    expect(found.json).toEqual({ data: [created], meta: { page: 1, per_page: 25, total: 1, last_page: 1 } })
+    // a bare + (read as a space in a query string) finds it too; looking touched nothing (same times)
+    expect((await srv.api(key, 'GET', `/contacts?phone=${ada}`)).json.data).toEqual([created])
+    expect((await srv.api(key, 'GET', `/contacts?phone=${encodeURIComponent(ada)}&page=2`)).json).toEqual({ data: [], meta: { page: 2, per_page: 25, total: 1, last_page: 1 } })
+    // an unknown number, or another workspace's contact: an empty page
+    const other = await srv.tenant()
+    for (const [k, phone] of [[key, newPhone()], [other.key, ada]] as const) {
+      expect((await srv.api(k, 'GET', `/contacts?phone=${encodeURIComponent(phone)}`)).json).toEqual({ data: [], meta: { page: 1, per_page: 25, total: 0, last_page: 1 } })
+    }
+    for (const bad of ['4155550100', '%2B0415', 'ada', '']) {
+      const r = await srv.api(key, 'GET', `/contacts?phone=${bad}`)
+      expect([r.status, Object.keys(r.json.errors ?? {})]).toEqual([422, ['phone']])
+    }
+  })
 })

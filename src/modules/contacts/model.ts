@@ -1,4 +1,5 @@
 /** Contact input schemas (spec §2, CONTRACT §2). */
+import { pageQuery } from '../../http/format'
 import { s } from '../../http/schema'
 
 export const E164 = /^\+[1-9][0-9]{6,14}$/
@@ -12,4 +13,9 @@ export const upsertContactBody = s.object({
   name: s.string().length(0, 255).nullable().optional().describe('Display name for the team.', 'Ada Lovelace'),
   consent_status: s.string().oneOf(CONSENT).optional().describe('Changes the stored consent only when sent; opted_in is recorded in the consent ledger with the API key as source.'),
   metadata: s.metadata().optional().describe('Your own key/value fields (string, number or boolean values; at most 50 keys). When sent, replaces the stored object.', { plan: 'pro' }),
+})
+
+export const listContactsQuery = s.object({
+  phone: phoneField().optional().describe('Only the contact with this E.164 number: a page of one, or none. Write the + as %2B (a bare + in a query string reads as a space, which is taken as +).', '+14155550100'),
+  ...pageQuery.shape,
 })

@@ -1,10 +1,10 @@
 /** GET /api/v1/contacts and POST /api/v1/contacts (upsert by phone). */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
-import { pageQuery, paged } from '../../http/format'
+import { paged } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { CONSENT, upsertContactBody } from './model'
+import { CONSENT, listContactsQuery, upsertContactBody } from './model'
 
 export const contactDoc = {
   type: 'object',
@@ -27,15 +27,18 @@ export function contactApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
     .get(
       '/contacts',
       ({ caller, query }) => {
-        return paged(query, (limit, offset) => contacts.list(caller.workspace.id, limit, offset), (r) => contacts.toPublic(r))
+        // an unencoded + in a query string arrives as a space: " 14155550100" means "+14155550100"
+        const phone = typeof query.phone === 'string' && /^ [1-9]/.test(query.phone) ? `+${query.phone.slice(1)}` : query.phone
+        const q = validate(listContactsQuery, { ...query, phone })
+        return paged(query, (limit, offset) => contacts.list(caller.workspace.id, limit, offset, q.phone), (r) => contacts.toPublic(r))
       },
       {
         api: {
           summary: 'List contacts',
-          description: 'Newest activity first (creation, update, message out or in).',
+          description: 'Newest activity first (creation, update, message out or in). With phone, the contact with that number: look a contact up without changing it.',
           tag: 'Contacts',
           scope: 'contacts:read',
-          query: pageQuery,
+          query: listContactsQuery,
           ok: { status: 200, data: contactDoc, list: true, description: 'A page of contacts.' },
           errors: [422],
         },

@@ -73,7 +73,12 @@ export class ContactService {
     return this.deps.writer.write(() => this.upsertInTx(workspaceId, input, source))
   }
 
-  list(workspaceId: string, limit: number, offset: number) {
+  /** A page of contacts, newest activity first; with `phone`, the one contact with that number (if any). */
+  list(workspaceId: string, limit: number, offset: number, phone?: string) {
+    if (phone !== undefined) {
+      const row = this.repo.getByPhone(workspaceId, phone)
+      return { rows: row && offset === 0 ? [row] : [], total: row ? 1 : 0 }
+    }
     return { rows: this.repo.list(workspaceId, limit, offset), total: this.repo.count(workspaceId) }
   }
 }

@@ -1,4 +1,5 @@
 /** Message input schemas (spec §4 POST /messages, GET /messages). */
+import { pageQuery } from '../../http/format'
 import { codePoints, s } from '../../http/schema'
 import { phoneField } from '../contacts/model'
 import { VARIABLES } from '../templates/model'
@@ -49,8 +50,7 @@ export const listMessagesQuery = s.object({
   direction: s.string().oneOf(['inbound', 'outbound']).optional().describe('Omit for both.'),
   status: s.string().oneOf(STATUSES).optional(),
   contact_id: s.string().format('uuid').optional().describe('Only the messages to and from this contact: its conversation (group messages have no contact).'),
-  page: s.integer().range(1, 1_000_000).optional(),
-  per_page: s.integer().range(1, 100).optional(),
+  ...pageQuery.shape,
 })
 
 /** Inbound texts that opt the sender out (trimmed, case-insensitive). */
