@@ -22,7 +22,7 @@ import { noteOf, peekNote } from './http/log'
 import { Sessions } from './http/session'
 import { campaignApiRoutes } from './modules/campaigns/routes'
 import { connectionAdminRoutes } from './modules/connections/routes'
-import { contactApiRoutes } from './modules/contacts/routes'
+import { contactAdminRoutes, contactApiRoutes } from './modules/contacts/routes'
 import { groupApiRoutes } from './modules/groups/routes'
 import { mediaApiRoutes } from './modules/media/routes'
 import { messageApiRoutes } from './modules/messages/routes'
@@ -90,6 +90,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     .use(workspaceAdminRoutes(svc, auth))
     .use(keyAdminRoutes(svc, auth))
     .use(suppressionAdminRoutes(svc, auth))
+    .use(contactAdminRoutes(svc, auth))
     .use(connectionAdminRoutes(svc, auth))
     .use(webhookAdminRoutes(svc, auth))
     .use(dashboardAdminRoutes(svc, auth))

@@ -5,6 +5,7 @@ import { Idempotency } from './http/idempotency'
 import type { Logger } from './http/log'
 import { CampaignService } from './modules/campaigns/service'
 import { ConnectionService } from './modules/connections/service'
+import { ContactEraser } from './modules/contacts/erasure'
 import { ContactService } from './modules/contacts/service'
 import { GroupService } from './modules/groups/service'
 import { KeyService } from './modules/keys/service'
@@ -25,6 +26,7 @@ export interface Services {
   workspaces: WorkspaceService
   keys: KeyService
   contacts: ContactService
+  eraser: ContactEraser
   suppressions: SuppressionService
   connections: ConnectionService
   webhooks: WebhookService
@@ -61,6 +63,8 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   messages.onTemplateRefused = (row, code) => {
     if (row.campaign_id) campaigns.templateRefused(row.campaign_id, code)
   }
+  const eraser = new ContactEraser(deps, contacts, messages, media)
+  eraser.onCampaignChanged = (id) => campaigns.checkComplete(id)
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   connections.onChange = (id) => pacer.wake(id)
   workspaces.onChange = (id) => {
@@ -74,6 +78,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     workspaces,
     keys: new KeyService(deps, workspaces),
     contacts,
+    eraser,
     suppressions,
     connections,
     webhooks,

@@ -421,6 +421,11 @@ describe('configuration and start-up', () => {
     const hookId = JSON.parse(hook.out).data.id
     expect(JSON.parse((await runCapstan(['webhooks', 'disable', hookId, '--json'], env)).out).data.status).toBe('disabled')
     expect(JSON.parse((await runCapstan(['webhooks', 'enable', hookId, '--json'], env)).out).data.status).toBe('active')
+    // a contact erased from the shell
+    await srv.api((await srv.key(wsId)).key, 'POST', '/contacts', { json: { phone: '+15557650000', name: 'To Forget' } })
+    const erased = await runCapstan(['contacts', 'erase', '--workspace', wsId, '--phone', '+15557650000', '--json'], env)
+    expect([erased.code, JSON.parse(erased.out).data.messages]).toEqual([0, 0])
+    expect((await runCapstan(['contacts', 'erase', '--workspace', wsId, '--phone', '+15557650000'], env)).err).toContain('The contact was not found.')
     const bad = await runCapstan(['workspaces', 'list'], { ...env, CAPSTAN_ADMIN_TOKEN: 'wrong-token-wrong-token' })
     expect(bad.code).toBe(1)
     expect(bad.err).toContain('A valid admin token is required.')

@@ -1,5 +1,6 @@
 /**
- * Opening the database: pragmas (busy_timeout first, then WAL, durable commits, foreign keys)
+ * Opening the database: pragmas (busy_timeout first, then WAL, durable commits, foreign keys,
+ * deleted content zeroed)
  * and the forward-only migrations, applied in one transaction and recorded in `migrations`.
  */
 import { Database } from 'bun:sqlite'
@@ -17,6 +18,9 @@ export function openDatabase(path: string): Database {
   db.run('PRAGMA synchronous = FULL')
   db.run('PRAGMA foreign_keys = ON')
   db.run('PRAGMA temp_store = MEMORY')
+  // what is deleted or overwritten is zeroed, not left in the file's free space: an erased contact
+  // (modules/contacts/erasure.ts) — or an older version of any row — cannot be read back from it
+  db.run('PRAGMA secure_delete = ON')
   db.run('PRAGMA cache_size = -32000')
   // checkpoint every ~40 MiB of WAL instead of SQLite's ~4 MiB: under a stream of sends the same
   // index pages are rewritten again and again, and a rarer checkpoint copies each of them once

@@ -1,10 +1,11 @@
-/** GET /api/v1/contacts and POST /api/v1/contacts (upsert by phone). */
+/** GET /api/v1/contacts and POST /api/v1/contacts (upsert by phone); the admin API's erasure. */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { paged } from '../../http/format'
-import { validate } from '../../http/schema'
+import { hidden } from '../../http/docs'
+import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { CONSENT, listContactsQuery, upsertContactBody } from './model'
+import { CONSENT, listContactsQuery, phoneField, upsertContactBody } from './model'
 
 export const contactDoc = {
   type: 'object',
@@ -64,4 +65,19 @@ export function contactApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
         },
       },
     )
+}
+
+const eraseBody = s.object({ phone: phoneField() })
+
+/** Admin: erase a contact (see ContactEraser) — the phone in the body, so it stays out of URLs and proxy logs. */
+export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
+  return new Elysia().use(auth).post(
+    '/workspaces/:id/contacts/erase',
+    async ({ params, body }) => {
+      svc.workspaces.get(params.id)
+      const input = validate(eraseBody, body)
+      return { data: await svc.eraser.erase(params.id, input.phone) }
+    },
+    { admin: true, detail: hidden },
+  )
 }

@@ -1,0 +1,110 @@
+/**
+ * Erasing a contact: a person asks to be forgotten, and the operator does it in one call.
+ *
+ * Every place Capstan keeps something of a contact, and what erasure does with it:
+ * - `contacts`: the row (phone, name, metadata) is deleted;
+ * - `consent_ledger`, `campaign_recipients` (which hold the phone), `network_addresses`: deleted;
+ * - `messages` to and from the contact stay in the log for its counts and timelines, without the
+ *   person: no contact, no customer number (recipient of an outbound, sender of an inbound), no
+ *   body, no attachments, no rendered template; one still queued fails with `contact_erased`
+ *   (its `message.failed` event carries the redacted message);
+ * - media the contact sent (their photos, documents): expired and purged with their files;
+ * - `webhook_deliveries` whose event names the contact, delivered or not, and stored
+ *   Idempotency-Key responses that do: deleted.
+ * The suppression list is left alone: a number kept there is the operator's choice, so that
+ * it is never messaged again. Nothing is erased from backups already taken.
+ *
+ * The database zeroes what it deletes or overwrites (`secure_delete`, see db/open.ts), and the
+ * erasure ends with a TRUNCATE checkpoint, which writes the WAL into the database and empties it:
+ * no byte of what it removed, nor of older versions of those rows, is left in the database files.
+ */
+import type { Database } from 'bun:sqlite'
+import type { Deps } from '../../deps'
+import { conflict, notFound } from '../../http/errors'
+import type { MediaService } from '../media/service'
+import type { MessageService } from '../messages/service'
+import type { ContactService } from './service'
+
+export interface ErasureReport {
+  contact_id: string
+  /** Messages to and from the contact, now without the person. */
+  messages: number
+  /** Of those, still queued: failed with contact_erased. */
+  queued_failed: number
+  /** Media the contact sent, removed. */
+  media: number
+  /** Webhook events naming the contact, removed (delivered or not). */
+  events: number
+}
+
+const ERASED = { error_code: 'contact_erased', error_message: 'The contact was erased before the message was sent.' }
+
+export class ContactEraser {
+  private readonly sql
+  /** A campaign lost a recipient or had one's message failed: it may be complete now. */
+  onCampaignChanged: (campaignId: string) => void = () => {}
+
+  constructor(
+    private readonly deps: Deps,
+    private readonly contacts: ContactService,
+    private readonly messages: MessageService,
+    private readonly media: MediaService,
+  ) {
+    const db: Database = deps.db
+    this.sql = {
+      messagesOf: db.query<{ id: string; direction: string; status: string; attachments: string }, [string]>('SELECT id, direction, status, attachments FROM messages WHERE contact_id = ?'),
+      redact: db.query(
+        `UPDATE messages SET contact_id = NULL, body = NULL, attachments = '[]', network_template = NULL, updated_at = ?1,
+           recipient = CASE direction WHEN 'outbound' THEN NULL ELSE recipient END,
+           sender = CASE direction WHEN 'inbound' THEN NULL ELSE sender END
+         WHERE contact_id = ?2`,
+      ),
+      events: db.query('DELETE FROM webhook_deliveries WHERE workspace_id = ? AND instr(payload, ?) > 0'),
+      responses: db.query('DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE workspace_id = ?) AND instr(body, ?) > 0'),
+      campaigns: db.query<{ campaign_id: string }, [string]>('SELECT DISTINCT campaign_id FROM campaign_recipients WHERE contact_id = ?'),
+      recipients: db.query('DELETE FROM campaign_recipients WHERE contact_id = ?'),
+      ledger: db.query('DELETE FROM consent_ledger WHERE contact_id = ?'),
+      addresses: db.query('DELETE FROM network_addresses WHERE workspace_id = ? AND phone = ?'),
+      expireMedia: db.query('UPDATE media SET expires_at = ? WHERE workspace_id = ? AND id = ? AND expires_at > ?'),
+      contact: db.query('DELETE FROM contacts WHERE id = ?'),
+      audit: db.query("INSERT INTO audit_log (workspace_id, action, key_id, at) VALUES (?, 'contact.erased', NULL, ?)"),
+    }
+  }
+
+  /**
+   * Erase the workspace's contact with this number (or the network address it was seen under):
+   * 404 when there is none, 409 `contact_busy` while a message to it is being handed to its
+   * network (seconds; try again).
+   */
+  async erase(workspaceId: string, phone: string): Promise<ErasureReport> {
+    const { db, writer } = this.deps
+    const sql = this.sql
+    const { report, campaigns } = writer.now(() => {
+      const repo = this.contacts.repo
+      const contact = repo.getByPhone(workspaceId, phone) ?? repo.viaAddress(workspaceId, phone)
+      if (!contact) throw notFound('contact')
+      const rows = sql.messagesOf.all(contact.id)
+      if (rows.some((m) => m.status === 'sending')) throw conflict('contact_busy', 'A message to this contact is being handed to its network; try again in a few seconds.')
+      const now = this.deps.clock.now()
+      const events = sql.events.run(workspaceId, contact.id).changes
+      sql.responses.run(workspaceId, contact.id)
+      sql.redact.run(now, contact.id)
+      const queued = rows.filter((m) => m.status === 'queued')
+      for (const m of queued) this.messages.advanceInTx(m.id, 'failed', now, ERASED)
+      const campaigns = sql.campaigns.all(contact.id).map((r) => r.campaign_id)
+      sql.recipients.run(contact.id)
+      sql.ledger.run(contact.id)
+      sql.addresses.run(workspaceId, contact.phone)
+      let media = 0
+      for (const m of rows) if (m.direction === 'inbound') for (const id of JSON.parse(m.attachments) as string[]) media += sql.expireMedia.run(now - 1, workspaceId, id, now - 1).changes
+      sql.contact.run(contact.id)
+      sql.audit.run(workspaceId, now)
+      return { report: { contact_id: contact.id, messages: rows.length, queued_failed: queued.length, media, events } as ErasureReport, campaigns }
+    })
+    for (const id of campaigns) this.onCampaignChanged(id)
+    // the expired media goes now (rows and, when no other row shares them, files)
+    if (report.media > 0) await this.media.purgeExpired()
+    db.run('PRAGMA wal_checkpoint(TRUNCATE)')
+    return report
+  }
+}

@@ -1,0 +1,102 @@
+/** Erasing a contact (admin API, CLI): nothing of the person is left in the database files. */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { existsSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { TestClamd } from './support/clamd'
+import * as files from './support/files'
+import { TestServer, newPhone } from './support/server'
+import { waitFor } from './support/wait'
+
+let clamd: TestClamd
+let srv: TestServer
+beforeAll(async () => {
+  clamd = await TestClamd.start()
+  srv = await TestServer.start({ env: { CAPSTAN_CLAMD: `unix:${clamd.socket}`, CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+})
+afterAll(async () => {
+  await srv.close()
+  await clamd.stop()
+})
+
+/** Which of `needles` occur anywhere in the database file and its WAL, byte for byte. */
+function inDatabaseFiles(needles: string[]): string[] {
+  const bytes = ['capstan.db', 'capstan.db-wal'].map((f) => join(srv.dataDir, f)).filter(existsSync).map((f) => readFileSync(f))
+  return needles.filter((n) => bytes.some((b) => b.includes(Buffer.from(n))))
+}
+
+const message = (key: string, id: string) => srv.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
+
+describe('erasing a contact', () => {
+  test('the person is gone from contacts, messages, media, events, stored responses, campaigns and the files; the log keeps its counts', async () => {
+    const { ws, key } = await srv.tenant()
+    const policy = (gap: number) => srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: gap, max_gap_seconds: gap } } })
+    await policy(0)
+    const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+    // events pile up for a receiver that is not there
+    await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: 'http://127.0.0.1:9/hook' })
+    const ada = newPhone()
+    const bob = newPhone()
+    const marks = [ada, 'Ada Erasable', 'MARK-META-7f3a', 'MARK-OUT-7f3a', 'MARK-IN-7f3a', 'MARK-QUEUED-7f3a']
+    // an older version of her row (renamed since) must not survive in the file's free space either
+    await srv.api(key, 'POST', '/contacts', { json: { phone: ada, name: 'Ada Former-7f3a', metadata: { note: 'MARK-OLDMETA-7f3a' } } })
+    await srv.api(key, 'POST', '/contacts', { json: { phone: ada, name: 'Ada Erasable', consent_status: 'opted_in', metadata: { note: 'MARK-META-7f3a' } } })
+    await srv.api(key, 'POST', '/contacts', { json: { phone: bob, name: 'Bob Stays', consent_status: 'opted_in' } })
+    // a send to Ada (kept under an Idempotency-Key), delivered; one to Bob
+    const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: ada, body: 'MARK-OUT-7f3a' }, headers: { 'idempotency-key': 'erase-test-1' } })).json.data
+    const toBob = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: bob, body: 'For Bob' } })).json.data
+    await waitFor(async () => (await message(key, out.id)).status === 'sent' && (await message(key, toBob.id)).status === 'sent')
+    await srv.admin('POST', `/messages/${out.id}/sandbox/receipt`, { status: 'delivered' })
+    // Ada sends a photo (a copy of a workspace file, under her own name) and a text
+    const fd = new FormData()
+    fd.set('file', new File([files.png()], 'logo.png'))
+    const logo = (await srv.api(key, 'POST', '/media', { multipart: fd })).json.data
+    const inbound = (await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: ada, body: 'MARK-IN-7f3a', media_id: logo.id })).json.data
+    expect(inbound.attachments).toHaveLength(1)
+    const photo = inbound.attachments[0]
+    // a campaign to the opted-in contacts, and a send to Ada, both held back by the number's pace
+    await policy(3600)
+    const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'News', body: 'Hi {{name}}, news for you' } })).json.data
+    const campaign = (await srv.api(key, 'POST', '/campaigns', { json: { name: 'News', template_id: tpl.id, connection_id: conn.id } })).json.data
+    expect((await srv.api(key, 'POST', `/campaigns/${campaign.id}/schedule`, { json: {} })).status).toBe(200)
+    const queued = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: ada, body: 'MARK-QUEUED-7f3a' } })).json.data
+    expect(queued.status).toBe('queued')
+    expect((await srv.api(key, 'GET', `/campaigns/${campaign.id}`)).json.data.counts.total).toBe(2)
+    await waitFor(async () => (await srv.admin('GET', `/webhooks/${(await srv.admin('GET', `/workspaces/${ws.id}/webhooks`)).json.data[0].id}/deliveries`)).json.meta.total >= 3)
+    expect(inDatabaseFiles(marks)).toEqual(marks)
+    const former = ['Ada Former-7f3a', 'MARK-OLDMETA-7f3a']
+
+    const r = await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: ada })
+    expect(r.status).toBe(200)
+    expect(r.json.data).toMatchObject({ contact_id: out.contact_id, messages: 3, queued_failed: 1, media: 1 })
+    expect(r.json.data.events).toBeGreaterThanOrEqual(3)
+
+    // nothing of Ada in any database file, the WAL included, nor of what her row held before
+    expect(inDatabaseFiles([...marks, ...former])).toEqual([])
+    // the contact is gone; its messages stay in the log without her
+    expect((await srv.api(key, 'GET', `/contacts?phone=${encodeURIComponent(ada)}`)).json.meta.total).toBe(0)
+    expect((await srv.api(key, 'GET', `/messages?contact_id=${out.contact_id}`)).status).toBe(404)
+    expect(await message(key, out.id)).toMatchObject({ contact_id: null, recipient: null, sender: conn.phone, body: null, attachments: [], status: 'delivered' })
+    expect(await message(key, inbound.id)).toMatchObject({ contact_id: null, sender: null, recipient: conn.phone, body: null, attachments: [], status: 'delivered' })
+    expect(await message(key, queued.id)).toMatchObject({ status: 'failed', body: null, error: { code: 'contact_erased', message: 'The contact was erased before the message was sent.' } })
+    // her photo is gone; the workspace's own file stays
+    expect((await srv.api(key, 'GET', `/media/${photo}`)).status).toBe(404)
+    expect((await srv.api(key, 'GET', `/media/${logo.id}`)).status).toBe(200)
+    // the campaign has one recipient left; Bob and his message are untouched
+    expect((await srv.api(key, 'GET', `/campaigns/${campaign.id}`)).json.data.counts.total).toBe(1)
+    expect((await srv.api(key, 'GET', `/contacts?phone=${encodeURIComponent(bob)}`)).json.data[0]).toMatchObject({ name: 'Bob Stays', consent_status: 'opted_in' })
+    expect(await message(key, toBob.id)).toMatchObject({ recipient: bob, body: 'For Bob' })
+    // the audit log says an erasure happened (not whom); the request log never names the number
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/audit-log`)).json.data[0]).toMatchObject({ action: 'contact.erased', key_id: null })
+    expect(srv.output).not.toContain(ada)
+    // a second erasure finds nobody; a malformed number is 422; another workspace cannot reach her
+    const twice = await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: ada })
+    expect([twice.status, twice.json]).toEqual([404, { message: 'The contact was not found.', code: 'not_found' }])
+    const bad = await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: 'ada' })
+    expect([bad.status, Object.keys(bad.json.errors)]).toEqual([422, ['phone']])
+    const other = await srv.tenant()
+    expect((await srv.admin('POST', `/workspaces/${other.ws.id}/contacts/erase`, { phone: bob })).status).toBe(404)
+    expect((await srv.api(key, 'GET', `/contacts?phone=${encodeURIComponent(bob)}`)).json.meta.total).toBe(1)
+    // only operators erase
+    expect((await srv.request('POST', `/admin/api/workspaces/${ws.id}/contacts/erase`, { bearer: key, json: { phone: bob } })).status).toBe(401)
+  })
+})
