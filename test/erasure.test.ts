@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { TestClamd } from './support/clamd'
+import { inProcess } from './support/inproc'
 import * as files from './support/files'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
@@ -98,5 +99,30 @@ describe('erasing a contact', () => {
     expect((await srv.api(key, 'GET', `/contacts?phone=${encodeURIComponent(bob)}`)).json.meta.total).toBe(1)
     // only operators erase
     expect((await srv.request('POST', `/admin/api/workspaces/${ws.id}/contacts/erase`, { bearer: key, json: { phone: bob } })).status).toBe(401)
+  })
+})
+
+describe('events naming the contact', () => {
+  test('are read in slices between which the server works, every slice boundary included; events of others stay', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, db } = env
+      const ws = svc.workspaces.create({ name: 'Slices' })
+      svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
+      const ada = (await svc.contacts.upsert(ws.id, { phone: '+15550003001' }, 'test')).row
+      const bob = (await svc.contacts.upsert(ws.id, { phone: '+15550003002' }, 'test')).row
+      // 50 events, every third one about Ada
+      svc.deps.writer.now(() => {
+        for (let i = 0; i < 50; i++) svc.webhooks.enqueueInTx(ws.id, 'message.received', { id: crypto.randomUUID(), contact_id: i % 3 === 0 ? ada.id : bob.id })
+      })
+      const count = (id: string) => (db.query('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE instr(payload, ?) > 0').get(id) as { n: number }).n
+      expect([count(ada.id), count(bob.id)]).toEqual([17, 33])
+      svc.eraser.eventSlice = 7
+      const report = await svc.eraser.erase(ws.id, '+15550003001')
+      expect(report.events).toBe(17)
+      expect([count(ada.id), count(bob.id)]).toEqual([0, 33])
+    } finally {
+      await env.close()
+    }
   })
 })
