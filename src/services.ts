@@ -63,7 +63,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   messages.onTemplateRefused = (row, code) => {
     if (row.campaign_id) campaigns.templateRefused(row.campaign_id, code)
   }
-  const eraser = new ContactEraser(deps, contacts, messages, media)
+  const eraser = new ContactEraser(deps, contacts, messages, media, log)
   eraser.onCampaignChanged = (id) => campaigns.checkComplete(id)
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   connections.onChange = (id) => pacer.wake(id)

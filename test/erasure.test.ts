@@ -89,6 +89,7 @@ describe('erasing a contact', () => {
     // the audit log says an erasure happened (not whom); the request log never names the number
     expect((await srv.admin('GET', `/workspaces/${ws.id}/audit-log`)).json.data[0]).toMatchObject({ action: 'contact.erased', key_id: null })
     expect(srv.output).not.toContain(ada)
+    expect(srv.output).toContain('"msg":"contact erased"')
     // a second erasure finds nobody; a malformed number is 422; another workspace cannot reach her
     const twice = await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: ada })
     expect([twice.status, twice.json]).toEqual([404, { message: 'The contact was not found.', code: 'not_found' }])

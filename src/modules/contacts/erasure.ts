@@ -21,6 +21,7 @@
 import type { Database } from 'bun:sqlite'
 import type { Deps } from '../../deps'
 import { conflict, notFound } from '../../http/errors'
+import type { Logger } from '../../http/log'
 import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
 import type { ContactService } from './service'
@@ -54,6 +55,7 @@ export class ContactEraser {
     private readonly contacts: ContactService,
     private readonly messages: MessageService,
     private readonly media: MediaService,
+    private readonly log: Logger,
   ) {
     const db: Database = deps.db
     this.sql = {
@@ -125,7 +127,11 @@ export class ContactEraser {
     for (const id of campaigns) this.onCampaignChanged(id)
     // the expired media goes now (rows and, when no other row shares them, files)
     if (report.media > 0) await this.media.purgeExpired()
-    db.run('PRAGMA wal_checkpoint(TRUNCATE)')
+    // the WAL holds the pages as they were before; written into the database and emptied now
+    // (unless another process reads the database at this moment: then at a later checkpoint)
+    const checkpoint = db.query<{ busy: number }, []>('PRAGMA wal_checkpoint(TRUNCATE)').get()
+    if (checkpoint?.busy) this.log.warn('erased contact: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint', { workspace_id: workspaceId })
+    this.log.info('contact erased', { workspace_id: workspaceId, messages: report.messages, queued_failed: report.queued_failed, media: report.media, events: report.events })
     return report
   }
 }
