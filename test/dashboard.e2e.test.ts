@@ -195,6 +195,30 @@ describe('dashboard', () => {
     await page.close()
   })
 
+  test('erase a contact from the suppression page, after a confirmation', async () => {
+    const t = await srv.tenant()
+    const phone = newPhone()
+    await srv.api(t.key, 'POST', '/contacts', { json: { phone, name: 'Forget Me' } })
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    const asked: string[] = []
+    page.on('dialog', (d) => {
+      asked.push(d.message())
+      void d.accept()
+    })
+    await signIn(page)
+    await page.goto(`${srv.base}/admin#/w/${t.ws.id}/suppressions`)
+    await page.fill('#erase input[name=phone]', phone)
+    await page.click('#erase button[type=submit]')
+    await page.waitForSelector('text=Contact erased')
+    expect(asked).toEqual([`Erase the contact ${phone} for good?`])
+    expect((await srv.api(t.key, 'GET', `/contacts?phone=${encodeURIComponent(phone)}`)).json.meta.total).toBe(0)
+    // a second time there is nobody to erase: the API's message is shown
+    await page.fill('#erase input[name=phone]', phone)
+    await page.click('#erase button[type=submit]')
+    await page.waitForSelector('text=The contact was not found.')
+    await page.close()
+  })
+
   test('the session cookie is HttpOnly and SameSite=Strict; cookie writes need the CSRF header', async () => {
     const login = await fetch(`${srv.base}/admin/session`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-capstan-csrf': '1' }, body: JSON.stringify({ token: ADMIN_TOKEN }) })
     expect(login.status).toBe(204)

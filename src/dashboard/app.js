@@ -339,6 +339,15 @@ const pages = {
       act(() => api('POST', `/workspaces/${ws.id}/suppressions`, { phone: f.phone, ...(f.reason ? { reason: f.reason } : {}) }), 'Number suppressed')
     }
     main.querySelectorAll('[data-unsup]').forEach((b) => (b.onclick = () => act(() => api('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(b.dataset.unsup)}`), 'Removed')))
+    // erasure lives beside the list: a person asking to be forgotten often asks not to be messaged too
+    main.insertAdjacentHTML('beforeend', `<h2>Erase a contact</h2><p class="muted">For someone who asks to be forgotten: their contact, consent history and the files they sent are deleted, and their messages stay in the log without their number, text or attachments. This cannot be undone. To keep them from being messaged again, suppress the number first.</p>
+      <div class="card"><form id="erase" class="inline"><label>Phone (E.164)<input name="phone" required></label><button type="submit" class="danger">Erase</button></form></div>`)
+    $('#erase').onsubmit = (ev) => {
+      ev.preventDefault()
+      const { phone } = formData(ev.target)
+      if (!confirm(`Erase the contact ${phone} for good?`)) return
+      act(() => api('POST', `/workspaces/${ws.id}/contacts/erase`, { phone }), 'Contact erased')
+    }
   },
 
   async audit(ws) {
