@@ -45,8 +45,11 @@ describe('erasing a contact', () => {
     // a send to Ada (kept under an Idempotency-Key), delivered; one to Bob
     const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: ada, body: 'MARK-OUT-7f3a' }, headers: { 'idempotency-key': 'erase-test-1' } })).json.data
     const toBob = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: bob, body: 'For Bob' } })).json.data
-    await waitFor(async () => (await message(key, out.id)).status === 'sent' && (await message(key, toBob.id)).status === 'sent')
+    // and one the network failed with an error text that names her number
+    const bounced = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: ada, body: 'Second try' } })).json.data
+    await waitFor(async () => (await message(key, out.id)).status === 'sent' && (await message(key, toBob.id)).status === 'sent' && (await message(key, bounced.id)).status === 'sent')
     await srv.admin('POST', `/messages/${out.id}/sandbox/receipt`, { status: 'delivered' })
+    await srv.admin('POST', `/messages/${bounced.id}/sandbox/receipt`, { status: 'failed', error: { code: 'not_on_network', message: `Recipient ${ada} is not on this network.` } })
     // Ada sends a photo (a copy of a workspace file, under her own name) and a text
     const fd = new FormData()
     fd.set('file', new File([files.png()], 'logo.png'))
@@ -68,7 +71,7 @@ describe('erasing a contact', () => {
 
     const r = await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: ada })
     expect(r.status).toBe(200)
-    expect(r.json.data).toMatchObject({ contact_id: out.contact_id, messages: 3, queued_failed: 1, media: 1 })
+    expect(r.json.data).toMatchObject({ contact_id: out.contact_id, messages: 4, queued_failed: 1, media: 1 })
     expect(r.json.data.events).toBeGreaterThanOrEqual(3)
 
     // nothing of Ada in any database file, the WAL included, nor of what her row held before
@@ -78,6 +81,7 @@ describe('erasing a contact', () => {
     expect((await srv.api(key, 'GET', `/messages?contact_id=${out.contact_id}`)).status).toBe(404)
     expect(await message(key, out.id)).toMatchObject({ contact_id: null, recipient: null, sender: conn.phone, body: null, attachments: [], status: 'delivered' })
     expect(await message(key, inbound.id)).toMatchObject({ contact_id: null, sender: null, recipient: conn.phone, body: null, attachments: [], status: 'delivered' })
+    expect(await message(key, bounced.id)).toMatchObject({ recipient: null, body: null, status: 'failed', error: { code: 'not_on_network', message: 'Recipient [erased number] is not on this network.' } })
     expect(await message(key, queued.id)).toMatchObject({ status: 'failed', body: null, error: { code: 'contact_erased', message: 'The contact was erased before the message was sent.' } })
     // her photo is gone; the workspace's own file stays
     expect((await srv.api(key, 'GET', `/media/${photo}`)).status).toBe(404)

@@ -5,9 +5,9 @@
  * - `contacts`: the row (phone, name, metadata) is deleted;
  * - `consent_ledger`, `campaign_recipients` (which hold the phone), `network_addresses`: deleted;
  * - `messages` to and from the contact stay in the log for its counts and timelines, without the
- *   person: no contact, no customer number (recipient of an outbound, sender of an inbound), no
- *   body, no attachments, no rendered template; one still queued fails with `contact_erased`
- *   (its `message.failed` event carries the redacted message);
+ *   person: no contact, no customer number (recipient of an outbound, sender of an inbound, or
+ *   in a network's error text), no body, no attachments, no rendered template; one still queued
+ *   fails with `contact_erased` (its `message.failed` event carries the redacted message);
  * - media the contact sent (their photos, documents): expired and purged with their files;
  * - `webhook_deliveries` whose event names the contact, delivered or not, and stored
  *   Idempotency-Key responses that do: deleted.
@@ -63,7 +63,8 @@ export class ContactEraser {
       redact: db.query(
         `UPDATE messages SET contact_id = NULL, body = NULL, attachments = '[]', network_template = NULL, updated_at = ?1,
            recipient = CASE direction WHEN 'outbound' THEN NULL ELSE recipient END,
-           sender = CASE direction WHEN 'inbound' THEN NULL ELSE sender END
+           sender = CASE direction WHEN 'inbound' THEN NULL ELSE sender END,
+           error_message = replace(error_message, ?3, '[erased number]')
          WHERE contact_id = ?2`,
       ),
       lastEvent: db.query<{ seq: number | null }, []>('SELECT MAX(seq) AS seq FROM webhook_deliveries'),
@@ -111,7 +112,7 @@ export class ContactEraser {
       // (a contact made anew under the number meanwhile has had none of its events read yet)
       events += sql.events.run(contact.id === first.id ? scanned + 1 : 0, Number.MAX_SAFE_INTEGER, workspaceId, contact.id).changes
       sql.responses.run(workspaceId, contact.id)
-      sql.redact.run(now, contact.id)
+      sql.redact.run(now, contact.id, contact.phone)
       const queued = rows.filter((m) => m.status === 'queued')
       for (const m of queued) this.messages.advanceInTx(m.id, 'failed', now, ERASED)
       const campaigns = sql.campaigns.all(contact.id).map((r) => r.campaign_id)
