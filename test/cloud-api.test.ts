@@ -7,7 +7,7 @@ import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
-import { EICAR, TestClamd } from './support/clamd'
+import { EICAR, scanningServer } from './support/clamd'
 import * as files from './support/files'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
@@ -127,16 +127,14 @@ const preferenceEvent = (waId: string, value: string, category = 'marketing_mess
 })
 
 let graph: ReturnType<typeof fakeGraph>
-let clamd: TestClamd
 let srv: TestServer
+let close: () => Promise<void>
 beforeAll(async () => {
   graph = fakeGraph()
-  clamd = await TestClamd.start()
-  srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
+  ;({ srv, close } = await scanningServer())
 })
 afterAll(async () => {
-  await srv.close()
-  await clamd.stop()
+  await close()
   graph.stop()
 })
 

@@ -3,21 +3,16 @@ import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { existsSync, readdirSync, statSync } from 'node:fs'
 import { join } from 'node:path'
-import { EICAR, TestClamd } from './support/clamd'
+import { EICAR, TestClamd, scanningServer } from './support/clamd'
 import * as files from './support/files'
 import { inProcess, settle } from './support/inproc'
 import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
 
 let clamd: TestClamd
 let srv: TestServer
-beforeAll(async () => {
-  clamd = await TestClamd.start()
-  srv = await TestServer.start({ env: { CAPSTAN_CLAMD: `unix:${clamd.socket}`, CAPSTAN_KEY_RATE_LIMIT: '100000' } })
-})
-afterAll(async () => {
-  await srv.close()
-  await clamd.stop()
-})
+let close: () => Promise<void>
+beforeAll(async () => ({ clamd, srv, close } = await scanningServer()))
+afterAll(() => close())
 
 const upload = (key: string, bytes: Uint8Array, name = 'file.bin', type = 'application/octet-stream', field = 'file') => {
   const fd = new FormData()

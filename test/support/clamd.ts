@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
+import { TestServer } from './server'
 
 /** The 68-byte EICAR test string, assembled so this file is not itself a match. */
 export const EICAR = Buffer.from('X5O!P%@AP[4\\PZX54(P^)7CC)7}$' + 'EICAR-' + 'STANDARD-' + 'ANTIVIRUS-' + 'TEST-' + 'FILE!$H+H*', 'ascii')
@@ -61,5 +62,22 @@ export class TestClamd {
     this.proc.kill()
     await this.proc.exited
     rmSync(this.dir, { recursive: true, force: true })
+  }
+}
+
+/**
+ * A server that scans uploads with a private clamd of its own (the per-key limit out of the way):
+ * what a test file of uploads starts before its tests; `close` stops both.
+ */
+export async function scanningServer(env: Record<string, string> = {}) {
+  const clamd = await TestClamd.start()
+  const srv = await TestServer.start({ env: { CAPSTAN_CLAMD: `unix:${clamd.socket}`, CAPSTAN_KEY_RATE_LIMIT: '100000', ...env } })
+  return {
+    clamd,
+    srv,
+    async close() {
+      await srv.close()
+      await clamd.stop()
+    },
   }
 }
