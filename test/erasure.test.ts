@@ -101,8 +101,8 @@ describe('erasing a contact', () => {
   })
 })
 
-describe('events naming the contact', () => {
-  test('are read in slices between which the server works, every slice boundary included; events of others stay', async () => {
+describe('erasure, in process', () => {
+  test('events naming the contact are read in slices between which the server works, every slice boundary included; events of others stay', async () => {
     const env = await inProcess()
     try {
       const { svc, db } = env
@@ -120,6 +120,29 @@ describe('events naming the contact', () => {
       const report = await svc.eraser.erase(ws.id, '+15550003001')
       expect(report.events).toBe(17)
       expect([count(ada.id), count(bob.id)]).toEqual([0, 33])
+    } finally {
+      await env.close()
+    }
+  })
+
+  test('while a message to the contact is being handed to its network: 409 contact_busy, and nothing is erased', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, db } = env
+      const ws = svc.workspaces.create({ name: 'Busy' })
+      svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
+      const conn = svc.connections.create(ws.id, { phone: '+15550004000', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } } as any)
+      const sent = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550004001', body: 'On its way', attachments: [] })
+      svc.deps.writer.now(() => svc.webhooks.enqueueInTx(ws.id, 'message.received', { contact_id: sent.contact_id }))
+      svc.deps.writer.now(() => svc.messages.markSendingInTx([sent.id], env.clock.now()))
+      const events = () => (db.query('SELECT COUNT(*) AS n FROM webhook_deliveries').get() as { n: number }).n
+      expect(events()).toBe(1)
+      let refusal: any = null
+      await svc.eraser.erase(ws.id, '+15550004001').catch((e) => (refusal = e))
+      expect([refusal?.status, refusal?.code]).toEqual([409, 'contact_busy'])
+      expect(svc.contacts.repo.getByPhone(ws.id, '+15550004001')).not.toBeNull()
+      expect(svc.messages.repo.getAny(sent.id)).toMatchObject({ body: 'On its way', contact_id: sent.contact_id })
+      expect(events()).toBe(1)
     } finally {
       await env.close()
     }

@@ -38,15 +38,12 @@ export interface ErasureReport {
   events: number
 }
 
-/** Webhook deliveries read per write while the erasure looks for events naming the contact. */
-const EVENT_SLICE = 10_000
-
 const ERASED = { error_code: 'contact_erased', error_message: 'The contact was erased before the message was sent.' }
 
 export class ContactEraser {
   private readonly sql
   /** Webhook deliveries read per write while looking for events naming the contact. */
-  eventSlice = EVENT_SLICE
+  eventSlice = 10_000
   /** A campaign lost a recipient or had one's message failed: it may be complete now. */
   onCampaignChanged: (campaignId: string) => void = () => {}
 
@@ -89,15 +86,18 @@ export class ContactEraser {
     const { db, writer } = this.deps
     const sql = this.sql
     const repo = this.contacts.repo
+    // the contact, and its messages — unless one is being handed to its network right now
     const find = () => {
       const contact = repo.getByPhone(workspaceId, phone) ?? repo.viaAddress(workspaceId, phone)
       if (!contact) throw notFound('contact')
-      return contact
+      const rows = sql.messagesOf.all(contact.id)
+      if (rows.some((m) => m.status === 'sending')) throw conflict('contact_busy', 'A message to this contact is being handed to its network; try again in a few seconds.')
+      return { contact, rows }
     }
     // Webhook events are kept for 30 days: reading all of them for the contact's id in one write
     // would hold the server for a second or more (300,000 take ~0.5 s). They go first, in slices
     // between which requests are served; the erasure's write takes any that arrived meanwhile.
-    const first = find()
+    const first = find().contact
     const scanned = sql.lastEvent.get()?.seq ?? 0
     let events = 0
     for (let from = 0; from <= scanned; from += this.eventSlice) {
@@ -105,9 +105,7 @@ export class ContactEraser {
       await new Promise((resolve) => setImmediate(resolve))
     }
     const { report, campaigns } = writer.now(() => {
-      const contact = find()
-      const rows = sql.messagesOf.all(contact.id)
-      if (rows.some((m) => m.status === 'sending')) throw conflict('contact_busy', 'A message to this contact is being handed to its network; try again in a few seconds.')
+      const { contact, rows } = find()
       const now = this.deps.clock.now()
       // (a contact made anew under the number meanwhile has had none of its events read yet)
       events += sql.events.run(contact.id === first.id ? scanned + 1 : 0, Number.MAX_SAFE_INTEGER, workspaceId, contact.id).changes
