@@ -97,6 +97,7 @@ const COMMANDS: Record<string, Route> = {
   'suppressions add': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/suppressions`, body: (a) => ({ phone: a.values.phone, reason: a.values.reason }), options: ['workspace', 'phone', 'reason'] },
   'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100`, options: ['workspace'] },
   'suppressions remove': { method: 'DELETE', path: (a) => `/workspaces/${ws(a)}/suppressions/${pos(a, 0, 'phone')}`, options: ['workspace'] },
+  'contacts export': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/contacts/export`, body: (a) => ({ phone: a.values.phone }), options: ['workspace', 'phone'] },
   'contacts erase': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/contacts/erase`, body: (a) => ({ phone: a.values.phone }), options: ['workspace', 'phone'] },
 }
 
@@ -113,6 +114,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan webhooks list --workspace ID | remove ID | deliveries ID | enable ID | disable ID
   capstan suppressions add --workspace ID --phone +E164 [--reason TEXT]
   capstan suppressions list --workspace ID | remove --workspace ID +E164
+  capstan contacts export --workspace ID --phone +E164 --json   (everything kept about the contact)
   capstan contacts erase --workspace ID --phone +E164   (the contact and its personal data, for good)
   capstan admin METHOD PATH [JSON]      any admin API call, e.g. capstan admin GET /workspaces
 Add --json for the API's JSON on one line.`

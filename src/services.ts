@@ -6,6 +6,7 @@ import type { Logger } from './http/log'
 import { CampaignService } from './modules/campaigns/service'
 import { ConnectionService } from './modules/connections/service'
 import { ContactEraser } from './modules/contacts/erasure'
+import { ContactExport } from './modules/contacts/export'
 import { ContactService } from './modules/contacts/service'
 import { GroupService } from './modules/groups/service'
 import { KeyService } from './modules/keys/service'
@@ -27,6 +28,7 @@ export interface Services {
   keys: KeyService
   contacts: ContactService
   eraser: ContactEraser
+  contactExport: ContactExport
   suppressions: SuppressionService
   connections: ConnectionService
   webhooks: WebhookService
@@ -79,6 +81,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     keys: new KeyService(deps, workspaces),
     contacts,
     eraser,
+    contactExport: new ContactExport(deps, contacts, messages, media, suppressions),
     suppressions,
     connections,
     webhooks,

@@ -3,7 +3,7 @@
  * playwright-core). With UPDATE_SCREENSHOTS=1 it also writes docs/screenshots/*.png.
  */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { mkdirSync } from 'node:fs'
+import { mkdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { type Browser, chromium, type Page } from 'playwright-core'
 import { TestClamd } from './support/clamd'
@@ -195,7 +195,7 @@ describe('dashboard', () => {
     await page.close()
   })
 
-  test('erase a contact from the suppression page, after a confirmation', async () => {
+  test('export a contact as a JSON file, then erase it after a confirmation, from the suppression page', async () => {
     const t = await srv.tenant()
     const phone = newPhone()
     await srv.api(t.key, 'POST', '/contacts', { json: { phone, name: 'Forget Me' } })
@@ -208,6 +208,12 @@ describe('dashboard', () => {
     await signIn(page)
     await page.goto(`${srv.base}/admin#/w/${t.ws.id}/suppressions`)
     await page.fill('#erase input[name=phone]', phone)
+    // first the export: a JSON file of everything kept about the contact
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click('#export')])
+    expect(download.suggestedFilename()).toBe(`contact-${phone.slice(1)}.json`)
+    const exported = JSON.parse(readFileSync((await download.path())!, 'utf8'))
+    expect(exported.contact).toMatchObject({ phone, name: 'Forget Me' })
+    expect(asked).toEqual([])
     await page.click('#erase button[type=submit]')
     await page.waitForSelector('text=Contact erased')
     expect(asked).toEqual([`Erase the contact ${phone} for good?`])

@@ -1,4 +1,4 @@
-/** Erasing a contact (admin API, CLI): nothing of the person is left in the database files. */
+/** A contact's data exported, then erased (admin API): nothing of the person is left in the database files. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -21,8 +21,8 @@ function inDatabaseFiles(needles: string[]): string[] {
 
 const message = (key: string, id: string) => srv.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
 
-describe('erasing a contact', () => {
-  test('the person is gone from contacts, messages, media, events, stored responses, campaigns and the files; the log keeps its counts', async () => {
+describe('exporting and erasing a contact', () => {
+  test('the export holds everything kept about the person; after the erasure the person is gone from contacts, messages, media, events, stored responses, campaigns and the files; the log keeps its counts', async () => {
     const { ws, key } = await srv.tenant()
     const policy = (gap: number) => srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: gap, max_gap_seconds: gap } } })
     await policy(0)
@@ -63,6 +63,22 @@ describe('erasing a contact', () => {
     expect(inDatabaseFiles(marks)).toEqual(marks)
     const former = ['Ada Former-7f3a', 'MARK-OLDMETA-7f3a']
 
+    // first what she may ask for: everything kept about her, in one document
+    const exported = (await srv.admin('POST', `/workspaces/${ws.id}/contacts/export`, { phone: ada })).json.data
+    expect(exported.contact).toMatchObject({ phone: ada, name: 'Ada Erasable', consent_status: 'opted_in', metadata: { note: 'MARK-META-7f3a' } })
+    expect(exported.consent.map((e: any) => [e.status, e.source])).toEqual([['opted_in', expect.stringMatching(/^api_key:/)]])
+    expect(exported.messages.map((m: any) => [m.id, m.direction, m.body])).toEqual([
+      [out.id, 'outbound', 'MARK-OUT-7f3a'],
+      [bounced.id, 'outbound', 'Second try'],
+      [inbound.id, 'inbound', 'MARK-IN-7f3a'],
+      [queued.id, 'outbound', 'MARK-QUEUED-7f3a'],
+    ])
+    expect(exported.messages[0].timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'delivered'])
+    expect(exported.media.map((m: any) => m.id)).toEqual([photo])
+    expect(exported.campaigns).toEqual([{ id: campaign.id, name: 'News', campaign_status: 'running', recipient_status: 'pending', skipped_reason: null, message_id: null }])
+    expect([exported.network_addresses, exported.suppression]).toEqual([[], null])
+    expect(exported.messages.some((m: any) => m.recipient === bob)).toBe(false)
+
     const r = await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: ada })
     expect(r.status).toBe(200)
     expect(r.json.data).toMatchObject({ contact_id: out.contact_id, messages: 4, queued_failed: 1, media: 1 })
@@ -89,6 +105,7 @@ describe('erasing a contact', () => {
     await waitFor(() => srv.output.includes('"msg":"contact erased"'))
     expect(srv.output).not.toContain(ada)
     // a second erasure finds nobody; a malformed number is 422; another workspace cannot reach her
+    expect((await srv.admin('POST', `/workspaces/${ws.id}/contacts/export`, { phone: ada })).status).toBe(404)
     const twice = await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: ada })
     expect([twice.status, twice.json]).toEqual([404, { message: 'The contact was not found.', code: 'not_found' }])
     const bad = await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: 'ada' })

@@ -51,12 +51,12 @@ function errorText(e) {
   return e.message
 }
 
-/** Run an action, report failures, re-render on success. */
-async function act(fn, done) {
+/** Run an action, report failures, re-render on success (unless `stay`: a download changes nothing). */
+async function act(fn, done, { stay = false } = {}) {
   try {
     const r = await fn()
     if (done) toast(done)
-    await route()
+    if (!stay) await route()
     return r
   } catch (e) {
     if (e.status !== 401) toast(errorText(e), true)
@@ -340,8 +340,17 @@ const pages = {
     }
     main.querySelectorAll('[data-unsup]').forEach((b) => (b.onclick = () => act(() => api('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(b.dataset.unsup)}`), 'Removed')))
     // erasure lives beside the list: a person asking to be forgotten often asks not to be messaged too
-    main.insertAdjacentHTML('beforeend', `<h2>Erase a contact</h2><p class="muted">For someone who asks to be forgotten: their contact, consent history and the files they sent are deleted, and their messages stay in the log without their number, text or attachments. This cannot be undone. To keep them from being messaged again, suppress the number first.</p>
-      <div class="card"><form id="erase" class="inline"><label>Phone (E.164)<input name="phone" required></label><button type="submit" class="danger">Erase</button></form></div>`)
+    main.insertAdjacentHTML('beforeend', `<h2>A contact's data</h2><p class="muted">For someone who asks for their data: <b>Export</b> downloads everything kept about them as JSON. For someone who asks to be forgotten: <b>Erase</b> deletes their contact, consent history and the files they sent, and leaves their messages in the log without their number, text or attachments. Erasing cannot be undone; to keep them from being messaged again, suppress the number first.</p>
+      <div class="card"><form id="erase" class="inline"><label>Phone (E.164)<input name="phone" required></label><button type="button" class="secondary" id="export">Export</button><button type="submit" class="danger">Erase</button></form></div>`)
+    $('#export').onclick = () => {
+      const { phone } = formData($('#erase'))
+      act(async () => {
+        const { data } = await api('POST', `/workspaces/${ws.id}/contacts/export`, { phone })
+        const link = Object.assign(document.createElement('a'), { href: URL.createObjectURL(new Blob([JSON.stringify(data, null, 2)], { type: 'application/json' })), download: `contact-${phone.replace(/[^0-9]/g, '')}.json` })
+        link.click()
+        setTimeout(() => URL.revokeObjectURL(link.href), 10_000)
+      }, 'Contact exported', { stay: true })
+    }
     $('#erase').onsubmit = (ev) => {
       ev.preventDefault()
       const { phone } = formData(ev.target)

@@ -1,4 +1,4 @@
-/** GET /api/v1/contacts and POST /api/v1/contacts (upsert by phone); the admin API's erasure. */
+/** GET /api/v1/contacts and POST /api/v1/contacts (upsert by phone); the admin API's export and erasure. */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { paged } from '../../http/format'
@@ -67,17 +67,29 @@ export function contactApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
     )
 }
 
-const eraseBody = s.object({ phone: phoneField() })
+const byPhone = s.object({ phone: phoneField() })
 
-/** Admin: erase a contact (see ContactEraser) — the phone in the body, so it stays out of URLs and proxy logs. */
+/**
+ * Admin: a contact's data handed over (ContactExport) or erased (ContactEraser) — the number in
+ * the body, so it stays out of URLs and proxy logs.
+ */
 export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
-  return new Elysia().use(auth).post(
-    '/workspaces/:id/contacts/erase',
-    async ({ params, body }) => {
-      svc.workspaces.get(params.id)
-      const input = validate(eraseBody, body)
-      return { data: await svc.eraser.erase(params.id, input.phone) }
-    },
-    { admin: true, detail: hidden },
-  )
+  return new Elysia()
+    .use(auth)
+    .post(
+      '/workspaces/:id/contacts/export',
+      ({ params, body }) => {
+        svc.workspaces.get(params.id)
+        return { data: svc.contactExport.export(params.id, validate(byPhone, body).phone) }
+      },
+      { admin: true, detail: hidden },
+    )
+    .post(
+      '/workspaces/:id/contacts/erase',
+      async ({ params, body }) => {
+        svc.workspaces.get(params.id)
+        return { data: await svc.eraser.erase(params.id, validate(byPhone, body).phone) }
+      },
+      { admin: true, detail: hidden },
+    )
 }
