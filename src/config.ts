@@ -32,6 +32,8 @@ export interface Config {
   clamdTimeoutMs: number
   /** How long a network driver may take to accept one send. */
   driverTimeoutMs: number
+  /** Bearer token for GET /metrics (null: the route is not served). */
+  metricsToken: string | null
 }
 
 export class ConfigError extends Error {}
@@ -78,6 +80,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (!/^[A-Za-z0-9.:\-[\]]+$/.test(host)) throw new ConfigError('CAPSTAN_HOST must be a host name or IP address')
   const adminToken = env.CAPSTAN_ADMIN_TOKEN?.trim() || null
   if (adminToken !== null && adminToken.length < 16) throw new ConfigError('CAPSTAN_ADMIN_TOKEN must be at least 16 characters')
+  const metricsToken = env.CAPSTAN_METRICS_TOKEN?.trim() || null
+  if (metricsToken !== null && metricsToken.length < 16) throw new ConfigError('CAPSTAN_METRICS_TOKEN must be at least 16 characters')
   const secretKey = env.CAPSTAN_SECRET_KEY?.trim()
   if (secretKey && secretKey.length < 32) throw new ConfigError('CAPSTAN_SECRET_KEY must be at least 32 characters')
   return {
@@ -98,5 +102,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     maxUploadBytes: int(env, 'CAPSTAN_MAX_UPLOAD_BYTES', 64 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
     clamdTimeoutMs: int(env, 'CAPSTAN_CLAMD_TIMEOUT_MS', 30_000, 100, 600_000),
     driverTimeoutMs: int(env, 'CAPSTAN_DRIVER_TIMEOUT_MS', 60_000, 100, 600_000),
+    metricsToken,
   }
 }

@@ -9,6 +9,7 @@ import type { Database } from 'bun:sqlite'
 import { dashboardAdminRoutes } from './dashboard/admin-views'
 import { dashboardRoutes } from './dashboard/routes'
 import { diskSpace } from './disk'
+import { Metrics, ResponseCounts } from './metrics'
 import type { Scope } from './modules/keys/model'
 import { fileTooLarge } from './modules/media/service'
 import { docsUi } from './docs/ui'
@@ -72,9 +73,13 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const auth = authPlugin({ config, ipOf, keys: svc.keys, adminTokenHash, sessions })
   const log = svc.log
   const webhookGuard = { failures: new WindowCounter(config.authFailLimit, config.rateWindowMs), clientIp: ipOf }
+  const responses = new ResponseCounts()
+  const metrics = new Metrics(svc, responses, probes)
   const logRequest = (request: Request, set: object, route: string, status: unknown) => {
+    const code = typeof status === 'number' ? status : 200
+    responses.add(code)
     if (!log.enabled('info')) return
-    log.request(request.method, route || new URL(request.url).pathname.slice(0, 200), typeof status === 'number' ? status : 200, peekNote(set))
+    log.request(request.method, route || new URL(request.url).pathname.slice(0, 200), code, peekNote(set))
   }
 
   const api = new Elysia({ prefix: '/api/v1' })
@@ -200,6 +205,21 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
         return { status: database ? 'ok' : 'unavailable', ...checks }
       },
       { detail: hidden },
+    )
+    // Prometheus metrics, served only when a token for them is set (otherwise an unknown route)
+    .use(
+      config.metricsToken === null
+        ? new Elysia()
+        : new Elysia().get(
+            '/metrics',
+            async ({ request, set }) => {
+              auth.checkMetricsToken(request)
+              Object.assign(set.headers, SECURITY_HEADERS)
+              set.headers['content-type'] = 'text/plain; version=0.0.4; charset=utf-8'
+              return await metrics.render()
+            },
+            { detail: hidden },
+          ),
     )
     .use(api)
     .use(admin)

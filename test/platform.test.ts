@@ -7,6 +7,7 @@ import { join } from 'node:path'
 import { MIGRATIONS } from '../src/db/migrations'
 import { loadDotEnv } from '../src/main'
 import { TestServer, freePort, hostEnv, newPhone } from './support/server'
+import { waitFor } from './support/wait'
 
 const ROOT = join(import.meta.dir, '..')
 
@@ -92,6 +93,58 @@ describe('health and docs', () => {
   })
 })
 
+describe('metrics', () => {
+  test('GET /metrics: Prometheus text for the metrics token only; not served without one', async () => {
+    // the default server has no metrics token: /metrics is an unknown route there
+    expect((await srv.request('GET', '/metrics')).json).toEqual({ message: 'The route was not found.', code: 'not_found' })
+    const token = 'metrics-token-0123456789abcdef'
+    const m = await TestServer.start({ env: { CAPSTAN_METRICS_TOKEN: token, CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const t = await m.tenant()
+      await m.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 1, daily_cap: 10, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = (await m.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      const ada = newPhone()
+      for (let i = 0; i < 3; i++) expect((await m.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: ada, body: `n${i}` } })).status).toBe(202)
+      await m.api(t.key, 'GET', '/messages/00000000-0000-0000-0000-000000000000')
+      for (const bearer of [undefined, 'wrong-metrics-token-0123456789', t.key]) {
+        const r = await m.request('GET', '/metrics', bearer ? { bearer } : {})
+        expect([r.status, r.json]).toEqual([401, { message: 'A valid metrics token is required.', code: 'unauthenticated' }])
+      }
+      // one number, hourly cap 1: one message sent, two queued
+      const read = async () => {
+        const r = await fetch(`${m.base}/metrics`, { headers: { authorization: `Bearer ${token}` } })
+        expect([r.status, r.headers.get('content-type')]).toEqual([200, 'text/plain; version=0.0.4; charset=utf-8'])
+        return r.text()
+      }
+      const text = await waitFor(async () => {
+        const body = await read()
+        return body.includes(`capstan_messages{workspace="${t.ws.id}",direction="outbound",status="sent"} 1`) ? body : null
+      })
+      const lines = text.split('\n')
+      for (const line of [
+        `capstan_messages{workspace="${t.ws.id}",direction="outbound",status="queued"} 2`,
+        `capstan_queue_depth{connection="${conn.id}",workspace="${t.ws.id}"} 2`,
+        `capstan_connection_up{connection="${conn.id}",workspace="${t.ws.id}",driver="sandbox"} 1`,
+        'capstan_database_up 1',
+        'capstan_scanner_up 0',
+        'capstan_messages_sending 0',
+        'capstan_webhook_deliveries_pending 0',
+        '# TYPE capstan_http_responses_total counter',
+        'capstan_http_responses_total{code="404"} 1',
+        'capstan_http_responses_total{code="401"} 3',
+      ]) expect(lines).toContain(line)
+      expect(lines.find((l) => l.startsWith('capstan_http_responses_total{code="202"}'))).toBe('capstan_http_responses_total{code="202"} 3')
+      expect(lines.find((l) => l.startsWith('capstan_disk_free_bytes '))).toMatch(/^capstan_disk_free_bytes \d+$/)
+      // every sample line is "name{labels} number" or "name number"; no phone number anywhere
+      for (const line of lines.filter((l) => l && !l.startsWith('#'))) expect(line).toMatch(/^capstan_[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?\d+(\.\d+)?$/)
+      expect(text).not.toContain(ada)
+      expect(text).not.toContain(conn.phone)
+    } finally {
+      await m.close()
+    }
+  })
+})
+
 describe('logs', () => {
   test('one JSON line per request, without the bearer or the body', async () => {
     const { ws, key } = await srv.tenant()
@@ -157,7 +210,7 @@ describe('configuration and start-up', () => {
   })
 
   test('a bad value stops the start with one line naming the variable', async () => {
-    for (const [name, value] of [['CAPSTAN_PORT', 'eighty'], ['CAPSTAN_CLAMD', 'clamd.sock'], ['CAPSTAN_TRUST_PROXY', 'maybe'], ['CAPSTAN_LOG_LEVEL', 'loud'], ['CAPSTAN_KEY_RATE_LIMIT', '0']]) {
+    for (const [name, value] of [['CAPSTAN_PORT', 'eighty'], ['CAPSTAN_CLAMD', 'clamd.sock'], ['CAPSTAN_TRUST_PROXY', 'maybe'], ['CAPSTAN_LOG_LEVEL', 'loud'], ['CAPSTAN_KEY_RATE_LIMIT', '0'], ['CAPSTAN_METRICS_TOKEN', 'short']]) {
       const r = await runCapstan(['serve'], { [name]: value!, CAPSTAN_DATA_DIR: join(tmpdir(), 'capstan-never') })
       expect(r.code).toBe(2)
       expect(r.err.trim().split('\n')).toHaveLength(1)

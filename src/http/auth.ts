@@ -82,14 +82,24 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
   const perKey = new WindowCounter(config.keyRateLimit, config.rateWindowMs)
   const limitHeader = String(config.keyRateLimit)
 
-  /** Dashboard sign-in: the admin token against the same per-IP failed-auth limit. */
-  const isAdminToken = (token: unknown) => typeof token === 'string' && timingSafeEqual(sha256(token), adminTokenHash)
-  const checkAdminToken = (request: Request, token: unknown): boolean => {
+  const matches = (token: unknown, hash: Uint8Array) => typeof token === 'string' && timingSafeEqual(sha256(token), hash)
+  const isAdminToken = (token: unknown) => matches(token, adminTokenHash)
+  /** A presented token against a stored hash, on the per-IP failed-auth limit (429 past it). */
+  const checkToken = (request: Request, token: unknown, hash: Uint8Array): boolean => {
     const ip = ipOf(request)
     if (failures.exceeded(ip)) throw authRateLimited()
-    if (isAdminToken(token)) return true
+    if (matches(token, hash)) return true
     failures.hit(ip)
     return false
+  }
+  /** Dashboard sign-in: the admin token. */
+  const checkAdminToken = (request: Request, token: unknown) => checkToken(request, token, adminTokenHash)
+  const metricsTokenHash = config.metricsToken === null ? null : sha256(config.metricsToken)
+  /** GET /metrics: `Authorization: Bearer <CAPSTAN_METRICS_TOKEN>`, else 401 (429 past the limit). */
+  const checkMetricsToken = (request: Request) => {
+    if (metricsTokenHash === null || !checkToken(request, bearerToken(request.headers.get('authorization')), metricsTokenHash)) {
+      throw new ApiError(401, 'unauthenticated', 'A valid metrics token is required.')
+    }
   }
 
   /** The API key a request presents: 429 past the failed-auth limit, else 401 (counted) without a valid one. */
@@ -173,5 +183,5 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
   })
   // the body-parsing step (server.ts) is not a route of this plugin: it gets the checks as such —
   // the early one, and a route's full one for refusing a body it will not read
-  return Object.assign(plugin, { admitBody, resolveCaller })
+  return Object.assign(plugin, { admitBody, resolveCaller, checkMetricsToken })
 }

@@ -1,0 +1,104 @@
+/**
+ * GET /metrics: Prometheus' text format, for an operator's monitoring (enabled by setting
+ * CAPSTAN_METRICS_TOKEN; scraped with `Authorization: Bearer <that token>`).
+ *
+ * Everything is read when scraped — from the database through its indexes, from the live
+ * connections, the disk and the scanner — except the count of responses by status, which the
+ * request path keeps in one array (`ResponseCounts`). Labels carry ids only: workspace,
+ * connection and campaign ids, never a phone number or a name.
+ */
+import type { Database } from 'bun:sqlite'
+import { diskSpace } from './disk'
+import type { Services } from './services'
+import { VERSION } from './version'
+
+/** Responses sent, by status code: one array slot per code, bumped for every response. */
+export class ResponseCounts {
+  private readonly counts = new Float64Array(600)
+
+  add(status: number) {
+    if (status >= 100 && status < 600) this.counts[status]!++
+  }
+
+  *entries(): Generator<[number, number]> {
+    for (let code = 100; code < 600; code++) if (this.counts[code]! > 0) yield [code, this.counts[code]!]
+  }
+}
+
+/** A label value as the text format wants it (our values are ids and fixed words; escaped anyway). */
+const label = (v: string) => v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')
+
+class Exposition {
+  private readonly lines: string[] = []
+
+  metric(name: string, type: 'gauge' | 'counter', help: string, samples: [Record<string, string>, number][]) {
+    this.lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`)
+    for (const [labels, value] of samples) {
+      const l = Object.entries(labels).map(([k, v]) => `${k}="${label(v)}"`)
+      this.lines.push(`${name}${l.length ? `{${l.join(',')}}` : ''} ${value}`)
+    }
+  }
+
+  text() {
+    return `${this.lines.join('\n')}\n`
+  }
+}
+
+export class Metrics {
+  private readonly sql
+  private readonly startedAt = Date.now()
+
+  constructor(
+    private readonly svc: Services,
+    private readonly responses: ResponseCounts,
+    private readonly probes: Record<string, () => Promise<boolean>>,
+  ) {
+    const db: Database = svc.deps.db
+    this.sql = {
+      messages: db.query<{ workspace_id: string; direction: string; status: string; n: number }, []>('SELECT workspace_id, direction, status, n FROM message_counts WHERE n > 0 ORDER BY workspace_id, direction, status'),
+      // the next three through partial indexes (messages_queue, messages_in_flight, webhook_deliveries_due)
+      queued: db.query<{ connection_id: string; n: number }, []>("SELECT connection_id, COUNT(*) AS n FROM messages WHERE status = 'queued' GROUP BY connection_id"),
+      sending: db.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM messages WHERE status = 'sending'"),
+      webhooks: db.query<{ n: number; oldest: number | null }, []>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM webhook_deliveries WHERE status = 'pending'"),
+      campaigns: db.query<{ status: string; n: number }, []>('SELECT status, COUNT(*) AS n FROM campaigns WHERE deleted_at IS NULL GROUP BY status ORDER BY status'),
+      database: db.query('SELECT 1 AS ok'),
+    }
+  }
+
+  async render(): Promise<string> {
+    const { svc, sql } = this
+    const now = svc.deps.clock.now()
+    const out = new Exposition()
+    out.metric('capstan_build_info', 'gauge', 'The running version (always 1).', [[{ version: VERSION, bun: Bun.version }, 1]])
+    out.metric('capstan_uptime_seconds', 'gauge', 'Seconds since this process started.', [[{}, Math.round((Date.now() - this.startedAt) / 1000)]])
+    out.metric('capstan_resident_memory_bytes', 'gauge', 'Resident memory of this process.', [[{}, process.memoryUsage.rss()]])
+    out.metric('capstan_http_responses_total', 'counter', 'HTTP responses sent since start, by status code.', [...this.responses.entries()].map(([code, n]) => [{ code: String(code) }, n]))
+    let databaseUp = 1
+    try {
+      sql.database.get()
+    } catch {
+      databaseUp = 0
+    }
+    out.metric('capstan_database_up', 'gauge', 'Whether the database can be read (1) or not (0).', [[{}, databaseUp]])
+    for (const [name, probe] of Object.entries(this.probes)) {
+      out.metric(`capstan_${name}_up`, 'gauge', `Whether the ${name} is reachable (1) or not (0).`, [[{}, (await probe().catch(() => false)) ? 1 : 0]])
+    }
+    const disk = diskSpace(svc.deps.config.dataDir)
+    if (disk) {
+      out.metric('capstan_disk_free_bytes', 'gauge', 'Free space on the data directory’s file system.', [[{}, disk.free_bytes]])
+      out.metric('capstan_disk_total_bytes', 'gauge', 'Size of the data directory’s file system.', [[{}, disk.total_bytes]])
+    }
+    if (!databaseUp) return out.text()
+    out.metric('capstan_messages', 'gauge', 'Messages in the log, by workspace, direction and status.', sql.messages.all().map((r) => [{ workspace: r.workspace_id, direction: r.direction, status: r.status }, r.n]))
+    const queued = new Map(sql.queued.all().map((r) => [r.connection_id, r.n]))
+    const connections = svc.connections.all()
+    out.metric('capstan_connection_up', 'gauge', 'Whether a connected number is online (1) or offline (0).', connections.map((c) => [{ connection: c.row.id, workspace: c.row.workspace_id, driver: c.row.driver }, c.row.status === 'online' ? 1 : 0]))
+    out.metric('capstan_queue_depth', 'gauge', 'One-to-one and group messages queued on a number (campaign recipients not yet released are not counted).', connections.map((c) => [{ connection: c.row.id, workspace: c.row.workspace_id }, queued.get(c.row.id) ?? 0]))
+    out.metric('capstan_messages_sending', 'gauge', 'Messages handed to a network whose outcome is not recorded yet.', [[{}, sql.sending.get()!.n]])
+    const hooks = sql.webhooks.get()!
+    out.metric('capstan_webhook_deliveries_pending', 'gauge', 'Webhook deliveries not yet delivered (first attempts and retries).', [[{}, hooks.n]])
+    out.metric('capstan_webhook_oldest_pending_seconds', 'gauge', 'Age of the oldest webhook delivery still pending (0 when none).', [[{}, hooks.oldest === null ? 0 : Math.max(0, Math.round((now - hooks.oldest) / 1000))]])
+    out.metric('capstan_campaigns', 'gauge', 'Campaigns by status.', sql.campaigns.all().map((r) => [{ status: r.status }, r.n]))
+    return out.text()
+  }
+}
