@@ -8,6 +8,7 @@
  * connection and campaign ids, never a phone number or a name.
  */
 import type { Database } from 'bun:sqlite'
+import { databaseOk } from './db/open'
 import { diskSpace } from './disk'
 import type { Services } from './services'
 import { VERSION } from './version'
@@ -61,7 +62,6 @@ export class Metrics {
       sending: db.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM messages WHERE status = 'sending'"),
       webhooks: db.query<{ n: number; oldest: number | null }, []>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM webhook_deliveries WHERE status = 'pending'"),
       campaigns: db.query<{ status: string; n: number }, []>('SELECT status, COUNT(*) AS n FROM campaigns WHERE deleted_at IS NULL GROUP BY status ORDER BY status'),
-      database: db.query('SELECT 1 AS ok'),
     }
   }
 
@@ -73,13 +73,8 @@ export class Metrics {
     out.metric('capstan_uptime_seconds', 'gauge', 'Seconds since this process started.', [[{}, Math.round((Date.now() - this.startedAt) / 1000)]])
     out.metric('capstan_resident_memory_bytes', 'gauge', 'Resident memory of this process.', [[{}, process.memoryUsage.rss()]])
     out.metric('capstan_http_responses_total', 'counter', 'HTTP responses sent since start, by status code.', [...this.responses.entries()].map(([code, n]) => [{ code: String(code) }, n]))
-    let databaseUp = 1
-    try {
-      sql.database.get()
-    } catch {
-      databaseUp = 0
-    }
-    out.metric('capstan_database_up', 'gauge', 'Whether the database can be read (1) or not (0).', [[{}, databaseUp]])
+    const databaseUp = databaseOk(svc.deps.db)
+    out.metric('capstan_database_up', 'gauge', 'Whether the database can be read (1) or not (0).', [[{}, databaseUp ? 1 : 0]])
     for (const [name, probe] of Object.entries(this.probes)) {
       out.metric(`capstan_${name}_up`, 'gauge', `Whether the ${name} is reachable (1) or not (0).`, [[{}, (await probe().catch(() => false)) ? 1 : 0]])
     }

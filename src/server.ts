@@ -5,9 +5,9 @@
  */
 import { openapi } from '@elysiajs/openapi'
 import { Elysia } from 'elysia'
-import type { Database } from 'bun:sqlite'
 import { dashboardAdminRoutes } from './dashboard/admin-views'
 import { dashboardRoutes } from './dashboard/routes'
+import { databaseOk } from './db/open'
 import { diskSpace } from './disk'
 import { Metrics, ResponseCounts } from './metrics'
 import type { Scope } from './modules/keys/model'
@@ -42,14 +42,6 @@ export interface ServerParts {
   probes?: Record<string, () => Promise<boolean>>
 }
 
-
-function databaseOk(db: Database): boolean {
-  try {
-    return db.query('SELECT 1 AS ok').get() !== null
-  } catch {
-    return false
-  }
-}
 
 /**
  * The routes that take a file (field `file`), with the scope spec §5 gives them. Their bodies are

@@ -29,6 +29,15 @@ export function openDatabase(path: string): Database {
   return db
 }
 
+/** Whether the database answers a query (readiness and metrics). */
+export function databaseOk(db: Database): boolean {
+  try {
+    return db.query('SELECT 1 AS ok').get() !== null
+  } catch {
+    return false
+  }
+}
+
 /** The newest migration this binary carries. */
 export const LATEST_SCHEMA = Math.max(...MIGRATIONS.map((m) => m.version))
 
