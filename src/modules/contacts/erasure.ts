@@ -20,7 +20,7 @@
  */
 import type { Database } from 'bun:sqlite'
 import type { Deps } from '../../deps'
-import { conflict, notFound } from '../../http/errors'
+import { conflict } from '../../http/errors'
 import type { Logger } from '../../http/log'
 import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
@@ -85,11 +85,9 @@ export class ContactEraser {
   async erase(workspaceId: string, phone: string): Promise<ErasureReport> {
     const { db, writer } = this.deps
     const sql = this.sql
-    const repo = this.contacts.repo
     // the contact, and its messages — unless one is being handed to its network right now
     const find = () => {
-      const contact = repo.getByPhone(workspaceId, phone) ?? repo.viaAddress(workspaceId, phone)
-      if (!contact) throw notFound('contact')
+      const contact = this.contacts.byNumber(workspaceId, phone)
       const rows = sql.messagesOf.all(contact.id)
       if (rows.some((m) => m.status === 'sending')) throw conflict('contact_busy', 'A message to this contact is being handed to its network; try again in a few seconds.')
       return { contact, rows }

@@ -7,7 +7,6 @@
  */
 import type { Database } from 'bun:sqlite'
 import type { Deps } from '../../deps'
-import { notFound } from '../../http/errors'
 import { iso } from '../../http/format'
 import type { MediaService } from '../media/service'
 import type { MessageRow } from '../messages/repo'
@@ -38,9 +37,7 @@ export class ContactExport {
 
   /** The document for the workspace's contact with this number (or network address); 404 when there is none. */
   export(workspaceId: string, phone: string) {
-    const repo = this.contacts.repo
-    const contact = repo.getByPhone(workspaceId, phone) ?? repo.viaAddress(workspaceId, phone)
-    if (!contact) throw notFound('contact')
+    const contact = this.contacts.byNumber(workspaceId, phone)
     const messages = this.sql.messages.all(contact.id)
     const mediaIds = [...new Set(messages.flatMap((m) => JSON.parse(m.attachments) as string[]))]
     const suppression = this.suppressions.repo.get(workspaceId, contact.phone)

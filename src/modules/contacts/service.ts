@@ -1,5 +1,6 @@
 /** Contacts: upsert by phone, consent changes recorded in the ledger, newest activity first. */
 import type { Deps } from '../../deps'
+import { notFound } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Consent } from './model'
 import { ContactRepo, type ContactRow } from './repo'
@@ -71,6 +72,13 @@ export class ContactService {
   /** POST /contacts: upsert as one durable write. */
   upsert(workspaceId: string, input: UpsertInput, source: string) {
     return this.deps.writer.write(() => this.upsertInTx(workspaceId, input, source))
+  }
+
+  /** The workspace's contact with this number, or with a network address it was seen under; 404 when none. */
+  byNumber(workspaceId: string, phone: string): ContactRow {
+    const contact = this.repo.getByPhone(workspaceId, phone) ?? this.repo.viaAddress(workspaceId, phone)
+    if (!contact) throw notFound('contact')
+    return contact
   }
 
   /** A page of contacts, newest activity first; with `phone`, the one contact with that number (if any). */
