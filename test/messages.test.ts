@@ -406,6 +406,10 @@ describe('the log', () => {
     // a reader key sees the conversation as well (messages:read is the scope)
     const reader = (await srv.key(ws.id, ['messages:read'])).key
     expect((await page('', reader)).status).toBe(200)
+    // the operators' message log finds it by the number (a bare + in the query too)
+    for (const phone of [encodeURIComponent(ada), ada]) expect((await srv.admin('GET', `/workspaces/${ws.id}/messages?phone=${phone}`)).json.data.map((m: any) => m.id)).toEqual([last.id, reply.id, first.id])
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/messages?phone=${encodeURIComponent(newPhone())}`)).status).toBe(404)
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/messages?phone=ada`)).status).toBe(422)
   })
 
   test('inbound STOP opts the contact out in the consent ledger; later sends are refused', async () => {

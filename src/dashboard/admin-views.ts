@@ -7,8 +7,9 @@ import { Elysia } from 'elysia'
 import type { authPlugin } from '../http/auth'
 import { hidden } from '../http/docs'
 import { conflict, notFound } from '../http/errors'
-import { iso, paged, uuid } from '../http/format'
+import { iso, pageQuery, paged, uuid } from '../http/format'
 import { s, UUID, validate } from '../http/schema'
+import { phoneField, queryPhone } from '../modules/contacts/model'
 import { downloadResponse } from '../modules/media/routes'
 import { STATUSES } from '../modules/messages/model'
 import type { Services } from '../services'
@@ -19,8 +20,9 @@ const DAY = 86_400_000
 const logQuery = s.object({
   direction: s.string().oneOf(['inbound', 'outbound']).optional(),
   status: s.string().oneOf(STATUSES).optional(),
-  page: s.integer().range(1, 1_000_000).optional(),
-  per_page: s.integer().range(1, 100).optional(),
+  // one contact's conversation, by its number
+  phone: phoneField().optional(),
+  ...pageQuery.shape,
 })
 const daysQuery = s.object({ days: s.integer().range(1, 90).optional() })
 
@@ -67,8 +69,9 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
       '/workspaces/:id/messages',
       ({ params, query }) => {
         svc.workspaces.get(params.id)
-        const q = validate(logQuery, query)
-        return paged(query, (l, o) => svc.messages.list(params.id, { direction: q.direction, status: q.status }, l, o), (m) => svc.messages.toPublic(m))
+        const q = validate(logQuery, { ...query, phone: queryPhone(query.phone) })
+        const contactId = q.phone === undefined ? undefined : svc.contacts.byNumber(params.id, q.phone).id
+        return paged(query, (l, o) => svc.messages.list(params.id, { direction: q.direction, status: q.status, contactId }, l, o), (m) => svc.messages.toPublic(m))
       },
       { admin: true, detail: hidden },
     )

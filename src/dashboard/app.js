@@ -251,11 +251,20 @@ const pages = {
   },
 
   async messages(ws, params) {
-    const q = new URLSearchParams({ per_page: '50', ...(params.direction ? { direction: params.direction } : {}), ...(params.status ? { status: params.status } : {}), page: params.page || '1' })
-    const { data, meta } = await api('GET', `/workspaces/${ws.id}/messages?${q}`)
+    const q = new URLSearchParams({ per_page: '50', ...(params.direction ? { direction: params.direction } : {}), ...(params.status ? { status: params.status } : {}), ...(params.phone ? { phone: params.phone } : {}), page: params.page || '1' })
+    // a filter that finds nothing to filter by (a number that is no contact) says so above an empty list
+    let data = []
+    let meta = { total: 0, page: 1, last_page: 1 }
+    let problem = ''
+    try {
+      ;({ data, meta } = await api('GET', `/workspaces/${ws.id}/messages?${q}`))
+    } catch (e) {
+      if (e.status === 401) throw e
+      problem = errorText(e)
+    }
     const opt = (name, values) => `<select name="${name}"><option value="">any ${name}</option>${values.map((v) => `<option ${params[name] === v ? 'selected' : ''}>${v}</option>`).join('')}</select>`
-    main.innerHTML = `<h1>Messages</h1><form id="filter" class="inline card">${opt('direction', ['inbound', 'outbound'])}${opt('status', ['queued', 'sending', 'sent', 'delivered', 'read', 'failed'])}<button type="submit" class="secondary">Filter</button>
-      <span class="muted">${esc(meta.total)} messages · page ${esc(meta.page)} of ${esc(meta.last_page)}</span></form>
+    main.innerHTML = `<h1>Messages</h1><form id="filter" class="inline card">${opt('direction', ['inbound', 'outbound'])}${opt('status', ['queued', 'sending', 'sent', 'delivered', 'read', 'failed'])}<input name="phone" placeholder="a contact's number" value="${esc(params.phone || '')}"><button type="submit" class="secondary">Filter</button>
+      <span class="muted">${esc(meta.total)} messages · page ${esc(meta.page)} of ${esc(meta.last_page)}</span></form>${problem ? `<p class="card">${esc(problem)}</p>` : ''}
       <table class="stack"><thead><tr><th>When</th><th>Direction</th><th>To / from</th><th>Status</th><th>Body</th><th>Timeline</th></tr></thead><tbody>
       ${data.map((m) => `<tr>${cell('When', when(m.created_at))}${cell('Direction', esc(m.direction))}${cell('To / from', esc(m.direction === 'inbound' ? m.sender : m.recipient || (m.group_id ? 'group' : '')))}
         ${cell('Status', `${badge(m.status)}${m.error ? `<div class="muted">${esc(m.error.code)}</div>` : ''}`)}${cell('Body', `${esc((m.body || '').slice(0, 120))}${m.attachments.map((id, i) => ` <a class="file" href="/admin/api/workspaces/${esc(ws.id)}/media/${esc(id)}/download">file ${i + 1}</a>`).join('')}`)}

@@ -15,6 +15,12 @@ export const upsertContactBody = s.object({
   metadata: s.metadata().optional().describe('Your own key/value fields (string, number or boolean values; at most 50 keys). When sent, replaces the stored object.', { plan: 'pro' }),
 })
 
+/**
+ * A phone number from a query string: an unencoded + arrives as a space, so " 14155550100" is
+ * read as "+14155550100". Anything else is left for validation.
+ */
+export const queryPhone = (raw: unknown) => (typeof raw === 'string' && /^ [1-9]/.test(raw) ? `+${raw.slice(1)}` : raw)
+
 export const listContactsQuery = s.object({
   phone: phoneField().optional().describe('Only the contact with this E.164 number: a page of one, or none. Write the + as %2B (a bare + in a query string reads as a space, which is taken as +).', '+14155550100'),
   ...pageQuery.shape,

@@ -5,7 +5,7 @@ import { paged } from '../../http/format'
 import { hidden } from '../../http/docs'
 import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { CONSENT, listContactsQuery, phoneField, upsertContactBody } from './model'
+import { CONSENT, listContactsQuery, phoneField, queryPhone, upsertContactBody } from './model'
 
 export const contactDoc = {
   type: 'object',
@@ -28,9 +28,7 @@ export function contactApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
     .get(
       '/contacts',
       ({ caller, query }) => {
-        // an unencoded + in a query string arrives as a space: " 14155550100" means "+14155550100"
-        const phone = typeof query.phone === 'string' && /^ [1-9]/.test(query.phone) ? `+${query.phone.slice(1)}` : query.phone
-        const q = validate(listContactsQuery, { ...query, phone })
+        const q = validate(listContactsQuery, { ...query, phone: queryPhone(query.phone) })
         return paged(query, (limit, offset) => contacts.list(caller.workspace.id, limit, offset, q.phone), (r) => contacts.toPublic(r))
       },
       {
