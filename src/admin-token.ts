@@ -1,15 +1,29 @@
 /**
- * The admin bearer token. CAPSTAN_ADMIN_TOKEN wins when set. Otherwise the first start generates
- * one, stores only its SHA-256 in the database and prints the token once; later starts reuse the
+ * The admin bearer token. CAPSTAN_ADMIN_TOKEN wins when set, and its SHA-256 replaces the stored
+ * one: setting it is how the token is changed, and a token it replaced (a generated one that may
+ * have leaked) does not come back when the variable is later taken away. Without it, the first
+ * start generates one, stores only its SHA-256 and prints the token once; later starts reuse the
  * stored hash. The token itself is never stored or logged.
  */
 import type { Database } from 'bun:sqlite'
 import { randomString } from './http/format'
 import { sha256 } from './modules/keys/service'
 
-export function resolveAdminToken(db: Database, fromEnv: string | null): { hash: Uint8Array; generated: string | null } {
-  if (fromEnv) return { hash: sha256(fromEnv), generated: null }
+export function resolveAdminToken(db: Database, fromEnv: string | null): { hash: Uint8Array; generated: string | null; unsaved?: boolean } {
   const row = db.query<{ value: string }, []>("SELECT value FROM system_settings WHERE name = 'admin_token_sha256'").get()
+  if (fromEnv) {
+    const hash = sha256(fromEnv)
+    const hex = Buffer.from(hash).toString('hex')
+    // written only when it changes; a start on a full disk still uses the variable's token
+    if (row?.value !== hex) {
+      try {
+        db.query("INSERT INTO system_settings (name, value) VALUES ('admin_token_sha256', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value").run(hex)
+      } catch {
+        return { hash, generated: null, unsaved: true }
+      }
+    }
+    return { hash, generated: null }
+  }
   if (row) return { hash: new Uint8Array(Buffer.from(row.value, 'hex')), generated: null }
   const token = `adm_${randomString(40)}`
   const hash = sha256(token)

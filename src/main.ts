@@ -136,6 +136,7 @@ async function serve() {
   if (admin.generated) {
     process.stdout.write(`Capstan admin token (shown once; only its hash is stored): ${admin.generated}\n`)
   }
+  if (admin.unsaved) log.warn('CAPSTAN_ADMIN_TOKEN is used but could not be stored as the admin token (is the disk full?): the previous one would be valid again if the variable were removed')
   // Before anything starts (crash recovery, the scheduler): is the port free? A second Capstan
   // must stop here with one line, not run its start-up against a database another one is serving.
   if (config.port !== 0) {

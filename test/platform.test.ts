@@ -261,7 +261,7 @@ describe('configuration and start-up', () => {
     }
   })
 
-  test('without CAPSTAN_ADMIN_TOKEN the first start prints a token once and stores only its hash', async () => {
+  test('without CAPSTAN_ADMIN_TOKEN the first start prints a token once and stores only its hash; a token set later replaces it for good', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'capstan-admin-'))
     try {
       const port = await freePort()
@@ -296,6 +296,21 @@ describe('configuration and start-up', () => {
       expect((await fetch(`http://127.0.0.1:${port}/admin/api/workspaces`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200)
       second.p.kill()
       await second.p.exited
+      // rotating: a token set in CAPSTAN_ADMIN_TOKEN replaces the generated one for good — the
+      // old one does not come back when the variable is later taken away
+      const status = (bearer: string) => fetch(`http://127.0.0.1:${port}/admin/api/workspaces`, { headers: { authorization: `Bearer ${bearer}` } }).then((r) => r.status)
+      const chosen = 'chosen-admin-token-0123456789abcdef'
+      env.CAPSTAN_ADMIN_TOKEN = chosen
+      const third = await start()
+      expect([await status(chosen), await status(token!)]).toEqual([200, 401])
+      third.p.kill()
+      await third.p.exited
+      delete env.CAPSTAN_ADMIN_TOKEN
+      const fourth = await start()
+      expect(fourth.out).not.toContain('admin token')
+      expect([await status(chosen), await status(token!)]).toEqual([200, 401])
+      fourth.p.kill()
+      await fourth.p.exited
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
