@@ -208,10 +208,11 @@ describe('dashboard', () => {
     await page.close()
   })
 
-  test('export a contact as a JSON file, then erase it after a confirmation, from the suppression page', async () => {
+  test('contacts: find one by its number, open its conversation, export it as a JSON file, erase it after a confirmation', async () => {
     const t = await srv.tenant()
     const phone = newPhone()
-    await srv.api(t.key, 'POST', '/contacts', { json: { phone, name: 'Forget Me' } })
+    await srv.api(t.key, 'POST', '/contacts', { json: { phone, name: 'Forget Me', consent_status: 'opted_in' } })
+    await srv.api(t.key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'Someone Else' } })
     const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
     const asked: string[] = []
     page.on('dialog', (d) => {
@@ -219,22 +220,37 @@ describe('dashboard', () => {
       void d.accept()
     })
     await signIn(page)
-    await page.goto(`${srv.base}/admin#/w/${t.ws.id}/suppressions`)
-    await page.fill('#erase input[name=phone]', phone)
-    // first the export: a JSON file of everything kept about the contact
-    const [download] = await Promise.all([page.waitForEvent('download'), page.click('#export')])
+    await page.goto(`${srv.base}/admin#/w/${t.ws.id}/contacts`)
+    await page.waitForSelector('text=2 contacts')
+    await page.fill('#find input[name=phone]', phone)
+    await page.click('#find button[type=submit]')
+    await page.waitForSelector('text=1 contacts')
+    expect(await page.isVisible('text=Forget Me')).toBe(true)
+    expect(await page.isVisible('text=Someone Else')).toBe(false)
+    // a malformed number says so and keeps the form
+    await page.fill('#find input[name=phone]', '12345')
+    await page.click('#find button[type=submit]')
+    await page.waitForSelector('text=The given data was invalid.')
+    await page.fill('#find input[name=phone]', phone)
+    await page.click('#find button[type=submit]')
+    await page.waitForSelector('text=Forget Me')
+    // the export: a JSON file of everything kept about the contact
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click(`button[data-export="${phone}"]`)])
     expect(download.suggestedFilename()).toBe(`contact-${phone.slice(1)}.json`)
     const exported = JSON.parse(readFileSync((await download.path())!, 'utf8'))
     expect(exported.contact).toMatchObject({ phone, name: 'Forget Me' })
     expect(asked).toEqual([])
-    await page.click('#erase button[type=submit]')
+    // its conversation, from the row
+    await page.click('td a:has-text("Messages")')
+    await page.waitForSelector('text=0 messages')
+    expect(await page.inputValue('#filter input[name=phone]')).toBe(phone)
+    await page.goBack()
+    await page.waitForSelector('text=Forget Me')
+    await page.click(`button[data-erase="${phone}"]`)
     await page.waitForSelector('text=Contact erased')
     expect(asked).toEqual([`Erase the contact ${phone} for good?`])
+    await page.waitForSelector('text=0 contacts')
     expect((await srv.api(t.key, 'GET', `/contacts?phone=${encodeURIComponent(phone)}`)).json.meta.total).toBe(0)
-    // a second time there is nobody to erase: the API's message is shown
-    await page.fill('#erase input[name=phone]', phone)
-    await page.click('#erase button[type=submit]')
-    await page.waitForSelector('text=The contact was not found.')
     await page.close()
   })
 

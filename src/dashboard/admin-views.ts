@@ -9,7 +9,7 @@ import { hidden } from '../http/docs'
 import { conflict, notFound } from '../http/errors'
 import { iso, pageQuery, paged, uuid } from '../http/format'
 import { s, UUID, validate } from '../http/schema'
-import { phoneField, queryPhone } from '../modules/contacts/model'
+import { listContactsQuery, phoneField, queryPhone } from '../modules/contacts/model'
 import { downloadResponse } from '../modules/media/routes'
 import { STATUSES } from '../modules/messages/model'
 import type { Services } from '../services'
@@ -72,6 +72,15 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         const q = validate(logQuery, { ...query, phone: queryPhone(query.phone) })
         const contactId = q.phone === undefined ? undefined : svc.contacts.byNumber(params.id, q.phone).id
         return paged(query, (l, o) => svc.messages.list(params.id, { direction: q.direction, status: q.status, contactId }, l, o), (m) => svc.messages.toPublic(m))
+      },
+      { admin: true, detail: hidden },
+    )
+    .get(
+      '/workspaces/:id/contacts',
+      ({ params, query }) => {
+        svc.workspaces.get(params.id)
+        const q = validate(listContactsQuery, { ...query, phone: queryPhone(query.phone) })
+        return paged(query, (l, o) => svc.contacts.list(params.id, l, o, q.phone), (c) => svc.contacts.toPublic(c))
       },
       { admin: true, detail: hidden },
     )

@@ -63,6 +63,19 @@ async function act(fn, done, { stay = false } = {}) {
   }
 }
 
+/**
+ * A page of a list, or — when its filter is refused (a malformed number, a number that is no
+ * contact) — an empty page and the reason, so the page keeps its filter form to correct it.
+ */
+async function listOrProblem(path) {
+  try {
+    return { ...(await api('GET', path)), problem: '' }
+  } catch (e) {
+    if (e.status === 401) throw e
+    return { data: [], meta: { total: 0, page: 1, last_page: 1 }, problem: errorText(e) }
+  }
+}
+
 function formData(form) {
   const out = {}
   for (const [k, v] of new FormData(form).entries()) out[k] = v
@@ -124,7 +137,7 @@ async function workspacesPage() {
 
 const TABS = [
   ['overview', 'Overview'], ['keys', 'API keys'], ['numbers', 'Numbers'], ['policy', 'Sending policy'], ['messages', 'Messages'],
-  ['campaigns', 'Campaigns'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppressions'], ['audit', 'Audit log'],
+  ['contacts', 'Contacts'], ['campaigns', 'Campaigns'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppressions'], ['audit', 'Audit log'],
 ]
 
 function tabs(ws, current) {
@@ -252,16 +265,7 @@ const pages = {
 
   async messages(ws, params) {
     const q = new URLSearchParams({ per_page: '50', ...(params.direction ? { direction: params.direction } : {}), ...(params.status ? { status: params.status } : {}), ...(params.phone ? { phone: params.phone } : {}), page: params.page || '1' })
-    // a filter that finds nothing to filter by (a number that is no contact) says so above an empty list
-    let data = []
-    let meta = { total: 0, page: 1, last_page: 1 }
-    let problem = ''
-    try {
-      ;({ data, meta } = await api('GET', `/workspaces/${ws.id}/messages?${q}`))
-    } catch (e) {
-      if (e.status === 401) throw e
-      problem = errorText(e)
-    }
+    const { data, meta, problem } = await listOrProblem(`/workspaces/${ws.id}/messages?${q}`)
     const opt = (name, values) => `<select name="${name}"><option value="">any ${name}</option>${values.map((v) => `<option ${params[name] === v ? 'selected' : ''}>${v}</option>`).join('')}</select>`
     main.innerHTML = `<h1>Messages</h1><form id="filter" class="inline card">${opt('direction', ['inbound', 'outbound'])}${opt('status', ['queued', 'sending', 'sent', 'delivered', 'read', 'failed'])}<input name="phone" placeholder="a contact's number" value="${esc(params.phone || '')}"><button type="submit" class="secondary">Filter</button>
       <span class="muted">${esc(meta.total)} messages · page ${esc(meta.page)} of ${esc(meta.last_page)}</span></form>${problem ? `<p class="card">${esc(problem)}</p>` : ''}
@@ -278,6 +282,34 @@ const pages = {
       const f = formData(ev.target)
       location.hash = `#/w/${ws.id}/messages?${new URLSearchParams(Object.fromEntries(Object.entries(f).filter(([, v]) => v)))}`
     }
+  },
+
+  async contacts(ws, params) {
+    const q = new URLSearchParams({ per_page: '50', page: params.page || '1', ...(params.phone ? { phone: params.phone } : {}) })
+    const { data, meta, problem } = await listOrProblem(`/workspaces/${ws.id}/contacts?${q}`)
+    main.innerHTML = `<h1>Contacts</h1><form id="find" class="inline card"><input name="phone" placeholder="a contact's number" value="${esc(params.phone || '')}"><button type="submit" class="secondary">Find</button>
+      <span class="muted">${esc(meta.total)} contacts · page ${esc(meta.page)} of ${esc(meta.last_page)}</span></form>${problem ? `<p class="card">${esc(problem)}</p>` : ''}
+      <p class="muted">Someone who asks for their data: <b>Export</b> downloads everything kept about them as JSON. Someone who asks to be forgotten: <b>Erase</b> deletes their contact, consent history and the files they sent, and leaves their messages in the log without their number, text or attachments — for good. To keep them from being messaged again, suppress the number first.</p>
+      <table class="stack"><thead><tr><th>Phone</th><th>Name</th><th>Consent</th><th>Last activity</th><th></th></tr></thead><tbody>
+      ${data.map((c) => `<tr>${cell('Phone', esc(c.phone))}${cell('Name', esc(c.name || ''))}${cell('Consent', badge(c.consent_status))}${cell('Last activity', when(c.last_activity_at))}
+        ${cell('', `<a href="#/w/${esc(ws.id)}/messages?${new URLSearchParams({ phone: c.phone })}">Messages</a> <button class="secondary" data-export="${esc(c.phone)}">Export</button> <button class="danger" data-erase="${esc(c.phone)}">Erase</button>`)}</tr>`).join('')}</tbody></table>
+      <p>${meta.page > 1 ? `<a href="#/w/${esc(ws.id)}/contacts?${new URLSearchParams({ ...params, page: String(meta.page - 1) })}">← newer</a>` : ''}
+      ${meta.page < meta.last_page ? ` <a href="#/w/${esc(ws.id)}/contacts?${new URLSearchParams({ ...params, page: String(meta.page + 1) })}">older →</a>` : ''}</p>`
+    $('#find').onsubmit = (ev) => {
+      ev.preventDefault()
+      const { phone } = formData(ev.target)
+      location.hash = `#/w/${ws.id}/contacts${phone ? `?${new URLSearchParams({ phone })}` : ''}`
+    }
+    main.querySelectorAll('[data-export]').forEach((b) => (b.onclick = () => {
+      const phone = b.dataset.export
+      act(async () => {
+        const { data } = await api('POST', `/workspaces/${ws.id}/contacts/export`, { phone })
+        const link = Object.assign(document.createElement('a'), { href: URL.createObjectURL(new Blob([JSON.stringify(data, null, 2)], { type: 'application/json' })), download: `contact-${phone.replace(/[^0-9]/g, '')}.json` })
+        link.click()
+        setTimeout(() => URL.revokeObjectURL(link.href), 10_000)
+      }, 'Contact exported', { stay: true })
+    }))
+    main.querySelectorAll('[data-erase]').forEach((b) => (b.onclick = () => confirm(`Erase the contact ${b.dataset.erase} for good?`) && act(() => api('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: b.dataset.erase }), 'Contact erased')))
   },
 
   async campaigns(ws) {
@@ -348,24 +380,6 @@ const pages = {
       act(() => api('POST', `/workspaces/${ws.id}/suppressions`, { phone: f.phone, ...(f.reason ? { reason: f.reason } : {}) }), 'Number suppressed')
     }
     main.querySelectorAll('[data-unsup]').forEach((b) => (b.onclick = () => act(() => api('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(b.dataset.unsup)}`), 'Removed')))
-    // erasure lives beside the list: a person asking to be forgotten often asks not to be messaged too
-    main.insertAdjacentHTML('beforeend', `<h2>A contact's data</h2><p class="muted">For someone who asks for their data: <b>Export</b> downloads everything kept about them as JSON. For someone who asks to be forgotten: <b>Erase</b> deletes their contact, consent history and the files they sent, and leaves their messages in the log without their number, text or attachments. Erasing cannot be undone; to keep them from being messaged again, suppress the number first.</p>
-      <div class="card"><form id="erase" class="inline"><label>Phone (E.164)<input name="phone" required></label><button type="button" class="secondary" id="export">Export</button><button type="submit" class="danger">Erase</button></form></div>`)
-    $('#export').onclick = () => {
-      const { phone } = formData($('#erase'))
-      act(async () => {
-        const { data } = await api('POST', `/workspaces/${ws.id}/contacts/export`, { phone })
-        const link = Object.assign(document.createElement('a'), { href: URL.createObjectURL(new Blob([JSON.stringify(data, null, 2)], { type: 'application/json' })), download: `contact-${phone.replace(/[^0-9]/g, '')}.json` })
-        link.click()
-        setTimeout(() => URL.revokeObjectURL(link.href), 10_000)
-      }, 'Contact exported', { stay: true })
-    }
-    $('#erase').onsubmit = (ev) => {
-      ev.preventDefault()
-      const { phone } = formData(ev.target)
-      if (!confirm(`Erase the contact ${phone} for good?`)) return
-      act(() => api('POST', `/workspaces/${ws.id}/contacts/erase`, { phone }), 'Contact erased')
-    }
   },
 
   async audit(ws) {
