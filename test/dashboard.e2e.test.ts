@@ -222,6 +222,7 @@ describe('dashboard', () => {
     await signIn(page)
     await page.goto(`${srv.base}/admin#/w/${t.ws.id}/contacts`)
     await page.waitForSelector('text=2 contacts')
+    await shot(page, 'contacts')
     await page.fill('#find input[name=phone]', phone)
     await page.click('#find button[type=submit]')
     await page.waitForSelector('text=1 contacts')
