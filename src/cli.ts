@@ -9,7 +9,8 @@ import { parseArgs } from 'node:util'
  * One subcommand: its admin API call and the options it reads (any other option is refused, so a
  * misspelt `--scope` cannot quietly issue a key with every scope).
  */
-type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; options?: string[] }
+/** `document`: the answer is a document to keep (an export), printed as indented JSON either way. */
+type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; options?: string[]; document?: boolean }
 type Args = { positionals: string[]; values: Record<string, string | boolean | undefined> }
 
 const csv = (v: unknown) => (typeof v === 'string' && v.length ? v.split(',').map((x) => x.trim()).filter(Boolean) : undefined)
@@ -97,7 +98,7 @@ const COMMANDS: Record<string, Route> = {
   'suppressions add': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/suppressions`, body: (a) => ({ phone: a.values.phone, reason: a.values.reason }), options: ['workspace', 'phone', 'reason'] },
   'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100`, options: ['workspace'] },
   'suppressions remove': { method: 'DELETE', path: (a) => `/workspaces/${ws(a)}/suppressions/${pos(a, 0, 'phone')}`, options: ['workspace'] },
-  'contacts export': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/contacts/export`, body: (a) => ({ phone: a.values.phone }), options: ['workspace', 'phone'] },
+  'contacts export': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/contacts/export`, body: (a) => ({ phone: a.values.phone }), options: ['workspace', 'phone'], document: true },
   'contacts erase': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/contacts/erase`, body: (a) => ({ phone: a.values.phone }), options: ['workspace', 'phone'] },
 }
 
@@ -114,7 +115,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan webhooks list --workspace ID | remove ID | deliveries ID | enable ID | disable ID
   capstan suppressions add --workspace ID --phone +E164 [--reason TEXT]
   capstan suppressions list --workspace ID | remove --workspace ID +E164
-  capstan contacts export --workspace ID --phone +E164 --json   (everything kept about the contact)
+  capstan contacts export --workspace ID --phone +E164 > FILE   (everything kept about the contact, as JSON)
   capstan contacts erase --workspace ID --phone +E164   (the contact and its personal data, for good)
   capstan admin METHOD PATH [JSON]      any admin API call, e.g. capstan admin GET /workspaces
 Add --json for the API's JSON on one line.`
@@ -179,6 +180,7 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
     if (!text) return ok ? 'done' : ''
     try {
       const json = JSON.parse(text)
+      if (route?.document && ok) return JSON.stringify(json, null, 2)
       return args.values.json ? JSON.stringify(json) : human(json)
     } catch {
       return text // not JSON: print as it came

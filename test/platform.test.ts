@@ -491,7 +491,9 @@ describe('configuration and start-up', () => {
     expect(JSON.parse((await runCapstan(['webhooks', 'enable', hookId, '--json'], env)).out).data.status).toBe('active')
     // a contact erased from the shell
     await srv.api((await srv.key(wsId)).key, 'POST', '/contacts', { json: { phone: '+15557650000', name: 'To Forget' } })
-    const exported = await runCapstan(['contacts', 'export', '--workspace', wsId, '--phone', '+15557650000', '--json'], env)
+    // an export prints its document as indented JSON, without --json too
+    const exported = await runCapstan(['contacts', 'export', '--workspace', wsId, '--phone', '+15557650000'], env)
+    expect(exported.out.split('\n')[1]).toBe('  "data": {')
     expect(JSON.parse(exported.out).data.contact).toMatchObject({ phone: '+15557650000', name: 'To Forget' })
     const erased = await runCapstan(['contacts', 'erase', '--workspace', wsId, '--phone', '+15557650000', '--json'], env)
     expect([erased.code, JSON.parse(erased.out).data.messages]).toEqual([0, 0])
