@@ -31,6 +31,7 @@ usage:
   capstan migrate      apply database migrations and exit
   capstan backup DIR   consistent copy of the database, media, key file (while the server runs)
   capstan restore DIR  put a backup into CAPSTAN_DATA_DIR (server stopped; --force to overwrite)
+  capstan vacuum       rewrite the database without its free space (server stopped)
   capstan version      print the version
   capstan healthcheck  exit 0 when the local server answers GET /healthz
 
@@ -64,7 +65,7 @@ function dotEnvValue(raw: string): string {
 }
 
 /** The commands main() runs itself (the admin subcommands are in cli.ts). */
-const BUILT_IN = new Set(['serve', 'migrate', 'backup', 'restore', 'healthcheck', 'version', '--version'])
+const BUILT_IN = new Set(['serve', 'migrate', 'vacuum', 'backup', 'restore', 'healthcheck', 'version', '--version'])
 
 function fail(message: string): never {
   console.error(`capstan: ${message}`)
@@ -225,6 +226,29 @@ async function main(argv: string[]) {
       db.close()
       lock.release()
       console.log(applied.length ? `applied migrations ${applied.join(', ')}` : 'database is up to date')
+      return
+    }
+    case 'vacuum': {
+      // The file rewritten with only what it holds: the free pages and free space left by what was
+      // deleted or overwritten (before secure_delete zeroed it, or by a large purge) are gone, and
+      // the file shrinks. The server must be stopped (the lock); it needs free disk space about
+      // the size of the database for the while.
+      const config = configOrExit()
+      const lock = lockOrExit(config.dataDir)
+      const { db } = databaseOrExit(config.dbPath)
+      const size = () => ((db.query('PRAGMA page_count').get() as { page_count: number }).page_count * (db.query('PRAGMA page_size').get() as { page_size: number }).page_size)
+      const before = size()
+      try {
+        db.run('VACUUM')
+        db.run('PRAGMA wal_checkpoint(TRUNCATE)')
+      } catch (e) {
+        db.close()
+        fail(`the database could not be rewritten and was left as it was: ${reasonOf(e)}`)
+      }
+      const after = size()
+      db.close()
+      lock.release()
+      console.log(`database rewritten: ${before} → ${after} bytes`)
       return
     }
     case 'backup':

@@ -199,7 +199,7 @@ describe('configuration and start-up', () => {
   test('one Capstan per data directory: serve on another port, migrate and a forced restore all refuse while it runs', async () => {
     const env = { CAPSTAN_HOST: '127.0.0.1', CAPSTAN_PORT: String(await freePort()), CAPSTAN_DATA_DIR: srv.dataDir, CAPSTAN_ADMIN_TOKEN: 'second-admin-token-0123456789abcd' }
     const line = `capstan: ${srv.dataDir} is in use by another Capstan process (serve, migrate or restore)`
-    for (const args of [['serve'], ['migrate'], ['restore', srv.dataDir, '--force']]) {
+    for (const args of [['serve'], ['migrate'], ['vacuum'], ['restore', srv.dataDir, '--force']]) {
       const r = await runCapstan(args, env)
       expect(r.code).toBe(2)
       expect(r.err.trim().split('\n')).toEqual([line])
@@ -311,6 +311,34 @@ describe('configuration and start-up', () => {
       expect([await status(chosen), await status(token!)]).toEqual([200, 401])
       fourth.p.kill()
       await fourth.p.exited
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('capstan vacuum rewrites the database without what deleted rows left in its free space', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-vacuum-'))
+    try {
+      expect((await runCapstan(['migrate'], { CAPSTAN_DATA_DIR: dir })).code).toBe(0)
+      // what an older Capstan (without secure_delete) left behind: rows deleted, bytes kept
+      const db = new Database(join(dir, 'capstan.db'))
+      db.run('PRAGMA secure_delete = OFF')
+      db.run("INSERT INTO workspaces (id, name, slug, status, settings, created_at, updated_at) VALUES ('w', 'W', 'w', 'active', '{}', 0, 0)")
+      const insert = db.query("INSERT INTO contacts (id, workspace_id, phone, name, consent_status, metadata, created_at, updated_at, last_activity_at) VALUES (?, 'w', ?, 'Gone Person-4c1e', 'unknown', '{}', 0, 0, 0)")
+      db.transaction(() => {
+        for (let i = 0; i < 2000; i++) insert.run(`c${i}`, `+1555${String(i).padStart(7, '0')}`)
+      })()
+      db.run('DELETE FROM contacts')
+      db.run('PRAGMA wal_checkpoint(TRUNCATE)')
+      db.close()
+      const has = () => readFileSync(join(dir, 'capstan.db')).includes(Buffer.from('Gone Person-4c1e'))
+      expect(has()).toBe(true)
+      const r = await runCapstan(['vacuum'], { CAPSTAN_DATA_DIR: dir })
+      expect(r.code).toBe(0)
+      const [, before, after] = /database rewritten: (\d+) → (\d+) bytes/.exec(r.out)!.map(Number)
+      expect(after).toBeLessThan(before!)
+      expect(has()).toBe(false)
+      expect((await runCapstan(['vacuum', 'now'], { CAPSTAN_DATA_DIR: dir })).code).toBe(2)
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
