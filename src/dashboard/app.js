@@ -410,7 +410,32 @@ async function health() {
   el.hidden = problems.length === 0
 }
 
+/**
+ * Render the page the location names. Calls do not overlap: one made while a render is under way
+ * (a filter submitted while an action re-renders) runs again once it ends, so the page on screen
+ * is always the one the location names now, never an older render that finished later.
+ */
+let routing = null
+let routeAgain = false
 async function route() {
+  if (routing) {
+    routeAgain = true
+    return routing
+  }
+  routing = (async () => {
+    do {
+      routeAgain = false
+      await renderLocation()
+    } while (routeAgain)
+  })()
+  try {
+    await routing
+  } finally {
+    routing = null
+  }
+}
+
+async function renderLocation() {
   try {
     await api('GET', '/session')
   } catch {
