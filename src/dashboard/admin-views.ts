@@ -9,7 +9,8 @@ import { hidden } from '../http/docs'
 import { conflict, notFound } from '../http/errors'
 import { iso, pageQuery, paged, uuid } from '../http/format'
 import { s, UUID, validate } from '../http/schema'
-import { listContactsQuery, phoneField, queryPhone } from '../modules/contacts/model'
+import { phoneField, queryPhone } from '../modules/contacts/model'
+import { contactsPage } from '../modules/contacts/routes'
 import { downloadResponse } from '../modules/media/routes'
 import { STATUSES } from '../modules/messages/model'
 import type { Services } from '../services'
@@ -79,8 +80,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
       '/workspaces/:id/contacts',
       ({ params, query }) => {
         svc.workspaces.get(params.id)
-        const q = validate(listContactsQuery, { ...query, phone: queryPhone(query.phone) })
-        return paged(query, (l, o) => svc.contacts.list(params.id, l, o, q.phone), (c) => svc.contacts.toPublic(c))
+        return contactsPage(svc, params.id, query)
       },
       { admin: true, detail: hidden },
     )

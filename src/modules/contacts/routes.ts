@@ -21,16 +21,19 @@ export const contactDoc = {
   },
 }
 
+/** A page of a workspace's contacts (page, per_page, phone), for the API and the admin API alike. */
+export function contactsPage(svc: Services, workspaceId: string, query: Record<string, unknown>) {
+  const q = validate(listContactsQuery, { ...query, phone: queryPhone(query.phone) })
+  return paged(query, (limit, offset) => svc.contacts.list(workspaceId, limit, offset, q.phone), (r) => svc.contacts.toPublic(r))
+}
+
 export function contactApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const contacts = svc.contacts
   return new Elysia()
     .use(auth)
     .get(
       '/contacts',
-      ({ caller, query }) => {
-        const q = validate(listContactsQuery, { ...query, phone: queryPhone(query.phone) })
-        return paged(query, (limit, offset) => contacts.list(caller.workspace.id, limit, offset, q.phone), (r) => contacts.toPublic(r))
-      },
+      ({ caller, query }) => contactsPage(svc, caller.workspace.id, query),
       {
         api: {
           summary: 'List contacts',
