@@ -7,9 +7,9 @@ import { parseArgs } from 'node:util'
 
 /**
  * One subcommand: its admin API call and the options it reads (any other option is refused, so a
- * misspelt `--scope` cannot quietly issue a key with every scope).
+ * misspelt `--scope` cannot quietly issue a key with every scope). `document`: the answer is a
+ * document to keep (an export), printed as indented JSON either way.
  */
-/** `document`: the answer is a document to keep (an export), printed as indented JSON either way. */
 type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; options?: string[]; document?: boolean }
 type Args = { positionals: string[]; values: Record<string, string | boolean | undefined> }
 
@@ -38,6 +38,14 @@ export function localBase(env: Record<string, string | undefined>): string {
   return `http://${host.includes(':') ? `[${host}]` : host}:${(env.CAPSTAN_PORT || '').trim() || 8080}`
 }
 
+/** A flag's value as a number (a usage error for anything else). */
+function numberFlag(a: Args, flag: string): number {
+  const v = a.values[flag]
+  const n = typeof v === 'string' && v.trim() !== '' ? Number(v) : NaN
+  if (!Number.isFinite(n)) throw new UsageError(`--${flag} must be a number`)
+  return n
+}
+
 /** `workspaces policy` flags → the sending_policy fields they set. */
 const POLICY_FLAGS: Record<string, string> = { 'hourly-cap': 'hourly_cap', 'daily-cap': 'daily_cap', 'min-gap': 'min_gap_seconds', 'max-gap': 'max_gap_seconds' }
 
@@ -45,12 +53,7 @@ const POLICY_FLAGS: Record<string, string> = { 'hourly-cap': 'hourly_cap', 'dail
 function policyBody(a: Args) {
   const given = Object.keys(POLICY_FLAGS).filter((flag) => a.values[flag] !== undefined)
   if (!given.length) throw new UsageError('give at least one of --hourly-cap, --daily-cap, --min-gap, --max-gap')
-  const numbers = given.map((flag) => {
-    const v = a.values[flag]
-    const n = typeof v === 'string' && v.trim() !== '' ? Number(v) : NaN
-    if (!Number.isFinite(n)) throw new UsageError(`--${flag} must be a number`)
-    return [POLICY_FLAGS[flag]!, n] as const
-  })
+  const numbers = given.map((flag) => [POLICY_FLAGS[flag]!, numberFlag(a, flag)] as const)
   return { settings: { sending_policy: Object.fromEntries(numbers) } }
 }
 
@@ -94,6 +97,12 @@ const COMMANDS: Record<string, Route> = {
   'webhooks remove': { method: 'DELETE', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}` },
   'webhooks enable': { method: 'PATCH', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}`, body: () => ({ status: 'active' }) },
   'webhooks disable': { method: 'PATCH', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}`, body: () => ({ status: 'disabled' }) },
+  'webhooks rotate-secret': {
+    method: 'POST',
+    path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/rotate-secret`,
+    body: (a) => (a.values['keep-previous-hours'] === undefined ? {} : { keep_previous_hours: numberFlag(a, 'keep-previous-hours') }),
+    options: ['keep-previous-hours'],
+  },
   'webhooks deliveries': { method: 'GET', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/deliveries?per_page=100` },
   'suppressions add': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/suppressions`, body: (a) => ({ phone: a.values.phone, reason: a.values.reason }), options: ['workspace', 'phone', 'reason'] },
   'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100`, options: ['workspace'] },
@@ -113,6 +122,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan connections list --workspace ID | update ID [--status online|offline] [--config JSON] | remove ID
   capstan webhooks create --workspace ID --url URL [--events message.sent,message.failed]
   capstan webhooks list --workspace ID | remove ID | deliveries ID | enable ID | disable ID
+  capstan webhooks rotate-secret ID [--keep-previous-hours N]   (new signing secret; the old one also signs for N hours, default 24)
   capstan suppressions add --workspace ID --phone +E164 [--reason TEXT]
   capstan suppressions list --workspace ID | remove --workspace ID +E164
   capstan contacts export --workspace ID --phone +E164 > FILE   (everything kept about the contact, as JSON)

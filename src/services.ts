@@ -9,6 +9,7 @@ import { ContactEraser } from './modules/contacts/erasure'
 import { ContactExport } from './modules/contacts/export'
 import { ContactService } from './modules/contacts/service'
 import { GroupService } from './modules/groups/service'
+import { AuditRepo } from './modules/audit/repo'
 import { KeyService } from './modules/keys/service'
 import { MediaService } from './modules/media/service'
 import { MediaStore } from './modules/media/store'
@@ -26,6 +27,7 @@ export interface Services {
   log: Logger
   workspaces: WorkspaceService
   keys: KeyService
+  audit: AuditRepo
   contacts: ContactService
   eraser: ContactEraser
   contactExport: ContactExport
@@ -46,7 +48,8 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   const contacts = new ContactService(deps)
   const suppressions = new SuppressionService(deps)
   const connections = new ConnectionService(deps, box, log)
-  const webhooks = new WebhookService(deps, box, log)
+  const audit = new AuditRepo(deps.db)
+  const webhooks = new WebhookService(deps, box, log, audit)
   const media = new MediaService(deps, new MediaStore(deps.config.mediaDir), opts.scanner ?? new ClamdScanner(deps.config.clamd, deps.config.clamdTimeoutMs), workspaces, log)
   const templates = new TemplateService(deps)
   const messages = new MessageService(deps, workspaces, contacts, suppressions, connections, webhooks, media, templates)
@@ -65,7 +68,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   messages.onTemplateRefused = (row, code) => {
     if (row.campaign_id) campaigns.templateRefused(row.campaign_id, code)
   }
-  const eraser = new ContactEraser(deps, contacts, messages, media, log)
+  const eraser = new ContactEraser(deps, contacts, messages, media, audit, log)
   eraser.onCampaignChanged = (id) => campaigns.checkComplete(id)
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   connections.onChange = (id) => pacer.wake(id)
@@ -78,7 +81,8 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     deps,
     log,
     workspaces,
-    keys: new KeyService(deps, workspaces),
+    keys: new KeyService(deps, workspaces, audit),
+    audit,
     contacts,
     eraser,
     contactExport: new ContactExport(deps, contacts, messages, media, suppressions),

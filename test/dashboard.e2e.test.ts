@@ -202,7 +202,7 @@ describe('dashboard', () => {
     await page.close()
   })
 
-  test('webhooks: add an endpoint, disable it and enable it again', async () => {
+  test('webhooks: add an endpoint, rotate its secret, disable it and enable it again', async () => {
     const t = await srv.tenant()
     const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
     page.on('dialog', (d) => void d.accept())
@@ -212,6 +212,14 @@ describe('dashboard', () => {
     await page.click('#new-hook button[type=submit]')
     await page.waitForSelector('text=Signing secret')
     const hook = (await srv.admin('GET', `/workspaces/${t.ws.id}/webhooks`)).json.data[0]
+    const before = (await srv.admin('GET', `/webhooks/${hook.id}`)).json.data.secret
+    // rotating shows the new secret and says until when the old one also signs
+    await page.click(`button[data-rotate="${hook.id}"]`)
+    await page.waitForSelector('text=New signing secret')
+    const after = (await srv.admin('GET', `/webhooks/${hook.id}`)).json.data.secret
+    expect(after).not.toBe(before)
+    expect(await page.textContent(`#secret-${hook.id} .mono`)).toBe(after)
+    await page.waitForSelector('text=The previous secret also signs until')
     await page.click(`button[data-disable="${hook.id}"]`)
     await page.waitForSelector('text=Endpoint disabled')
     expect((await srv.admin('GET', `/webhooks/${hook.id}`)).json.data.status).toBe('disabled')

@@ -215,6 +215,125 @@ describe('durability and administration', () => {
     expect((await srv.admin('GET', `/workspaces/${ws.id}/webhooks`)).json.data).toEqual([])
   })
 
+  test('rotating the secret: both secrets sign for the grace period, each verifies; 0 hours drops the old at once; audited', async () => {
+    const { ws, key, conn, rx, hook } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])
+    const headersOf = (r: Received) => ({ 'webhook-id': r.headers['webhook-id']!, 'webhook-timestamp': r.headers['webhook-timestamp']!, 'webhook-signature': r.headers['webhook-signature']! })
+    const verifies = (secret: string, r: Received) => {
+      try {
+        new Webhook(secret).verify(r.body, headersOf(r))
+        return true
+      } catch {
+        return false
+      }
+    }
+    const send = async (body: string) => {
+      const before = rx.got.length
+      await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body } })
+      await waitFor(() => rx.got.length > before)
+      return rx.got.at(-1)!
+    }
+    const first = await send('before rotation')
+    expect(first.headers['webhook-signature']!.split(' ')).toHaveLength(1)
+    expect(verifies(hook.secret, first)).toBe(true)
+
+    const t0 = Date.now()
+    const rotated = await srv.admin('POST', `/webhooks/${hook.id}/rotate-secret`)
+    expect(rotated.status).toBe(200)
+    const second = rotated.json.data.secret as string
+    expect(second).toMatch(/^whsec_[A-Za-z0-9+/]+={0,2}$/)
+    expect(second).not.toBe(hook.secret)
+    const until = Date.parse(rotated.json.data.previous_secret_expires_at)
+    expect(until - t0).toBeGreaterThanOrEqual(24 * 3_600_000 - 1000)
+    expect(until - Date.now()).toBeLessThanOrEqual(24 * 3_600_000)
+    expect((await srv.admin('GET', `/webhooks/${hook.id}`)).json.data).toMatchObject({ secret: second, previous_secret_expires_at: rotated.json.data.previous_secret_expires_at })
+    // the list shows when the old one stops, never a secret
+    const listed = (await srv.admin('GET', `/workspaces/${ws.id}/webhooks`)).json.data[0]
+    expect([listed.secret, listed.previous_secret_expires_at]).toEqual([undefined, rotated.json.data.previous_secret_expires_at])
+
+    // a receiver still on the old secret and one already on the new both verify the same event
+    const during = await send('during the grace period')
+    expect(during.headers['webhook-signature']!.split(' ')).toHaveLength(2)
+    expect([verifies(second, during), verifies(hook.secret, during)]).toEqual([true, true])
+    expect(verifies(`whsec_${Buffer.alloc(32, 7).toString('base64')}`, during)).toBe(false)
+
+    // rotated again with no grace: only the newest signs
+    const again = await srv.admin('POST', `/webhooks/${hook.id}/rotate-secret`, { keep_previous_hours: 0 })
+    expect([again.status, again.json.data.previous_secret_expires_at]).toEqual([200, null])
+    const third = again.json.data.secret as string
+    const after = await send('after the second rotation')
+    expect(after.headers['webhook-signature']!.split(' ')).toHaveLength(1)
+    expect([verifies(third, after), verifies(second, after), verifies(hook.secret, after)]).toEqual([true, false, false])
+
+    // neither secret is stored in clear
+    for (const f of readdirSync(srv.dataDir).filter((f) => f.startsWith('capstan.db'))) {
+      const bytes = readFileSync(join(srv.dataDir, f))
+      for (const secret of [second, third]) expect(bytes.includes(secret.slice(6))).toBe(false)
+    }
+    const audit = (await srv.admin('GET', `/workspaces/${ws.id}/audit-log`)).json.data
+    expect(audit.filter((e: any) => e.action === 'webhook.secret_rotated')).toEqual([
+      { action: 'webhook.secret_rotated', key_id: null, at: expect.any(String) },
+      { action: 'webhook.secret_rotated', key_id: null, at: expect.any(String) },
+    ])
+
+    // bad input changes nothing
+    for (const keep of [-1, 169, 1.5, 'a day', null, true]) {
+      const r = await srv.admin('POST', `/webhooks/${hook.id}/rotate-secret`, { keep_previous_hours: keep })
+      expect([r.status, r.json.code, Object.keys(r.json.errors ?? {})]).toEqual([422, 'validation_failed', ['keep_previous_hours']])
+    }
+    expect((await srv.admin('POST', `/webhooks/${crypto.randomUUID()}/rotate-secret`)).status).toBe(404)
+    const anonymous = await srv.request('POST', `/admin/api/webhooks/${hook.id}/rotate-secret`, { json: {} })
+    expect(anonymous.status).toBe(401)
+    expect((await srv.admin('GET', `/webhooks/${hook.id}`)).json.data.secret).toBe(third)
+    rx.stop()
+  })
+
+  test('the replaced secret stops signing when its hours are up; a retry of an earlier event is signed with the new secret', async () => {
+    const env = await inProcess()
+    const rx = receiver()
+    try {
+      const { svc, clock } = env
+      const ws = svc.workspaces.create({ name: 'Rotate' })
+      const hook = svc.webhooks.create(ws.id, rx.url, ['message.received'])
+      const conn = svc.connections.create(ws.id, { phone: '+15550000199', driver: 'sandbox' })
+      const signatures = (r: Received) => r.headers['webhook-signature']!.split(' ')
+      const verifies = (secret: string, r: Received) => {
+        try {
+          new Webhook(secret).verify(r.body, { 'webhook-id': r.headers['webhook-id']!, 'webhook-timestamp': r.headers['webhook-timestamp']!, 'webhook-signature': r.headers['webhook-signature']! })
+          return true
+        } catch {
+          return false
+        }
+      }
+      // the first attempt of an event fails before the rotation
+      rx.plan.push(500)
+      await svc.messages.inbound(conn.id, '+15550000200', 'one')
+      await waitFor(() => rx.got.length === 1)
+      expect(verifies(hook.secret, rx.got[0]!)).toBe(true)
+      await waitFor(() => svc.webhooks.repo.deliveries(hook.id, 1, 0).rows[0]!.attempts === 1)
+      const rotated = svc.webhooks.rotateSecret(hook.id, 2)
+      expect(rotated.previous_secret_expires_at).toBe(new Date(clock.t + 2 * 3_600_000).toISOString())
+      // its retry (same webhook-id) carries the new secret's signature and the old one's
+      clock.t += 5000
+      svc.webhooks.kick()
+      await waitFor(() => rx.got.length === 2)
+      expect(rx.got[1]!.headers['webhook-id']).toBe(rx.got[0]!.headers['webhook-id'])
+      expect([signatures(rx.got[1]!).length, verifies(rotated.secret, rx.got[1]!), verifies(hook.secret, rx.got[1]!)]).toEqual([2, true, true])
+      // a minute before the hours are up the old one still signs; once they are, only the new one
+      clock.t += 2 * 3_600_000 - 5000 - 60_000
+      await svc.messages.inbound(conn.id, '+15550000200', 'two')
+      await waitFor(() => rx.got.length === 3)
+      expect(signatures(rx.got[2]!)).toHaveLength(2)
+      clock.t += 60_000
+      expect(svc.webhooks.toAdmin(svc.webhooks.get(hook.id)).previous_secret_expires_at).toBeNull()
+      await svc.messages.inbound(conn.id, '+15550000200', 'three')
+      await waitFor(() => rx.got.length === 4)
+      expect([signatures(rx.got[3]!).length, verifies(rotated.secret, rx.got[3]!), verifies(hook.secret, rx.got[3]!)]).toEqual([1, true, false])
+    } finally {
+      rx.stop()
+      await env.close()
+    }
+  })
+
   test('a test event goes to an active endpoint signed; a disabled one answers 409 and queues nothing', async () => {
     const { rx, hook } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])
     const r = await srv.admin('POST', `/webhooks/${hook.id}/test`)

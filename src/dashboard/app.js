@@ -340,7 +340,8 @@ const pages = {
       <p class="muted">None ticked = every event.</p><button type="submit">Add endpoint</button></form><div id="new-hook-secret"></div></div>
       ${data.map((h, i) => `<div class="card"><span class="mono">${esc(h.url)}</span> ${badge(h.status)}
         <p class="muted">${esc(h.events.join(', '))}</p>
-        <p><button class="secondary" data-secret="${esc(h.id)}">Show signing secret</button> ${h.status === 'disabled' ? `<button data-enable="${esc(h.id)}">Enable again</button>` : `<button class="secondary" data-test="${esc(h.id)}">Send test event</button> <button class="secondary" data-disable="${esc(h.id)}">Disable</button>`} <button class="danger" data-del="${esc(h.id)}">Remove</button></p>
+        <p><button class="secondary" data-secret="${esc(h.id)}">Show signing secret</button> <button class="secondary" data-rotate="${esc(h.id)}">Rotate secret</button> ${h.status === 'disabled' ? `<button data-enable="${esc(h.id)}">Enable again</button>` : `<button class="secondary" data-test="${esc(h.id)}">Send test event</button> <button class="secondary" data-disable="${esc(h.id)}">Disable</button>`} <button class="danger" data-del="${esc(h.id)}">Remove</button></p>
+        ${h.previous_secret_expires_at ? `<p class="muted">The previous secret also signs until ${when(h.previous_secret_expires_at)}: switch the receiver to the new one before then.</p>` : ''}
         ${h.status === 'disabled' ? '<p class="muted">Disabled: no events are written for it. Enabling it again sends the deliveries that were pending when it was disabled.</p>' : ''}
         <div id="secret-${esc(h.id)}"></div>
         <table class="stack"><thead><tr><th>Event</th><th>Status</th><th>Attempts</th><th>Last answer</th><th>Next attempt</th></tr></thead><tbody>
@@ -361,6 +362,17 @@ const pages = {
     main.querySelectorAll('[data-secret]').forEach((b) => (b.onclick = async () => {
       const { data: h } = await api('GET', `/webhooks/${b.dataset.secret}`)
       $(`#secret-${CSS.escape(h.id)}`).innerHTML = `<div class="secret"><span class="mono">${esc(h.secret)}</span></div>`
+    }))
+    main.querySelectorAll('[data-rotate]').forEach((b) => (b.onclick = async () => {
+      if (!confirm('Make a new signing secret? The current one keeps signing beside it for 24 hours, so the receiver can be switched over without missing an event.')) return
+      try {
+        const { data: h } = await api('POST', `/webhooks/${b.dataset.rotate}/rotate-secret`, {})
+        await pages.webhooks(ws)
+        $(`#secret-${CSS.escape(h.id)}`).innerHTML = `<div class="secret"><strong>New signing secret</strong><span class="mono">${esc(h.secret)}</span></div>`
+        toast('Secret rotated')
+      } catch (e) {
+        toast(errorText(e), true)
+      }
     }))
     main.querySelectorAll('[data-test]').forEach((b) => (b.onclick = () => act(() => api('POST', `/webhooks/${b.dataset.test}/test`), 'Test event queued')))
     main.querySelectorAll('[data-del]').forEach((b) => (b.onclick = () => confirm('Remove this endpoint?') && act(() => api('DELETE', `/webhooks/${b.dataset.del}`), 'Endpoint removed')))

@@ -19,6 +19,7 @@
  * no byte of what it removed, nor of older versions of those rows, is left in the database files.
  */
 import type { Database } from 'bun:sqlite'
+import type { AuditRepo } from '../audit/repo'
 import type { Deps } from '../../deps'
 import { conflict } from '../../http/errors'
 import type { Logger } from '../../http/log'
@@ -52,6 +53,7 @@ export class ContactEraser {
     private readonly contacts: ContactService,
     private readonly messages: MessageService,
     private readonly media: MediaService,
+    private readonly audit: AuditRepo,
     private readonly log: Logger,
   ) {
     const db: Database = deps.db
@@ -73,7 +75,6 @@ export class ContactEraser {
       addresses: db.query('DELETE FROM network_addresses WHERE workspace_id = ? AND phone = ?'),
       expireMedia: db.query('UPDATE media SET expires_at = ? WHERE workspace_id = ? AND id = ? AND expires_at > ?'),
       contact: db.query('DELETE FROM contacts WHERE id = ?'),
-      audit: db.query("INSERT INTO audit_log (workspace_id, action, key_id, at) VALUES (?, 'contact.erased', NULL, ?)"),
     }
   }
 
@@ -118,7 +119,7 @@ export class ContactEraser {
       let media = 0
       for (const m of rows) if (m.direction === 'inbound') for (const id of JSON.parse(m.attachments) as string[]) media += sql.expireMedia.run(now - 1, workspaceId, id, now - 1).changes
       sql.contact.run(contact.id)
-      sql.audit.run(workspaceId, now)
+      this.audit.add(workspaceId, 'contact.erased', null, now)
       return { report: { contact_id: contact.id, messages: rows.length, queued_failed: queued.length, media, events } as ErasureReport, campaigns }
     })
     for (const id of campaigns) this.onCampaignChanged(id)

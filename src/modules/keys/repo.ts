@@ -1,4 +1,4 @@
-/** API key and audit log SQL. */
+/** API key SQL. */
 import type { Database } from 'bun:sqlite'
 
 export interface KeyRow {
@@ -16,14 +16,6 @@ export interface KeyRow {
   last_used_at?: number | null
 }
 
-export interface AuditRow {
-  id: number
-  workspace_id: string
-  action: string
-  key_id: string | null
-  at: number
-}
-
 export class KeyRepo {
   private byKeyId
   private byId
@@ -32,9 +24,6 @@ export class KeyRepo {
   private deleteStmt
   private usedStmt
   private listStmt
-  private auditInsert
-  private auditList
-  private auditCount
 
   constructor(db: Database) {
     this.byKeyId = db.query<KeyRow, [string]>('SELECT * FROM api_keys WHERE key_id = ?')
@@ -46,9 +35,6 @@ export class KeyRepo {
     this.deleteStmt = db.query('DELETE FROM api_keys WHERE id = ?')
     this.usedStmt = db.query('UPDATE api_keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?) WHERE id = ?')
     this.listStmt = db.query<KeyRow, [string]>('SELECT * FROM api_keys WHERE workspace_id = ? ORDER BY created_at DESC, id')
-    this.auditInsert = db.query('INSERT INTO audit_log (workspace_id, action, key_id, at) VALUES (?, ?, ?, ?)')
-    this.auditList = db.query<AuditRow, [string, number, number]>('SELECT * FROM audit_log WHERE workspace_id = ? ORDER BY id DESC LIMIT ? OFFSET ?')
-    this.auditCount = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM audit_log WHERE workspace_id = ?')
   }
 
   findByKeyId(keyId: string) {
@@ -71,11 +57,5 @@ export class KeyRepo {
   }
   listForWorkspace(workspaceId: string) {
     return this.listStmt.all(workspaceId)
-  }
-  audit(workspaceId: string, action: string, keyId: string, at: number) {
-    this.auditInsert.run(workspaceId, action, keyId, at)
-  }
-  auditLog(workspaceId: string, limit: number, offset: number) {
-    return { rows: this.auditList.all(workspaceId, limit, offset), total: this.auditCount.get(workspaceId)!.n }
   }
 }

@@ -11,6 +11,7 @@ import { iso, randomString, uuid } from '../../http/format'
 import type { WorkspaceRow } from '../workspaces/repo'
 import type { WorkspaceService } from '../workspaces/service'
 import { ALL_SCOPES, type Scope } from './model'
+import type { AuditRepo } from '../audit/repo'
 import { KeyRepo, type KeyRow } from './repo'
 
 /** `cap_` + 16-char key id + `.` + 48-char secret: the id is [4, 20), the secret [21, 69). */
@@ -56,6 +57,7 @@ export class KeyService {
   constructor(
     private readonly deps: Deps,
     private readonly workspaces: WorkspaceService,
+    private readonly audit: AuditRepo,
   ) {
     this.repo = new KeyRepo(deps.db)
   }
@@ -125,7 +127,7 @@ export class KeyService {
     this.deps.writer.now(() => {
       this.workspaces.get(workspaceId)
       this.repo.insert(row)
-      this.repo.audit(workspaceId, 'api_key.created', row.id, now)
+      this.audit.add(workspaceId, 'api_key.created', row.id, now)
     })
     return { ...this.toAdmin(row), key: `cap_${keyId}.${secret}` }
   }
@@ -138,7 +140,7 @@ export class KeyService {
       if (row.status === 'active') {
         const now = this.deps.clock.now()
         this.repo.revoke(id, now)
-        this.repo.audit(row.workspace_id, 'api_key.revoked', id, now)
+        this.audit.add(row.workspace_id, 'api_key.revoked', id, now)
       }
       return this.repo.get(id)!
     })
@@ -152,7 +154,7 @@ export class KeyService {
       if (row.status !== 'revoked') throw conflict('key_active', 'Only a revoked key can be removed; revoke it first.')
       this.cache.delete(row.key_id)
       this.repo.remove(id)
-      this.repo.audit(row.workspace_id, 'api_key.removed', id, this.deps.clock.now())
+      this.audit.add(row.workspace_id, 'api_key.removed', id, this.deps.clock.now())
     })
   }
 

@@ -13,6 +13,9 @@ export interface EndpointRow {
   url: string
   events: string | null
   secret_enc: string
+  /** The secret a rotation replaced, still signing beside `secret_enc` until `previous_secret_expires_at`. */
+  previous_secret_enc: string | null
+  previous_secret_expires_at: number | null
   status: 'active' | 'disabled'
   failing_since: number | null
   created_at: number
@@ -47,6 +50,7 @@ export class WebhookRepo {
   private disableStmt
   private enableStmt
   private targetStmt
+  private rotateStmt
   private requeueHeld
   private insertDelivery
   private dueStmt
@@ -72,6 +76,7 @@ export class WebhookRepo {
     this.setFailing = db.query('UPDATE webhook_endpoints SET failing_since = ?, updated_at = ? WHERE id = ?')
     this.disableStmt = db.query("UPDATE webhook_endpoints SET status = 'disabled', updated_at = ? WHERE id = ?")
     this.targetStmt = db.query('UPDATE webhook_endpoints SET url = ?, events = ?, updated_at = ? WHERE id = ?')
+    this.rotateStmt = db.query('UPDATE webhook_endpoints SET secret_enc = ?, previous_secret_enc = ?, previous_secret_expires_at = ?, updated_at = ? WHERE id = ?')
     this.enableStmt = db.query("UPDATE webhook_endpoints SET status = 'active', failing_since = NULL, updated_at = ? WHERE id = ?")
     this.requeueHeld = db.query(
       `UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ? WHERE endpoint_id = ? AND status = 'failed' AND last_error LIKE '${HELD_REASON}%'`,
@@ -95,7 +100,7 @@ export class WebhookRepo {
   }
 
   createEndpoint(row: EndpointRow) {
-    const { failing_since: _f, deleted_at: _d, ...rest } = row
+    const { failing_since: _f, deleted_at: _d, previous_secret_enc: _p, previous_secret_expires_at: _e, ...rest } = row
     this.insertEndpoint.run(rest as any)
   }
   endpoint(id: string) {
@@ -121,6 +126,10 @@ export class WebhookRepo {
   }
   updateTarget(id: string, url: string, events: string | null, at: number) {
     this.targetStmt.run(url, events, at, id)
+  }
+  /** A new signing secret; `previous` (the one it replaces, or null) signs beside it until `until`. */
+  rotateSecret(id: string, secretEnc: string, previous: { enc: string; until: number } | null, at: number) {
+    this.rotateStmt.run(secretEnc, previous?.enc ?? null, previous?.until ?? null, at, id)
   }
   /** Enable it again: the deliveries its disabling failed are pending again, due now. */
   enable(id: string, at: number): number {

@@ -5,12 +5,13 @@ import { hidden } from '../../http/docs'
 import { paged } from '../../http/format'
 import { fieldError, s, validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { EVENT_TYPES } from './service'
+import { EVENT_TYPES, KEEP_PREVIOUS_HOURS, MAX_KEEP_PREVIOUS_HOURS } from './service'
 
 const url = s.string().length(1, 2048).pattern(/^https?:\/\/[^\s/?#]+[^\s]*$/i, 'must be an http or https URL')
 const events = s.array(s.string().oneOf(EVENT_TYPES)).max(EVENT_TYPES.length)
 const createBody = s.object({ url, events: events.optional() })
 const patchBody = s.object({ status: s.string().oneOf(['active', 'disabled'] as const).optional(), url: url.optional(), events: events.optional() })
+const rotateBody = s.object({ keep_previous_hours: s.integer().range(0, MAX_KEEP_PREVIOUS_HOURS).optional() })
 
 export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const hooks = svc.webhooks
@@ -42,6 +43,15 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
           if (v.status === undefined && v.url === undefined && v.events === undefined) fieldError(errors, 'status', 'Give at least one of status, url or events.')
         })
         return { data: hooks.toAdmin(hooks.patch(params.id, input)) }
+      },
+      { admin: true, detail: hidden },
+    )
+    // a new signing secret; the replaced one keeps signing beside it for keep_previous_hours
+    .post(
+      '/webhooks/:id/rotate-secret',
+      ({ params, body }) => {
+        const input = validate(rotateBody, body)
+        return { data: hooks.rotateSecret(params.id, input.keep_previous_hours ?? KEEP_PREVIOUS_HOURS) }
       },
       { admin: true, detail: hidden },
     )

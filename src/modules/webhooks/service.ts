@@ -11,6 +11,7 @@ import { notFound } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
 import type { SecretBox } from '../../secrets'
+import type { AuditRepo } from '../audit/repo'
 import { type DeliveryRow, type EndpointRow, HELD_REASON, WebhookRepo } from './repo'
 
 export const EVENT_TYPES = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'campaign.completed'] as const
@@ -27,12 +28,24 @@ const DISABLED_BY_OPERATOR = `${HELD_REASON} by the operator`
 /** Finished deliveries (delivered or failed) are kept this long for the history, then deleted. */
 export const DELIVERY_RETENTION_MS = 30 * 86_400_000
 
-/** The Standard Webhooks signature header value for one delivery attempt. */
-export function signature(secret: string, id: string, timestamp: number, body: string): string {
-  const key = Buffer.from(secret.slice('whsec_'.length), 'base64')
-  const mac = new Bun.CryptoHasher('sha256', key).update(`${id}.${timestamp}.${body}`).digest('base64')
-  return `v1,${mac}`
+/** How long, by default, the secret a rotation replaced keeps signing beside the new one. */
+export const KEEP_PREVIOUS_HOURS = 24
+export const MAX_KEEP_PREVIOUS_HOURS = 168
+
+/**
+ * The Standard Webhooks signature header value for one delivery attempt: `v1,<mac>` per secret,
+ * space-separated (a receiver accepts the event when one of them verifies with its secret).
+ */
+export function signature(secrets: string[], id: string, timestamp: number, body: string): string {
+  return secrets
+    .map((secret) => {
+      const key = Buffer.from(secret.slice('whsec_'.length), 'base64')
+      return `v1,${new Bun.CryptoHasher('sha256', key).update(`${id}.${timestamp}.${body}`).digest('base64')}`
+    })
+    .join(' ')
 }
+
+const newSecret = () => `whsec_${randomBytes(32).toString('base64')}`
 
 /** The events column: the subscribed types, or null for every event (none given). */
 const eventsColumn = (events: string[] | undefined) => (events && events.length ? JSON.stringify([...new Set(events)]) : null)
@@ -52,6 +65,7 @@ export class WebhookService {
     private readonly deps: Deps,
     private readonly box: SecretBox,
     private readonly log: Logger,
+    private readonly audit: AuditRepo,
   ) {
     this.repo = new WebhookRepo(deps.db)
   }
@@ -65,8 +79,20 @@ export class WebhookService {
       status: row.status,
       failing_since: iso(row.failing_since),
       created_at: iso(row.created_at),
+      previous_secret_expires_at: iso(this.previousSecretLive(row) ? row.previous_secret_expires_at : null),
       ...(withSecret ? { secret: this.box.open(row.secret_enc) } : {}),
     }
+  }
+
+  /** Whether the secret a rotation replaced still signs. */
+  private previousSecretLive(row: EndpointRow): boolean {
+    return row.previous_secret_enc !== null && row.previous_secret_expires_at !== null && row.previous_secret_expires_at > this.deps.clock.now()
+  }
+
+  /** The secrets a delivery is signed with now: the current one, then the replaced one while it lasts. */
+  private signingSecrets(row: EndpointRow): string[] {
+    const current = this.box.open(row.secret_enc)
+    return this.previousSecretLive(row) ? [current, this.box.open(row.previous_secret_enc!)] : [current]
   }
 
   deliveryToAdmin(row: DeliveryRow) {
@@ -84,7 +110,7 @@ export class WebhookService {
   }
 
   create(workspaceId: string, url: string, events: string[] | undefined) {
-    const secret = `whsec_${randomBytes(32).toString('base64')}`
+    const secret = newSecret()
     const now = this.deps.clock.now()
     const row: EndpointRow = {
       id: uuid(),
@@ -92,6 +118,8 @@ export class WebhookService {
       url,
       events: eventsColumn(events),
       secret_enc: this.box.seal(secret),
+      previous_secret_enc: null,
+      previous_secret_expires_at: null,
       status: 'active',
       failing_since: null,
       created_at: now,
@@ -136,6 +164,28 @@ export class WebhookService {
     })
     if (requeued > 0) this.kick()
     return this.get(id)
+  }
+
+  /**
+   * A new signing secret for an endpoint (say, the old one leaked or a receiver's staff changed).
+   * Every attempt from now on — retries of earlier events too — is signed with the new secret and,
+   * for `keepPreviousHours` (0 to drop it at once), also with the one it replaces, so a receiver
+   * still configured with that one keeps verifying until it is switched over. Rotating again
+   * within that time replaces the older secret: at most two sign at once. Audited
+   * (`webhook.secret_rotated`). Returns the endpoint with its new secret.
+   */
+  rotateSecret(id: string, keepPreviousHours: number) {
+    const secret = newSecret()
+    const now = this.deps.clock.now()
+    const row = this.deps.writer.now(() => {
+      const current = this.get(id)
+      const previous = keepPreviousHours > 0 ? { enc: current.secret_enc, until: now + keepPreviousHours * 3_600_000 } : null
+      this.repo.rotateSecret(id, this.box.seal(secret), previous, now)
+      this.audit.add(current.workspace_id, 'webhook.secret_rotated', null, now)
+      return this.get(id)
+    })
+    this.log.info('webhook signing secret rotated', { endpoint_id: id, previous_signs_hours: keepPreviousHours })
+    return { ...this.toAdmin(row), secret }
   }
 
   /**
@@ -251,7 +301,7 @@ export class WebhookService {
           'user-agent': 'Capstan-Webhooks/1',
           'webhook-id': d.id,
           'webhook-timestamp': String(ts),
-          'webhook-signature': signature(this.box.open(endpoint.secret_enc), d.id, ts, d.payload),
+          'webhook-signature': signature(this.signingSecrets(endpoint), d.id, ts, d.payload),
         },
         body: d.payload,
         redirect: 'manual',
