@@ -103,6 +103,12 @@ const COMMANDS: Record<string, Route> = {
     body: (a) => (a.values['keep-previous-hours'] === undefined ? {} : { keep_previous_hours: numberFlag(a, 'keep-previous-hours') }),
     options: ['keep-previous-hours'],
   },
+  'webhooks recover': {
+    method: 'POST',
+    path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/recover`,
+    body: (a) => ({ since: a.values.since }),
+    options: ['since'],
+  },
   'webhooks deliveries': { method: 'GET', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/deliveries?per_page=100` },
   'suppressions add': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/suppressions`, body: (a) => ({ phone: a.values.phone, reason: a.values.reason }), options: ['workspace', 'phone', 'reason'] },
   'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100`, options: ['workspace'] },
@@ -122,6 +128,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan connections list --workspace ID | update ID [--status online|offline] [--config JSON] | remove ID
   capstan webhooks create --workspace ID --url URL [--events message.sent,message.failed]
   capstan webhooks list --workspace ID | remove ID | deliveries ID | enable ID | disable ID
+  capstan webhooks recover ID --since ISO   (send again the deliveries that failed, of events since then)
   capstan webhooks rotate-secret ID [--keep-previous-hours N]   (new signing secret; the old one also signs for N hours, default 24)
   capstan suppressions add --workspace ID --phone +E164 [--reason TEXT]
   capstan suppressions list --workspace ID | remove --workspace ID +E164

@@ -202,7 +202,7 @@ describe('dashboard', () => {
     await page.close()
   })
 
-  test('webhooks: add an endpoint, rotate its secret, disable it and enable it again', async () => {
+  test('webhooks: add an endpoint, rotate its secret, send failed deliveries again, disable it and enable it again', async () => {
     const t = await srv.tenant()
     const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
     page.on('dialog', (d) => void d.accept())
@@ -220,6 +220,13 @@ describe('dashboard', () => {
     expect(after).not.toBe(before)
     expect(await page.textContent(`#secret-${hook.id} .mono`)).toBe(after)
     await page.waitForSelector('text=The previous secret also signs until')
+    // sending failed deliveries again, for the period chosen (none failed here)
+    await page.selectOption(`select[data-since="${hook.id}"]`, '168')
+    const [recover] = await Promise.all([page.waitForRequest((r) => r.url().endsWith('/recover')), page.click(`button[data-recover="${hook.id}"]`)])
+    await page.waitForSelector('text=No failed deliveries in that time')
+    const back = Date.now() - Date.parse(JSON.parse(recover.postData()!).since)
+    expect(back).toBeGreaterThan(168 * 3_600_000 - 60_000)
+    expect(back).toBeLessThan(168 * 3_600_000 + 60_000)
     await page.click(`button[data-disable="${hook.id}"]`)
     await page.waitForSelector('text=Endpoint disabled')
     expect((await srv.admin('GET', `/webhooks/${hook.id}`)).json.data.status).toBe('disabled')

@@ -4,6 +4,7 @@ import { Database } from 'bun:sqlite'
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Webhook } from 'standardwebhooks'
+import { RETRY_SCHEDULE_S } from '../src/modules/webhooks/service'
 import { inProcess } from './support/inproc'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
@@ -419,6 +420,82 @@ describe('durability and administration', () => {
       rx.stop()
       await env.close()
     }
+  })
+
+  test('a receiver down longer than the retry schedule: its failed deliveries since a time go out again (same webhook-id), older and delivered ones do not', async () => {
+    const env = await inProcess()
+    const rx = receiver()
+    try {
+      const { svc, clock } = env
+      const ws = svc.workspaces.create({ name: 'Recover' })
+      const hook = svc.webhooks.create(ws.id, rx.url, ['message.received'])
+      const conn = svc.connections.create(ws.id, { phone: '+15550000299', driver: 'sandbox' })
+      const statusOf = (body: string) => svc.webhooks.repo.deliveries(hook.id, 100, 0).rows.find((d) => JSON.parse(d.payload).data.body === body)!
+      // delivered while the receiver was up
+      await svc.messages.inbound(conn.id, '+15550000300', 'delivered')
+      await waitFor(() => statusOf('delivered').status === 'delivered')
+      // then it goes down: an event written two days before the recovery, and one an hour later,
+      // each tried 8 times over about 28 hours until their retries run out
+      const failAll = async (body: string) => {
+        const before = rx.got.length
+        for (let i = 0; i < 20; i++) rx.plan.push(503)
+        await svc.messages.inbound(conn.id, '+15550000300', body)
+        await waitFor(() => rx.got.length === before + 1)
+        for (const [i, delay] of RETRY_SCHEDULE_S.entries()) {
+          await waitFor(() => statusOf(body).attempts === i + 1)
+          clock.t += delay * 1000
+          svc.webhooks.kick()
+          await waitFor(() => rx.got.length === before + i + 2)
+        }
+        await waitFor(() => statusOf(body).status === 'failed')
+        rx.plan.length = 0
+        return statusOf(body)
+      }
+      const older = await failAll('older')
+      clock.t += 3_600_000
+      const since = clock.t
+      const lost = await failAll('lost')
+      expect(svc.webhooks.get(hook.id).status).toBe('active')
+      expect([older.attempts, lost.attempts, lost.last_error]).toEqual([8, 8, 'HTTP 503'])
+      // the receiver is back: nothing goes to it on its own
+      const tries = rx.got.length
+      clock.t += 86_400_000
+      svc.webhooks.kick()
+      await Bun.sleep(200)
+      expect(rx.got.length).toBe(tries)
+      // the operator sends again what failed since the older one
+      expect(svc.webhooks.recover(hook.id, since)).toBe(1)
+      await waitFor(() => statusOf('lost').status === 'delivered')
+      const again = rx.got.slice(tries)
+      expect(again.map((r) => [r.headers['webhook-id'], r.json.data.body])).toEqual([[lost.id, 'lost']])
+      expect(new Webhook(hook.secret).verify(again[0]!.body, { 'webhook-id': again[0]!.headers['webhook-id']!, 'webhook-timestamp': again[0]!.headers['webhook-timestamp']!, 'webhook-signature': again[0]!.headers['webhook-signature']! })).toMatchObject({ type: 'message.received' })
+      expect([statusOf('older').status, statusOf('delivered').status, statusOf('lost').attempts]).toEqual(['failed', 'delivered', 1])
+      // a second recovery finds nothing; a disabled endpoint is refused and nothing changes
+      expect(svc.webhooks.recover(hook.id, since)).toBe(0)
+      svc.webhooks.patch(hook.id, { status: 'disabled' })
+      expect(() => svc.webhooks.recover(hook.id, 0)).toThrow('The endpoint is disabled; enable it first.')
+      expect(statusOf('older').status).toBe('failed')
+    } finally {
+      rx.stop()
+      await env.close()
+    }
+  }, 30_000)
+
+  test('recover over HTTP: 202 with the count; since is validated; 404, 409 for a disabled endpoint, 401 without the admin token', async () => {
+    const ws = await srv.workspace()
+    const hook = (await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: 'http://127.0.0.1:9/x' })).json.data
+    const since = new Date(Date.now() - 86_400_000).toISOString()
+    const ok = await srv.admin('POST', `/webhooks/${hook.id}/recover`, { since })
+    expect([ok.status, ok.json]).toEqual([202, { data: { requeued: 0 } }])
+    for (const body of [{}, { since: 'yesterday' }, { since: '2026-11-20T10:00:00' }, { since: 5 }]) {
+      const r = await srv.admin('POST', `/webhooks/${hook.id}/recover`, body)
+      expect([r.status, Object.keys(r.json.errors ?? {})]).toEqual([422, ['since']])
+    }
+    expect((await srv.admin('POST', `/webhooks/${crypto.randomUUID()}/recover`, { since })).status).toBe(404)
+    expect((await srv.request('POST', `/admin/api/webhooks/${hook.id}/recover`, { json: { since } })).status).toBe(401)
+    await srv.admin('PATCH', `/webhooks/${hook.id}`, { status: 'disabled' })
+    const off = await srv.admin('POST', `/webhooks/${hook.id}/recover`, { since })
+    expect([off.status, off.json.code, off.json.message]).toEqual([409, 'endpoint_disabled', 'The endpoint is disabled; enable it first.'])
   })
 
   test('finished deliveries are deleted after 30 days, in batches; pending and newer ones stay', async () => {

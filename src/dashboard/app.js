@@ -10,6 +10,8 @@ const main = $('#main')
 
 const esc = (v) => String(v ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c])
 const badge = (v) => `<span class="badge ${esc(v)}">${esc(v)}</span>`
+/** How far back "Send failed deliveries again" reaches (finished deliveries are kept 30 days). */
+const RECOVER_PERIODS = [[24, 'last 24 hours'], [72, 'last 3 days'], [168, 'last 7 days'], [720, 'last 30 days']]
 const when = (t) => (t ? new Date(t).toLocaleString() : '—')
 const cell = (label, html) => `<td data-label="${esc(label)}">${html}</td>`
 
@@ -341,6 +343,7 @@ const pages = {
       ${data.map((h, i) => `<div class="card"><span class="mono">${esc(h.url)}</span> ${badge(h.status)}
         <p class="muted">${esc(h.events.join(', '))}</p>
         <p><button class="secondary" data-secret="${esc(h.id)}">Show signing secret</button> <button class="secondary" data-rotate="${esc(h.id)}">Rotate secret</button> ${h.status === 'disabled' ? `<button data-enable="${esc(h.id)}">Enable again</button>` : `<button class="secondary" data-test="${esc(h.id)}">Send test event</button> <button class="secondary" data-disable="${esc(h.id)}">Disable</button>`} <button class="danger" data-del="${esc(h.id)}">Remove</button></p>
+        ${h.status === 'active' ? `<p class="inline"><select data-since="${esc(h.id)}" aria-label="Failed deliveries of events from the">${RECOVER_PERIODS.map(([hours, label]) => `<option value="${hours}">${label}</option>`).join('')}</select> <button class="secondary" data-recover="${esc(h.id)}">Send failed deliveries again</button></p>` : ''}
         ${h.previous_secret_expires_at ? `<p class="muted">The previous secret also signs until ${when(h.previous_secret_expires_at)}: switch the receiver to the new one before then.</p>` : ''}
         ${h.status === 'disabled' ? '<p class="muted">Disabled: no events are written for it. Enabling it again sends the deliveries that were pending when it was disabled.</p>' : ''}
         <div id="secret-${esc(h.id)}"></div>
@@ -373,6 +376,12 @@ const pages = {
       } catch (e) {
         toast(errorText(e), true)
       }
+    }))
+    main.querySelectorAll('[data-recover]').forEach((b) => (b.onclick = async () => {
+      const hours = Number(main.querySelector(`select[data-since="${CSS.escape(b.dataset.recover)}"]`).value)
+      const since = new Date(Date.now() - hours * 3_600_000).toISOString()
+      const r = await act(() => api('POST', `/webhooks/${b.dataset.recover}/recover`, { since }), null)
+      if (r) toast(r.data.requeued ? `${r.data.requeued} ${r.data.requeued === 1 ? 'delivery goes' : 'deliveries go'} out again` : 'No failed deliveries in that time')
     }))
     main.querySelectorAll('[data-test]').forEach((b) => (b.onclick = () => act(() => api('POST', `/webhooks/${b.dataset.test}/test`), 'Test event queued')))
     main.querySelectorAll('[data-del]').forEach((b) => (b.onclick = () => confirm('Remove this endpoint?') && act(() => api('DELETE', `/webhooks/${b.dataset.del}`), 'Endpoint removed')))

@@ -52,6 +52,7 @@ export class WebhookRepo {
   private targetStmt
   private rotateStmt
   private requeueHeld
+  private requeueFailed
   private insertDelivery
   private dueStmt
   private nextDueStmt
@@ -80,6 +81,9 @@ export class WebhookRepo {
     this.enableStmt = db.query("UPDATE webhook_endpoints SET status = 'active', failing_since = NULL, updated_at = ? WHERE id = ?")
     this.requeueHeld = db.query(
       `UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ? WHERE endpoint_id = ? AND status = 'failed' AND last_error LIKE '${HELD_REASON}%'`,
+    )
+    this.requeueFailed = db.query(
+      "UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?1, updated_at = ?1 WHERE endpoint_id = ?2 AND status = 'failed' AND created_at >= ?3",
     )
     this.insertDelivery = db.query(
       "INSERT INTO webhook_deliveries (id, endpoint_id, workspace_id, type, payload, status, attempts, next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)",
@@ -135,6 +139,10 @@ export class WebhookRepo {
   enable(id: string, at: number): number {
     this.enableStmt.run(at, id)
     return this.requeueHeld.run(at, at, id).changes
+  }
+  /** Failed deliveries of events written since `since`: pending again, due at `at`; returns how many. */
+  requeueFailedSince(endpointId: string, since: number, at: number): number {
+    return this.requeueFailed.run(at, endpointId, since).changes
   }
   enqueue(id: string, endpointId: string, workspaceId: string, type: string, payload: string, at: number) {
     this.insertDelivery.run(id, endpointId, workspaceId, type, payload, at, at, at)

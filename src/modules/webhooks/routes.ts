@@ -11,6 +11,7 @@ const url = s.string().length(1, 2048).pattern(/^https?:\/\/[^\s/?#]+[^\s]*$/i, 
 const events = s.array(s.string().oneOf(EVENT_TYPES)).max(EVENT_TYPES.length)
 const createBody = s.object({ url, events: events.optional() })
 const patchBody = s.object({ status: s.string().oneOf(['active', 'disabled'] as const).optional(), url: url.optional(), events: events.optional() })
+const recoverBody = s.object({ since: s.string().format('date-time') })
 const rotateBody = s.object({ keep_previous_hours: s.integer().range(0, MAX_KEEP_PREVIOUS_HOURS).optional() })
 
 export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
@@ -43,6 +44,17 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
           if (v.status === undefined && v.url === undefined && v.events === undefined) fieldError(errors, 'status', 'Give at least one of status, url or events.')
         })
         return { data: hooks.toAdmin(hooks.patch(params.id, input)) }
+      },
+      { admin: true, detail: hidden },
+    )
+    // failed deliveries of events since a time go out again
+    .post(
+      '/webhooks/:id/recover',
+      ({ params, body, set }) => {
+        const input = validate(recoverBody, body)
+        const requeued = hooks.recover(params.id, Date.parse(input.since))
+        set.status = 202
+        return { data: { requeued } }
       },
       { admin: true, detail: hidden },
     )

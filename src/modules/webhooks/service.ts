@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto'
 import { persist } from '../../db/writer'
 import type { Deps } from '../../deps'
-import { notFound } from '../../http/errors'
+import { conflict, notFound } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
 import type { SecretBox } from '../../secrets'
@@ -186,6 +186,28 @@ export class WebhookService {
     })
     this.log.info('webhook signing secret rotated', { endpoint_id: id, previous_signs_hours: keepPreviousHours })
     return { ...this.toAdmin(row), secret }
+  }
+
+  /**
+   * Sends again what an endpoint did not get: every delivery of an event written since `since`
+   * that failed — its retries ran out (a receiver down longer than the schedule, about 28 hours,
+   * but not the 3 days that disable it), or it was held by a disabling — with its own webhook-id
+   * (receivers that drop duplicates by it stay correct) and a fresh retry schedule. Finished
+   * deliveries are kept 30 days, so that is how far back this reaches. 409 for a disabled
+   * endpoint (enabling it sends what its disabling held). Returns how many go out again.
+   */
+  recover(id: string, since: number): number {
+    const now = this.deps.clock.now()
+    const requeued = this.deps.writer.now(() => {
+      const row = this.get(id)
+      if (row.status !== 'active') throw conflict('endpoint_disabled', 'The endpoint is disabled; enable it first.')
+      return this.repo.requeueFailedSince(id, since, now)
+    })
+    if (requeued > 0) {
+      this.log.info('webhook deliveries sent again', { endpoint_id: id, deliveries: requeued })
+      this.kick()
+    }
+    return requeued
   }
 
   /**
