@@ -464,22 +464,61 @@ describe('durability and administration', () => {
       await Bun.sleep(200)
       expect(rx.got.length).toBe(tries)
       // the operator sends again what failed since the older one
-      expect(svc.webhooks.recover(hook.id, since)).toBe(1)
+      expect(await svc.webhooks.recover(hook.id, since)).toBe(1)
       await waitFor(() => statusOf('lost').status === 'delivered')
       const again = rx.got.slice(tries)
       expect(again.map((r) => [r.headers['webhook-id'], r.json.data.body])).toEqual([[lost.id, 'lost']])
       expect(new Webhook(hook.secret).verify(again[0]!.body, { 'webhook-id': again[0]!.headers['webhook-id']!, 'webhook-timestamp': again[0]!.headers['webhook-timestamp']!, 'webhook-signature': again[0]!.headers['webhook-signature']! })).toMatchObject({ type: 'message.received' })
       expect([statusOf('older').status, statusOf('delivered').status, statusOf('lost').attempts]).toEqual(['failed', 'delivered', 1])
       // a second recovery finds nothing; a disabled endpoint is refused and nothing changes
-      expect(svc.webhooks.recover(hook.id, since)).toBe(0)
+      expect(await svc.webhooks.recover(hook.id, since)).toBe(0)
       svc.webhooks.patch(hook.id, { status: 'disabled' })
-      expect(() => svc.webhooks.recover(hook.id, 0)).toThrow('The endpoint is disabled; enable it first.')
+      expect(svc.webhooks.recover(hook.id, 0)).rejects.toThrow('The endpoint is disabled; enable it first.')
       expect(statusOf('older').status).toBe('failed')
     } finally {
       rx.stop()
       await env.close()
     }
   }, 30_000)
+
+  test('recover works in slices: every failed delivery since the time, of that endpoint only, and none older', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, clock } = env
+      svc.webhooks.stop() // rows are written directly below; nothing is to be sent
+      svc.webhooks.recoverSlice = 5
+      const ws = svc.workspaces.create({ name: 'Slices' })
+      const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/', undefined)
+      const other = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/other', undefined)
+      const repo = svc.webhooks.repo
+      const t0 = clock.t
+      env.db.transaction(() => {
+        for (let i = 0; i < 40; i++) {
+          // interleaved: old failed, new failed, new delivered, the other endpoint's new failed
+          const [id, endpoint, at, end] = (
+            [
+              [`old${i}`, hook.id, t0 - 1, 'failed'],
+              [`new${i}`, hook.id, t0 + i, 'failed'],
+              [`done${i}`, hook.id, t0 + i, 'delivered'],
+              [`other${i}`, other.id, t0 + i, 'failed'],
+            ] as const
+          )[i % 4]!
+          repo.enqueue(id, endpoint, ws.id, 'message.sent', '{}', at)
+          if (end === 'failed') repo.fail(id, 503, 'HTTP 503', at)
+          else repo.delivered(id, 200, at)
+        }
+      })()
+      clock.t = t0 + 86_400_000
+      expect(await svc.webhooks.recover(hook.id, t0)).toBe(10)
+      const rows = [...repo.deliveries(hook.id, 100, 0).rows, ...repo.deliveries(other.id, 100, 0).rows]
+      const pending = rows.filter((d) => d.status === 'pending')
+      expect(pending.map((d) => d.id).sort()).toEqual(rows.filter((d) => d.id.startsWith('new')).map((d) => d.id).sort())
+      expect(pending.every((d) => d.attempts === 0 && d.next_attempt_at === clock.t)).toBe(true)
+      expect(rows.filter((d) => d.id.startsWith('old') || d.id.startsWith('other')).every((d) => d.status === 'failed')).toBe(true)
+    } finally {
+      await env.close()
+    }
+  })
 
   test('recover over HTTP: 202 with the count; since is validated; 404, 409 for a disabled endpoint, 401 without the admin token', async () => {
     const ws = await srv.workspace()

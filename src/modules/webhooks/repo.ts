@@ -52,6 +52,7 @@ export class WebhookRepo {
   private targetStmt
   private rotateStmt
   private requeueHeld
+  private failedSlice
   private requeueFailed
   private insertDelivery
   private dueStmt
@@ -82,8 +83,11 @@ export class WebhookRepo {
     this.requeueHeld = db.query(
       `UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ? WHERE endpoint_id = ? AND status = 'failed' AND last_error LIKE '${HELD_REASON}%'`,
     )
+    this.failedSlice = db.query<{ seq: number }, [string, number, number, number]>(
+      "SELECT seq FROM webhook_deliveries WHERE endpoint_id = ? AND status = 'failed' AND created_at >= ? AND seq > ? ORDER BY seq LIMIT ?",
+    )
     this.requeueFailed = db.query(
-      "UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?1, updated_at = ?1 WHERE endpoint_id = ?2 AND status = 'failed' AND created_at >= ?3",
+      "UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?1, updated_at = ?1 WHERE endpoint_id = ?2 AND status = 'failed' AND created_at >= ?3 AND seq BETWEEN ?4 AND ?5",
     )
     this.insertDelivery = db.query(
       "INSERT INTO webhook_deliveries (id, endpoint_id, workspace_id, type, payload, status, attempts, next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)",
@@ -140,9 +144,17 @@ export class WebhookRepo {
     this.enableStmt.run(at, id)
     return this.requeueHeld.run(at, at, id).changes
   }
-  /** Failed deliveries of events written since `since`: pending again, due at `at`; returns how many. */
-  requeueFailedSince(endpointId: string, since: number, at: number): number {
-    return this.requeueFailed.run(at, endpointId, since).changes
+  /**
+   * The next `limit` failed deliveries (in seq order after `after`) of events written since
+   * `since`: pending again, due at `at`. Returns how many, and the seq to go on after (null when
+   * none are left).
+   */
+  requeueFailedSlice(endpointId: string, since: number, after: number, limit: number, at: number): { requeued: number; last: number | null } {
+    const seqs = this.failedSlice.all(endpointId, since, after, limit)
+    if (seqs.length === 0) return { requeued: 0, last: null }
+    const last = seqs.at(-1)!.seq
+    const requeued = this.requeueFailed.run(at, endpointId, since, seqs[0]!.seq, last).changes
+    return { requeued, last: seqs.length < limit ? null : last }
   }
   enqueue(id: string, endpointId: string, workspaceId: string, type: string, payload: string, at: number) {
     this.insertDelivery.run(id, endpointId, workspaceId, type, payload, at, at, at)

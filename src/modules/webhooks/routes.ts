@@ -50,9 +50,9 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     // failed deliveries of events since a time go out again
     .post(
       '/webhooks/:id/recover',
-      ({ params, body, set }) => {
+      async ({ params, body, set }) => {
         const input = validate(recoverBody, body)
-        const requeued = hooks.recover(params.id, Date.parse(input.since))
+        const requeued = await hooks.recover(params.id, Date.parse(input.since))
         set.status = 202
         return { data: { requeued } }
       },

@@ -60,6 +60,8 @@ export class WebhookService {
   }
   private running = false
   private readonly maxInFlight = 16
+  /** Deliveries made pending again per write by `recover`. */
+  recoverSlice = 5000
 
   constructor(
     private readonly deps: Deps,
@@ -194,20 +196,27 @@ export class WebhookService {
    * but not the 3 days that disable it), or it was held by a disabling — with its own webhook-id
    * (receivers that drop duplicates by it stay correct) and a fresh retry schedule. Finished
    * deliveries are kept 30 days, so that is how far back this reaches. 409 for a disabled
-   * endpoint (enabling it sends what its disabling held). Returns how many go out again.
+   * endpoint (enabling it sends what its disabling held). Written in slices of `recoverSlice`,
+   * between which requests are served (a month of a busy endpoint's events is one long write
+   * otherwise); the first ones go out while later ones are still being written. Stops early if
+   * the endpoint is disabled or removed meanwhile. Returns how many go out again.
    */
-  recover(id: string, since: number): number {
-    const now = this.deps.clock.now()
-    const requeued = this.deps.writer.now(() => {
-      const row = this.get(id)
-      if (row.status !== 'active') throw conflict('endpoint_disabled', 'The endpoint is disabled; enable it first.')
-      return this.repo.requeueFailedSince(id, since, now)
-    })
-    if (requeued > 0) {
-      this.log.info('webhook deliveries sent again', { endpoint_id: id, deliveries: requeued })
-      this.kick()
+  async recover(id: string, since: number): Promise<number> {
+    if (this.get(id).status !== 'active') throw conflict('endpoint_disabled', 'The endpoint is disabled; enable it first.')
+    let total = 0
+    for (let after = 0; ; ) {
+      const { requeued, last } = this.deps.writer.now(() => {
+        if (this.repo.endpoint(id)?.status !== 'active') return { requeued: 0, last: null }
+        return this.repo.requeueFailedSlice(id, since, after, this.recoverSlice, this.deps.clock.now())
+      })
+      total += requeued
+      if (requeued > 0) this.kick()
+      if (last === null) break
+      after = last
+      await new Promise((resolve) => setImmediate(resolve))
     }
-    return requeued
+    if (total > 0) this.log.info('webhook deliveries sent again', { endpoint_id: id, deliveries: total })
+    return total
   }
 
   /**
