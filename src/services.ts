@@ -56,6 +56,8 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   const groups = new GroupService(deps, connections, messages, log)
   const campaigns = new CampaignService(deps, templates, connections, contacts, suppressions, messages, media, webhooks, log)
   const pacer = new Pacer(deps, messages, connections, workspaces, log, deps.clock, opts.timers ?? realTimers, opts.random ?? Math.random)
+  contacts.onConsentChanged = (row, from, source) =>
+    webhooks.enqueueInTx(row.workspace_id, 'contact.consent_changed', { ...contacts.toPublic(row), consent_change: { from, to: row.consent_status, source } })
   messages.onQueued = (id) => pacer.wake(id)
   messages.onThrottled = (id) => pacer.slowDown(id)
   pacer.groupExternalId = (row) => groups.externalIdOf(row)

@@ -4,7 +4,7 @@ import { Database } from 'bun:sqlite'
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Webhook } from 'standardwebhooks'
-import { RETRY_SCHEDULE_S } from '../src/modules/webhooks/service'
+import { EVENT_TYPES, RETRY_SCHEDULE_S } from '../src/modules/webhooks/service'
 import { inProcess } from './support/inproc'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
@@ -92,6 +92,57 @@ describe('delivery', () => {
     expect(byType['message.failed'].error.code).toBe('recipient_unreachable')
     expect(byType['message.received'].id).toBe(inbound.id)
     rx.stop()
+  })
+
+  test('contact.consent_changed: an opt-in through the API and a STOP reply each arrive with from, to and source; no change, no event', async () => {
+    const { ws, key, keyId, rx, conn } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['contact.consent_changed', 'message.received'])
+    const phone = newPhone()
+    const created = await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Ada', consent_status: 'opted_in' } })
+    await waitFor(() => rx.got.length === 1)
+    // the source names the key by its public id (the part of its prefix after cap_)
+    const prefix: string = (await srv.admin('GET', `/workspaces/${ws.id}/keys`)).json.data.find((k: any) => k.id === keyId).prefix
+    expect(rx.got[0]!.json).toMatchObject({
+      type: 'contact.consent_changed',
+      data: { id: created.json.data.id, phone, name: 'Ada', consent_status: 'opted_in', consent_change: { from: null, to: 'opted_in', source: `api_key:${prefix.slice('cap_'.length)}` } },
+    })
+    // the same consent again, or a name alone: nothing changed, nothing sent
+    await srv.api(key, 'POST', '/contacts', { json: { phone, consent_status: 'opted_in' } })
+    await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Ada L.' } })
+    // the customer replies STOP: the message, then the opt-out it made
+    const stop = (await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: phone, body: ' stop ' })).json.data
+    await waitFor(() => rx.got.length === 3)
+    expect(rx.got.map((r) => r.json.type)).toEqual(['contact.consent_changed', 'message.received', 'contact.consent_changed'])
+    expect(rx.got[2]!.json.data).toMatchObject({ phone, name: 'Ada L.', consent_status: 'opted_out', consent_change: { from: 'opted_in', to: 'opted_out', source: `inbound:${stop.id}` } })
+    // a second STOP changes nothing
+    await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: phone, body: 'STOP' })
+    await waitFor(() => rx.got.length === 4)
+    await Bun.sleep(300)
+    expect(rx.got.map((r) => r.json.type).slice(3)).toEqual(['message.received'])
+    // the contact list and the events agree
+    expect((await srv.api(key, 'GET', `/contacts?phone=${encodeURIComponent(phone)}`)).json.data[0].consent_status).toBe('opted_out')
+    rx.stop()
+  })
+
+  test('contact.consent_changed for stopped promotions (controlled clock, real receiver)', async () => {
+    const env = await inProcess()
+    const rx = receiver()
+    try {
+      const { svc } = env
+      const ws = svc.workspaces.create({ name: 'Promotions' })
+      svc.webhooks.create(ws.id, rx.url, ['contact.consent_changed'])
+      const conn = svc.connections.create(ws.id, { phone: '+15550000399', driver: 'sandbox' })
+      await svc.contacts.upsert(ws.id, { phone: '+15550000400', consent_status: 'opted_in' }, 'test')
+      await waitFor(() => rx.got.length === 1)
+      expect(await svc.messages.marketingStopped(conn.id, '+15550000400', 'cloud_api:marketing_stopped')).toBe(true)
+      await waitFor(() => rx.got.length === 2)
+      expect(rx.got[1]!.json.data).toMatchObject({ phone: '+15550000400', consent_status: 'unknown', consent_change: { from: 'opted_in', to: 'unknown', source: 'cloud_api:marketing_stopped' } })
+      expect(await svc.messages.marketingStopped(conn.id, '+15550000400', 'cloud_api:marketing_stopped')).toBe(false)
+      await Bun.sleep(200)
+      expect(rx.got).toHaveLength(2)
+    } finally {
+      rx.stop()
+      await env.close()
+    }
   })
 
   test('a failed delivery is retried after 5 s with the same webhook-id; history shows the attempts', async () => {
@@ -192,7 +243,7 @@ describe('durability and administration', () => {
     const created = (await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: 'http://127.0.0.1:9/x' })).json.data
     const files = readdirSync(srv.dataDir).filter((f) => f.startsWith('capstan.db'))
     for (const f of files) expect(readFileSync(join(srv.dataDir, f)).includes(created.secret.slice(6))).toBe(false)
-    expect(created.events).toHaveLength(6)
+    expect(created.events).toEqual([...EVENT_TYPES])
     for (const body of [{ url: 'ftp://x' }, { url: 'not a url' }, {}, { url: 'http://x.test', events: ['message.exploded'] }]) {
       expect((await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, body)).status).toBe(422)
     }
@@ -210,7 +261,7 @@ describe('durability and administration', () => {
     const moved = await srv.admin('PATCH', `/webhooks/${created.id}`, { url: 'http://127.0.0.1:9/moved', events: ['message.failed'] })
     expect(moved.json.data).toMatchObject({ url: 'http://127.0.0.1:9/moved', events: ['message.failed'], status: 'active' })
     expect((await srv.admin('GET', `/webhooks/${created.id}`)).json.data.secret).toBe(created.secret)
-    expect((await srv.admin('PATCH', `/webhooks/${created.id}`, { events: [] })).json.data.events).toHaveLength(6)
+    expect((await srv.admin('PATCH', `/webhooks/${created.id}`, { events: [] })).json.data.events).toEqual([...EVENT_TYPES])
     expect((await srv.admin('DELETE', `/webhooks/${created.id}`)).status).toBe(204)
     expect((await srv.admin('DELETE', `/webhooks/${created.id}`)).status).toBe(404)
     expect((await srv.admin('GET', `/workspaces/${ws.id}/webhooks`)).json.data).toEqual([])

@@ -19,6 +19,20 @@ export class ContactService {
     this.repo = new ContactRepo(deps.db)
   }
 
+  /**
+   * Called inside every write that changes a contact's consent, after the ledger entry: `from` is
+   * the consent before (null for a contact created with one). services.ts turns it into the
+   * `contact.consent_changed` webhook event.
+   */
+  onConsentChanged: (row: ContactRow, from: Consent | null, source: string) => void = () => {}
+
+  /** Change a contact's consent inside a write: the contact, the ledger entry with `source`, the event. */
+  setConsentInTx(contact: ContactRow, status: Consent, source: string, now: number) {
+    this.repo.setConsent(contact.id, status, now)
+    this.repo.ledger(contact.workspace_id, contact.id, status, source, now)
+    this.onConsentChanged(this.repo.get(contact.workspace_id, contact.id)!, contact.consent_status as Consent, source)
+  }
+
   toPublic(row: ContactRow) {
     return {
       id: row.id,
@@ -53,7 +67,10 @@ export class ContactService {
         last_activity_at: now,
       }
       this.repo.insert(row)
-      if (input.consent_status && input.consent_status !== 'unknown') this.repo.ledger(workspaceId, row.id, row.consent_status, source, now)
+      if (input.consent_status && input.consent_status !== 'unknown') {
+        this.repo.ledger(workspaceId, row.id, row.consent_status, source, now)
+        this.onConsentChanged(row, null, source)
+      }
       return { row, created: true }
     }
     const row: ContactRow = {
@@ -65,7 +82,10 @@ export class ContactService {
       last_activity_at: Math.max(existing.last_activity_at, now),
     }
     this.repo.update(row)
-    if (input.consent_status && input.consent_status !== existing.consent_status) this.repo.ledger(workspaceId, row.id, row.consent_status, source, now)
+    if (input.consent_status && input.consent_status !== existing.consent_status) {
+      this.repo.ledger(workspaceId, row.id, row.consent_status, source, now)
+      this.onConsentChanged(row, existing.consent_status as Consent, source)
+    }
     return { row, created: false }
   }
 

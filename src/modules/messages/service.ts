@@ -425,12 +425,9 @@ export class MessageService {
     row.delivered_at = now
     row.external_id = externalId
     this.repo.insert(row)
-    if (OPT_OUT_KEYWORDS.has(body.trim().toUpperCase()) && contact.consent_status !== 'opted_out') {
-      this.contacts.repo.setConsent(contact.id, 'opted_out', now)
-      this.contacts.repo.ledger(ws, contact.id, 'opted_out', `inbound:${row.id}`, now)
-    }
     const full = { ...row, seq: 0 }
     this.emit(full, 'message.received')
+    if (OPT_OUT_KEYWORDS.has(body.trim().toUpperCase()) && contact.consent_status !== 'opted_out') this.contacts.setConsentInTx(contact, 'opted_out', `inbound:${row.id}`, now)
     return full
   }
 
@@ -449,9 +446,7 @@ export class MessageService {
       const ws = live.row.workspace_id
       const contact = this.contacts.repo.getByPhone(ws, this.contacts.repo.phoneOf(ws, phone))
       if (contact?.consent_status !== 'opted_in') return false
-      const now = this.deps.clock.now()
-      this.contacts.repo.setConsent(contact.id, 'unknown', now)
-      this.contacts.repo.ledger(ws, contact.id, 'unknown', source, now)
+      this.contacts.setConsentInTx(contact, 'unknown', source, this.deps.clock.now())
       return true
     })
   }
