@@ -27,6 +27,7 @@ import { contactAdminRoutes, contactApiRoutes } from './modules/contacts/routes'
 import { groupApiRoutes } from './modules/groups/routes'
 import { mediaApiRoutes } from './modules/media/routes'
 import { messageApiRoutes } from './modules/messages/routes'
+import { WEBHOOK_DOCS } from './modules/webhooks/docs'
 import { webhookAdminRoutes } from './modules/webhooks/routes'
 import { keyAdminRoutes } from './modules/keys/routes'
 import { suppressionAdminRoutes } from './modules/suppressions/routes'
@@ -174,6 +175,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
           },
           servers: [{ url: '/' }],
           components: DOC_COMPONENTS as any,
+          webhooks: WEBHOOK_DOCS as any,
         },
         exclude: { paths: ['/healthz', '/readyz', '/docs', '/openapi.json', '/admin', '/admin/app.js', '/admin/app.css', '/admin/session'] },
       }),

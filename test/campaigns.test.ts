@@ -70,6 +70,9 @@ describe('lifecycle', () => {
     expect(recips.map((r: any) => [r.phone, r.status]).sort()).toEqual(people.map((p) => [p.phone, 'sent']).sort())
     await waitFor(() => events.length >= 1)
     expect(events[0]).toMatchObject({ type: 'campaign.completed', data: { id: c.id, status: 'completed', counts: { total: 2, sent: 2 } } })
+    // the event is documented field for field (the OpenAPI document's webhooks)
+    const documented = (await srv.request('GET', '/openapi.json')).json.webhooks['campaign.completed'].post.requestBody.content['application/json'].schema.properties.data.properties
+    expect(Object.keys(events[0].data).sort()).toEqual(Object.keys(documented).sort())
     rx.stop(true)
   })
 

@@ -145,6 +145,32 @@ describe('delivery', () => {
     }
   })
 
+  test('the OpenAPI document describes each event type (webhooks), field for field as the events are sent', async () => {
+    const doc = (await srv.request('GET', '/openapi.json')).json
+    expect(Object.keys(doc.webhooks)).toEqual([...EVENT_TYPES])
+    const bad = newPhone()
+    const { key, rx, conn } = await setup({ delivered_after_ms: 20, read_after_ms: 40, fail_recipients: [bad] })
+    await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'documented' } })
+    await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: bad, body: 'refused' } })
+    const phone = newPhone()
+    await srv.api(key, 'POST', '/contacts', { json: { phone, consent_status: 'opted_in' } })
+    await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: phone, body: 'STOP' })
+    const types = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'contact.consent_changed']
+    await waitFor(() => types.every((t) => rx.got.some((r) => r.json.type === t)))
+    for (const t of types) {
+      const event = rx.got.find((r) => r.json.type === t)!.json
+      const op = doc.webhooks[t].post
+      const schema = op.requestBody.content['application/json'].schema
+      expect([t, schema.properties.type.const]).toEqual([t, t])
+      expect([t, Object.keys(event).sort()]).toEqual([t, Object.keys(schema.properties).sort()])
+      expect([t, Object.keys(event.data).sort()]).toEqual([t, Object.keys(schema.properties.data.properties).sort()])
+      expect(op.parameters.map((p: any) => p.name)).toEqual(['webhook-id', 'webhook-timestamp', 'webhook-signature'])
+    }
+    const change = rx.got.find((r) => r.json.type === 'contact.consent_changed')!.json.data.consent_change
+    expect(Object.keys(change).sort()).toEqual(Object.keys(doc.webhooks['contact.consent_changed'].post.requestBody.content['application/json'].schema.properties.data.properties.consent_change.properties).sort())
+    rx.stop()
+  })
+
   test('a failed delivery is retried after 5 s with the same webhook-id; history shows the attempts', async () => {
     const { key, rx, hook, conn } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])
     rx.plan.push(500)

@@ -40,7 +40,7 @@ const scheduleBody = s.object({
 const previewBody = s.object({ audience: audience.optional() })
 
 const countsDoc = { type: 'object', properties: Object.fromEntries(['total', 'queued', 'sent', 'delivered', 'read', 'failed', 'skipped'].map((k) => [k, { type: 'integer' }])) }
-const campaignDoc = {
+export const campaignDoc = {
   type: 'object',
   properties: {
     id: { type: 'string', format: 'uuid' },

@@ -1,0 +1,74 @@
+/**
+ * The events Capstan posts to webhook endpoints, as the OpenAPI document's `webhooks` (OpenAPI
+ * 3.1): one operation per event type, with the body schema and the signing headers, so a
+ * receiver can be generated from /openapi.json like a client.
+ */
+import { campaignDoc } from '../campaigns/routes'
+import { CONSENT } from '../contacts/model'
+import { contactDoc } from '../contacts/routes'
+import { messageDoc } from '../messages/model'
+import { type EventType, RETRY_SCHEDULE_S } from './service'
+
+type Json = Record<string, unknown>
+
+const consentChangedDoc = {
+  ...contactDoc,
+  properties: {
+    ...contactDoc.properties,
+    consent_change: {
+      type: 'object',
+      properties: {
+        from: { type: ['string', 'null'], enum: [...CONSENT, null], description: 'The consent before; null for a contact created with one.' },
+        to: { type: 'string', enum: [...CONSENT] },
+        source: { type: 'string', description: 'As in the consent ledger: api_key:<key id>, inbound:<message id>, cloud_api:marketing_stopped, cloud_api_131050:<message id>.' },
+      },
+    },
+  },
+}
+
+const EVENTS: Record<EventType, { summary: string; data: Json }> = {
+  'message.sent': { summary: 'A message was handed to its network', data: messageDoc },
+  'message.delivered': { summary: 'A message reached the recipient’s phone', data: messageDoc },
+  'message.read': { summary: 'The recipient read a message', data: messageDoc },
+  'message.failed': { summary: 'A message failed (error.code says why)', data: messageDoc },
+  'message.received': { summary: 'A customer wrote to one of the numbers', data: messageDoc },
+  'campaign.completed': { summary: 'A campaign finished: every recipient has a final outcome', data: campaignDoc },
+  'contact.consent_changed': { summary: 'A contact’s consent changed (API, STOP reply, stopped promotions)', data: consentChangedDoc },
+}
+
+const retries = RETRY_SCHEDULE_S.map((s) => (s < 60 ? `${s} s` : s < 3600 ? `${s / 60} min` : `${s / 3600} h`)).join(', ')
+
+const header = (name: string, description: string) => ({ name, in: 'header', required: true, schema: { type: 'string' }, description })
+
+export const WEBHOOK_DOCS: Record<string, Json> = Object.fromEntries(
+  Object.entries(EVENTS).map(([type, { summary, data }]) => [
+    type,
+    {
+      post: {
+        summary,
+        description: `Posted to every active endpoint of the workspace subscribed to \`${type}\` (an endpoint with no events listed gets all). Signed per Standard Webhooks with the endpoint’s secret; verify before trusting the body.`,
+        tags: ['Webhooks'],
+        parameters: [
+          header('webhook-id', 'Unique per event and the same on every retry: drop duplicates by it.'),
+          header('webhook-timestamp', 'Unix seconds of this attempt.'),
+          header('webhook-signature', 'Space-separated `v1,<base64 HMAC-SHA256>` of "<webhook-id>.<webhook-timestamp>.<raw body>", keyed with the base64-decoded secret after whsec_; two while a rotated secret still signs.'),
+        ],
+        requestBody: {
+          required: true,
+          content: {
+            'application/json': {
+              schema: {
+                type: 'object',
+                required: ['type', 'timestamp', 'data'],
+                properties: { type: { type: 'string', const: type }, timestamp: { type: 'string', format: 'date-time' }, data },
+              },
+            },
+          },
+        },
+        responses: {
+          '2XX': { description: `Received. Any other answer, or none within 15 s, is retried after ${retries}; an endpoint failing for 3 days is disabled.` },
+        },
+      },
+    },
+  ]),
+)
