@@ -171,6 +171,30 @@ describe('delivery', () => {
     rx.stop()
   })
 
+  test('a receiver that hangs holds up only its own endpoint: at most 8 of its deliveries under way, another workspace\'s events go out at once', async () => {
+    const hanging = receiver(20_000)
+    const a = await srv.tenant()
+    const hookA = (await srv.admin('POST', `/workspaces/${a.ws.id}/webhooks`, { url: hanging.url, events: ['message.received'] })).json.data
+    const connA = (await srv.admin('POST', `/workspaces/${a.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+    for (let i = 0; i < 40; i++) await srv.admin('POST', `/connections/${connA.id}/sandbox/inbound`, { from: newPhone(), body: `backlog ${i}` })
+    await waitFor(() => hanging.got.length >= 8)
+    // another workspace's event, written after all forty
+    const { rx, ws, conn } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.received'])
+    const t0 = Date.now()
+    const inbound = (await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'not held up' })).json.data
+    await waitFor(() => rx.got.length === 1, 3000)
+    expect(rx.got[0]!.json.data.id).toBe(inbound.id)
+    expect(Date.now() - t0).toBeLessThan(3000)
+    expect(ws.id).not.toBe(a.ws.id)
+    // the hanging receiver never had more than its share
+    await Bun.sleep(300)
+    expect(hanging.got.length).toBe(8)
+    // removing it fails what it still had pending
+    expect((await srv.admin('DELETE', `/webhooks/${hookA.id}`)).status).toBe(204)
+    hanging.stop()
+    rx.stop()
+  }, 30_000)
+
   test('a failed delivery is retried after 5 s with the same webhook-id; history shows the attempts', async () => {
     const { key, rx, hook, conn } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])
     rx.plan.push(500)

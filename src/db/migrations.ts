@@ -20,6 +20,7 @@ import m0018 from '../../migrations/0018_api_key_last_used.sql' with { type: 'te
 import m0019 from '../../migrations/0019_campaign_template_refused.sql' with { type: 'text' }
 import m0020 from '../../migrations/0020_messages_by_contact.sql' with { type: 'text' }
 import m0021 from '../../migrations/0021_webhook_secret_rotation.sql' with { type: 'text' }
+import m0022 from '../../migrations/0022_webhook_deliveries_per_endpoint.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -43,4 +44,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 19, name: '0019_campaign_template_refused', sql: m0019 },
   { version: 20, name: '0020_messages_by_contact', sql: m0020 },
   { version: 21, name: '0021_webhook_secret_rotation', sql: m0021 },
+  { version: 22, name: '0022_webhook_deliveries_per_endpoint', sql: m0022 },
 ]

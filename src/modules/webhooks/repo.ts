@@ -55,6 +55,7 @@ export class WebhookRepo {
   private failedSlice
   private requeueFailed
   private insertDelivery
+  private activeIds
   private dueStmt
   private nextDueStmt
   private deliveredStmt
@@ -92,8 +93,11 @@ export class WebhookRepo {
     this.insertDelivery = db.query(
       "INSERT INTO webhook_deliveries (id, endpoint_id, workspace_id, type, payload, status, attempts, next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)",
     )
-    this.dueStmt = db.query<DeliveryRow, [number, number]>("SELECT * FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at, seq LIMIT ?")
-    this.nextDueStmt = db.query<{ t: number | null }, []>("SELECT MIN(next_attempt_at) AS t FROM webhook_deliveries WHERE status = 'pending'")
+    this.activeIds = db.query<{ id: string }, []>("SELECT id FROM webhook_endpoints WHERE status = 'active' AND deleted_at IS NULL ORDER BY id")
+    this.dueStmt = db.query<DeliveryRow, [string, number, number]>(
+      "SELECT * FROM webhook_deliveries WHERE endpoint_id = ? AND status = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at, seq LIMIT ?",
+    )
+    this.nextDueStmt = db.query<{ t: number | null }, [string]>("SELECT MIN(next_attempt_at) AS t FROM webhook_deliveries WHERE endpoint_id = ? AND status = 'pending'")
     this.deliveredStmt = db.query("UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1, last_status_code = ?, last_error = NULL, delivered_at = ?, updated_at = ?, next_attempt_at = NULL WHERE id = ?")
     // an attempt's failure is recorded only on a delivery still pending: one held meanwhile (its
     // endpoint disabled or removed while the attempt ran) keeps the reason it was held for
@@ -159,11 +163,17 @@ export class WebhookRepo {
   enqueue(id: string, endpointId: string, workspaceId: string, type: string, payload: string, at: number) {
     this.insertDelivery.run(id, endpointId, workspaceId, type, payload, at, at, at)
   }
-  due(now: number, limit: number) {
-    return this.dueStmt.all(now, limit)
+  /** Every active endpoint, of every workspace. */
+  activeEndpointIds(): string[] {
+    return this.activeIds.all().map((r) => r.id)
   }
-  nextDue() {
-    return this.nextDueStmt.get()?.t ?? null
+  /** An endpoint's pending deliveries due at `now`, the longest due first. */
+  due(endpointId: string, now: number, limit: number) {
+    return this.dueStmt.all(endpointId, now, limit)
+  }
+  /** When an endpoint's next pending delivery is due (null: none). */
+  nextDue(endpointId: string) {
+    return this.nextDueStmt.get(endpointId)?.t ?? null
   }
   delivered(id: string, code: number, at: number) {
     this.deliveredStmt.run(code, at, at, id)

@@ -59,7 +59,18 @@ export class WebhookService {
     return this.underWay.size
   }
   private running = false
-  private readonly maxInFlight = 16
+  /**
+   * At most this many deliveries under way at once, and at most `perEndpoint` of them to one
+   * endpoint: a receiver that hangs (each attempt waits out the 15 s timeout) or a backlog after
+   * an outage holds up only its own endpoint's deliveries, not every other workspace's.
+   */
+  private readonly maxInFlight = 32
+  private readonly perEndpoint = 8
+  /** Deliveries under way, per endpoint. */
+  private readonly busy = new Map<string, number>()
+  /** Which endpoint a pass looks at first: each takes its turn at the front. */
+  private turn = 0
+  private kickQueued = false
   /** Deliveries made pending again per write by `recover`. */
   recoverSlice = 5000
 
@@ -234,7 +245,7 @@ export class WebhookService {
       this.repo.enqueue(`msg_${uuid().replaceAll('-', '')}`, e.id, workspaceId, type, payload, now)
       any = true
     }
-    if (any) queueMicrotask(() => this.kick())
+    if (any) this.kickSoon()
   }
 
   /**
@@ -263,43 +274,83 @@ export class WebhookService {
     this.timer = null
   }
 
-  /** Deliver what is due now, then sleep until the next due attempt. */
+  /** `kick` once the work at hand is done: a run of events or outcomes makes one pass. */
+  private kickSoon() {
+    if (this.kickQueued) return
+    this.kickQueued = true
+    setImmediate(() => {
+      this.kickQueued = false
+      this.kick()
+    })
+  }
+
+  /**
+   * Deliver what is due now, endpoint by endpoint (each up to its share, see `perEndpoint`), then
+   * sleep until the next due attempt of an endpoint that has room. An endpoint at its share, or
+   * a full dispatcher, needs no timer: the end of each attempt looks again.
+   */
   kick() {
     if (!this.running) return
     if (this.timer) clearTimeout(this.timer)
     this.timer = null
     const now = this.deps.clock.now()
-    const room = this.maxInFlight - this.inFlight
+    const endpoints = this.repo.activeEndpointIds()
+    const picked: DeliveryRow[] = []
+    let room = this.maxInFlight - this.inFlight
+    let next: number | null = null
     let skipped = false
-    if (room > 0) {
-      for (const d of this.repo.due(now, room)) {
+    for (let k = 0; k < endpoints.length && room > 0; k++) {
+      const id = endpoints[(this.turn + k) % endpoints.length]!
+      const free = Math.min(this.perEndpoint - (this.busy.get(id) ?? 0), room)
+      if (free <= 0) continue
+      let taken = 0
+      for (const d of this.repo.due(id, now, free)) {
         // still under way here (its outcome waits to be written, its claim ran out): not twice
-        if (this.underWay.has(d.id)) {
-          skipped = true
-          continue
+        if (this.underWay.has(d.id)) skipped = true
+        else {
+          picked.push(d)
+          taken++
         }
-        // claim: push its next attempt out past the timeout so it is not picked twice
-        try {
-          this.deps.writer.now(() => this.repo.claim(d.id, now + DELIVERY_TIMEOUT_MS + 5000))
-        } catch (e) {
-          // the claim cannot be written (a full disk): nothing goes out unclaimed; look again soon
-          this.log.errorAtMostEvery(60_000, 'webhook deliveries paused: a delivery could not be claimed', { error: String((e as Error)?.message ?? e) })
-          this.timer = setTimeout(() => this.kick(), 1000)
-          return
-        }
-        this.underWay.add(d.id)
-        void this.attempt(d)
-          .catch((e) => this.log.error('webhook delivery outcome not written (the server is stopping); it is attempted again after the restart', { error: String((e as Error)?.message ?? e) }))
-          .finally(() => {
-            this.underWay.delete(d.id)
-            this.kick()
-          })
+      }
+      room -= taken
+      if (taken < free) {
+        const t = this.repo.nextDue(id)
+        if (t !== null && (next === null || t < next)) next = t
       }
     }
-    if (this.inFlight >= this.maxInFlight) return
-    const next = this.repo.nextDue()
+    this.turn = endpoints.length ? (this.turn + 1) % endpoints.length : 0
+    if (picked.length) {
+      // claim them in one write: each next attempt pushed out past the timeout, so none is picked twice
+      try {
+        this.deps.writer.now(() => {
+          for (const d of picked) this.repo.claim(d.id, now + DELIVERY_TIMEOUT_MS + 5000)
+        })
+      } catch (e) {
+        // the claims cannot be written (a full disk): nothing goes out unclaimed; look again soon
+        this.log.errorAtMostEvery(60_000, 'webhook deliveries paused: a delivery could not be claimed', { error: String((e as Error)?.message ?? e) })
+        this.timer = setTimeout(() => this.kick(), 1000)
+        return
+      }
+      for (const d of picked) this.send(d)
+    }
+    if (room <= 0 || next === null) return
     // one skipped above stays due until its outcome is written (then this runs again): no busy loop
-    if (next !== null) this.timer = setTimeout(() => this.kick(), Math.max(skipped ? 1000 : 10, Math.min(next - this.deps.clock.now(), 60_000)))
+    this.timer = setTimeout(() => this.kick(), Math.max(skipped ? 1000 : 10, Math.min(next - this.deps.clock.now(), 60_000)))
+  }
+
+  /** One claimed delivery under way; when its outcome is written, look for more. */
+  private send(d: DeliveryRow) {
+    this.underWay.add(d.id)
+    this.busy.set(d.endpoint_id, (this.busy.get(d.endpoint_id) ?? 0) + 1)
+    void this.attempt(d)
+      .catch((e) => this.log.error('webhook delivery outcome not written (the server is stopping); it is attempted again after the restart', { error: String((e as Error)?.message ?? e) }))
+      .finally(() => {
+        this.underWay.delete(d.id)
+        const left = (this.busy.get(d.endpoint_id) ?? 1) - 1
+        if (left > 0) this.busy.set(d.endpoint_id, left)
+        else this.busy.delete(d.endpoint_id)
+        this.kickSoon()
+      })
   }
 
   /**
