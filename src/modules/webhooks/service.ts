@@ -360,7 +360,7 @@ export class WebhookService {
    */
   private record(fn: () => void) {
     return persist(
-      () => this.deps.writer.now(fn),
+      () => this.deps.writer.write(fn),
       () => !this.running,
       (e) => this.log.error('webhook delivery outcome could not be written yet', { error: String((e as Error)?.message ?? e) }),
     )
