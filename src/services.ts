@@ -15,6 +15,7 @@ import { MediaService } from './modules/media/service'
 import { MediaStore } from './modules/media/store'
 import { ClamdScanner, type Scanner } from './scanner/clamd'
 import { MessageService } from './modules/messages/service'
+import { MessageRetention } from './modules/messages/retention'
 import { SuppressionService } from './modules/suppressions/service'
 import { TemplateService } from './modules/templates/service'
 import { WebhookService } from './modules/webhooks/service'
@@ -35,6 +36,7 @@ export interface Services {
   connections: ConnectionService
   webhooks: WebhookService
   messages: MessageService
+  messageRetention: MessageRetention
   media: MediaService
   groups: GroupService
   templates: TemplateService
@@ -92,6 +94,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     connections,
     webhooks,
     messages,
+    messageRetention: new MessageRetention(deps, workspaces, log),
     media,
     groups,
     templates,

@@ -106,6 +106,14 @@ describe('dashboard', () => {
     await page.click('#policy button[type=submit]')
     await page.waitForSelector('text=Policy saved')
     expect((await srv.admin('GET', `/workspaces/${t.ws.id}`)).json.data.settings.sending_policy).toMatchObject({ hourly_cap: 120, min_gap_seconds: 0, max_gap_seconds: 0 })
+    // the limits: message content kept 90 days, media unchanged (on a fresh load: the save above
+    // re-renders the page after its message, which would replace a field filled meanwhile)
+    await page.reload()
+    await page.waitForSelector('#limits input[name=content_retention_days]')
+    await page.fill('#limits input[name=content_retention_days]', '90')
+    await page.click('#limits button[type=submit]')
+    await page.waitForSelector('text=Limits saved')
+    expect((await srv.admin('GET', `/workspaces/${t.ws.id}`)).json.data.settings).toMatchObject({ messages: { content_retention_days: 90 }, media: { retention_days: 30 } })
 
     await page.click('nav a:has-text("Numbers")')
     const phone = newPhone('+1444')

@@ -38,6 +38,15 @@ export function databaseOk(db: Database): boolean {
   }
 }
 
+/**
+ * Write the WAL into the database and empty it (TRUNCATE checkpoint): after deleting personal
+ * data, the WAL still holds the pages as they were before. False when another process was reading
+ * the database at that moment (then it happens at a later checkpoint).
+ */
+export function emptyWal(db: Database): boolean {
+  return !db.query<{ busy: number }, []>('PRAGMA wal_checkpoint(TRUNCATE)').get()?.busy
+}
+
 /** The newest migration this binary carries. */
 export const LATEST_SCHEMA = Math.max(...MIGRATIONS.map((m) => m.version))
 

@@ -1,10 +1,11 @@
 /**
  * Housekeeping with croner: expire 24 h-old queued messages, write API keys' last use (kept in
  * memory per request) once a minute, forget 24 h-old idempotency records, delete expired media
- * and webhook deliveries finished more than 30 days ago, let campaigns paused for the monthly
- * allowance go on when a new month gives them room, start or complete a campaign whose step
- * could not be written when it was due (`CampaignService.sweep`), and warn every ten minutes
- * while the data directory's disk is nearly full.
+ * and webhook deliveries finished more than 30 days ago, remove message content past its
+ * workspace's retention, let campaigns paused for the monthly allowance go on when a new month
+ * gives them room, start or complete a campaign whose step could not be written when it was due
+ * (`CampaignService.sweep`), and warn every ten minutes while the data directory's disk is
+ * nearly full.
  */
 import { Cron } from 'croner'
 import { diskSpace } from '../disk'
@@ -32,6 +33,7 @@ export function startJobs(svc: Services): Cron[] {
     new Cron('5 0 * * * *', { protect: true }, guard('campaigns-allowance', () => svc.campaigns.resumeWhereRoom())),
     new Cron('15 * * * * *', { protect: true }, guard('campaigns-sweep', () => svc.campaigns.sweep())),
     new Cron('20 */10 * * * *', { protect: true }, guard('disk-space', () => warnIfDiskLow(svc))),
+    new Cron('0 25 * * * *', { protect: true }, guard('message-retention', () => void svc.messageRetention.run().catch((e) => svc.log.error('message retention failed', { error: String(e) })))),
     new Cron('0 5 * * * *', { protect: true }, guard('media-retention', () => void svc.media.purgeExpired().catch((e) => svc.log.error('media retention failed', { error: String(e) })))),
   ]
 }

@@ -19,10 +19,11 @@
  * no byte of what it removed, nor of older versions of those rows, is left in the database files.
  */
 import type { Database } from 'bun:sqlite'
-import type { AuditRepo } from '../audit/repo'
+import { emptyWal } from '../../db/open'
 import type { Deps } from '../../deps'
 import { conflict } from '../../http/errors'
 import type { Logger } from '../../http/log'
+import type { AuditRepo } from '../audit/repo'
 import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
 import type { ContactService } from './service'
@@ -126,9 +127,7 @@ export class ContactEraser {
     // the expired media goes now (rows and, when no other row shares them, files)
     if (report.media > 0) await this.media.purgeExpired()
     // the WAL holds the pages as they were before; written into the database and emptied now
-    // (unless another process reads the database at this moment: then at a later checkpoint)
-    const checkpoint = db.query<{ busy: number }, []>('PRAGMA wal_checkpoint(TRUNCATE)').get()
-    if (checkpoint?.busy) this.log.warn('erased contact: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint', { workspace_id: workspaceId })
+    if (!emptyWal(db)) this.log.warn('erased contact: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint', { workspace_id: workspaceId })
     this.log.info('contact erased', { workspace_id: workspaceId, messages: report.messages, queued_failed: report.queued_failed, media: report.media, events: report.events })
     return report
   }

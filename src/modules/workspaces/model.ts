@@ -5,6 +5,8 @@ export const DEFAULT_SETTINGS = {
   sending_policy: { hourly_cap: 60, daily_cap: 500, min_gap_seconds: 3, max_gap_seconds: 12 },
   message_allowance: null as number | null,
   media: { retention_days: 30, max_bytes: 16 * 1024 * 1024 },
+  /** Days a message's content (body, attachments, rendered template) is kept; null = for good. */
+  messages: { content_retention_days: null as number | null },
 }
 export type WorkspaceSettings = typeof DEFAULT_SETTINGS
 
@@ -23,7 +25,7 @@ export const sendingPolicy = s.object({
   max_gap_seconds: s.number().range(0, 86_400).optional().describe('Largest random gap between two releases of one number.'),
 })
 
-/** PATCH merges: any field left out of sending_policy or media keeps its current value. */
+/** PATCH merges: any field left out of sending_policy, media or messages keeps its current value. */
 export const patchWorkspaceBody = s.object({
   name: s.string().length(1, 120).optional(),
   status: s.string().oneOf(['active', 'inactive']).optional(),
@@ -35,6 +37,11 @@ export const patchWorkspaceBody = s.object({
         .object({
           retention_days: s.integer().range(1, 3650).optional(),
           max_bytes: s.integer().range(1024, 1024 * 1024 * 1024).optional(),
+        })
+        .optional(),
+      messages: s
+        .object({
+          content_retention_days: s.integer().range(1, 3650).nullable().optional().describe('Days a sent or received message keeps its body, attachments and rendered template; null = for good.'),
         })
         .optional(),
     })

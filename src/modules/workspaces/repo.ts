@@ -40,6 +40,10 @@ export class WorkspaceRepo {
   update(row: WorkspaceRow) {
     this.updateStmt.run({ id: row.id, name: row.name, status: row.status, settings: row.settings, updated_at: row.updated_at } as any)
   }
+  /** Every workspace (housekeeping: there are few). */
+  all() {
+    return this.listStmt.all(-1, 0)
+  }
   list(limit: number, offset: number) {
     return this.listStmt.all(limit, offset)
   }

@@ -12,6 +12,7 @@ export interface PatchInput {
     sending_policy?: Partial<WorkspaceSettings['sending_policy']>
     message_allowance?: number | null
     media?: Partial<WorkspaceSettings['media']>
+    messages?: { content_retention_days?: number | null }
   }
 }
 
@@ -60,6 +61,7 @@ export class WorkspaceService {
       sending_policy: { ...DEFAULT_SETTINGS.sending_policy, ...stored.sending_policy },
       message_allowance: stored.message_allowance === undefined ? DEFAULT_SETTINGS.message_allowance : stored.message_allowance,
       media: { ...DEFAULT_SETTINGS.media, ...stored.media },
+      messages: { ...DEFAULT_SETTINGS.messages, ...stored.messages },
     }
   }
 
@@ -130,6 +132,7 @@ export class WorkspaceService {
         settings.message_allowance = input.settings.message_allowance
       }
       if (input.settings?.media) settings.media = { ...settings.media, ...defined(input.settings.media) }
+      if (input.settings?.messages) settings.messages = { ...settings.messages, ...defined(input.settings.messages) }
       const next: WorkspaceRow = {
         ...row,
         name: input.name ?? row.name,

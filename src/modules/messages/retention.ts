@@ -1,0 +1,83 @@
+/**
+ * Message content retention (workspace setting `messages.content_retention_days`): a message sent
+ * or received longer ago than that loses its content — body, attachments list and rendered
+ * template — while the log keeps the rest (direction, numbers, status, timeline, error), so
+ * counts, statistics and delivery history stay whole. Queued and sending messages are left
+ * alone until they settle. Run hourly (scheduler/jobs.ts); with secure_delete on, the removed
+ * text is zeroed in the database file.
+ *
+ * Each workspace's messages are walked in `seq` order (creation order) through its log index, in
+ * slices of `slice` with requests served between, from where the last run stopped: a run reads
+ * only what aged out since (after a restart, one walk from the start).
+ */
+import type { Database } from 'bun:sqlite'
+import { emptyWal } from '../../db/open'
+import type { Deps } from '../../deps'
+import type { Logger } from '../../http/log'
+import type { WorkspaceService } from '../workspaces/service'
+
+const DAY_MS = 86_400_000
+
+export class MessageRetention {
+  slice = 5000
+  /** Per workspace: every message up to this seq has been dealt with. */
+  private readonly done = new Map<string, number>()
+  private readonly sql
+
+  constructor(
+    private readonly deps: Deps,
+    private readonly workspaces: WorkspaceService,
+    private readonly log: Logger,
+  ) {
+    const db: Database = deps.db
+    this.sql = {
+      next: db.query<{ seq: number; created_at: number; status: string }, [string, number, number]>(
+        'SELECT seq, created_at, status FROM messages WHERE workspace_id = ? AND seq > ? ORDER BY seq LIMIT ?',
+      ),
+      redact: db.query(
+        `UPDATE messages SET body = NULL, attachments = '[]', network_template = NULL, updated_at = ?1
+         WHERE workspace_id = ?2 AND seq BETWEEN ?3 AND ?4 AND created_at < ?5 AND status NOT IN ('queued', 'sending')
+           AND (body IS NOT NULL OR attachments != '[]' OR network_template IS NOT NULL)`,
+      ),
+    }
+  }
+
+  /** Remove the content that has aged out in every workspace that sets a retention; returns how many messages lost it. */
+  async run(): Promise<number> {
+    let total = 0
+    for (const ws of this.workspaces.repo.all()) {
+      const days = this.workspaces.settings(ws).messages.content_retention_days
+      if (days === null) continue
+      const n = await this.runFor(ws.id, this.deps.clock.now() - days * DAY_MS)
+      if (n > 0) this.log.info('message content past its retention removed', { workspace_id: ws.id, messages: n })
+      total += n
+    }
+    // the WAL holds the pages as they were before
+    if (total > 0 && !emptyWal(this.deps.db)) this.log.warn('message retention: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint')
+    return total
+  }
+
+  private async runFor(workspaceId: string, cutoff: number): Promise<number> {
+    const { sql, deps } = this
+    let total = 0
+    let after = this.done.get(workspaceId) ?? 0
+    // the first message found still queued or sending: the next run resumes at it
+    let unsettled: number | null = null
+    for (;;) {
+      const rows = sql.next.all(workspaceId, after, this.slice)
+      // the aged-out head of the slice (messages are created in seq order)
+      let end = 0
+      while (end < rows.length && rows[end]!.created_at < cutoff) end++
+      if (end > 0) {
+        const first = rows[0]!.seq
+        const last = rows[end - 1]!.seq
+        total += deps.writer.now(() => sql.redact.run(deps.clock.now(), workspaceId, first, last, cutoff).changes)
+        unsettled ??= rows.slice(0, end).find((r) => r.status === 'queued' || r.status === 'sending')?.seq ?? null
+        this.done.set(workspaceId, unsettled === null ? last : unsettled - 1)
+        after = last
+      }
+      if (end < rows.length || rows.length < this.slice) return total
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+  }
+}

@@ -1,0 +1,94 @@
+/** Message content retention (workspace setting messages.content_retention_days). */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { existsSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { inProcess } from './support/inproc'
+import { TestServer } from './support/server'
+import { waitFor } from './support/wait'
+
+const DAY = 86_400_000
+
+/** Which of `needles` occur anywhere in the database file and its WAL, byte for byte. */
+function inDatabaseFiles(dir: string, needles: string[]): string[] {
+  const bytes = ['capstan.db', 'capstan.db-wal'].map((f) => join(dir, f)).filter(existsSync).map((f) => readFileSync(f))
+  return needles.filter((n) => bytes.some((b) => b.includes(Buffer.from(n))))
+}
+
+describe('message content retention', () => {
+  test('content older than the retention goes (body, attachments, rendered template) and the log keeps the rest; newer messages, other workspaces and unsettled messages keep theirs; gone from the database files', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, clock, timers, dir } = env
+      const ws = svc.workspaces.create({ name: 'Keeps 30 days' })
+      const other = svc.workspaces.create({ name: 'Keeps everything' })
+      svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: 30 }, sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const quiet = { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }
+      const conn = svc.connections.create(ws.id, { phone: '+15550005000', driver: 'sandbox', config: quiet } as any)
+      const otherConn = svc.connections.create(other.id, { phone: '+15550005100', driver: 'sandbox', config: quiet } as any)
+      svc.messageRetention.slice = 2 // the walk goes slice by slice
+      const get = (id: string) => svc.messages.repo.getAny(id)!
+
+      // thirty-one days ago: a message in, one out (sent), one still being handed over, and the other workspace's
+      const oldIn = await svc.messages.inbound(conn.id, '+15550005001', 'MARK-IN-OLD-51c2')
+      const oldOut = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550005002', body: 'MARK-OUT-OLD-51c2', attachments: [] })
+      timers.advance(1000)
+      await waitFor(() => get(oldOut.id).status === 'sent')
+      const handing = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550005003', body: 'MARK-SENDING-51c2', attachments: [] })
+      svc.deps.writer.now(() => svc.messages.markSendingInTx([handing.id], clock.now()))
+      const otherOld = await svc.messages.inbound(otherConn.id, '+15550005101', 'MARK-OTHER-OLD-51c2')
+      clock.t += 31 * DAY
+      const fresh = await svc.messages.inbound(conn.id, '+15550005001', 'MARK-IN-NEW-51c2')
+      expect(inDatabaseFiles(dir, ['MARK-IN-OLD-51c2', 'MARK-OUT-OLD-51c2'])).toHaveLength(2)
+
+      expect(await svc.messageRetention.run()).toBe(2)
+      for (const [id, status] of [[oldIn.id, 'delivered'], [oldOut.id, 'sent']] as const) {
+        const m = svc.messages.toPublic(get(id))
+        expect(m).toMatchObject({ body: null, attachments: [], status })
+        expect(m.timeline.length).toBeGreaterThan(0)
+      }
+      expect(get(oldOut.id).recipient).toBe('+15550005002')
+      expect([get(handing.id).body, get(otherOld.id).body, get(fresh.id).body]).toEqual(['MARK-SENDING-51c2', 'MARK-OTHER-OLD-51c2', 'MARK-IN-NEW-51c2'])
+      expect(inDatabaseFiles(dir, ['MARK-IN-OLD-51c2', 'MARK-OUT-OLD-51c2', 'MARK-SENDING-51c2', 'MARK-OTHER-OLD-51c2', 'MARK-IN-NEW-51c2'])).toEqual(['MARK-SENDING-51c2', 'MARK-OTHER-OLD-51c2', 'MARK-IN-NEW-51c2'])
+      // nothing new aged out: nothing to do
+      expect(await svc.messageRetention.run()).toBe(0)
+      // the one being handed over settles: the next run takes it (the walk resumed at it)
+      svc.deps.writer.now(() => svc.messages.advanceInTx(handing.id, 'sent', clock.now()))
+      expect(await svc.messageRetention.run()).toBe(1)
+      expect(get(handing.id)).toMatchObject({ body: null, status: 'sent' })
+      // thirty days after it came in, the newer one goes too; with the retention lifted, nothing more would
+      clock.t += 30 * DAY + 1
+      expect(await svc.messageRetention.run()).toBe(1)
+      expect(get(fresh.id).body).toBeNull()
+      svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: null } } })
+      const kept = await svc.messages.inbound(conn.id, '+15550005001', 'MARK-KEPT-51c2')
+      clock.t += 365 * DAY
+      expect(await svc.messageRetention.run()).toBe(0)
+      expect(get(kept.id).body).toBe('MARK-KEPT-51c2')
+      expect(get(otherOld.id).body).toBe('MARK-OTHER-OLD-51c2')
+    } finally {
+      await env.close()
+    }
+  })
+})
+
+describe('the setting', () => {
+  let srv: TestServer
+  beforeAll(async () => {
+    srv = await TestServer.start()
+  })
+  afterAll(() => srv.close())
+
+  test('admin PATCH sets and clears it; other settings keep their values; bad values are refused and change nothing', async () => {
+    const ws = await srv.workspace()
+    expect(ws.settings.messages).toEqual({ content_retention_days: null })
+    const set = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { messages: { content_retention_days: 90 } } })
+    expect([set.status, set.json.data.settings.messages, set.json.data.settings.media]).toEqual([200, { content_retention_days: 90 }, ws.settings.media])
+    for (const bad of [0, 3651, 1.5, 'a year', true]) {
+      const r = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { messages: { content_retention_days: bad } } })
+      expect([r.status, Object.keys(r.json.errors ?? {})]).toEqual([422, ['settings.messages.content_retention_days']])
+    }
+    expect((await srv.admin('GET', `/workspaces/${ws.id}`)).json.data.settings.messages).toEqual({ content_retention_days: 90 })
+    const cleared = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { messages: { content_retention_days: null } } })
+    expect(cleared.json.data.settings.messages).toEqual({ content_retention_days: null })
+  })
+})
