@@ -38,6 +38,7 @@ describe('workspaces', () => {
       sending_policy: { hourly_cap: 60, daily_cap: 500, min_gap_seconds: 3, max_gap_seconds: 12 },
       message_allowance: null,
       media: { retention_days: 30, max_bytes: 16777216 },
+      messages: { content_retention_days: null },
     })
     const got = await srv.admin('GET', `/workspaces/${a.json.data.id}`)
     expect(got.json.data).toEqual(a.json.data)
