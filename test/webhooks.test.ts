@@ -37,6 +37,20 @@ function receiver(answerAfterMs = 0) {
 }
 
 
+/** The Standard Webhooks headers of a received request, as the library's verify takes them. */
+const signedHeaders = (r: Received) => ({ 'webhook-id': r.headers['webhook-id']!, 'webhook-timestamp': r.headers['webhook-timestamp']!, 'webhook-signature': r.headers['webhook-signature']! })
+
+/** Whether the standardwebhooks library accepts a received request with `secret`. */
+function verifies(secret: string, r: Received): boolean {
+  try {
+    new Webhook(secret).verify(r.body, signedHeaders(r))
+    return true
+  } catch {
+    return false
+  }
+}
+
+
 const FAST = { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 }
 
 let srv: TestServer
@@ -66,7 +80,7 @@ describe('delivery', () => {
     const types = rx.got.map((r) => r.json.type)
     expect(types).toEqual(['message.sent', 'message.delivered', 'message.read'])
     for (const r of rx.got) {
-      const verified = wh.verify(r.body, { 'webhook-id': r.headers['webhook-id']!, 'webhook-timestamp': r.headers['webhook-timestamp']!, 'webhook-signature': r.headers['webhook-signature']! }) as any
+      const verified = wh.verify(r.body, signedHeaders(r)) as any
       expect(verified.data.id).toBe(msg.id)
       expect(r.headers['content-type']).toContain('application/json')
       expect(typeof r.json.timestamp).toBe('string')
@@ -74,7 +88,7 @@ describe('delivery', () => {
     expect(rx.got.map((r) => r.json.data.status)).toEqual(['sent', 'delivered', 'read'])
     expect(new Set(rx.got.map((r) => r.headers['webhook-id'])).size).toBe(3)
     // a tampered body does not verify
-    expect(() => wh.verify(rx.got[0]!.body.replace('hook me', 'hook you'), { 'webhook-id': rx.got[0]!.headers['webhook-id']!, 'webhook-timestamp': rx.got[0]!.headers['webhook-timestamp']!, 'webhook-signature': rx.got[0]!.headers['webhook-signature']! })).toThrow()
+    expect(() => wh.verify(rx.got[0]!.body.replace('hook me', 'hook you'), signedHeaders(rx.got[0]!))).toThrow()
     rx.stop()
   })
 
@@ -319,15 +333,6 @@ describe('durability and administration', () => {
 
   test('rotating the secret: both secrets sign for the grace period, each verifies; 0 hours drops the old at once; audited', async () => {
     const { ws, key, conn, rx, hook } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])
-    const headersOf = (r: Received) => ({ 'webhook-id': r.headers['webhook-id']!, 'webhook-timestamp': r.headers['webhook-timestamp']!, 'webhook-signature': r.headers['webhook-signature']! })
-    const verifies = (secret: string, r: Received) => {
-      try {
-        new Webhook(secret).verify(r.body, headersOf(r))
-        return true
-      } catch {
-        return false
-      }
-    }
     const send = async (body: string) => {
       const before = rx.got.length
       await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body } })
@@ -398,14 +403,6 @@ describe('durability and administration', () => {
       const hook = svc.webhooks.create(ws.id, rx.url, ['message.received'])
       const conn = svc.connections.create(ws.id, { phone: '+15550000199', driver: 'sandbox' })
       const signatures = (r: Received) => r.headers['webhook-signature']!.split(' ')
-      const verifies = (secret: string, r: Received) => {
-        try {
-          new Webhook(secret).verify(r.body, { 'webhook-id': r.headers['webhook-id']!, 'webhook-timestamp': r.headers['webhook-timestamp']!, 'webhook-signature': r.headers['webhook-signature']! })
-          return true
-        } catch {
-          return false
-        }
-      }
       // the first attempt of an event fails before the rotation
       rx.plan.push(500)
       await svc.messages.inbound(conn.id, '+15550000200', 'one')
@@ -442,7 +439,7 @@ describe('durability and administration', () => {
     expect([r.status, r.json.data.type]).toEqual([202, 'webhook.test'])
     await waitFor(() => rx.got.length === 1)
     const got = rx.got[0]!
-    const verified = new Webhook(hook.secret).verify(got.body, { 'webhook-id': got.headers['webhook-id']!, 'webhook-timestamp': got.headers['webhook-timestamp']!, 'webhook-signature': got.headers['webhook-signature']! }) as any
+    const verified = new Webhook(hook.secret).verify(got.body, signedHeaders(got)) as any
     expect([got.headers['webhook-id'], verified.type, verified.data.endpoint_id]).toEqual([r.json.data.id, 'webhook.test', hook.id])
     await srv.admin('PATCH', `/webhooks/${hook.id}`, { status: 'disabled' })
     const off = await srv.admin('POST', `/webhooks/${hook.id}/test`)
@@ -569,7 +566,7 @@ describe('durability and administration', () => {
       await waitFor(() => statusOf('lost').status === 'delivered')
       const again = rx.got.slice(tries)
       expect(again.map((r) => [r.headers['webhook-id'], r.json.data.body])).toEqual([[lost.id, 'lost']])
-      expect(new Webhook(hook.secret).verify(again[0]!.body, { 'webhook-id': again[0]!.headers['webhook-id']!, 'webhook-timestamp': again[0]!.headers['webhook-timestamp']!, 'webhook-signature': again[0]!.headers['webhook-signature']! })).toMatchObject({ type: 'message.received' })
+      expect(new Webhook(hook.secret).verify(again[0]!.body, signedHeaders(again[0]!))).toMatchObject({ type: 'message.received' })
       expect([statusOf('older').status, statusOf('delivered').status, statusOf('lost').attempts]).toEqual(['failed', 'delivered', 1])
       // a second recovery finds nothing; a disabled endpoint is refused and nothing changes
       expect(await svc.webhooks.recover(hook.id, since)).toBe(0)
