@@ -71,8 +71,8 @@ const COMMANDS: Record<string, Route> = {
   'keys create': {
     method: 'POST',
     path: (a) => `/workspaces/${ws(a)}/keys`,
-    body: (a) => ({ name: a.values.name, scopes: csv(a.values.scopes), expires_at: a.values['expires-at'] }),
-    options: ['workspace', 'name', 'scopes', 'expires-at'],
+    body: (a) => ({ name: a.values.name, scopes: csv(a.values.scopes), expires_at: a.values['expires-at'], allowed_ips: csv(a.values['allowed-ips']) }),
+    options: ['workspace', 'name', 'scopes', 'expires-at', 'allowed-ips'],
   },
   'keys list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/keys`, options: ['workspace'] },
   'keys revoke': { method: 'POST', path: (a) => `/keys/${pos(a, 0, 'key id')}/revoke` },
@@ -121,7 +121,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan workspaces create --name NAME [--slug SLUG]
   capstan workspaces list | get ID | update ID [--name N] [--status active|inactive]
   capstan workspaces policy ID [--hourly-cap N] [--daily-cap N] [--min-gap S] [--max-gap S]   (flags left out keep their value)
-  capstan keys create --workspace ID --name NAME [--scopes a:b,c:d] [--expires-at ISO]
+  capstan keys create --workspace ID --name NAME [--scopes a:b,c:d] [--expires-at ISO] [--allowed-ips 203.0.113.7,10.0.0.0/8]
   capstan keys list --workspace ID | revoke KEY_ID | remove KEY_ID
   capstan audit-log --workspace ID
   capstan connections create --workspace ID --phone +E164 [--name N] [--driver sandbox] [--config JSON]

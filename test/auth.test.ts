@@ -180,3 +180,59 @@ describe('limits (a server with small limits and a short window)', () => {
     await Bun.sleep(3100)
   }, 30_000)
 })
+
+describe('keys limited to addresses (allowed_ips)', () => {
+  test('from an allowed address the key works; from any other it is no valid key: the same 401, nothing done; the list shows the ranges', async () => {
+    const { ws, key: open } = await srv.tenant()
+    const unknown = await srv.api(`cap_${'a'.repeat(16)}.${'b'.repeat(48)}`, 'GET', '/workspace')
+    const here = await srv.key(ws.id, undefined, { allowed_ips: ['127.0.0.1', '127.0.0.1'] })
+    const loopback = await srv.key(ws.id, undefined, { allowed_ips: ['10.0.0.0/8', '127.0.0.0/8', '::1'] })
+    const elsewhere = await srv.key(ws.id, undefined, { allowed_ips: ['10.0.0.0/8', '2001:db8::/32'] })
+    expect(here.allowed_ips).toEqual(['127.0.0.1'])
+    expect((await srv.api(here.key, 'GET', '/workspace')).status).toBe(200)
+    expect((await srv.api(loopback.key, 'GET', '/workspace')).status).toBe(200)
+    const refused = await srv.api(elsewhere.key, 'GET', '/workspace')
+    expect([refused.status, refused.text]).toEqual([401, unknown.text])
+    const phone = newPhone()
+    expect((await srv.api(elsewhere.key, 'POST', '/contacts', { json: { phone } })).status).toBe(401)
+    expect((await srv.api(open, 'GET', `/contacts?phone=${encodeURIComponent(phone)}`)).json.data).toEqual([])
+    const listed = (await srv.admin('GET', `/workspaces/${ws.id}/keys`)).json.data
+    const byId = Object.fromEntries(listed.map((k: any) => [k.id, k.allowed_ips]))
+    expect([byId[here.id], byId[elsewhere.id], byId[listed.find((k: any) => k.prefix === open.split('.')[0]).id]]).toEqual([['127.0.0.1'], ['10.0.0.0/8', '2001:db8::/32'], null])
+    // an empty list is no limit
+    expect((await srv.key(ws.id, undefined, { allowed_ips: [] })).allowed_ips).toBeNull()
+  })
+
+  test('entries that are no address or range are refused by position, and no key is made', async () => {
+    const ws = await srv.workspace()
+    for (const [ips, field] of [
+      [['abc'], 'allowed_ips.0'],
+      [['10.0.0.0/33'], 'allowed_ips.0'],
+      [['::/129'], 'allowed_ips.0'],
+      [['10.0.0.1/'], 'allowed_ips.0'],
+      [['203.0.113.7', '300.1.1.1'], 'allowed_ips.1'],
+      [Array.from({ length: 51 }, (_, i) => `10.0.0.${i}`), 'allowed_ips'],
+      ['10.0.0.0/8', 'allowed_ips'],
+    ] as const) {
+      const r = await srv.admin('POST', `/workspaces/${ws.id}/keys`, { name: 'limited', allowed_ips: ips })
+      expect([r.status, r.json.code, Object.keys(r.json.errors ?? {})]).toEqual([422, 'validation_failed', [field]])
+    }
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/keys`)).json.data).toEqual([])
+  })
+
+  test('behind a trusted proxy the forwarded address counts, and refusals count toward the failed-auth limit of that address', async () => {
+    const proxied = await TestServer.start({ env: { CAPSTAN_TRUST_PROXY: 'true', CAPSTAN_AUTH_FAIL_LIMIT: '3', CAPSTAN_RATE_WINDOW_SECONDS: '3' } })
+    try {
+      const { ws, key: open } = await proxied.tenant()
+      const office = (await proxied.key(ws.id, undefined, { allowed_ips: ['203.0.113.0/24'] })).key
+      const from = (ip: string, key: string) => proxied.request('GET', '/api/v1/workspace', { bearer: key, headers: { 'x-forwarded-for': `${ip}, 10.0.0.1` } })
+      expect((await from('203.0.113.9', office)).status).toBe(200)
+      for (let i = 0; i < 3; i++) expect((await from('198.51.100.1', office)).status).toBe(401)
+      // that address is now blocked for every key; the office is not
+      expect((await from('198.51.100.1', open)).status).toBe(429)
+      expect((await from('203.0.113.9', office)).status).toBe(200)
+    } finally {
+      await proxied.close()
+    }
+  }, 30_000)
+})

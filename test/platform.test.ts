@@ -517,6 +517,15 @@ describe('configuration and start-up', () => {
     const hookId = JSON.parse(hook.out).data.id
     expect(JSON.parse((await runCapstan(['webhooks', 'disable', hookId, '--json'], env)).out).data.status).toBe('disabled')
     expect(JSON.parse((await runCapstan(['webhooks', 'enable', hookId, '--json'], env)).out).data.status).toBe('active')
+    // a new signing secret, the old one signing beside it for 2 hours; failed deliveries sent again
+    const rotated = JSON.parse((await runCapstan(['webhooks', 'rotate-secret', hookId, '--keep-previous-hours', '2', '--json'], env)).out).data
+    expect(rotated.secret).not.toBe(JSON.parse(hook.out).data.secret)
+    expect(Date.parse(rotated.previous_secret_expires_at) - Date.now()).toBeGreaterThan(7_100_000)
+    expect(JSON.parse((await runCapstan(['webhooks', 'recover', hookId, '--since', '2026-01-01T00:00:00Z', '--json'], env)).out).data).toEqual({ requeued: 0 })
+    // a key usable only from the office's addresses
+    const limited = JSON.parse((await runCapstan(['keys', 'create', '--workspace', wsId, '--name', 'office', '--allowed-ips', '203.0.113.0/24, 2001:db8::/32', '--json'], env)).out).data
+    expect(limited.allowed_ips).toEqual(['203.0.113.0/24', '2001:db8::/32'])
+    expect((await srv.api(limited.key, 'GET', '/workspace')).status).toBe(401)
     // a contact erased from the shell
     await srv.api((await srv.key(wsId)).key, 'POST', '/contacts', { json: { phone: '+15557650000', name: 'To Forget' } })
     // an export prints its document as indented JSON, without --json too

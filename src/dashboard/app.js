@@ -184,12 +184,13 @@ const pages = {
     main.innerHTML = `<h1>API keys</h1>
       <div class="card"><form id="new-key"><div class="inline"><label style="flex:1">Name<input name="name" required maxlength="100" placeholder="shop backend"></label>
       <label>Expires (optional)<input name="expires_at" type="datetime-local"></label></div>
+      <label>Allowed IPs (optional: addresses or CIDR ranges, comma-separated; empty = any)<input name="allowed_ips" placeholder="203.0.113.7, 10.0.0.0/8"></label>
       <p class="muted">Scopes (none ticked = all twelve, fixed now):</p>
       <div class="scopes">${SCOPES.map((s) => `<label><input type="checkbox" name="scope" value="${s}">${s}</label>`).join('')}</div>
       <button type="submit">Create key</button></form><div id="new-secret"></div></div>
       <div class="card muted">Rotation: create the new key, deploy it, wait until the old one's “Last used” stops moving (it is kept to the minute), revoke the old one (it is refused on its very next request), then remove it from the list.</div>
-      <table class="stack"><thead><tr><th>Name</th><th>Prefix</th><th>Scopes</th><th>Status</th><th>Created</th><th>Last used</th><th></th></tr></thead><tbody>
-      ${data.map((k) => `<tr>${cell('Name', esc(k.name))}${cell('Prefix', `<span class="mono">${esc(k.prefix)}</span>`)}${cell('Scopes', `<span class="muted">${k.scopes.length === 12 ? 'all twelve' : esc(k.scopes.join(', '))}</span>`)}
+      <table class="stack"><thead><tr><th>Name</th><th>Prefix</th><th>Scopes</th><th>From</th><th>Status</th><th>Created</th><th>Last used</th><th></th></tr></thead><tbody>
+      ${data.map((k) => `<tr>${cell('Name', esc(k.name))}${cell('Prefix', `<span class="mono">${esc(k.prefix)}</span>`)}${cell('Scopes', `<span class="muted">${k.scopes.length === 12 ? 'all twelve' : esc(k.scopes.join(', '))}</span>`)}${cell('From', `<span class="muted">${k.allowed_ips ? esc(k.allowed_ips.join(', ')) : 'any address'}</span>`)}
         ${cell('Status', badge(k.status))}${cell('Created', when(k.created_at))}${cell('Last used', k.last_used_at ? when(k.last_used_at) : '<span class="muted">never</span>')}
         ${cell('', k.status === 'active' ? `<button class="danger" data-revoke="${esc(k.id)}">Revoke</button>` : `<button class="secondary" data-remove="${esc(k.id)}">Remove</button>`)}</tr>`).join('')}
       </tbody></table>`
@@ -199,6 +200,8 @@ const pages = {
       const scopes = [...f.querySelectorAll('input[name=scope]:checked')].map((i) => i.value)
       const body = { name: f.name.value, ...(scopes.length ? { scopes } : {}) }
       if (f.expires_at.value) body.expires_at = new Date(f.expires_at.value).toISOString()
+      const ips = f.allowed_ips.value.split(',').map((v) => v.trim()).filter(Boolean)
+      if (ips.length) body.allowed_ips = ips
       try {
         const { data } = await api('POST', `/workspaces/${ws.id}/keys`, body)
         await pages.keys(ws)

@@ -21,6 +21,7 @@ import m0019 from '../../migrations/0019_campaign_template_refused.sql' with { t
 import m0020 from '../../migrations/0020_messages_by_contact.sql' with { type: 'text' }
 import m0021 from '../../migrations/0021_webhook_secret_rotation.sql' with { type: 'text' }
 import m0022 from '../../migrations/0022_webhook_deliveries_per_endpoint.sql' with { type: 'text' }
+import m0023 from '../../migrations/0023_api_key_allowed_ips.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -45,4 +46,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 20, name: '0020_messages_by_contact', sql: m0020 },
   { version: 21, name: '0021_webhook_secret_rotation', sql: m0021 },
   { version: 22, name: '0022_webhook_deliveries_per_endpoint', sql: m0022 },
+  { version: 23, name: '0023_api_key_allowed_ips', sql: m0023 },
 ]

@@ -14,6 +14,7 @@ import type { Scope } from '../modules/keys/model'
 import { type AuthenticatedKey, type KeyService, sha256 } from '../modules/keys/service'
 import type { WorkspaceRow } from '../modules/workspaces/repo'
 import { UNREADABLE } from './body'
+import { inRanges } from './ip-ranges'
 import { UUID } from './schema'
 import { ApiError, adminUnauthenticated, authRateLimited, badRequest, insufficientScope, rateLimited, unauthenticated, workspaceUnavailable } from './errors'
 import { WindowCounter } from './limits'
@@ -112,6 +113,14 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
     if (!found) {
       failures.hit(ip ?? ipOf(request))
       throw unauthenticated()
+    }
+    // a key limited to some addresses is, from any other, no valid key (the same 401, counted)
+    if (found.key.allowedFrom !== null) {
+      const from = ip ?? ipOf(request)
+      if (!inRanges(found.key.allowedFrom, from)) {
+        failures.hit(from)
+        throw unauthenticated()
+      }
     }
     return found
   }

@@ -138,7 +138,7 @@ export class TestServer {
   async key(workspaceId: string, scopes?: string[], extra: Record<string, unknown> = {}) {
     const r = await this.admin('POST', `/workspaces/${workspaceId}/keys`, { name: 'test', ...(scopes ? { scopes } : {}), ...extra })
     if (r.status !== 201) throw new Error(`key: ${r.status} ${r.text}`)
-    return r.json.data as { id: string; key: string; prefix: string; scopes: string[]; status: string }
+    return r.json.data as { id: string; key: string; prefix: string; scopes: string[]; status: string; allowed_ips: string[] | null }
   }
 
   /** A workspace plus an all-scope key. */

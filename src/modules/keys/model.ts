@@ -21,4 +21,10 @@ export const createKeyBody = s.object({
   name: s.string().length(1, 100).describe('What the key is for.', 'shop backend'),
   scopes: s.array(s.string().oneOf(ALL_SCOPES)).max(ALL_SCOPES.length).optional().describe('Scopes to grant; omitted or empty = all twelve, stamped now.'),
   expires_at: s.string().format('date-time').nullable().optional().describe('When the key stops working (ISO-8601, in the future).'),
+  allowed_ips: s
+    .array(s.string().length(1, 64).pattern(/^[0-9A-Fa-f.:/]+$/, 'must be an IP address or a CIDR range'))
+    .max(50)
+    .nullable()
+    .optional()
+    .describe('IP addresses and CIDR ranges the key may be used from (IPv4 and IPv6); omitted, null or empty = any.'),
 })

@@ -12,6 +12,8 @@ export interface KeyRow {
   created_at: number
   expires_at: number | null
   revoked_at: number | null
+  /** JSON array of addresses and CIDR ranges the key may be used from; null: any */
+  allowed_ips: string | null
   /** null until its first use is written (see KeyService.flushUse) */
   last_used_at?: number | null
 }
@@ -29,7 +31,7 @@ export class KeyRepo {
     this.byKeyId = db.query<KeyRow, [string]>('SELECT * FROM api_keys WHERE key_id = ?')
     this.byId = db.query<KeyRow, [string]>('SELECT * FROM api_keys WHERE id = ?')
     this.insertStmt = db.query(
-      'INSERT INTO api_keys (id, workspace_id, key_id, secret_hash, name, scopes, status, created_at, expires_at, revoked_at) VALUES ($id, $workspace_id, $key_id, $secret_hash, $name, $scopes, $status, $created_at, $expires_at, $revoked_at)',
+      'INSERT INTO api_keys (id, workspace_id, key_id, secret_hash, name, scopes, status, created_at, expires_at, revoked_at, allowed_ips) VALUES ($id, $workspace_id, $key_id, $secret_hash, $name, $scopes, $status, $created_at, $expires_at, $revoked_at, $allowed_ips)',
     )
     this.revokeStmt = db.query("UPDATE api_keys SET status = 'revoked', revoked_at = ? WHERE id = ? AND status = 'active'")
     this.deleteStmt = db.query('DELETE FROM api_keys WHERE id = ?')

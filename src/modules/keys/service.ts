@@ -5,11 +5,13 @@
  * key id exists, so unknown and revoked keys cost the same and answer the same.
  */
 import { timingSafeEqual } from 'node:crypto'
+import type { BlockList } from 'node:net'
 import type { Deps } from '../../deps'
 import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, randomString, uuid } from '../../http/format'
 import type { WorkspaceRow } from '../workspaces/repo'
 import type { WorkspaceService } from '../workspaces/service'
+import { ipRanges, isIpRange } from '../../http/ip-ranges'
 import { ALL_SCOPES, type Scope } from './model'
 import type { AuditRepo } from '../audit/repo'
 import { KeyRepo, type KeyRow } from './repo'
@@ -34,6 +36,8 @@ export interface AuthenticatedKey {
   keyId: string
   workspaceId: string
   scopes: ReadonlySet<string>
+  /** The addresses it may be used from (see ip-ranges.ts); null: any. */
+  allowedFrom: BlockList | null
 }
 
 interface CachedKey {
@@ -74,6 +78,7 @@ export class KeyService {
       created_at: iso(row.created_at),
       expires_at: iso(row.expires_at),
       revoked_at: iso(row.revoked_at),
+      allowed_ips: row.allowed_ips === null ? null : (JSON.parse(row.allowed_ips) as string[]),
       // the use in memory may be newer than the one written (see flushUse)
       last_used_at: iso(Math.max(row.last_used_at ?? 0, this.cache.get(row.key_id)?.usedAt ?? 0) || null),
     }
@@ -101,8 +106,11 @@ export class KeyService {
   }
 
   /** Issue a key; returns the record and the plaintext (shown once). */
-  create(workspaceId: string, input: { name: string; scopes?: string[]; expires_at?: string | null }) {
+  create(workspaceId: string, input: { name: string; scopes?: string[]; expires_at?: string | null; allowed_ips?: string[] | null }) {
     const now = this.deps.clock.now()
+    const ranges = input.allowed_ips?.length ? [...new Set(input.allowed_ips)] : null
+    const bad = (input.allowed_ips ?? []).flatMap((r, i) => (isIpRange(r) ? [] : [i]))
+    if (bad.length) throw validationFailed(Object.fromEntries(bad.map((i) => [`allowed_ips.${i}`, ['The allowed_ips entry must be an IP address or a CIDR range (e.g. 203.0.113.7, 10.0.0.0/8, 2001:db8::/32).']])))
     let expiresAt: number | null = null
     if (input.expires_at) {
       expiresAt = Date.parse(input.expires_at)
@@ -123,6 +131,7 @@ export class KeyService {
       created_at: now,
       expires_at: expiresAt,
       revoked_at: null,
+      allowed_ips: ranges === null ? null : JSON.stringify(ranges),
     }
     this.deps.writer.now(() => {
       this.workspaces.get(workspaceId)
@@ -187,7 +196,13 @@ export class KeyService {
       secretHash: row.secret_hash,
       status: row.status,
       expiresAt: row.expires_at,
-      key: { id: row.id, keyId: row.key_id, workspaceId: row.workspace_id, scopes: new Set(JSON.parse(row.scopes) as Scope[]) },
+      key: {
+        id: row.id,
+        keyId: row.key_id,
+        workspaceId: row.workspace_id,
+        scopes: new Set(JSON.parse(row.scopes) as Scope[]),
+        allowedFrom: row.allowed_ips === null ? null : ipRanges(JSON.parse(row.allowed_ips) as string[]),
+      },
       usedAt: row.last_used_at ?? 0,
       writtenAt: row.last_used_at ?? 0,
     }
