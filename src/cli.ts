@@ -46,6 +46,13 @@ function numberFlag(a: Args, flag: string): number {
   return n
 }
 
+/** `--warmup-days N --warmup-start-cap N` → a warm-up starting now; `--warmup-days 0` ends one; neither: unchanged. */
+function warmupBody(a: Args) {
+  if (a.values['warmup-days'] === undefined && a.values['warmup-start-cap'] === undefined) return undefined
+  const days = numberFlag(a, 'warmup-days')
+  return days === 0 ? null : { days, start_daily_cap: numberFlag(a, 'warmup-start-cap') }
+}
+
 /** `workspaces policy` flags → the sending_policy fields they set. */
 const POLICY_FLAGS: Record<string, string> = { 'hourly-cap': 'hourly_cap', 'daily-cap': 'daily_cap', 'min-gap': 'min_gap_seconds', 'max-gap': 'max_gap_seconds' }
 
@@ -81,15 +88,15 @@ const COMMANDS: Record<string, Route> = {
   'connections create': {
     method: 'POST',
     path: (a) => `/workspaces/${ws(a)}/connections`,
-    body: (a) => ({ phone: a.values.phone, name: a.values.name, driver: a.values.driver ?? 'sandbox', config: a.values.config ? JSON.parse(String(a.values.config)) : undefined }),
-    options: ['workspace', 'phone', 'name', 'driver', 'config'],
+    body: (a) => ({ phone: a.values.phone, name: a.values.name, driver: a.values.driver ?? 'sandbox', config: a.values.config ? JSON.parse(String(a.values.config)) : undefined, warmup: warmupBody(a) }),
+    options: ['workspace', 'phone', 'name', 'driver', 'config', 'warmup-days', 'warmup-start-cap'],
   },
   'connections list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/connections`, options: ['workspace'] },
   'connections update': {
     method: 'PATCH',
     path: (a) => `/connections/${pos(a, 0, 'connection id')}`,
-    body: (a) => ({ name: a.values.name, status: a.values.status, config: a.values.config ? JSON.parse(String(a.values.config)) : undefined }),
-    options: ['name', 'status', 'config'],
+    body: (a) => ({ name: a.values.name, status: a.values.status, config: a.values.config ? JSON.parse(String(a.values.config)) : undefined, warmup: warmupBody(a) }),
+    options: ['name', 'status', 'config', 'warmup-days', 'warmup-start-cap'],
   },
   'connections remove': { method: 'DELETE', path: (a) => `/connections/${pos(a, 0, 'connection id')}` },
   'webhooks create': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/webhooks`, body: (a) => ({ url: a.values.url, events: csv(a.values.events) }), options: ['workspace', 'url', 'events'] },
@@ -124,8 +131,8 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan keys create --workspace ID --name NAME [--scopes a:b,c:d] [--expires-at ISO] [--allowed-ips 203.0.113.7,10.0.0.0/8]
   capstan keys list --workspace ID | revoke KEY_ID | remove KEY_ID
   capstan audit-log --workspace ID
-  capstan connections create --workspace ID --phone +E164 [--name N] [--driver sandbox] [--config JSON]
-  capstan connections list --workspace ID | update ID [--status online|offline] [--config JSON] | remove ID
+  capstan connections create --workspace ID --phone +E164 [--name N] [--driver sandbox] [--config JSON] [--warmup-days N --warmup-start-cap N]
+  capstan connections list --workspace ID | update ID [--status online|offline] [--config JSON] [--warmup-days N --warmup-start-cap N | --warmup-days 0] | remove ID
   capstan webhooks create --workspace ID --url URL [--events message.sent,message.failed]
   capstan webhooks list --workspace ID | remove ID | deliveries ID | enable ID | disable ID
   capstan webhooks recover ID --since ISO   (send again the deliveries that failed, of events since then)

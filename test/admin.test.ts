@@ -246,3 +246,30 @@ describe('dashboard sessions', () => {
     }
   })
 })
+
+describe('connections: warming up a new number', () => {
+  test('created with a warm-up, the number shows it and the live view counts against the day\'s cap; PATCH ends it; bad values are refused', async () => {
+    const ws = await srv.workspace()
+    const created = await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: '+15550009901', driver: 'sandbox', warmup: { days: 10, start_daily_cap: 25 } })
+    expect(created.status).toBe(201)
+    expect(created.json.data.warmup).toMatchObject({ days: 10, start_daily_cap: 25, day: 1 })
+    expect(Date.parse(created.json.data.warmup.ends_at) - Date.parse(created.json.data.warmup.started_at)).toBe(10 * 86_400_000)
+    const live = async () => (await srv.admin('GET', `/workspaces/${ws.id}/numbers/live`)).json.data[0]
+    expect(await live()).toMatchObject({ daily_cap: 25, hourly_cap: 25, warming_up: true })
+    const id = created.json.data.id
+    for (const [warmup, field] of [
+      [{ days: 0, start_daily_cap: 10 }, 'warmup.days'],
+      [{ days: 91, start_daily_cap: 10 }, 'warmup.days'],
+      [{ days: 7, start_daily_cap: 0 }, 'warmup.start_daily_cap'],
+      [{ days: 7 }, 'warmup.start_daily_cap'],
+      ['14', 'warmup'],
+    ] as const) {
+      const r = await srv.admin('PATCH', `/connections/${id}`, { warmup })
+      expect([r.status, Object.keys(r.json.errors ?? {})]).toEqual([422, [field]])
+    }
+    expect((await srv.admin('GET', `/connections/${id}`)).json.data.warmup).toMatchObject({ days: 10, start_daily_cap: 25 })
+    const ended = await srv.admin('PATCH', `/connections/${id}`, { warmup: null })
+    expect([ended.status, ended.json.data.warmup]).toEqual([200, null])
+    expect(await live()).toMatchObject({ daily_cap: 500, hourly_cap: 60, warming_up: false })
+  })
+})

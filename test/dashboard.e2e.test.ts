@@ -129,6 +129,14 @@ describe('dashboard', () => {
     await page.fill(`form[data-inbound] input[name=body]`, 'Where is my order?')
     await page.click('form[data-inbound] button')
     await page.waitForSelector('text=Inbound message logged')
+    // a warm-up for the new number (on a fresh load: the re-render after the message above could
+    // replace a field filled meanwhile)
+    await page.reload()
+    await page.fill(`form[data-warmup="${conn.id}"] input[name=days]`, '14')
+    await page.fill(`form[data-warmup="${conn.id}"] input[name=start_daily_cap]`, '30')
+    await page.click(`form[data-warmup="${conn.id}"] button[type=submit]`)
+    await page.waitForSelector('text=Warming up: day 1 of 14')
+    expect((await srv.admin('GET', `/connections/${conn.id}`)).json.data.warmup).toMatchObject({ days: 14, start_daily_cap: 30, day: 1 })
     await shot(page, 'numbers')
 
     const sent = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'Your order #1001 has shipped' } })

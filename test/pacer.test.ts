@@ -173,3 +173,70 @@ describe('pacer', () => {
     expect(failed.every((m) => m.status === 'failed' && m.error_code === 'recipient_suppressed' && m.sending_at === null)).toBe(true)
   })
 })
+
+describe('warming up a new number', () => {
+  const HOUR = 3_600_000
+  const DAY = 24 * HOUR
+  const released = (ids: string[]) => releases(ids, 0).filter((t) => t !== null).length
+
+  test('its daily cap rises each day in equal steps from the first day\'s cap to the workspace\'s, then the policy applies unchanged', async () => {
+    env = await inProcess()
+    const { svc, clock, timers } = env
+    const t0 = clock.t
+    const ws = svc.workspaces.create({ name: 'Warm' })
+    svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 100, min_gap_seconds: 1, max_gap_seconds: 1 } } })
+    const conn = svc.connections.create(ws.id, { phone: '+15550000002', driver: 'sandbox', config: NO_RECEIPTS, warmup: { days: 4, start_daily_cap: 10 } })
+    const ids: string[] = []
+    for (let i = 0; i < 400; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+1555200${String(i).padStart(4, '0')}`, body: `w${i}`, attachments: [] })).id)
+    // day by day: 10, then 10 + 90/4 steps (33, 55, 78), then the full 100
+    const perDay: number[] = []
+    let before = 0
+    for (let day = 0; day < 6; day++) {
+      timers.advanceTo(t0 + day * DAY + 23 * HOUR)
+      const now = released(ids)
+      perDay.push(now - before)
+      before = now
+    }
+    expect(perDay).toEqual([10, 33, 55, 78, 100, 100])
+    // the order still holds
+    const times = releases(ids, t0).filter((t) => t !== null) as number[]
+    expect(times).toEqual([...times].sort((a, b) => a - b))
+  })
+
+  test('when its cap rises at the start of a day it sends at once, not a day after its first send', async () => {
+    env = await inProcess()
+    const { svc, clock, timers } = env
+    const t0 = clock.t
+    const ws = svc.workspaces.create({ name: 'Warm step' })
+    svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 50, min_gap_seconds: 1, max_gap_seconds: 1 } } })
+    const conn = svc.connections.create(ws.id, { phone: '+15550000003', driver: 'sandbox', config: NO_RECEIPTS, warmup: { days: 2, start_daily_cap: 5 } })
+    timers.advanceTo(t0 + 12 * HOUR)
+    const ids: string[] = []
+    for (let i = 0; i < 20; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+1555300${String(i).padStart(4, '0')}`, body: `s${i}`, attachments: [] })).id)
+    timers.advanceTo(t0 + 12 * HOUR + 60_000)
+    expect(released(ids)).toBe(5)
+    // day two (cap 28) begins at t0 + 24 h: the other fifteen go then, twelve hours before the first send leaves the window
+    timers.advanceTo(t0 + DAY + 30_000)
+    expect(released(ids)).toBe(20)
+  })
+
+  test('a warm-up is started, shown (day, end) and ended; after its last day the workspace\'s policy applies', async () => {
+    env = await inProcess()
+    const { svc, clock } = env
+    const ws = svc.workspaces.create({ name: 'Warm admin' })
+    const conn = svc.connections.create(ws.id, { phone: '+15550000004', driver: 'sandbox', config: NO_RECEIPTS })
+    expect(svc.connections.toAdmin(conn).warmup).toBeNull()
+    const warm = svc.connections.patch(conn.id, { warmup: { days: 14, start_daily_cap: 20 } })
+    expect(svc.connections.toAdmin(warm).warmup).toEqual({ days: 14, start_daily_cap: 20, started_at: new Date(clock.t).toISOString(), ends_at: new Date(clock.t + 14 * DAY).toISOString(), day: 1 })
+    const base = svc.workspaces.settings(ws).sending_policy
+    expect(svc.connections.policyFor(warm, base)).toMatchObject({ daily_cap: 20, hourly_cap: 20 })
+    clock.t += 7 * DAY
+    expect(svc.connections.toAdmin(svc.connections.getAny(conn.id).row).warmup!.day).toBe(8)
+    expect(svc.connections.policyFor(warm, base).daily_cap).toBe(Math.round(20 + (500 - 20) * 7 / 14))
+    clock.t += 7 * DAY
+    expect(svc.connections.toAdmin(warm).warmup!.day).toBeNull()
+    expect(svc.connections.policyFor(warm, base)).toBe(base)
+    const ended = svc.connections.patch(conn.id, { warmup: null })
+    expect(svc.connections.toAdmin(ended).warmup).toBeNull()
+  })
+})

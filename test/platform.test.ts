@@ -512,6 +512,10 @@ describe('configuration and start-up', () => {
     expect(JSON.parse(conn.out).data).toMatchObject({ phone: '+15557654321', driver: 'sandbox', status: 'online', config: { delivered_after_ms: null } })
     const off = await runCapstan(['connections', 'update', JSON.parse(conn.out).data.id, '--status', 'offline', '--json'], env)
     expect(JSON.parse(off.out).data.status).toBe('offline')
+    const connId = JSON.parse(conn.out).data.id
+    const warm = await runCapstan(['connections', 'update', connId, '--warmup-days', '7', '--warmup-start-cap', '10', '--json'], env)
+    expect(JSON.parse(warm.out).data.warmup).toMatchObject({ days: 7, start_daily_cap: 10, day: 1 })
+    expect(JSON.parse((await runCapstan(['connections', 'update', connId, '--warmup-days', '0', '--json'], env)).out).data.warmup).toBeNull()
     const hook = await runCapstan(['webhooks', 'create', '--workspace', wsId, '--url', 'http://127.0.0.1:9/h', '--events', 'message.sent,message.failed', '--json'], env)
     expect(JSON.parse(hook.out).data.events).toEqual(['message.sent', 'message.failed'])
     const hookId = JSON.parse(hook.out).data.id

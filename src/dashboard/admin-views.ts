@@ -43,10 +43,11 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
       '/workspaces/:id/numbers/live',
       ({ params }) => {
         const ws = svc.workspaces.get(params.id)
-        const policy = svc.workspaces.settings(ws).sending_policy
+        const workspacePolicy = svc.workspaces.settings(ws).sending_policy
         const now = svc.deps.clock.now()
         return {
           data: svc.connections.listForWorkspace(ws.id).map((c) => {
+            const policy = svc.connections.policyFor(c.row, workspacePolicy, now)
             const releases = svc.messages.repo.releasesSince(c.row.id, now - DAY)
             const depth = queued.get(c.row.id)!.n + pendingRecipients.get(c.row.id)!.n
             return {
@@ -59,6 +60,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
               sent_last_day: releases.length,
               hourly_cap: policy.hourly_cap,
               daily_cap: policy.daily_cap,
+              warming_up: policy !== workspacePolicy,
               next_release_at: depth > 0 && c.row.status === 'online' ? iso(svc.pacer.nextReleaseAt(c.row.id, policy)) : null,
             }
           }),

@@ -169,7 +169,7 @@ function numbersLive(rows) {
   if (!rows.length) return '<p class="muted">No numbers yet.</p>'
   return `<table class="stack"><thead><tr><th>Number</th><th>Status</th><th>Queue</th><th>Last hour</th><th>Last 24 h</th><th>Next release</th></tr></thead><tbody>
   ${rows.map((n) => `<tr>${cell('Number', esc(n.phone))}${cell('Status', badge(n.status))}${cell('Queue', esc(n.queue_depth))}
-    ${cell('Last hour', `${esc(n.sent_last_hour)} / ${esc(n.hourly_cap)}`)}${cell('Last 24 h', `${esc(n.sent_last_day)} / ${esc(n.daily_cap)}`)}${cell('Next release', when(n.next_release_at))}</tr>`).join('')}</tbody></table>`
+    ${cell('Last hour', `${esc(n.sent_last_hour)} / ${esc(n.hourly_cap)}`)}${cell('Last 24 h', `${esc(n.sent_last_day)} / ${esc(n.daily_cap)}${n.warming_up ? ' <span class="muted">(warming up)</span>' : ''}`)}${cell('Next release', when(n.next_release_at))}</tr>`).join('')}</tbody></table>`
 }
 
 const pages = {
@@ -223,6 +223,10 @@ const pages = {
       <label>Name<input name="name"></label><label>Network<select name="driver"><option value="sandbox">sandbox</option></select></label><button type="submit">Add number</button></form></div>
       ${data.map((c) => `<div class="card"><strong>${esc(c.phone)}</strong> ${esc(c.name || '')} ${badge(c.status)} <span class="muted">${esc(c.driver)}</span>
         ${c.status_reason ? `<div class="muted">Offline: ${esc(c.status_reason)}</div>` : ''}
+        ${c.warmup?.day ? `<div class="muted">Warming up: day ${esc(c.warmup.day)} of ${esc(c.warmup.days)} (daily cap rising from ${esc(c.warmup.start_daily_cap)} to the workspace's)</div>` : ''}
+        <form class="inline" data-warmup="${esc(c.id)}"><label>Warm up over (days)<input name="days" type="number" min="1" max="90" required value="${esc(c.warmup?.days ?? 14)}"></label>
+          <label>First day's cap<input name="start_daily_cap" type="number" min="1" required value="${esc(c.warmup?.start_daily_cap ?? 20)}"></label>
+          <button class="secondary" type="submit">${c.warmup?.day ? 'Restart warm-up' : 'Start warm-up'}</button>${c.warmup?.day ? ` <button class="secondary" type="button" data-warmup-end="${esc(c.id)}">End warm-up</button>` : ''}</form>
         <p><button class="secondary" data-toggle="${esc(c.id)}" data-to="${c.status === 'online' ? 'offline' : 'online'}">${c.status === 'online' ? 'Go offline' : 'Go online'}</button>
         <button class="danger" data-del="${esc(c.id)}">Remove</button></p>
         ${c.driver === 'sandbox' ? `<form class="inline" data-inbound="${esc(c.id)}"><label>Simulate inbound from<input name="from" required placeholder="+14155550123"></label>
@@ -233,6 +237,12 @@ const pages = {
     }
     main.querySelectorAll('[data-toggle]').forEach((b) => (b.onclick = () => act(() => api('PATCH', `/connections/${b.dataset.toggle}`, { status: b.dataset.to }), `Number ${b.dataset.to}`)))
     main.querySelectorAll('[data-del]').forEach((b) => (b.onclick = () => confirm('Remove this number? Its queued messages fail.') && act(() => api('DELETE', `/connections/${b.dataset.del}`), 'Number removed')))
+    main.querySelectorAll('[data-warmup]').forEach((f) => (f.onsubmit = (ev) => {
+      ev.preventDefault()
+      const v = formData(f)
+      act(() => api('PATCH', `/connections/${f.dataset.warmup}`, { warmup: { days: Number(v.days), start_daily_cap: Number(v.start_daily_cap) } }), 'Warm-up started')
+    }))
+    main.querySelectorAll('[data-warmup-end]').forEach((b) => (b.onclick = () => act(() => api('PATCH', `/connections/${b.dataset.warmupEnd}`, { warmup: null }), 'Warm-up ended')))
     main.querySelectorAll('[data-inbound]').forEach((f) => (f.onsubmit = (ev) => {
       ev.preventDefault()
       act(() => api('POST', `/connections/${f.dataset.inbound}/sandbox/inbound`, formData(f)), 'Inbound message logged')

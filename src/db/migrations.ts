@@ -22,6 +22,7 @@ import m0020 from '../../migrations/0020_messages_by_contact.sql' with { type: '
 import m0021 from '../../migrations/0021_webhook_secret_rotation.sql' with { type: 'text' }
 import m0022 from '../../migrations/0022_webhook_deliveries_per_endpoint.sql' with { type: 'text' }
 import m0023 from '../../migrations/0023_api_key_allowed_ips.sql' with { type: 'text' }
+import m0024 from '../../migrations/0024_connection_warmup.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -47,4 +48,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 21, name: '0021_webhook_secret_rotation', sql: m0021 },
   { version: 22, name: '0022_webhook_deliveries_per_endpoint', sql: m0022 },
   { version: 23, name: '0023_api_key_allowed_ips', sql: m0023 },
+  { version: 24, name: '0024_connection_warmup', sql: m0024 },
 ]

@@ -15,6 +15,7 @@ import type { ConnectionService } from '../modules/connections/service'
 import type { MessageService } from '../modules/messages/service'
 import type { MessageRow } from '../modules/messages/repo'
 import type { WorkspaceService } from '../modules/workspaces/service'
+import { nextWarmupStep } from './warmup'
 
 const HOUR = 3_600_000
 const DAY = 86_400_000
@@ -228,7 +229,8 @@ export class Pacer {
             this.pending.delete(id)
             continue
           }
-          const policy = this.workspaces.settings(ws).sending_policy
+          // the workspace's policy, with lower caps while the number warms up
+          const policy = this.connections.policyFor(live.row, this.workspaces.settings(ws).sending_policy, now)
           const st = this.state(id)
           let due = dueAt(st, policy, now)
           if (due <= now) before.push(save(st))
@@ -248,8 +250,9 @@ export class Pacer {
             burst++
             due = dueAt(st, policy, now)
           }
-          // look again when the next release is due (an emptied queue has left `pending`)
-          if (this.pending.has(id)) next = Math.min(next, Math.max(due, now))
+          // look again when the next release is due (an emptied queue has left `pending`), or
+          // when a warming-up number's cap rises, if that comes first
+          if (this.pending.has(id)) next = Math.min(next, Math.max(Math.min(due, nextWarmupStep(this.connections.warmupOf(live.row), now)), now))
         }
       })
       committed = true

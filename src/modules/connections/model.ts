@@ -2,16 +2,27 @@
 import { s } from '../../http/schema'
 import { phoneField } from '../contacts/model'
 
+/** A new number's warm-up (scheduler/warmup.ts); null ends one. */
+const warmup = s
+  .object({
+    days: s.integer().range(1, 90).describe('Days until the number sends at the workspace’s full daily cap.'),
+    start_daily_cap: s.integer().range(1, 10_000_000).describe('The daily cap on its first day; it rises in equal daily steps.'),
+  })
+  .nullable()
+  .optional()
+
 export const createConnectionBody = s.object({
   phone: phoneField().describe('The E.164 number this connection sends from.'),
   name: s.string().length(0, 120).nullable().optional(),
   driver: s.string().oneOf(['sandbox', 'cloud_api']).describe('The messaging network driver: sandbox, or cloud_api (WhatsApp Cloud API).'),
   receives: s.boolean().optional().describe('Whether the number receives inbound messages (default true).'),
+  warmup,
 })
 
 export const patchConnectionBody = s.object({
   name: s.string().length(0, 120).nullable().optional(),
   status: s.string().oneOf(['online', 'offline']).optional(),
+  warmup,
 })
 
 export const sandboxGroupsBody = s.object({

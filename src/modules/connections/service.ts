@@ -3,6 +3,8 @@
  * loaded at start and changed only through this service, so the request path and the pacer read
  * a number's state from memory.
  */
+import { type Warmup, warmedPolicy, warmupDay } from '../../scheduler/warmup'
+import type { Policy } from '../../scheduler/pacer'
 import type { Deps } from '../../deps'
 import { notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
@@ -21,6 +23,14 @@ export interface LiveConnection {
   row: ConnectionRow
   driver: ConnectionDriver
 }
+
+export interface WarmupInput {
+  days: number
+  start_daily_cap: number
+}
+
+/** The stored warm-up: started `now`, or none. */
+const warmupColumn = (w: WarmupInput | null | undefined, now: number) => (w ? JSON.stringify({ days: w.days, start_daily_cap: w.start_daily_cap, started_at: now }) : null)
 
 export class ConnectionService {
   readonly repo: ConnectionRepo
@@ -92,6 +102,31 @@ export class ConnectionService {
     return entry
   }
 
+  private warmups = new WeakMap<ConnectionRow, Warmup | null>()
+
+  /** A number's warm-up, parsed once per row (a change replaces the row). */
+  warmupOf(row: ConnectionRow): Warmup | null {
+    let w = this.warmups.get(row)
+    if (w === undefined) {
+      w = row.warmup === null ? null : (JSON.parse(row.warmup) as Warmup)
+      this.warmups.set(row, w)
+    }
+    return w
+  }
+
+  /** The policy a number sends under now: the workspace's, with its warm-up's caps while that lasts. */
+  policyFor(row: ConnectionRow, workspacePolicy: Policy, now = this.deps.clock.now()): Policy {
+    return warmedPolicy(workspacePolicy, this.warmupOf(row), now)
+  }
+
+  /** The admin view of a warm-up: its settings, start, end and which day it is on (null once over). */
+  private warmupView(row: ConnectionRow) {
+    const w = this.warmupOf(row)
+    if (!w) return null
+    const day = warmupDay(w, this.deps.clock.now())
+    return { days: w.days, start_daily_cap: w.start_daily_cap, started_at: iso(w.started_at), ends_at: iso(w.started_at + w.days * 86_400_000), day: day === null ? null : day + 1 }
+  }
+
   toAdmin(row: ConnectionRow) {
     return {
       id: row.id,
@@ -103,6 +138,7 @@ export class ConnectionService {
       status_reason: row.status_reason,
       receives: row.receives === 1,
       config: this.redacted(row),
+      warmup: this.warmupView(row),
       created_at: iso(row.created_at),
       updated_at: iso(row.updated_at),
     }
@@ -156,7 +192,7 @@ export class ConnectionService {
     return this.getAny(id).row
   }
 
-  create(workspaceId: string, input: { phone: string; name?: string | null; driver: string; receives?: boolean; config?: unknown }): ConnectionRow {
+  create(workspaceId: string, input: { phone: string; name?: string | null; driver: string; receives?: boolean; config?: unknown; warmup?: WarmupInput | null }): ConnectionRow {
     const factory = DRIVERS[input.driver]!
     const checked = factory.checkConfig(input.config)
     if ('errors' in checked) throw validationFailed(checked.errors)
@@ -173,6 +209,7 @@ export class ConnectionService {
         status_reason: null,
         receives: input.receives === false ? 0 : 1,
         config: this.seal(input.driver, checked.config),
+        warmup: warmupColumn(input.warmup, now),
         created_at: now,
         updated_at: now,
         deleted_at: null,
@@ -185,7 +222,10 @@ export class ConnectionService {
     return row
   }
 
-  patch(id: string, input: { name?: string | null; status?: string; config?: unknown }): ConnectionRow {
+  /**
+   * `warmup` (when given) starts a warm-up now, replacing one under way, or ends it (null).
+   */
+  patch(id: string, input: { name?: string | null; status?: string; config?: unknown; warmup?: WarmupInput | null }): ConnectionRow {
     const c = this.getAny(id)
     let config = c.row.config
     if (input.config !== undefined) {
@@ -200,6 +240,7 @@ export class ConnectionService {
       status,
       status_reason: input.status !== undefined ? (status === 'offline' ? 'set offline by the operator' : null) : c.row.status_reason,
       config,
+      warmup: input.warmup !== undefined ? warmupColumn(input.warmup, this.deps.clock.now()) : c.row.warmup,
       updated_at: this.deps.clock.now(),
     }
     this.deps.writer.now(() => this.repo.update(next))
