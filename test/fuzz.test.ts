@@ -162,7 +162,7 @@ describe('bad input never breaks the admin API', () => {
       ['POST', `/keys/${keyId}/revoke`],
     ] as const
     const adminValue = fc.oneof(value, fc.constantFrom('online', 'offline', 'inactive', 'sandbox', 'cloud_api', 'http://127.0.0.1:9/', '2099-01-01T00:00:00Z'))
-    const adminField = fc.constantFrom('name', 'slug', 'status', 'settings', 'sending_policy', 'hourly_cap', 'message_allowance', 'media', 'scopes', 'expires_at', 'phone', 'reason', 'driver', 'receives', 'config', 'url', 'events', 'from', 'body', 'groups', 'since', 'keep_previous_hours', 'allowed_ips', 'content_retention_days', 'messages', marked as any) as fc.Arbitrary<string>
+    const adminField = fc.constantFrom('name', 'slug', 'status', 'settings', 'sending_policy', 'hourly_cap', 'message_allowance', 'media', 'scopes', 'expires_at', 'phone', 'reason', 'driver', 'receives', 'config', 'url', 'events', 'from', 'body', 'groups', 'since', 'keep_previous_hours', 'allowed_ips', 'content_retention_days', 'messages', 'headers', 'warmup', 'days', 'start_daily_cap', marked as any) as fc.Arbitrary<string>
     const leaf = fc.oneof(adminValue, fc.array(adminValue, { maxLength: 3 }))
     const adminJson = fc.dictionary(adminField, fc.oneof(leaf, fc.dictionary(adminField, fc.oneof(leaf, fc.dictionary(adminField, leaf, { maxKeys: 3 })), { maxKeys: 4 })), { maxKeys: 5 })
     const adminQuery = fc.dictionary(fc.constantFrom('page', 'per_page', 'days', 'status', 'direction'), fc.oneof(marked, fc.constantFrom('0', '-1', '101', 'x', '')), { maxKeys: 2 })

@@ -433,6 +433,38 @@ describe('durability and administration', () => {
     }
   })
 
+  test('extra headers (a receiver behind a gateway): sent on every delivery, stored encrypted, values shown only with the secret; reserved or malformed ones refused', async () => {
+    const { ws, key, conn, rx, hook } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])
+    const gateway = { 'CF-Access-Client-Id': 'capstan.access', 'CF-Access-Client-Secret': 'MARK-HEADER-SECRET-9d1e' }
+    const patched = await srv.admin('PATCH', `/webhooks/${hook.id}`, { headers: gateway })
+    expect([patched.status, patched.json.data.headers, patched.json.data.header_values]).toEqual([200, Object.keys(gateway), undefined])
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/webhooks`)).json.data[0].headers).toEqual(Object.keys(gateway))
+    expect((await srv.admin('GET', `/webhooks/${hook.id}`)).json.data.header_values).toEqual(gateway)
+    await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'through the gateway' } })
+    await waitFor(() => rx.got.length === 1)
+    const got = rx.got[0]!
+    expect([got.headers['cf-access-client-id'], got.headers['cf-access-client-secret']]).toEqual(['capstan.access', 'MARK-HEADER-SECRET-9d1e'])
+    expect([got.headers['content-type'], got.headers['user-agent'], verifies(hook.secret, got)]).toEqual(['application/json', 'Capstan-Webhooks/1', true])
+    for (const f of readdirSync(srv.dataDir).filter((f) => f.startsWith('capstan.db'))) expect(readFileSync(join(srv.dataDir, f)).includes('MARK-HEADER-SECRET-9d1e')).toBe(false)
+    // refused, and nothing changes
+    for (const headers of [{ 'Content-Type': 'text/plain' }, { 'webhook-id': 'x' }, { Host: 'evil.test' }, { 'X-Line': 'a\r\nInjected: 1' }, { 'X-Num': 5 }, { 'bad name': 'x' }, Object.fromEntries(Array.from({ length: 11 }, (_, i) => [`X-H${i}`, 'v'])), 'x']) {
+      const r = await srv.admin('PATCH', `/webhooks/${hook.id}`, { headers })
+      expect([r.status, Object.keys(r.json.errors ?? {})]).toEqual([422, ['headers']])
+      expect(r.text).not.toContain('evil.test')
+    }
+    expect((await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: rx.url, headers: { 'User-Agent': 'mine' } })).status).toBe(422)
+    expect((await srv.admin('GET', `/webhooks/${hook.id}`)).json.data.header_values).toEqual(gateway)
+    // removed: none sent
+    expect((await srv.admin('PATCH', `/webhooks/${hook.id}`, { headers: null })).json.data.headers).toEqual([])
+    await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'direct' } })
+    await waitFor(() => rx.got.length === 2)
+    expect(rx.got[1]!.headers['cf-access-client-secret']).toBeUndefined()
+    // given at creation
+    const made = await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: rx.url, events: ['message.failed'], headers: { Authorization: 'Bearer receiver-token' } })
+    expect([made.status, made.json.data.headers]).toEqual([201, ['Authorization']])
+    rx.stop()
+  })
+
   test('a test event goes to an active endpoint signed; a disabled one answers 409 and queues nothing', async () => {
     const { rx, hook } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])
     const r = await srv.admin('POST', `/webhooks/${hook.id}/test`)

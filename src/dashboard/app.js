@@ -355,7 +355,7 @@ const pages = {
       <div class="scopes">${EVENTS.map((e) => `<label><input type="checkbox" name="event" value="${e}">${e}</label>`).join('')}</div>
       <p class="muted">None ticked = every event.</p><button type="submit">Add endpoint</button></form><div id="new-hook-secret"></div></div>
       ${data.map((h, i) => `<div class="card"><span class="mono">${esc(h.url)}</span> ${badge(h.status)}
-        <p class="muted">${esc(h.events.join(', '))}</p>
+        <p class="muted">${esc(h.events.join(', '))}${h.headers.length ? ` · extra headers: ${esc(h.headers.join(', '))}` : ''}</p>
         <p><button class="secondary" data-secret="${esc(h.id)}">Show signing secret</button> <button class="secondary" data-rotate="${esc(h.id)}">Rotate secret</button> ${h.status === 'disabled' ? `<button data-enable="${esc(h.id)}">Enable again</button>` : `<button class="secondary" data-test="${esc(h.id)}">Send test event</button> <button class="secondary" data-disable="${esc(h.id)}">Disable</button>`} <button class="danger" data-del="${esc(h.id)}">Remove</button></p>
         ${h.status === 'active' ? `<p class="inline"><select data-since="${esc(h.id)}" aria-label="Failed deliveries of events from the">${RECOVER_PERIODS.map(([hours, label]) => `<option value="${hours}">${label}</option>`).join('')}</select> <button class="secondary" data-recover="${esc(h.id)}">Send failed deliveries again</button></p>` : ''}
         ${h.previous_secret_expires_at ? `<p class="muted">The previous secret also signs until ${when(h.previous_secret_expires_at)}: switch the receiver to the new one before then.</p>` : ''}

@@ -23,6 +23,7 @@ import m0021 from '../../migrations/0021_webhook_secret_rotation.sql' with { typ
 import m0022 from '../../migrations/0022_webhook_deliveries_per_endpoint.sql' with { type: 'text' }
 import m0023 from '../../migrations/0023_api_key_allowed_ips.sql' with { type: 'text' }
 import m0024 from '../../migrations/0024_connection_warmup.sql' with { type: 'text' }
+import m0025 from '../../migrations/0025_webhook_endpoint_headers.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -49,4 +50,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 22, name: '0022_webhook_deliveries_per_endpoint', sql: m0022 },
   { version: 23, name: '0023_api_key_allowed_ips', sql: m0023 },
   { version: 24, name: '0024_connection_warmup', sql: m0024 },
+  { version: 25, name: '0025_webhook_endpoint_headers', sql: m0025 },
 ]

@@ -16,6 +16,8 @@ export interface EndpointRow {
   /** The secret a rotation replaced, still signing beside `secret_enc` until `previous_secret_expires_at`. */
   previous_secret_enc: string | null
   previous_secret_expires_at: number | null
+  /** Extra request headers: a sealed JSON object, or null. */
+  headers_enc: string | null
   status: 'active' | 'disabled'
   failing_since: number | null
   created_at: number
@@ -70,7 +72,7 @@ export class WebhookRepo {
 
   constructor(db: Database) {
     this.insertEndpoint = db.query(
-      'INSERT INTO webhook_endpoints (id, workspace_id, url, events, secret_enc, status, failing_since, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $url, $events, $secret_enc, $status, NULL, $created_at, $updated_at, NULL)',
+      'INSERT INTO webhook_endpoints (id, workspace_id, url, events, secret_enc, headers_enc, status, failing_since, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $url, $events, $secret_enc, $headers_enc, $status, NULL, $created_at, $updated_at, NULL)',
     )
     this.endpointById = db.query<EndpointRow, [string]>('SELECT * FROM webhook_endpoints WHERE id = ? AND deleted_at IS NULL')
     this.endpointsForWs = db.query<EndpointRow, [string]>('SELECT * FROM webhook_endpoints WHERE workspace_id = ? AND deleted_at IS NULL ORDER BY created_at, id')
@@ -78,7 +80,7 @@ export class WebhookRepo {
     this.deleteEndpoint = db.query('UPDATE webhook_endpoints SET deleted_at = ?, updated_at = ? WHERE id = ?')
     this.setFailing = db.query('UPDATE webhook_endpoints SET failing_since = ?, updated_at = ? WHERE id = ?')
     this.disableStmt = db.query("UPDATE webhook_endpoints SET status = 'disabled', updated_at = ? WHERE id = ?")
-    this.targetStmt = db.query('UPDATE webhook_endpoints SET url = ?, events = ?, updated_at = ? WHERE id = ?')
+    this.targetStmt = db.query('UPDATE webhook_endpoints SET url = ?, events = ?, headers_enc = ?, updated_at = ? WHERE id = ?')
     this.rotateStmt = db.query('UPDATE webhook_endpoints SET secret_enc = ?, previous_secret_enc = ?, previous_secret_expires_at = ?, updated_at = ? WHERE id = ?')
     this.enableStmt = db.query("UPDATE webhook_endpoints SET status = 'active', failing_since = NULL, updated_at = ? WHERE id = ?")
     this.requeueHeld = db.query(
@@ -136,8 +138,8 @@ export class WebhookRepo {
     this.disableStmt.run(at, id)
     this.failAllForEndpoint.run(reason, at, id)
   }
-  updateTarget(id: string, url: string, events: string | null, at: number) {
-    this.targetStmt.run(url, events, at, id)
+  updateTarget(id: string, url: string, events: string | null, headersEnc: string | null, at: number) {
+    this.targetStmt.run(url, events, headersEnc, at, id)
   }
   /** A new signing secret; `previous` (the one it replaces, or null) signs beside it until `until`. */
   rotateSecret(id: string, secretEnc: string, previous: { enc: string; until: number } | null, at: number) {

@@ -5,12 +5,13 @@ import { hidden } from '../../http/docs'
 import { paged } from '../../http/format'
 import { fieldError, s, validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { EVENT_TYPES, KEEP_PREVIOUS_HOURS, MAX_KEEP_PREVIOUS_HOURS } from './service'
+import { checkHeaders, EVENT_TYPES, KEEP_PREVIOUS_HOURS, MAX_KEEP_PREVIOUS_HOURS } from './service'
 
 const url = s.string().length(1, 2048).pattern(/^https?:\/\/[^\s/?#]+[^\s]*$/i, 'must be an http or https URL')
 const events = s.array(s.string().oneOf(EVENT_TYPES)).max(EVENT_TYPES.length)
-const createBody = s.object({ url, events: events.optional() })
-const patchBody = s.object({ status: s.string().oneOf(['active', 'disabled'] as const).optional(), url: url.optional(), events: events.optional() })
+const headers = s.metadata(10, 64, 1000).nullable().optional()
+const createBody = s.object({ url, events: events.optional(), headers })
+const patchBody = s.object({ status: s.string().oneOf(['active', 'disabled'] as const).optional(), url: url.optional(), events: events.optional(), headers })
 const recoverBody = s.object({ since: s.string().format('date-time') })
 const rotateBody = s.object({ keep_previous_hours: s.integer().range(0, MAX_KEEP_PREVIOUS_HOURS).optional() })
 
@@ -24,7 +25,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         svc.workspaces.get(params.id)
         const input = validate(createBody, body)
         set.status = 201
-        return { data: hooks.create(params.id, input.url, input.events) }
+        return { data: hooks.create(params.id, input.url, input.events, input.headers ? checkHeaders(input.headers) : null) }
       },
       { admin: true, detail: hidden },
     )
@@ -41,9 +42,9 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
       '/webhooks/:id',
       ({ params, body }) => {
         const input = validate(patchBody, body, (v, errors) => {
-          if (v.status === undefined && v.url === undefined && v.events === undefined) fieldError(errors, 'status', 'Give at least one of status, url or events.')
+          if (v.status === undefined && v.url === undefined && v.events === undefined && v.headers === undefined) fieldError(errors, 'status', 'Give at least one of status, url, events or headers.')
         })
-        return { data: hooks.toAdmin(hooks.patch(params.id, input)) }
+        return { data: hooks.toAdmin(hooks.patch(params.id, { ...input, headers: input.headers ? checkHeaders(input.headers) : input.headers })) }
       },
       { admin: true, detail: hidden },
     )

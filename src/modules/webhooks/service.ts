@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto'
 import { persist } from '../../db/writer'
 import type { Deps } from '../../deps'
-import { conflict, notFound } from '../../http/errors'
+import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
 import type { SecretBox } from '../../secrets'
@@ -46,6 +46,35 @@ export function signature(secrets: string[], id: string, timestamp: number, body
 }
 
 const newSecret = () => `whsec_${randomBytes(32).toString('base64')}`
+
+/**
+ * Headers an endpoint may not set: what Capstan sends itself (the signature headers, the body's
+ * type and length) and what belongs to the connection.
+ */
+const RESERVED_HEADERS = new Set(['content-type', 'content-length', 'content-encoding', 'transfer-encoding', 'connection', 'keep-alive', 'host', 'user-agent', 'te', 'trailer', 'upgrade', 'expect'])
+/** Header names: RFC 9110 token characters. Values: visible ASCII, spaces and tabs (no line breaks). */
+const HEADER_NAME = /^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$/
+const HEADER_VALUE = /^[\t\x20-\x7e]{0,1000}$/
+
+/** An endpoint's extra headers, checked: 422 naming the field for a reserved, malformed or repeated name or a bad value. */
+export function checkHeaders(headers: Record<string, unknown>): Record<string, string> {
+  const out: Record<string, string> = {}
+  const seen = new Set<string>()
+  const errors: string[] = []
+  for (const [name, value] of Object.entries(headers)) {
+    const lower = name.toLowerCase()
+    if (!HEADER_NAME.test(name)) errors.push('Header names must be 1 to 64 letters, digits or the characters !#$%&\'*+.^_`|~-.')
+    else if (RESERVED_HEADERS.has(lower) || lower.startsWith('webhook-')) errors.push('Capstan sets the content, connection, user-agent and webhook-* headers itself; they cannot be given.')
+    else if (seen.has(lower)) errors.push('Each header may be given once.')
+    else if (typeof value !== 'string' || !HEADER_VALUE.test(value)) errors.push('Header values must be text of at most 1000 visible ASCII characters, without line breaks.')
+    else {
+      seen.add(lower)
+      out[name] = value
+    }
+  }
+  if (errors.length) throw validationFailed({ headers: [...new Set(errors)] })
+  return out
+}
 
 /** The events column: the subscribed types, or null for every event (none given). */
 const eventsColumn = (events: string[] | undefined) => (events && events.length ? JSON.stringify([...new Set(events)]) : null)
@@ -93,8 +122,20 @@ export class WebhookService {
       failing_since: iso(row.failing_since),
       created_at: iso(row.created_at),
       previous_secret_expires_at: iso(this.previousSecretLive(row) ? row.previous_secret_expires_at : null),
-      ...(withSecret ? { secret: this.box.open(row.secret_enc) } : {}),
+      // the names only: values may be credentials, shown with the secret
+      headers: Object.keys(this.headersOf(row)),
+      ...(withSecret ? { secret: this.box.open(row.secret_enc), header_values: this.headersOf(row) } : {}),
     }
+  }
+
+  /** An endpoint's extra request headers (none: {}). */
+  private headersOf(row: EndpointRow): Record<string, string> {
+    return row.headers_enc === null ? {} : (JSON.parse(this.box.open(row.headers_enc)) as Record<string, string>)
+  }
+
+  /** The stored form of extra headers: sealed, or null for none. */
+  private headersColumn(headers: Record<string, string> | null | undefined): string | null {
+    return headers && Object.keys(headers).length ? this.box.seal(JSON.stringify(headers)) : null
   }
 
   /** Whether the secret a rotation replaced still signs. */
@@ -122,7 +163,7 @@ export class WebhookService {
     }
   }
 
-  create(workspaceId: string, url: string, events: string[] | undefined) {
+  create(workspaceId: string, url: string, events: string[] | undefined, headers?: Record<string, string> | null) {
     const secret = newSecret()
     const now = this.deps.clock.now()
     const row: EndpointRow = {
@@ -133,6 +174,7 @@ export class WebhookService {
       secret_enc: this.box.seal(secret),
       previous_secret_enc: null,
       previous_secret_expires_at: null,
+      headers_enc: this.headersColumn(headers),
       status: 'active',
       failing_since: null,
       created_at: now,
@@ -161,12 +203,13 @@ export class WebhookService {
    * fresh retry schedule, to the URL it has then). Events that happened while it was disabled were
    * not written for it. Setting the status it already has changes nothing.
    */
-  patch(id: string, input: { status?: 'active' | 'disabled'; url?: string; events?: string[] }) {
+  patch(id: string, input: { status?: 'active' | 'disabled'; url?: string; events?: string[]; headers?: Record<string, string> | null }) {
     const now = this.deps.clock.now()
     const requeued = this.deps.writer.now(() => {
       const row = this.get(id)
-      if (input.url !== undefined || input.events !== undefined) {
-        this.repo.updateTarget(id, input.url ?? row.url, input.events === undefined ? row.events : eventsColumn(input.events), now)
+      if (input.url !== undefined || input.events !== undefined || input.headers !== undefined) {
+        const headers = input.headers === undefined ? row.headers_enc : this.headersColumn(input.headers)
+        this.repo.updateTarget(id, input.url ?? row.url, input.events === undefined ? row.events : eventsColumn(input.events), headers, now)
       }
       if (input.status === undefined || input.status === row.status) return 0
       if (input.status === 'disabled') {
@@ -379,6 +422,7 @@ export class WebhookService {
       const res = await fetch(endpoint.url, {
         method: 'POST',
         headers: {
+          ...this.headersOf(endpoint),
           'content-type': 'application/json',
           'user-agent': 'Capstan-Webhooks/1',
           'webhook-id': d.id,
