@@ -46,11 +46,11 @@ export interface Services {
 }
 
 export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { timers?: Timers; random?: () => number; scanner?: Scanner } = {}): Services {
-  const workspaces = new WorkspaceService(deps)
-  const contacts = new ContactService(deps)
-  const suppressions = new SuppressionService(deps)
-  const connections = new ConnectionService(deps, box, log)
   const audit = new AuditRepo(deps.db)
+  const workspaces = new WorkspaceService(deps, audit)
+  const contacts = new ContactService(deps)
+  const suppressions = new SuppressionService(deps, audit)
+  const connections = new ConnectionService(deps, box, log, audit)
   const webhooks = new WebhookService(deps, box, log, audit)
   const media = new MediaService(deps, new MediaStore(deps.config.mediaDir), opts.scanner ?? new ClamdScanner(deps.config.clamd, deps.config.clamdTimeoutMs), workspaces, log)
   const templates = new TemplateService(deps)
@@ -89,7 +89,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     audit,
     contacts,
     eraser,
-    contactExport: new ContactExport(deps, contacts, messages, media, suppressions),
+    contactExport: new ContactExport(deps, contacts, messages, media, suppressions, audit),
     suppressions,
     connections,
     webhooks,

@@ -273,3 +273,43 @@ describe('connections: warming up a new number', () => {
     expect(await live()).toMatchObject({ daily_cap: 500, hourly_cap: 60, warming_up: false })
   })
 })
+
+describe('audit log', () => {
+  test('operator changes are recorded with what they are about; entries about a person name nobody', async () => {
+    const { ws, key } = await srv.tenant()
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 90 } } })
+    const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: '+15550009950', driver: 'sandbox' })).json.data
+    await srv.admin('PATCH', `/connections/${conn.id}`, { name: 'Front desk' })
+    const hook = (await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: 'http://127.0.0.1:9/audit' })).json.data
+    await srv.admin('PATCH', `/webhooks/${hook.id}`, { events: ['message.failed'] })
+    await srv.admin('POST', `/webhooks/${hook.id}/recover`, { since: '2026-01-01T00:00:00Z' })
+    await srv.admin('POST', `/webhooks/${hook.id}/rotate-secret`, {})
+    await srv.admin('DELETE', `/webhooks/${hook.id}`)
+    await srv.admin('POST', `/workspaces/${ws.id}/suppressions`, { phone: '+15550009951' })
+    await srv.admin('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent('+15550009951')}`)
+    await srv.api(key, 'POST', '/contacts', { json: { phone: '+15550009952', name: 'Exported Person' } })
+    expect((await srv.admin('POST', `/workspaces/${ws.id}/contacts/export`, { phone: '+15550009952' })).status).toBe(200)
+    await srv.admin('DELETE', `/connections/${conn.id}`)
+    // refused changes are not recorded
+    expect((await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 99, max_gap_seconds: 1 } } })).status).toBe(422)
+    const log = await srv.admin('GET', `/workspaces/${ws.id}/audit-log?per_page=100`)
+    const entries = log.json.data.map((e: any) => [e.action, e.subject_id]).reverse()
+    expect(entries).toEqual([
+      ['api_key.created', null],
+      ['workspace.updated', ws.id],
+      ['connection.created', conn.id],
+      ['connection.updated', conn.id],
+      ['webhook.created', hook.id],
+      ['webhook.updated', hook.id],
+      ['webhook.recovered', hook.id],
+      ['webhook.secret_rotated', hook.id],
+      ['webhook.removed', hook.id],
+      ['suppression.added', null],
+      ['suppression.removed', null],
+      ['contact.exported', null],
+      ['connection.removed', conn.id],
+    ])
+    expect(log.text).not.toContain('+1555000995')
+    expect(log.text).not.toContain('Exported Person')
+  })
+})

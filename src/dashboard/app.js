@@ -419,8 +419,8 @@ const pages = {
 
   async audit(ws) {
     const { data } = await api('GET', `/workspaces/${ws.id}/audit-log?per_page=100`)
-    main.innerHTML = `<h1>Audit log</h1><table class="stack"><thead><tr><th>When</th><th>Action</th><th>Key</th></tr></thead><tbody>
-      ${data.map((e) => `<tr>${cell('When', when(e.at))}${cell('Action', esc(e.action))}${cell('Key', `<span class="mono">${esc(e.key_id)}</span>`)}</tr>`).join('')}</tbody></table>`
+    main.innerHTML = `<h1>Audit log</h1><table class="stack"><thead><tr><th>When</th><th>Action</th><th>Key</th><th>About</th></tr></thead><tbody>
+      ${data.map((e) => `<tr>${cell('When', when(e.at))}${cell('Action', esc(e.action))}${cell('Key', `<span class="mono">${esc(e.key_id ?? '')}</span>`)}${cell('About', `<span class="mono">${esc(e.subject_id ?? '')}</span>`)}</tr>`).join('')}</tbody></table>`
   },
 }
 

@@ -1,17 +1,35 @@
 /**
- * The audit log (admin `GET /workspaces/{id}/audit-log`): security-relevant changes to a
- * workspace, by action and time. `key_id` names the API key an entry is about; entries about
- * something else (an erased contact, a webhook secret) leave it null and name nobody.
+ * The audit log (admin `GET /workspaces/{id}/audit-log`): what operators and keys changed in a
+ * workspace, by action and time. `key_id` names the API key an entry is about, `subject_id` the
+ * workspace, number or webhook endpoint; an entry about a person (an erased or exported contact,
+ * a suppressed number) names neither: it records that it happened, not whom.
  */
 import type { Database } from 'bun:sqlite'
 
-export type AuditAction = 'api_key.created' | 'api_key.revoked' | 'api_key.removed' | 'contact.erased' | 'webhook.secret_rotated'
+export type AuditAction =
+  | 'api_key.created'
+  | 'api_key.revoked'
+  | 'api_key.removed'
+  | 'workspace.updated'
+  | 'connection.created'
+  | 'connection.updated'
+  | 'connection.removed'
+  | 'webhook.created'
+  | 'webhook.updated'
+  | 'webhook.removed'
+  | 'webhook.secret_rotated'
+  | 'webhook.recovered'
+  | 'suppression.added'
+  | 'suppression.removed'
+  | 'contact.exported'
+  | 'contact.erased'
 
 export interface AuditRow {
   id: number
   workspace_id: string
   action: AuditAction
   key_id: string | null
+  subject_id: string | null
   at: number
 }
 
@@ -21,14 +39,14 @@ export class AuditRepo {
   private countStmt
 
   constructor(db: Database) {
-    this.insertStmt = db.query('INSERT INTO audit_log (workspace_id, action, key_id, at) VALUES (?, ?, ?, ?)')
+    this.insertStmt = db.query('INSERT INTO audit_log (workspace_id, action, key_id, subject_id, at) VALUES (?, ?, ?, ?, ?)')
     this.listStmt = db.query<AuditRow, [string, number, number]>('SELECT * FROM audit_log WHERE workspace_id = ? ORDER BY id DESC LIMIT ? OFFSET ?')
     this.countStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM audit_log WHERE workspace_id = ?')
   }
 
   /** One entry; runs inside the write that makes the change it records. */
-  add(workspaceId: string, action: AuditAction, keyId: string | null, at: number) {
-    this.insertStmt.run(workspaceId, action, keyId, at)
+  add(workspaceId: string, action: AuditAction, keyId: string | null, at: number, subjectId: string | null = null) {
+    this.insertStmt.run(workspaceId, action, keyId, subjectId, at)
   }
 
   /** Newest first. */

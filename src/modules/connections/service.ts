@@ -6,6 +6,7 @@
 import { type Warmup, warmedPolicy, warmupDay } from '../../scheduler/warmup'
 import type { Policy } from '../../scheduler/pacer'
 import type { Deps } from '../../deps'
+import type { AuditRepo } from '../audit/repo'
 import { notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
@@ -43,6 +44,7 @@ export class ConnectionService {
     private readonly deps: Deps,
     private readonly box: SecretBox,
     private readonly log: Logger,
+    private readonly audit: AuditRepo,
   ) {
     this.repo = new ConnectionRepo(deps.db)
   }
@@ -215,6 +217,7 @@ export class ConnectionService {
         deleted_at: null,
       }
       this.repo.insert(r)
+      this.audit.add(workspaceId, 'connection.created', null, now, r.id)
       return r
     })
     this.attach(row)
@@ -243,7 +246,10 @@ export class ConnectionService {
       warmup: input.warmup !== undefined ? warmupColumn(input.warmup, this.deps.clock.now()) : c.row.warmup,
       updated_at: this.deps.clock.now(),
     }
-    this.deps.writer.now(() => this.repo.update(next))
+    this.deps.writer.now(() => {
+      this.repo.update(next)
+      this.audit.add(next.workspace_id, 'connection.updated', null, next.updated_at, id)
+    })
     c.row = next
     if (input.config !== undefined) c.driver.configure(this.open(next))
     this.onChange(id)
@@ -255,6 +261,7 @@ export class ConnectionService {
     const c = this.getAny(id)
     this.deps.writer.now(() => {
       this.repo.markDeleted(id, this.deps.clock.now())
+      this.audit.add(c.row.workspace_id, 'connection.removed', null, this.deps.clock.now(), id)
       inTx()
     })
     c.driver.close()

@@ -7,6 +7,7 @@
  */
 import type { Database } from 'bun:sqlite'
 import type { Deps } from '../../deps'
+import type { AuditRepo } from '../audit/repo'
 import { iso } from '../../http/format'
 import type { MediaService } from '../media/service'
 import type { MessageRow } from '../messages/repo'
@@ -23,6 +24,7 @@ export class ContactExport {
     private readonly messages: MessageService,
     private readonly media: MediaService,
     private readonly suppressions: SuppressionService,
+    private readonly audit: AuditRepo,
   ) {
     const db: Database = deps.db
     this.sql = {
@@ -38,6 +40,8 @@ export class ContactExport {
   /** The document for the workspace's contact with this number (or network address); 404 when there is none. */
   export(workspaceId: string, phone: string) {
     const contact = this.contacts.byNumber(workspaceId, phone)
+    // that the person's data was handed out is recorded; not whose
+    this.deps.writer.now(() => this.audit.add(workspaceId, 'contact.exported', null, this.deps.clock.now()))
     const messages = this.sql.messages.all(contact.id)
     const mediaIds = [...new Set(messages.flatMap((m) => JSON.parse(m.attachments) as string[]))]
     const suppression = this.suppressions.repo.get(workspaceId, contact.phone)

@@ -43,7 +43,7 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
       '/workspaces/:id/audit-log',
       ({ params, query }) => {
         svc.workspaces.get(params.id)
-        return paged(query, (limit, offset) => svc.audit.list(params.id, limit, offset), (r) => ({ action: r.action, key_id: r.key_id, at: iso(r.at) }))
+        return paged(query, (limit, offset) => svc.audit.list(params.id, limit, offset), (r) => ({ action: r.action, key_id: r.key_id, subject_id: r.subject_id, at: iso(r.at) }))
       },
       { admin: true, detail: hidden },
     )

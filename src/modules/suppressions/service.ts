@@ -1,5 +1,6 @@
 /** The workspace suppression list: numbers that must never be messaged. */
 import type { Deps } from '../../deps'
+import type { AuditRepo } from '../audit/repo'
 import { notFound } from '../../http/errors'
 import { iso } from '../../http/format'
 import { SuppressionRepo, type SuppressionRow } from './repo'
@@ -7,7 +8,10 @@ import { SuppressionRepo, type SuppressionRow } from './repo'
 export class SuppressionService {
   readonly repo: SuppressionRepo
 
-  constructor(private readonly deps: Deps) {
+  constructor(
+    private readonly deps: Deps,
+    private readonly audit: AuditRepo,
+  ) {
     this.repo = new SuppressionRepo(deps.db)
   }
 
@@ -26,12 +30,17 @@ export class SuppressionService {
       if (existing) return [existing, false] as [SuppressionRow, boolean]
       const row = { workspace_id: workspaceId, phone, reason, created_at: this.deps.clock.now() }
       this.repo.insert(row)
+      this.audit.add(workspaceId, 'suppression.added', null, row.created_at)
       return [row, true] as [SuppressionRow, boolean]
     })
   }
 
   remove(workspaceId: string, phone: string) {
-    const removed = this.deps.writer.now(() => this.repo.remove(workspaceId, phone))
+    const removed = this.deps.writer.now(() => {
+      const gone = this.repo.remove(workspaceId, phone)
+      if (gone) this.audit.add(workspaceId, 'suppression.removed', null, this.deps.clock.now())
+      return gone
+    })
     if (!removed) throw notFound('suppression')
   }
 }

@@ -181,7 +181,10 @@ export class WebhookService {
       updated_at: now,
       deleted_at: null,
     }
-    this.deps.writer.now(() => this.repo.createEndpoint(row))
+    this.deps.writer.now(() => {
+      this.repo.createEndpoint(row)
+      this.audit.add(workspaceId, 'webhook.created', null, now, row.id)
+    })
     return { ...this.toAdmin(row), secret }
   }
 
@@ -192,8 +195,11 @@ export class WebhookService {
   }
 
   remove(id: string) {
-    this.get(id)
-    this.deps.writer.now(() => this.repo.removeEndpoint(id, this.deps.clock.now()))
+    const row = this.get(id)
+    this.deps.writer.now(() => {
+      this.repo.removeEndpoint(id, this.deps.clock.now())
+      this.audit.add(row.workspace_id, 'webhook.removed', null, this.deps.clock.now(), id)
+    })
   }
 
   /**
@@ -207,6 +213,7 @@ export class WebhookService {
     const now = this.deps.clock.now()
     const requeued = this.deps.writer.now(() => {
       const row = this.get(id)
+      this.audit.add(row.workspace_id, 'webhook.updated', null, now, id)
       if (input.url !== undefined || input.events !== undefined || input.headers !== undefined) {
         const headers = input.headers === undefined ? row.headers_enc : this.headersColumn(input.headers)
         this.repo.updateTarget(id, input.url ?? row.url, input.events === undefined ? row.events : eventsColumn(input.events), headers, now)
@@ -237,7 +244,7 @@ export class WebhookService {
       const current = this.get(id)
       const previous = keepPreviousHours > 0 ? { enc: current.secret_enc, until: now + keepPreviousHours * 3_600_000 } : null
       this.repo.rotateSecret(id, this.box.seal(secret), previous, now)
-      this.audit.add(current.workspace_id, 'webhook.secret_rotated', null, now)
+      this.audit.add(current.workspace_id, 'webhook.secret_rotated', null, now, id)
       return this.get(id)
     })
     this.log.info('webhook signing secret rotated', { endpoint_id: id, previous_signs_hours: keepPreviousHours })
@@ -256,7 +263,9 @@ export class WebhookService {
    * the endpoint is disabled or removed meanwhile. Returns how many go out again.
    */
   async recover(id: string, since: number): Promise<number> {
-    if (this.get(id).status !== 'active') throw conflict('endpoint_disabled', 'The endpoint is disabled; enable it first.')
+    const endpoint = this.get(id)
+    if (endpoint.status !== 'active') throw conflict('endpoint_disabled', 'The endpoint is disabled; enable it first.')
+    this.deps.writer.now(() => this.audit.add(endpoint.workspace_id, 'webhook.recovered', null, this.deps.clock.now(), id))
     let total = 0
     for (let after = 0; ; ) {
       const { requeued, last } = this.deps.writer.now(() => {

@@ -1,5 +1,6 @@
 /** Workspaces: create with a unique slug, read, patch name/status/settings. */
 import type { Deps } from '../../deps'
+import type { AuditRepo } from '../audit/repo'
 import { notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import { DEFAULT_SETTINGS, type WorkspaceSettings } from './model'
@@ -38,7 +39,10 @@ export class WorkspaceService {
   /** Called after a patch (the sending policy may have changed). */
   onChange: (workspaceId: string) => void = () => {}
 
-  constructor(private readonly deps: Deps) {
+  constructor(
+    private readonly deps: Deps,
+    private readonly audit: AuditRepo,
+  ) {
     this.repo = new WorkspaceRepo(deps.db)
   }
 
@@ -141,6 +145,7 @@ export class WorkspaceService {
         updated_at: this.deps.clock.now(),
       }
       this.repo.update(next)
+      this.audit.add(id, 'workspace.updated', null, next.updated_at, id)
       this.cache.delete(id)
       return next
     })
