@@ -10,8 +10,8 @@ import { parseArgs } from 'node:util'
  * misspelt `--scope` cannot quietly issue a key with every scope). `document`: the answer is a
  * document to keep (an export), printed as indented JSON either way.
  */
-type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; options?: string[]; document?: boolean }
-type Args = { positionals: string[]; values: Record<string, string | boolean | undefined> }
+type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; options?: string[]; repeated?: string[]; document?: boolean }
+type Args = { positionals: string[]; values: Record<string, string | string[] | boolean | undefined> }
 
 const csv = (v: unknown) => (typeof v === 'string' && v.length ? v.split(',').map((x) => x.trim()).filter(Boolean) : undefined)
 const pos = (a: Args, i: number, name: string) => {
@@ -51,6 +51,19 @@ function warmupBody(a: Args) {
   if (a.values['warmup-days'] === undefined && a.values['warmup-start-cap'] === undefined) return undefined
   const days = numberFlag(a, 'warmup-days')
   return days === 0 ? null : { days, start_daily_cap: numberFlag(a, 'warmup-start-cap') }
+}
+
+/** `--header 'Name: value'` (repeated) → the endpoint's extra headers, replacing its set; none given removes them. */
+function headersBody(a: Args) {
+  const given = (a.values.header as string[] | undefined) ?? []
+  const headers = Object.fromEntries(
+    given.map((h) => {
+      const at = h.indexOf(':')
+      if (at <= 0) throw new UsageError(`--header needs "Name: value"`)
+      return [h.slice(0, at).trim(), h.slice(at + 1).trim()]
+    }),
+  )
+  return { headers: given.length ? headers : null }
 }
 
 /** `workspaces policy` flags → the sending_policy fields they set. */
@@ -104,6 +117,7 @@ const COMMANDS: Record<string, Route> = {
   'webhooks remove': { method: 'DELETE', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}` },
   'webhooks enable': { method: 'PATCH', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}`, body: () => ({ status: 'active' }) },
   'webhooks disable': { method: 'PATCH', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}`, body: () => ({ status: 'disabled' }) },
+  'webhooks headers': { method: 'PATCH', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}`, body: headersBody, repeated: ['header'] },
   'webhooks rotate-secret': {
     method: 'POST',
     path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/rotate-secret`,
@@ -135,6 +149,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan connections list --workspace ID | update ID [--status online|offline] [--config JSON] [--warmup-days N --warmup-start-cap N | --warmup-days 0] | remove ID
   capstan webhooks create --workspace ID --url URL [--events message.sent,message.failed]
   capstan webhooks list --workspace ID | remove ID | deliveries ID | enable ID | disable ID
+  capstan webhooks headers ID [--header 'Name: value' ...]   (extra request headers, replacing the set; none: removes them)
   capstan webhooks recover ID --since ISO   (send again the deliveries that failed, of events since then)
   capstan webhooks rotate-secret ID [--keep-previous-hours N]   (new signing secret; the old one also signs for N hours, default 24)
   capstan suppressions add --workspace ID --phone +E164 [--reason TEXT]
@@ -178,6 +193,7 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
       options: {
         json: { type: 'boolean' },
         ...Object.fromEntries((route?.options ?? []).map((o) => [o, { type: 'string' as const }])),
+        ...Object.fromEntries((route?.repeated ?? []).map((o) => [o, { type: 'string' as const, multiple: true }])),
       },
     })
     args = { positionals: parsed.positionals, values: parsed.values as Args['values'] }

@@ -526,6 +526,12 @@ describe('configuration and start-up', () => {
     expect(rotated.secret).not.toBe(JSON.parse(hook.out).data.secret)
     expect(Date.parse(rotated.previous_secret_expires_at) - Date.now()).toBeGreaterThan(7_100_000)
     expect(JSON.parse((await runCapstan(['webhooks', 'recover', hookId, '--since', '2026-01-01T00:00:00Z', '--json'], env)).out).data).toEqual({ requeued: 0 })
+    const withHeaders = await runCapstan(['webhooks', 'headers', hookId, '--header', 'X-Gateway-Key: k-123', '--header', 'X-Env: prod', '--json'], env)
+    expect(JSON.parse(withHeaders.out).data.headers).toEqual(['X-Gateway-Key', 'X-Env'])
+    expect((await srv.admin('GET', `/webhooks/${hookId}`)).json.data.header_values).toEqual({ 'X-Gateway-Key': 'k-123', 'X-Env': 'prod' })
+    expect(JSON.parse((await runCapstan(['webhooks', 'headers', hookId, '--json'], env)).out).data.headers).toEqual([])
+    const malformed = await runCapstan(['webhooks', 'headers', hookId, '--header', 'no colon'], env)
+    expect([malformed.code, malformed.err]).toEqual([2, expect.stringContaining('--header needs "Name: value"')])
     // a key usable only from the office's addresses
     const limited = JSON.parse((await runCapstan(['keys', 'create', '--workspace', wsId, '--name', 'office', '--allowed-ips', '203.0.113.0/24, 2001:db8::/32', '--json'], env)).out).data
     expect(limited.allowed_ips).toEqual(['203.0.113.0/24', '2001:db8::/32'])
