@@ -240,3 +240,27 @@ describe('warming up a new number', () => {
     expect(svc.connections.toAdmin(ended).warmup).toBeNull()
   })
 })
+
+describe('the system clock set back', () => {
+  test('a number goes on after its gap instead of waiting until the clock catches up with its last release; caps still hold', async () => {
+    const { ids } = await setup({ hourly_cap: 3, daily_cap: 1000, min_gap_seconds: 10, max_gap_seconds: 10 }, 5)
+    const { clock, timers } = env!
+    timers.advance(0)
+    expect(released(ids)).toBe(1)
+    // the clock jumps two hours back
+    clock.t -= 2 * 3_600_000
+    // (a real timer fires after its delay whatever the wall clock says; the test's timers follow
+    // the clock, so the pacer is woken as that timer would)
+    env!.svc.pacer.wake(env!.svc.messages.repo.getAny(ids[0]!)!.connection_id)
+    timers.advance(10_000)
+    expect(released(ids)).toBe(2)
+    timers.advance(10_000)
+    // the hourly cap of 3 still holds over the next hour
+    timers.advance(10 * 60_000)
+    expect(released(ids)).toBe(3)
+  })
+})
+
+function released(ids: string[]) {
+  return ids.filter((id) => env!.svc.messages.repo.getAny(id)!.sending_at !== null).length
+}

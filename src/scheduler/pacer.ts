@@ -52,8 +52,17 @@ export interface Policy {
   max_gap_seconds: number
 }
 
-/** When a number with this state may release next (ms); prunes releases older than 24 h. */
+/**
+ * When a number with this state may release next (ms); prunes releases older than 24 h. After the
+ * system clock was set back (a VM restored, a bad NTP step), releases "in the future" count as
+ * made now: the number goes on after its gap — still within its caps by real elapsed time —
+ * instead of standing still until the clock has caught up with them.
+ */
 export function dueAt(st: NumberState, p: Policy, now: number): number {
+  if (st.last !== null && st.last > now) {
+    st.last = now
+    for (let i = st.times.length - 1; i >= st.start && st.times[i]! > now; i--) st.times[i] = now
+  }
   while (st.start < st.times.length && st.times[st.start]! <= now - DAY) st.start++
   if (st.start > 1024 && st.start * 2 > st.times.length) {
     st.times = st.times.slice(st.start)
