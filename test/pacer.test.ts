@@ -12,15 +12,28 @@ afterEach(async () => {
 
 const NO_RECEIPTS = { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }
 
-async function setup(policy: { hourly_cap: number; daily_cap: number; min_gap_seconds: number; max_gap_seconds: number }, count: number) {
+type PolicyInput = { hourly_cap: number; daily_cap: number; min_gap_seconds: number; max_gap_seconds: number }
+
+/** A workspace with `policy` and one sandbox number (warming up with `warmup`), in a fresh env. */
+async function number(policy: PolicyInput, warmup?: { days: number; start_daily_cap: number }) {
   env = await inProcess()
   const { svc } = env
   const ws = svc.workspaces.create({ name: 'Pace' })
   svc.workspaces.patch(ws.id, { settings: { sending_policy: policy } })
-  const conn = svc.connections.create(ws.id, { phone: '+15550000001', driver: 'sandbox', config: NO_RECEIPTS })
+  const conn = svc.connections.create(ws.id, { phone: '+15550000001', driver: 'sandbox', config: NO_RECEIPTS, ...(warmup ? { warmup } : {}) })
+  return { ws, conn }
+}
+
+/** Queue `count` one-to-one messages on the number; their ids in order. */
+async function queue(wsId: string, connId: string, count: number) {
   const ids: string[] = []
-  for (let i = 0; i < count; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+1555100${String(i).padStart(4, '0')}`, body: `m${i}`, attachments: [] })).id)
-  return { ws, conn, ids }
+  for (let i = 0; i < count; i++) ids.push((await env!.svc.messages.send(wsId, { connection_id: connId, recipient: `+1555100${String(i).padStart(4, '0')}`, body: `m${i}`, attachments: [] })).id)
+  return ids
+}
+
+async function setup(policy: PolicyInput, count: number) {
+  const { ws, conn } = await number(policy)
+  return { ws, conn, ids: await queue(ws.id, conn.id, count) }
 }
 
 /** Release times (ms after t0) of the given messages, in id order; null = not released. */
@@ -177,17 +190,11 @@ describe('pacer', () => {
 describe('warming up a new number', () => {
   const HOUR = 3_600_000
   const DAY = 24 * HOUR
-  const released = (ids: string[]) => releases(ids, 0).filter((t) => t !== null).length
-
   test('its daily cap rises each day in equal steps from the first day\'s cap to the workspace\'s, then the policy applies unchanged', async () => {
-    env = await inProcess()
-    const { svc, clock, timers } = env
+    const { ws, conn } = await number({ hourly_cap: 1000, daily_cap: 100, min_gap_seconds: 1, max_gap_seconds: 1 }, { days: 4, start_daily_cap: 10 })
+    const { clock, timers } = env!
     const t0 = clock.t
-    const ws = svc.workspaces.create({ name: 'Warm' })
-    svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 100, min_gap_seconds: 1, max_gap_seconds: 1 } } })
-    const conn = svc.connections.create(ws.id, { phone: '+15550000002', driver: 'sandbox', config: NO_RECEIPTS, warmup: { days: 4, start_daily_cap: 10 } })
-    const ids: string[] = []
-    for (let i = 0; i < 400; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+1555200${String(i).padStart(4, '0')}`, body: `w${i}`, attachments: [] })).id)
+    const ids = await queue(ws.id, conn.id, 400)
     // day by day: 10, then 10 + 90/4 steps (33, 55, 78), then the full 100
     const perDay: number[] = []
     let before = 0
@@ -204,15 +211,11 @@ describe('warming up a new number', () => {
   })
 
   test('when its cap rises at the start of a day it sends at once, not a day after its first send', async () => {
-    env = await inProcess()
-    const { svc, clock, timers } = env
+    const { ws, conn } = await number({ hourly_cap: 1000, daily_cap: 50, min_gap_seconds: 1, max_gap_seconds: 1 }, { days: 2, start_daily_cap: 5 })
+    const { clock, timers } = env!
     const t0 = clock.t
-    const ws = svc.workspaces.create({ name: 'Warm step' })
-    svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 50, min_gap_seconds: 1, max_gap_seconds: 1 } } })
-    const conn = svc.connections.create(ws.id, { phone: '+15550000003', driver: 'sandbox', config: NO_RECEIPTS, warmup: { days: 2, start_daily_cap: 5 } })
     timers.advanceTo(t0 + 12 * HOUR)
-    const ids: string[] = []
-    for (let i = 0; i < 20; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+1555300${String(i).padStart(4, '0')}`, body: `s${i}`, attachments: [] })).id)
+    const ids = await queue(ws.id, conn.id, 20)
     timers.advanceTo(t0 + 12 * HOUR + 60_000)
     expect(released(ids)).toBe(5)
     // day two (cap 28) begins at t0 + 24 h: the other fifteen go then, twelve hours before the first send leaves the window
@@ -221,10 +224,8 @@ describe('warming up a new number', () => {
   })
 
   test('a warm-up is started, shown (day, end) and ended; after its last day the workspace\'s policy applies', async () => {
-    env = await inProcess()
-    const { svc, clock } = env
-    const ws = svc.workspaces.create({ name: 'Warm admin' })
-    const conn = svc.connections.create(ws.id, { phone: '+15550000004', driver: 'sandbox', config: NO_RECEIPTS })
+    const { ws, conn } = await number({ hourly_cap: 60, daily_cap: 500, min_gap_seconds: 3, max_gap_seconds: 12 })
+    const { svc, clock } = env!
     expect(svc.connections.toAdmin(conn).warmup).toBeNull()
     const warm = svc.connections.patch(conn.id, { warmup: { days: 14, start_daily_cap: 20 } })
     expect(svc.connections.toAdmin(warm).warmup).toEqual({ days: 14, start_daily_cap: 20, started_at: new Date(clock.t).toISOString(), ends_at: new Date(clock.t + 14 * DAY).toISOString(), day: 1 })
@@ -261,6 +262,7 @@ describe('the system clock set back', () => {
   })
 })
 
+/** How many of the messages were released. */
 function released(ids: string[]) {
   return ids.filter((id) => env!.svc.messages.repo.getAny(id)!.sending_at !== null).length
 }
