@@ -37,7 +37,7 @@ describe('workspaces', () => {
     expect(a.json.data.settings).toEqual({
       sending_policy: { hourly_cap: 60, daily_cap: 500, min_gap_seconds: 3, max_gap_seconds: 12 },
       message_allowance: null,
-      media: { retention_days: 30, max_bytes: 16777216 },
+      media: { retention_days: 30, max_bytes: 16777216, max_total_bytes: null },
       messages: { content_retention_days: null },
     })
     const got = await srv.admin('GET', `/workspaces/${a.json.data.id}`)
@@ -64,7 +64,7 @@ describe('workspaces', () => {
     const r = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 10, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 1.5 } } })
     expect(r.status).toBe(200)
     expect(r.json.data.settings.sending_policy).toEqual({ hourly_cap: 10, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 1.5 })
-    expect(r.json.data.settings.media).toEqual({ retention_days: 30, max_bytes: 16777216 })
+    expect(r.json.data.settings.media).toEqual({ retention_days: 30, max_bytes: 16777216, max_total_bytes: null })
     const r2 = await srv.admin('PATCH', `/workspaces/${ws.id}`, { name: 'Renamed', settings: { message_allowance: 1000 } })
     expect(r2.json.data.name).toBe('Renamed')
     expect(r2.json.data.settings.message_allowance).toBe(1000)
@@ -75,7 +75,7 @@ describe('workspaces', () => {
     const r4 = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 25 }, media: { retention_days: 7 } } })
     expect(r4.status).toBe(200)
     expect(r4.json.data.settings.sending_policy).toEqual({ hourly_cap: 25, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 1.5 })
-    expect(r4.json.data.settings.media).toEqual({ retention_days: 7, max_bytes: 16777216 })
+    expect(r4.json.data.settings.media).toEqual({ retention_days: 7, max_bytes: 16777216, max_total_bytes: null })
     // a gap checked against the stored one: min 5 over the stored max 1.5 is refused, naming the field given
     const gap = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 5 } } })
     expect([gap.status, Object.keys(gap.json.errors)]).toEqual([422, ['settings.sending_policy.min_gap_seconds']])

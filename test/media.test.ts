@@ -102,6 +102,39 @@ describe('upload', () => {
     expect([huge.status, huge.json?.code]).toEqual([413, 'payload_too_large'])
   })
 
+  test('a workspace\'s media storage (max_total_bytes): uploads past it are refused with media_quota_exceeded and change nothing; raised or lifted, they go in', async () => {
+    const { ws, key } = await srv.tenant()
+    const pdfOf = (size: number) => Buffer.concat([Buffer.from('%PDF-1.4\n'), Buffer.alloc(size - 9, 0x20)])
+    const MiB = 1024 * 1024
+    expect((await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { media: { max_total_bytes: 2 * MiB } } })).json.data.settings.media).toEqual({ retention_days: 30, max_bytes: 16 * MiB, max_total_bytes: 2 * MiB })
+    expect((await upload(key, pdfOf(900 * 1024), 'a.pdf')).status).toBe(201)
+    expect((await upload(key, pdfOf(900 * 1024), 'b.pdf')).status).toBe(201)
+    const files0 = storeFiles().length
+    const over = await upload(key, pdfOf(300 * 1024), 'c.pdf')
+    expect([over.status, over.json.code, over.json.message]).toEqual([422, 'media_quota_exceeded', 'The workspace has used its media storage; the file was not stored.'])
+    // a file sent with a message is refused the same way, and no message is made
+    const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+    const fd = new FormData()
+    fd.set('connection_id', conn.id)
+    fd.set('recipient', newPhone())
+    fd.set('file', new File([pdfOf(300 * 1024)], 'invoice.pdf', { type: 'application/pdf' }))
+    const withMessage = await srv.api(key, 'POST', '/messages', { multipart: fd })
+    expect([withMessage.status, withMessage.json.code]).toEqual([422, 'media_quota_exceeded'])
+    expect((await srv.api(key, 'GET', '/messages')).json.data).toEqual([])
+    expect(storeFiles().length).toBe(files0)
+    // a small one still fits; raised, the big one goes in; lifted (null), anything the disk takes
+    expect((await upload(key, pdfOf(100 * 1024), 'd.pdf')).status).toBe(201)
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { media: { max_total_bytes: 3 * MiB } } })
+    expect((await upload(key, pdfOf(300 * 1024), 'c.pdf')).status).toBe(201)
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { media: { max_total_bytes: null } } })
+    expect((await upload(key, pdfOf(2 * MiB), 'e.pdf')).status).toBe(201)
+    // below 1 MiB or not a whole number: refused
+    for (const bad of [1000, 1.5, 'lots']) {
+      const r = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { media: { max_total_bytes: bad } } })
+      expect([r.status, Object.keys(r.json.errors ?? {})]).toEqual([422, ['settings.media.max_total_bytes']])
+    }
+  })
+
   test('an upload longer than the workspace takes is refused before it is read, after the key, scope and limit checks', async () => {
     const { ws, key } = await srv.tenant()
     await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { media: { retention_days: 30, max_bytes: 1 << 20 } } })

@@ -264,6 +264,7 @@ const pages = {
         <label>Messages per month (empty = unlimited)<input name="message_allowance" type="number" min="0" value="${esc(full.settings.message_allowance ?? '')}"></label>
         <label>Media max bytes<input name="max_bytes" type="number" min="1024" value="${esc(full.settings.media.max_bytes)}"></label>
         <label>Media retention (days)<input name="retention_days" type="number" min="1" value="${esc(full.settings.media.retention_days)}"></label>
+        <label>Media storage in all (bytes; empty = the disk)<input name="max_total_bytes" type="number" min="1048576" value="${esc(full.settings.media.max_total_bytes ?? '')}"></label>
         <label>Message content kept (days; empty = for good)<input name="content_retention_days" type="number" min="1" value="${esc(full.settings.messages.content_retention_days ?? '')}"></label>
         <button type="submit">Save limits</button></form></div>
       <div class="card"><h2>Per number</h2>${numbersLive(live)}</div>`
@@ -275,7 +276,7 @@ const pages = {
     $('#limits').onsubmit = (ev) => {
       ev.preventDefault()
       const f = formData(ev.target)
-      act(() => api('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: f.message_allowance === '' ? null : Number(f.message_allowance), media: { max_bytes: Number(f.max_bytes), retention_days: Number(f.retention_days) }, messages: { content_retention_days: f.content_retention_days === '' ? null : Number(f.content_retention_days) } } }), 'Limits saved')
+      act(() => api('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: f.message_allowance === '' ? null : Number(f.message_allowance), media: { max_bytes: Number(f.max_bytes), retention_days: Number(f.retention_days), max_total_bytes: f.max_total_bytes === '' ? null : Number(f.max_total_bytes) }, messages: { content_retention_days: f.content_retention_days === '' ? null : Number(f.content_retention_days) } } }), 'Limits saved')
     }
   },
 

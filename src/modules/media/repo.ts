@@ -18,6 +18,7 @@ export class MediaRepo {
   private expiredStmt
   private deleteStmt
   private refsStmt
+  private usedStmt
 
   constructor(db: Database) {
     this.insertStmt = db.query('INSERT INTO media (id, workspace_id, sha256, filename, mime_type, size, created_at, expires_at) VALUES ($id, $workspace_id, $sha256, $filename, $mime_type, $size, $created_at, $expires_at)')
@@ -36,6 +37,7 @@ export class MediaRepo {
     )
     this.deleteStmt = db.query('DELETE FROM media WHERE id = ?')
     this.refsStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM media WHERE sha256 = ?')
+    this.usedStmt = db.query<{ n: number }, [string, number]>('SELECT COALESCE(SUM(size), 0) AS n FROM media WHERE workspace_id = ? AND expires_at > ?')
   }
 
   insert(row: MediaRow) {
@@ -52,5 +54,9 @@ export class MediaRepo {
   }
   references(sha: string) {
     return this.refsStmt.get(sha)!.n
+  }
+  /** Bytes of the workspace's live (unexpired) media, each record counted (a shared file once per record). */
+  bytesUsed(workspaceId: string, now: number) {
+    return this.usedStmt.get(workspaceId, now)!.n
   }
 }

@@ -57,9 +57,30 @@ export class MediaService {
    */
   async prepare(workspaceId: string, file: File, field = 'file'): Promise<MediaRow> {
     const ws = this.workspaces.cached(workspaceId)!
-    const { max_bytes, retention_days } = this.workspaces.settings(ws).media
+    const { max_bytes, retention_days, max_total_bytes } = this.workspaces.settings(ws).media
     if (file.size === 0) throw validationFailed({ [field]: [`The ${field} field must not be empty.`] })
     if (file.size > max_bytes) throw fileTooLarge(field, max_bytes)
+    // the workspace's share of the disk: what it keeps, plus uploads under way, plus this one
+    const reserved = this.reserved.get(workspaceId) ?? 0
+    if (max_total_bytes !== null && this.repo.bytesUsed(workspaceId, this.deps.clock.now()) + reserved + file.size > max_total_bytes) {
+      this.log.warn('upload refused: the workspace has used its media storage', { workspace_id: workspaceId, max_total_bytes })
+      throw refused('media_quota_exceeded', 'The workspace has used its media storage; the file was not stored.')
+    }
+    this.reserved.set(workspaceId, reserved + file.size)
+    try {
+      return await this.check(workspaceId, file, field, retention_days)
+    } finally {
+      // the row is inserted (counted from then) or not, by the caller, right after this
+      const left = (this.reserved.get(workspaceId) ?? file.size) - file.size
+      if (left > 0) this.reserved.set(workspaceId, left)
+      else this.reserved.delete(workspaceId)
+    }
+  }
+
+  /** Bytes of uploads being checked and scanned, per workspace (counted toward its max_total_bytes). */
+  private readonly reserved = new Map<string, number>()
+
+  private async check(workspaceId: string, file: File, field: string, retention_days: number): Promise<MediaRow> {
     const bytes = new Uint8Array(await file.arrayBuffer())
     const type = sniff(bytes)
     if (!type) throw refused('unsupported_media', 'This type of file is not supported.')

@@ -4,7 +4,7 @@ import { s } from '../../http/schema'
 export const DEFAULT_SETTINGS = {
   sending_policy: { hourly_cap: 60, daily_cap: 500, min_gap_seconds: 3, max_gap_seconds: 12 },
   message_allowance: null as number | null,
-  media: { retention_days: 30, max_bytes: 16 * 1024 * 1024 },
+  media: { retention_days: 30, max_bytes: 16 * 1024 * 1024, max_total_bytes: null as number | null },
   /** Days a message's content (body, attachments, rendered template) is kept; null = for good. */
   messages: { content_retention_days: null as number | null },
 }
@@ -37,6 +37,7 @@ export const patchWorkspaceBody = s.object({
         .object({
           retention_days: s.integer().range(1, 3650).optional(),
           max_bytes: s.integer().range(1024, 1024 * 1024 * 1024).optional(),
+          max_total_bytes: s.integer().range(1024 * 1024, Number.MAX_SAFE_INTEGER).nullable().optional().describe('All of the workspace’s kept media together, in bytes; null = no limit but the disk.'),
         })
         .optional(),
       messages: s
