@@ -57,7 +57,7 @@ export function mediaApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         api: {
           summary: 'Upload media',
           description:
-            'multipart/form-data with the file in field "file". The size is checked against the workspace limit (over it: 422 naming file — without the body being read when it is more than 1 MiB over), the type is decided from the bytes, and the file is scanned for malware by ClamAV before it is stored; all of that completes before the response. The id is usable as media_id in a send until the media expires (workspace retention).',
+            'multipart/form-data with the file in field "file". The size is checked against the workspace limit (over it: 422 naming file — without the body being read when it is more than 1 MiB over), a file that would take the workspace’s kept media past its max_total_bytes is refused (422 media_quota_exceeded), the type is decided from the bytes, and the file is scanned for malware by ClamAV before it is stored; all of that completes before the response. The id is usable as media_id in a send until the media expires (workspace retention).',
           tag: 'Media',
           scope: 'messages:write',
           ok: { status: 201, data: mediaDoc, description: 'Stored.' },
