@@ -236,6 +236,12 @@ describe('dashboard', () => {
     expect(after).not.toBe(before)
     expect(await page.textContent(`#secret-${hook.id} .mono`)).toBe(after)
     await page.waitForSelector('text=The previous secret also signs until')
+    // extra request headers for a receiver behind a gateway
+    await page.click(`button[data-headers="${hook.id}"]`)
+    await page.fill(`form[data-headers-form="${hook.id}"] textarea`, 'X-Gateway-Key: k-1\nX-Env: prod')
+    await page.click(`form[data-headers-form="${hook.id}"] button[type=submit]`)
+    await page.waitForSelector('text=extra headers: X-Gateway-Key, X-Env')
+    expect((await srv.admin('GET', `/webhooks/${hook.id}`)).json.data.header_values).toEqual({ 'X-Gateway-Key': 'k-1', 'X-Env': 'prod' })
     // sending failed deliveries again, for the period chosen (none failed here)
     await page.selectOption(`select[data-since="${hook.id}"]`, '168')
     const [recover] = await Promise.all([page.waitForRequest((r) => r.url().endsWith('/recover')), page.click(`button[data-recover="${hook.id}"]`)])

@@ -357,7 +357,7 @@ const pages = {
       <p class="muted">None ticked = every event.</p><button type="submit">Add endpoint</button></form><div id="new-hook-secret"></div></div>
       ${data.map((h, i) => `<div class="card"><span class="mono">${esc(h.url)}</span> ${badge(h.status)}
         <p class="muted">${esc(h.events.join(', '))}${h.headers.length ? ` · extra headers: ${esc(h.headers.join(', '))}` : ''}</p>
-        <p><button class="secondary" data-secret="${esc(h.id)}">Show signing secret</button> <button class="secondary" data-rotate="${esc(h.id)}">Rotate secret</button> ${h.status === 'disabled' ? `<button data-enable="${esc(h.id)}">Enable again</button>` : `<button class="secondary" data-test="${esc(h.id)}">Send test event</button> <button class="secondary" data-disable="${esc(h.id)}">Disable</button>`} <button class="danger" data-del="${esc(h.id)}">Remove</button></p>
+        <p><button class="secondary" data-secret="${esc(h.id)}">Show signing secret</button> <button class="secondary" data-rotate="${esc(h.id)}">Rotate secret</button> <button class="secondary" data-headers="${esc(h.id)}">Extra headers…</button> ${h.status === 'disabled' ? `<button data-enable="${esc(h.id)}">Enable again</button>` : `<button class="secondary" data-test="${esc(h.id)}">Send test event</button> <button class="secondary" data-disable="${esc(h.id)}">Disable</button>`} <button class="danger" data-del="${esc(h.id)}">Remove</button></p>
         ${h.status === 'active' ? `<p class="inline"><select data-since="${esc(h.id)}" aria-label="Failed deliveries of events from the">${RECOVER_PERIODS.map(([hours, label]) => `<option value="${hours}">${label}</option>`).join('')}</select> <button class="secondary" data-recover="${esc(h.id)}">Send failed deliveries again</button></p>` : ''}
         ${h.previous_secret_expires_at ? `<p class="muted">The previous secret also signs until ${when(h.previous_secret_expires_at)}: switch the receiver to the new one before then.</p>` : ''}
         ${h.status === 'disabled' ? '<p class="muted">Disabled: no events are written for it. Enabling it again sends the deliveries that were pending when it was disabled.</p>' : ''}
@@ -380,6 +380,19 @@ const pages = {
     main.querySelectorAll('[data-secret]').forEach((b) => (b.onclick = async () => {
       const { data: h } = await api('GET', `/webhooks/${b.dataset.secret}`)
       $(`#secret-${CSS.escape(h.id)}`).innerHTML = `<div class="secret"><span class="mono">${esc(h.secret)}</span></div>`
+    }))
+    // extra request headers: the current ones (values come with the secret) in a form, one "Name: value" a line
+    main.querySelectorAll('[data-headers]').forEach((b) => (b.onclick = async () => {
+      const { data: h } = await api('GET', `/webhooks/${b.dataset.headers}`)
+      const box = $(`#secret-${CSS.escape(h.id)}`)
+      box.innerHTML = `<form data-headers-form="${esc(h.id)}"><label>Extra headers, one "Name: value" a line (empty: none)<textarea name="headers" rows="3">${esc(Object.entries(h.header_values).map(([k, v]) => `${k}: ${v}`).join('\n'))}</textarea></label><button type="submit">Save headers</button></form>`
+      box.querySelector('form').onsubmit = (ev) => {
+        ev.preventDefault()
+        const lines = ev.target.headers.value.split('\n').map((l) => l.trim()).filter(Boolean)
+        const headers = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(':')).trim(), l.slice(l.indexOf(':') + 1).trim()]))
+        if (lines.some((l) => l.indexOf(':') <= 0)) return toast('Each line needs "Name: value"', true)
+        act(() => api('PATCH', `/webhooks/${h.id}`, { headers: lines.length ? headers : null }), 'Headers saved')
+      }
     }))
     main.querySelectorAll('[data-rotate]').forEach((b) => (b.onclick = async () => {
       if (!confirm('Make a new signing secret? The current one keeps signing beside it for 24 hours, so the receiver can be switched over without missing an event.')) return
