@@ -62,6 +62,11 @@ export class Metrics {
       sending: db.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM messages WHERE status = 'sending'"),
       webhooks: db.query<{ n: number; oldest: number | null }, []>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM webhook_deliveries WHERE status = 'pending'"),
       campaigns: db.query<{ status: string; n: number }, []>('SELECT status, COUNT(*) AS n FROM campaigns WHERE deleted_at IS NULL GROUP BY status ORDER BY status'),
+      // through webhook_deliveries_endpoint_due and media_usage
+      endpointPending: db.query<{ endpoint_id: string; workspace_id: string; n: number }, []>(
+        "SELECT d.endpoint_id, e.workspace_id, COUNT(*) AS n FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id WHERE d.status = 'pending' GROUP BY d.endpoint_id ORDER BY d.endpoint_id",
+      ),
+      media: db.query<{ workspace_id: string; n: number }, [number]>('SELECT workspace_id, SUM(size) AS n FROM media WHERE expires_at > ? GROUP BY workspace_id ORDER BY workspace_id'),
     }
   }
 
@@ -93,7 +98,21 @@ export class Metrics {
     const hooks = sql.webhooks.get()!
     out.metric('capstan_webhook_deliveries_pending', 'gauge', 'Webhook deliveries not yet delivered (first attempts and retries).', [[{}, hooks.n]])
     out.metric('capstan_webhook_oldest_pending_seconds', 'gauge', 'Age of the oldest webhook delivery still pending (0 when none).', [[{}, hooks.oldest === null ? 0 : Math.max(0, Math.round((now - hooks.oldest) / 1000))]])
+    out.metric('capstan_webhook_endpoint_pending', 'gauge', 'Webhook deliveries not yet delivered, per endpoint (endpoints with none are left out).', sql.endpointPending.all().map((r) => [{ endpoint: r.endpoint_id, workspace: r.workspace_id }, r.n]))
     out.metric('capstan_campaigns', 'gauge', 'Campaigns by status.', sql.campaigns.all().map((r) => [{ status: r.status }, r.n]))
+    // the caps a number sends under today (lower while it warms up)
+    const caps = connections.map((c) => {
+      const ws = svc.workspaces.cached(c.row.workspace_id)
+      return { c, policy: ws ? svc.connections.policyFor(c.row, svc.workspaces.settings(ws).sending_policy, now) : null }
+    })
+    out.metric('capstan_number_daily_cap', 'gauge', 'The daily cap a number sends under today (lower while it warms up).', caps.flatMap(({ c, policy }) => (policy ? [[{ connection: c.row.id, workspace: c.row.workspace_id }, policy.daily_cap] as [Record<string, string>, number]] : [])))
+    const media = sql.media.all(now)
+    out.metric('capstan_media_bytes', 'gauge', 'Bytes of a workspace’s kept media (each record counted).', media.map((r) => [{ workspace: r.workspace_id }, r.n]))
+    const quotas = svc.workspaces.repo.all().flatMap((w) => {
+      const max = svc.workspaces.settings(w).media.max_total_bytes
+      return max === null ? [] : [[{ workspace: w.id }, max] as [Record<string, string>, number]]
+    })
+    out.metric('capstan_media_quota_bytes', 'gauge', 'A workspace’s media storage limit (max_total_bytes; workspaces without one are left out).', quotas)
     return out.text()
   }
 }

@@ -6,6 +6,8 @@ import { networkInterfaces, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { MIGRATIONS } from '../src/db/migrations'
 import { loadDotEnv } from '../src/main'
+import { Metrics, ResponseCounts } from '../src/metrics'
+import { inProcess } from './support/inproc'
 import { TestServer, freePort, hostEnv, newPhone } from './support/server'
 import { waitFor } from './support/wait'
 
@@ -101,8 +103,10 @@ describe('metrics', () => {
     const m = await TestServer.start({ env: { CAPSTAN_METRICS_TOKEN: token, CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     try {
       const t = await m.tenant()
-      await m.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 1, daily_cap: 10, min_gap_seconds: 0, max_gap_seconds: 0 } } })
-      const conn = (await m.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      await m.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 1, daily_cap: 10, min_gap_seconds: 0, max_gap_seconds: 0 }, media: { max_total_bytes: 5 * 1024 * 1024 } } })
+      const conn = (await m.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, warmup: { days: 10, start_daily_cap: 4 } })).json.data
+      // a receiver that is not there: the sent event stays pending
+      const hook = (await m.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: 'http://127.0.0.1:9/nobody', events: ['message.sent'] })).json.data
       const ada = newPhone()
       for (let i = 0; i < 3; i++) expect((await m.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: ada, body: `n${i}` } })).status).toBe(202)
       await m.api(t.key, 'GET', '/messages/00000000-0000-0000-0000-000000000000')
@@ -128,7 +132,10 @@ describe('metrics', () => {
         'capstan_database_up 1',
         'capstan_scanner_up 0',
         'capstan_messages_sending 0',
-        'capstan_webhook_deliveries_pending 0',
+        'capstan_webhook_deliveries_pending 1',
+        `capstan_webhook_endpoint_pending{endpoint="${hook.id}",workspace="${t.ws.id}"} 1`,
+        `capstan_number_daily_cap{connection="${conn.id}",workspace="${t.ws.id}"} 4`,
+        `capstan_media_quota_bytes{workspace="${t.ws.id}"} 5242880`,
         '# TYPE capstan_http_responses_total counter',
         'capstan_http_responses_total{code="404"} 1',
         'capstan_http_responses_total{code="401"} 3',
@@ -141,6 +148,28 @@ describe('metrics', () => {
       expect(text).not.toContain(conn.phone)
     } finally {
       await m.close()
+    }
+  })
+})
+
+describe('metrics of kept media', () => {
+  test('capstan_media_bytes sums a workspace\'s unexpired media records', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, clock } = env
+      const ws = svc.workspaces.create({ name: 'Media metrics' })
+      const other = svc.workspaces.create({ name: 'Other' })
+      const row = (workspace_id: string, size: number, expires_at: number) => ({ id: crypto.randomUUID(), workspace_id, sha256: 'b'.repeat(64), filename: 'f.pdf', mime_type: 'application/pdf', size, created_at: clock.t, expires_at })
+      svc.deps.writer.now(() => {
+        svc.media.insertInTx(row(ws.id, 1000, clock.t + 1000))
+        svc.media.insertInTx(row(ws.id, 2500, clock.t + 1000))
+        svc.media.insertInTx(row(ws.id, 7000, clock.t - 1)) // expired, not yet purged
+        svc.media.insertInTx(row(other.id, 40, clock.t + 1000))
+      })
+      const text = await new Metrics(svc, new ResponseCounts(), {}).render()
+      expect(text.split('\n').filter((l) => l.startsWith('capstan_media_bytes{')).sort()).toEqual([`capstan_media_bytes{workspace="${ws.id}"} 3500`, `capstan_media_bytes{workspace="${other.id}"} 40`].sort())
+    } finally {
+      await env.close()
     }
   })
 })
