@@ -286,6 +286,57 @@ describe('the campaign lane (controlled clock)', () => {
     }
   })
 
+  test('a send window: the campaign releases only while it is open, in the local time of its zone; one-to-one messages go out meanwhile', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, timers } = env
+      // the env's clock starts at 09:00 UTC: 04:00 in New York
+      const ws = svc.workspaces.create({ name: 'Window' })
+      svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(40) } })
+      const conn = svc.connections.create(ws.id, { phone: '+15550002100', driver: 'sandbox', config: NO_RECEIPTS })
+      for (let i = 0; i < 3; i++) await svc.contacts.upsert(ws.id, { phone: `+155560000${i}0`, consent_status: 'opted_in' }, 'test')
+      const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
+      // open 09:00–09:01 New York time (14:00–14:01 UTC in November): room for two releases 40 s apart
+      const c = svc.campaigns.create(ws.id, { name: 'Daytime', template_id: tpl.id, connection_id: conn.id, send_window: { from: '09:00', to: '09:01', time_zone: 'America/New_York' } })
+      expect(svc.campaigns.toPublic(c).send_window).toEqual({ from: '09:00', to: '09:01', time_zone: 'America/New_York' })
+      svc.campaigns.schedule(ws.id, c.id, null)
+      timers.advance(0)
+      await settle()
+      const counts = () => svc.campaigns.toPublic(svc.campaigns.repo.getAny(c.id)!).counts
+      expect([svc.campaigns.repo.getAny(c.id)!.status, counts().sent, counts().queued]).toEqual(['running', 0, 3])
+      // the number itself is not held: a one-to-one message goes out at once
+      const order = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550009999', body: 'Your order shipped', attachments: [] })
+      timers.advance(0)
+      await settle()
+      expect(svc.messages.repo.getAny(order.id)!.status).toBe('sent')
+      // the window opens at 14:00 UTC; the minute's sweep wakes the number
+      timers.advanceTo(Date.UTC(2026, 10, 21, 14, 0, 0))
+      svc.campaigns.sweep()
+      timers.advance(0)
+      await settle()
+      timers.advance(40_000)
+      await settle()
+      expect(counts().sent).toBe(2)
+      // 14:01 UTC: closed again; the third waits for the next day's window
+      timers.advance(60_000)
+      svc.campaigns.sweep()
+      await settle()
+      expect([counts().sent, counts().queued]).toEqual([2, 1])
+      timers.advanceTo(Date.UTC(2026, 10, 22, 13, 59, 0))
+      svc.campaigns.sweep()
+      await settle()
+      expect(counts().sent).toBe(2)
+      timers.advanceTo(Date.UTC(2026, 10, 22, 14, 0, 0))
+      svc.campaigns.sweep()
+      timers.advance(0)
+      await settle()
+      expect(counts().sent).toBe(3)
+      expect(svc.campaigns.repo.getAny(c.id)!.status).toBe('completed')
+    } finally {
+      await env.close()
+    }
+  })
+
   test('a long run of recipients who opted out after the start is skipped through; the campaign still completes', async () => {
     const env = await inProcess()
     try {
@@ -410,6 +461,36 @@ describe('the campaign lane (controlled clock)', () => {
       expect(db.query("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE type = 'campaign.completed'").get()).toEqual({ n: 1 })
     } finally {
       await env.close()
+    }
+  })
+})
+
+describe('send window over the API', () => {
+  test('created, shown, changed and removed; an unknown time zone, an empty window or a malformed time is refused', async () => {
+    const srv = await TestServer.start()
+    try {
+      const { ws, key } = await srv.tenant()
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+      const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'W', body: 'Hello' } })).json.data
+      const base = { name: 'Windowed', template_id: tpl.id, connection_id: conn.id }
+      const made = await srv.api(key, 'POST', '/campaigns', { json: { ...base, send_window: { from: '22:00', to: '06:00', time_zone: 'Asia/Tokyo' } } })
+      expect([made.status, made.json.data.send_window]).toEqual([201, { from: '22:00', to: '06:00', time_zone: 'Asia/Tokyo' }])
+      for (const [send_window, field] of [
+        [{ from: '09:00', to: '20:00', time_zone: 'Mars/Olympus_Mons' }, 'send_window.time_zone'],
+        [{ from: '09:00', to: '09:00', time_zone: 'UTC' }, 'send_window.to'],
+        [{ from: '9:00', to: '20:00', time_zone: 'UTC' }, 'send_window.from'],
+        [{ from: '09:00', to: '24:00', time_zone: 'UTC' }, 'send_window.to'],
+        [{ from: '09:00', to: '20:00' }, 'send_window.time_zone'],
+      ] as const) {
+        const r = await srv.api(key, 'POST', '/campaigns', { json: { ...base, send_window } })
+        expect([r.status, Object.keys(r.json.errors ?? {})]).toEqual([422, [field]])
+      }
+      const changed = await srv.api(key, 'PUT', `/campaigns/${made.json.data.id}`, { json: { send_window: { from: '10:00', to: '18:30', time_zone: 'Europe/Berlin' } } })
+      expect(changed.json.data.send_window).toEqual({ from: '10:00', to: '18:30', time_zone: 'Europe/Berlin' })
+      expect((await srv.api(key, 'PUT', `/campaigns/${made.json.data.id}`, { json: { send_window: null } })).json.data.send_window).toBeNull()
+      expect((await srv.api(key, 'GET', '/campaigns')).json.data).toHaveLength(1)
+    } finally {
+      await srv.close()
     }
   })
 })

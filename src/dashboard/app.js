@@ -344,7 +344,7 @@ const pages = {
         return `<div class="card"><strong>${esc(c.name)}</strong> ${badge(c.status)}${why}
           <div class="bar" title="${pct}%"><span style="width:${pct}%"></span></div>
           <p class="muted">${pct}% · total ${esc(c.counts.total)} · queued ${esc(c.counts.queued)} · sent ${esc(c.counts.sent)} · delivered ${esc(c.counts.delivered)} · read ${esc(c.counts.read)} · failed ${esc(c.counts.failed)} · skipped ${esc(c.counts.skipped)}</p>
-          <p class="muted">Scheduled ${when(c.scheduled_at)} · started ${when(c.started_at)} · finished ${when(c.finished_at)}</p></div>`
+          <p class="muted">Scheduled ${when(c.scheduled_at)} · started ${when(c.started_at)} · finished ${when(c.finished_at)}${c.send_window ? ` · sends ${esc(c.send_window.from)}–${esc(c.send_window.to)} ${esc(c.send_window.time_zone)}` : ''}</p></div>`
       }).join('') || '<p class="muted">No campaigns yet.</p>'}`
   },
 

@@ -18,6 +18,8 @@ export interface CampaignRow {
   whatsapp: string | null
   /** Media sent with every message (a WhatsApp template's media header). */
   media_id: string | null
+  /** JSON SendWindow (window.ts), or null: any time. */
+  send_window: string | null
   status: CampaignStatus
   paused_reason: PausedReason | null
   scheduled_at: number | null
@@ -104,10 +106,11 @@ export class CampaignRepo {
   private scheduledStmt
   private runningIdsStmt
   private waitingStmt
+  private windowedStmt
 
   constructor(private readonly db: Database) {
     this.insertStmt = db.query(
-      'INSERT INTO campaigns (id, workspace_id, name, template_id, connection_id, audience, variables, body, media_id, status, scheduled_at, started_at, finished_at, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $name, $template_id, $connection_id, $audience, $variables, $body, $media_id, $status, $scheduled_at, $started_at, $finished_at, $created_at, $updated_at, NULL)',
+      'INSERT INTO campaigns (id, workspace_id, name, template_id, connection_id, audience, variables, body, media_id, send_window, status, scheduled_at, started_at, finished_at, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $name, $template_id, $connection_id, $audience, $variables, $body, $media_id, $send_window, $status, $scheduled_at, $started_at, $finished_at, $created_at, $updated_at, NULL)',
     )
     this.getStmt = db.query<CampaignRow, [string, string]>('SELECT * FROM campaigns WHERE id = ? AND workspace_id = ? AND deleted_at IS NULL')
     this.getAnyStmt = db.query<CampaignRow, [string]>('SELECT * FROM campaigns WHERE id = ?')
@@ -137,6 +140,7 @@ export class CampaignRepo {
     this.activeConnsStmt = db.query<{ connection_id: string }, []>("SELECT DISTINCT connection_id FROM campaigns WHERE status = 'running' AND deleted_at IS NULL")
     this.scheduledStmt = db.query<CampaignRow, []>("SELECT * FROM campaigns WHERE status = 'scheduled' AND deleted_at IS NULL")
     this.runningIdsStmt = db.query<{ id: string }, []>("SELECT id FROM campaigns WHERE status = 'running' AND deleted_at IS NULL")
+    this.windowedStmt = db.query<CampaignRow, []>("SELECT * FROM campaigns WHERE status = 'running' AND send_window IS NOT NULL AND deleted_at IS NULL")
     this.waitingStmt = db.query<CampaignRow, []>("SELECT * FROM campaigns WHERE status = 'paused' AND paused_reason = 'allowance_exhausted' AND deleted_at IS NULL")
   }
 
@@ -150,6 +154,10 @@ export class CampaignRepo {
   }
   get(workspaceId: string, id: string) {
     return this.getStmt.get(id, workspaceId)
+  }
+  /** Running campaigns that have a send window. */
+  runningWithWindow() {
+    return this.windowedStmt.all()
   }
   getAny(id: string) {
     return this.getAnyStmt.get(id)

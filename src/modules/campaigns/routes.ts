@@ -15,6 +15,16 @@ const MEDIA_ID = s
   .nullable()
   .optional()
   .describe('Media from POST /media sent with every message: an image (JPEG or PNG), a video or a document. With a WhatsApp template it is the template’s media header. Kept past its retention while the campaign is scheduled, running or paused. null removes it.')
+const HHMM = /^([01][0-9]|2[0-3]):[0-5][0-9]$/
+const sendWindow = s
+  .object({
+    from: s.string().pattern(HHMM, 'must be a time of day as HH:MM (24 h)').describe('Local time the window opens.', '09:00'),
+    to: s.string().pattern(HHMM, 'must be a time of day as HH:MM (24 h)').describe('Local time it closes (earlier than from: over midnight).', '20:00'),
+    time_zone: s.string().length(1, 64).describe('IANA time zone the times are in.', 'Europe/Berlin'),
+  })
+  .nullable()
+  .optional()
+  .describe('Release messages only between from and to, local time in time_zone, so a campaign that runs for days never messages people at night. null = any time.')
 const createBody = s.object({
   name: s.string().length(1, 120),
   template_id: s.string().format('uuid'),
@@ -22,6 +32,7 @@ const createBody = s.object({
   audience: audience.optional(),
   variables: VARIABLES.optional(),
   media_id: MEDIA_ID,
+  send_window: sendWindow,
   scheduled_at: s.string().format('date-time').nullable().optional().describe('Used by POST /campaigns/{id}/schedule when it is given no time.'),
 })
 const updateBody = s.object({
@@ -31,6 +42,7 @@ const updateBody = s.object({
   audience: audience.optional(),
   variables: VARIABLES.optional(),
   media_id: MEDIA_ID,
+  send_window: sendWindow,
   scheduled_at: s.string().format('date-time').nullable().optional(),
 })
 const scheduleBody = s.object({
@@ -50,6 +62,7 @@ export const campaignDoc = {
     audience: { type: 'object' },
     variables: { type: 'object' },
     media_id: { type: ['string', 'null'], format: 'uuid' },
+    send_window: { type: ['object', 'null'], properties: { from: { type: 'string' }, to: { type: 'string' }, time_zone: { type: 'string' } } },
     status: { type: 'string', enum: ['draft', 'scheduled', 'running', 'paused', 'completed', 'cancelled'] },
     paused_reason: { type: ['string', 'null'], enum: ['requested', 'allowance_exhausted', 'template_refused', null], description: 'Why it is paused: on request (only a resume moves it); because the monthly allowance ran out (it goes on by itself when there is room); or because the network refused its template as such — Meta’s paused, disabled or unknown template — (fix the template, then resume). null unless paused.' },
     scheduled_at: { type: ['string', 'null'], format: 'date-time' },

@@ -22,6 +22,7 @@ import { fill } from '../templates/render'
 import type { TemplateService } from '../templates/service'
 import type { WebhookService } from '../webhooks/service'
 import { type Audience, CampaignRepo, type CampaignRow, type CampaignStatus, type PausedReason } from './repo'
+import { inSendWindow, knownTimeZone, type SendWindow } from './window'
 
 export interface CampaignInput {
   name?: string
@@ -31,6 +32,15 @@ export interface CampaignInput {
   variables?: Record<string, string | number | boolean>
   media_id?: string | null
   scheduled_at?: string | null
+  send_window?: SendWindow | null
+}
+
+/** The stored send window, checked: 422 for an unknown time zone or an empty window. */
+function windowColumn(w: SendWindow | null | undefined): string | null {
+  if (!w) return null
+  if (!knownTimeZone(w.time_zone)) throw validationFailed({ 'send_window.time_zone': ['The send_window.time_zone field must be an IANA time zone, such as Europe/Berlin.'] })
+  if (w.from === w.to) throw validationFailed({ 'send_window.to': ['The send window must not be empty: from and to must differ.'] })
+  return JSON.stringify({ from: w.from, to: w.to, time_zone: w.time_zone })
 }
 
 const MAX_SKIPS_PER_RELEASE = 200
@@ -64,6 +74,7 @@ export class CampaignService {
       audience: JSON.parse(row.audience) as Audience,
       variables: JSON.parse(row.variables) as Record<string, string>,
       media_id: row.media_id,
+      send_window: row.send_window === null ? null : (JSON.parse(row.send_window) as SendWindow),
       status: row.status,
       paused_reason: row.paused_reason,
       scheduled_at: iso(row.scheduled_at),
@@ -128,6 +139,7 @@ export class CampaignService {
       body: null,
       whatsapp: null,
       media_id: input.media_id ?? null,
+      send_window: windowColumn(input.send_window),
       status: 'draft',
       paused_reason: null,
       scheduled_at: this.scheduledTime(input.scheduled_at),
@@ -154,6 +166,7 @@ export class CampaignService {
     if (input.audience !== undefined) fields.audience = JSON.stringify(input.audience)
     if (input.variables !== undefined) fields.variables = JSON.stringify(input.variables)
     if (input.media_id !== undefined) fields.media_id = input.media_id
+    if (input.send_window !== undefined) fields.send_window = windowColumn(input.send_window)
     if (input.scheduled_at !== undefined) {
       fields.scheduled_at = this.scheduledTime(input.scheduled_at)
       if (row.status === 'scheduled' && fields.scheduled_at === null) throw validationFailed({ scheduled_at: ['A scheduled campaign needs a scheduled_at time; cancel it to stop it.'] })
@@ -295,6 +308,8 @@ export class CampaignService {
     if (!live) return null
     let skips = 0
     for (const c of this.repo.running(connectionId)) {
+      // outside its send window a campaign waits (the sweep wakes its number when the window opens)
+      if (c.send_window !== null && !inSendWindow(JSON.parse(c.send_window) as SendWindow, now)) continue
       for (;;) {
         const r = this.repo.nextPending(c.id)
         if (!r) {
@@ -378,6 +393,8 @@ export class CampaignService {
     const now = this.deps.clock.now()
     for (const row of this.repo.scheduled()) if ((row.scheduled_at ?? now) <= now) this.start(row.id)
     for (const id of this.repo.runningIds()) this.checkComplete(id)
+    // a send window that has opened: its number may release again
+    for (const c of this.repo.runningWithWindow()) if (inSendWindow(JSON.parse(c.send_window!) as SendWindow, now)) this.onRunnable(c.connection_id)
   }
 
   /** Start-up: re-arm every scheduled campaign (those already due start now). */
