@@ -76,6 +76,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   eraser.onCampaignChanged = (id) => campaigns.checkComplete(id)
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   connections.onChange = (id) => pacer.wake(id)
+  connections.onStatusChangedInTx = (row, from) => webhooks.enqueueInTx(row.workspace_id, 'connection.status_changed', connections.toEvent(row, from))
   workspaces.onChange = (id) => {
     pacer.wakeWorkspace(id)
     // a higher allowance lets campaigns paused for it go on

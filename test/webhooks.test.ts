@@ -169,7 +169,9 @@ describe('delivery', () => {
     const phone = newPhone()
     await srv.api(key, 'POST', '/contacts', { json: { phone, consent_status: 'opted_in' } })
     await srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: phone, body: 'STOP' })
-    const types = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'contact.consent_changed']
+    await waitFor(() => rx.got.some((r) => r.json.type === 'message.read'))
+    await srv.admin('PATCH', `/connections/${conn.id}`, { status: 'offline' })
+    const types = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'contact.consent_changed', 'connection.status_changed']
     await waitFor(() => types.every((t) => rx.got.some((r) => r.json.type === t)))
     for (const t of types) {
       const event = rx.got.find((r) => r.json.type === t)!.json
@@ -208,6 +210,42 @@ describe('delivery', () => {
     hanging.stop()
     rx.stop()
   }, 30_000)
+
+  test('connection.status_changed: a number taken offline by its network or the operator, and back online; no config in it; a reason alone changing sends nothing', async () => {
+    const env = await inProcess()
+    const rx = receiver()
+    try {
+      const { svc } = env
+      const ws = svc.workspaces.create({ name: 'Status' })
+      svc.webhooks.create(ws.id, rx.url, ['connection.status_changed'])
+      const conn = svc.connections.create(ws.id, { phone: '+15550000499', name: 'Shop', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } } as any)
+      // the network refuses its token
+      svc.connections.setStatus(conn.id, 'offline', 'the access token was rejected')
+      await waitFor(() => rx.got.length === 1)
+      expect(rx.got[0]!.json).toMatchObject({
+        type: 'connection.status_changed',
+        data: { id: conn.id, phone: '+15550000499', name: 'Shop', driver: 'sandbox', status: 'offline', previous_status: 'online', status_reason: 'the access token was rejected' },
+      })
+      expect(Object.keys(rx.got[0]!.json.data)).not.toContain('config')
+      // a new reason while still offline: no event
+      svc.connections.setStatus(conn.id, 'offline', 'still rejected')
+      // the operator takes it online again
+      svc.connections.patch(conn.id, { status: 'online' })
+      await waitFor(() => rx.got.length === 2)
+      await Bun.sleep(200)
+      expect(rx.got.map((r) => [r.json.data.previous_status, r.json.data.status, r.json.data.status_reason])).toEqual([
+        ['online', 'offline', 'the access token was rejected'],
+        ['offline', 'online', null],
+      ])
+      // a change that leaves the status as it was: nothing
+      svc.connections.patch(conn.id, { name: 'Shop 2' })
+      await Bun.sleep(200)
+      expect(rx.got).toHaveLength(2)
+    } finally {
+      rx.stop()
+      await env.close()
+    }
+  })
 
   test('a failed delivery is retried after 5 s with the same webhook-id; history shows the attempts', async () => {
     const { key, rx, hook, conn } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])

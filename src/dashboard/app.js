@@ -4,7 +4,7 @@
 'use strict'
 
 const SCOPES = ['contacts:read', 'contacts:write', 'messages:write', 'messages:read', 'media:read', 'groups:read', 'groups:send', 'templates:read', 'templates:write', 'campaigns:read', 'campaigns:write', 'campaigns:send']
-const EVENTS = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'campaign.completed', 'contact.consent_changed']
+const EVENTS = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'campaign.completed', 'contact.consent_changed', 'connection.status_changed']
 const $ = (sel) => document.querySelector(sel)
 const main = $('#main')
 

@@ -129,6 +129,17 @@ export class ConnectionService {
     return { days: w.days, start_daily_cap: w.start_daily_cap, started_at: iso(w.started_at), ends_at: iso(w.started_at + w.days * 86_400_000), day: day === null ? null : day + 1 }
   }
 
+  /**
+   * Called inside the write that takes a number online or offline (the operator, or its network:
+   * a rejected token): services.ts turns it into the `connection.status_changed` event.
+   */
+  onStatusChangedInTx: (row: ConnectionRow, from: ConnectionRow['status']) => void = () => {}
+
+  /** A number as the `connection.status_changed` event carries it: no config (it holds secrets). */
+  toEvent(row: ConnectionRow, from: ConnectionRow['status']) {
+    return { id: row.id, phone: row.phone, name: row.name, driver: row.driver, status: row.status, previous_status: from, status_reason: row.status_reason, at: iso(row.updated_at) }
+  }
+
   toAdmin(row: ConnectionRow) {
     return {
       id: row.id,
@@ -178,7 +189,10 @@ export class ConnectionService {
     const c = this.live.get(id)
     if (!c || (c.row.status === status && c.row.status_reason === reason)) return
     const next: ConnectionRow = { ...c.row, status, status_reason: reason, updated_at: this.deps.clock.now() }
-    this.deps.writer.now(() => this.repo.update(next))
+    this.deps.writer.now(() => {
+      this.repo.update(next)
+      if (c.row.status !== status) this.onStatusChangedInTx(next, c.row.status)
+    })
     c.row = next
     if (status === 'offline') this.log.warn('connection offline', { connection_id: id, reason })
     this.onChange(id)
@@ -249,6 +263,7 @@ export class ConnectionService {
     this.deps.writer.now(() => {
       this.repo.update(next)
       this.audit.add(next.workspace_id, 'connection.updated', null, next.updated_at, id)
+      if (next.status !== c.row.status) this.onStatusChangedInTx(next, c.row.status)
     })
     c.row = next
     if (input.config !== undefined) c.driver.configure(this.open(next))

@@ -26,6 +26,21 @@ const consentChangedDoc = {
   },
 }
 
+const statusDoc = { type: 'string', enum: ['online', 'offline'] }
+const connectionStatusDoc = {
+  type: 'object',
+  properties: {
+    id: { type: 'string', format: 'uuid' },
+    phone: { type: 'string', description: 'The business number (E.164).' },
+    name: { type: ['string', 'null'] },
+    driver: { type: 'string', enum: ['sandbox', 'cloud_api'] },
+    status: statusDoc,
+    previous_status: statusDoc,
+    status_reason: { type: ['string', 'null'], description: 'Why it is offline (a rejected token, set by the operator); null when online.' },
+    at: { type: 'string', format: 'date-time' },
+  },
+}
+
 const EVENTS: Record<EventType, { summary: string; data: Json }> = {
   'message.sent': { summary: 'A message was handed to its network', data: messageDoc },
   'message.delivered': { summary: 'A message reached the recipient’s phone', data: messageDoc },
@@ -34,6 +49,7 @@ const EVENTS: Record<EventType, { summary: string; data: Json }> = {
   'message.received': { summary: 'A customer wrote to one of the numbers', data: messageDoc },
   'campaign.completed': { summary: 'A campaign finished: every recipient has a final outcome', data: campaignDoc },
   'contact.consent_changed': { summary: 'A contact’s consent changed (API, STOP reply, stopped promotions)', data: consentChangedDoc },
+  'connection.status_changed': { summary: 'A number went offline (its network refused its token, or the operator) or came back online', data: connectionStatusDoc },
 }
 
 const retries = RETRY_SCHEDULE_S.map((s) => (s < 60 ? `${s} s` : s < 3600 ? `${s / 60} min` : `${s / 3600} h`)).join(', ')

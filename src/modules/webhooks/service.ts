@@ -14,7 +14,7 @@ import type { SecretBox } from '../../secrets'
 import type { AuditRepo } from '../audit/repo'
 import { type DeliveryRow, type EndpointRow, HELD_REASON, WebhookRepo } from './repo'
 
-export const EVENT_TYPES = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'campaign.completed', 'contact.consent_changed'] as const
+export const EVENT_TYPES = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'campaign.completed', 'contact.consent_changed', 'connection.status_changed'] as const
 export type EventType = (typeof EVENT_TYPES)[number]
 
 /** Seconds after which attempt n+1 follows a failed attempt n (CONTRACT §5). */
