@@ -14,7 +14,7 @@ import { backup, restore } from './backup'
 import { systemClock } from './clock'
 import { CLI_HELP, localBase, runAdminCommand } from './cli'
 import { ConfigError, loadConfig } from './config'
-import { migrate, openDatabase } from './db/open'
+import { emptyWal, migrate, openDatabase } from './db/open'
 import { DataDirLocked, lockDataDir } from './db/lock'
 import { Writer } from './db/writer'
 import { Logger } from './http/log'
@@ -240,7 +240,7 @@ async function main(argv: string[]) {
       const before = size()
       try {
         db.run('VACUUM')
-        db.run('PRAGMA wal_checkpoint(TRUNCATE)')
+        emptyWal(db)
       } catch (e) {
         db.close()
         fail(`the database could not be rewritten and was left as it was: ${reasonOf(e)}`)
