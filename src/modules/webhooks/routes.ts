@@ -5,7 +5,7 @@ import { hidden } from '../../http/docs'
 import { paged } from '../../http/format'
 import { fieldError, s, validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { checkHeaders, EVENT_TYPES, KEEP_PREVIOUS_HOURS, MAX_KEEP_PREVIOUS_HOURS } from './service'
+import { EVENT_TYPES, KEEP_PREVIOUS_HOURS, MAX_KEEP_PREVIOUS_HOURS } from './service'
 
 const url = s.string().length(1, 2048).pattern(/^https?:\/\/[^\s/?#]+[^\s]*$/i, 'must be an http or https URL')
 const events = s.array(s.string().oneOf(EVENT_TYPES)).max(EVENT_TYPES.length)
@@ -25,7 +25,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         svc.workspaces.get(params.id)
         const input = validate(createBody, body)
         set.status = 201
-        return { data: hooks.create(params.id, input.url, input.events, input.headers ? checkHeaders(input.headers) : null) }
+        return { data: hooks.create(params.id, input.url, input.events, input.headers) }
       },
       { admin: true, detail: hidden },
     )
@@ -44,7 +44,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         const input = validate(patchBody, body, (v, errors) => {
           if (v.status === undefined && v.url === undefined && v.events === undefined && v.headers === undefined) fieldError(errors, 'status', 'Give at least one of status, url, events or headers.')
         })
-        return { data: hooks.toAdmin(hooks.patch(params.id, { ...input, headers: input.headers ? checkHeaders(input.headers) : input.headers })) }
+        return { data: hooks.toAdmin(hooks.patch(params.id, input)) }
       },
       { admin: true, detail: hidden },
     )

@@ -57,7 +57,7 @@ const HEADER_NAME = /^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$/
 const HEADER_VALUE = /^[\t\x20-\x7e]{0,1000}$/
 
 /** An endpoint's extra headers, checked: 422 naming the field for a reserved, malformed or repeated name or a bad value. */
-export function checkHeaders(headers: Record<string, unknown>): Record<string, string> {
+function checkHeaders(headers: Record<string, unknown>): Record<string, string> {
   const out: Record<string, string> = {}
   const seen = new Set<string>()
   const errors: string[] = []
@@ -133,9 +133,9 @@ export class WebhookService {
     return row.headers_enc === null ? {} : (JSON.parse(this.box.open(row.headers_enc)) as Record<string, string>)
   }
 
-  /** The stored form of extra headers: sealed, or null for none. */
-  private headersColumn(headers: Record<string, string> | null | undefined): string | null {
-    return headers && Object.keys(headers).length ? this.box.seal(JSON.stringify(headers)) : null
+  /** The stored form of extra headers, checked (see checkHeaders): sealed, or null for none. */
+  private headersColumn(headers: Record<string, unknown> | null | undefined): string | null {
+    return headers && Object.keys(headers).length ? this.box.seal(JSON.stringify(checkHeaders(headers))) : null
   }
 
   /** Whether the secret a rotation replaced still signs. */
@@ -163,7 +163,7 @@ export class WebhookService {
     }
   }
 
-  create(workspaceId: string, url: string, events: string[] | undefined, headers?: Record<string, string> | null) {
+  create(workspaceId: string, url: string, events: string[] | undefined, headers?: Record<string, unknown> | null) {
     const secret = newSecret()
     const now = this.deps.clock.now()
     const row: EndpointRow = {
@@ -209,7 +209,7 @@ export class WebhookService {
    * fresh retry schedule, to the URL it has then). Events that happened while it was disabled were
    * not written for it. Setting the status it already has changes nothing.
    */
-  patch(id: string, input: { status?: 'active' | 'disabled'; url?: string; events?: string[]; headers?: Record<string, string> | null }) {
+  patch(id: string, input: { status?: 'active' | 'disabled'; url?: string; events?: string[]; headers?: Record<string, unknown> | null }) {
     const now = this.deps.clock.now()
     const requeued = this.deps.writer.now(() => {
       const row = this.get(id)
