@@ -5,6 +5,7 @@
  * carries the file), so a refused send leaves no row behind.
  */
 import type { Deps } from '../../deps'
+import { Tally } from '../../tally'
 import { ApiError, notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
@@ -25,7 +26,7 @@ export const scannerUnavailable = () => new ApiError(503, 'scanner_unavailable',
 export class MediaService {
   readonly repo: MediaRepo
   /** Content addresses prepared but not yet committed as rows; retention leaves their files alone. */
-  private pending = new Map<string, number>()
+  private readonly pending = new Tally()
 
   constructor(
     private readonly deps: Deps,
@@ -61,24 +62,21 @@ export class MediaService {
     if (file.size === 0) throw validationFailed({ [field]: [`The ${field} field must not be empty.`] })
     if (file.size > max_bytes) throw fileTooLarge(field, max_bytes)
     // the workspace's share of the disk: what it keeps, plus uploads under way, plus this one
-    const reserved = this.reserved.get(workspaceId) ?? 0
-    if (max_total_bytes !== null && this.repo.bytesUsed(workspaceId, this.deps.clock.now()) + reserved + file.size > max_total_bytes) {
+    if (max_total_bytes !== null && this.repo.bytesUsed(workspaceId, this.deps.clock.now()) + this.reserved.get(workspaceId) + file.size > max_total_bytes) {
       this.log.warn('upload refused: the workspace has used its media storage', { workspace_id: workspaceId, max_total_bytes })
       throw refused('media_quota_exceeded', 'The workspace has used its media storage; the file was not stored.')
     }
-    this.reserved.set(workspaceId, reserved + file.size)
+    this.reserved.add(workspaceId, file.size)
     try {
       return await this.check(workspaceId, file, field, retention_days)
     } finally {
       // the row is inserted (counted from then) or not, by the caller, right after this
-      const left = (this.reserved.get(workspaceId) ?? file.size) - file.size
-      if (left > 0) this.reserved.set(workspaceId, left)
-      else this.reserved.delete(workspaceId)
+      this.reserved.remove(workspaceId, file.size)
     }
   }
 
   /** Bytes of uploads being checked and scanned, per workspace (counted toward its max_total_bytes). */
-  private readonly reserved = new Map<string, number>()
+  private readonly reserved = new Tally()
 
   private async check(workspaceId: string, file: File, field: string, retention_days: number): Promise<MediaRow> {
     const bytes = new Uint8Array(await file.arrayBuffer())
@@ -105,11 +103,11 @@ export class MediaService {
       throw refused('malware_detected', 'The file was refused because malware was detected in it.')
     }
     const sha = Bun.CryptoHasher.hash('sha256', bytes).toString('hex')
-    this.pending.set(sha, (this.pending.get(sha) ?? 0) + 1)
+    this.pending.add(sha)
     try {
       await this.store.put(sha, bytes)
     } catch (e) {
-      this.release(sha)
+      this.pending.remove(sha)
       const code = (e as NodeJS.ErrnoException)?.code
       if (code === 'ENOSPC' || code === 'EDQUOT') {
         this.log.error('media store full', { workspace_id: workspaceId })
@@ -130,7 +128,7 @@ export class MediaService {
     const m = this.get(workspaceId, id)
     const { retention_days } = this.workspaces.settings(this.workspaces.cached(workspaceId)!).media
     const now = this.deps.clock.now()
-    this.pending.set(m.sha256, (this.pending.get(m.sha256) ?? 0) + 1)
+    this.pending.add(m.sha256)
     return { ...m, id: uuid(), created_at: now, expires_at: now + retention_days * DAY }
   }
 
@@ -141,14 +139,8 @@ export class MediaService {
 
   /** After the write that inserted (or refused) a prepared row: drop an unreferenced file. */
   async settle(row: MediaRow, committed: boolean) {
-    this.release(row.sha256)
+    this.pending.remove(row.sha256)
     if (!committed && !this.pending.has(row.sha256) && this.repo.references(row.sha256) === 0) await this.store.remove(row.sha256)
-  }
-
-  private release(sha: string) {
-    const n = (this.pending.get(sha) ?? 1) - 1
-    if (n <= 0) this.pending.delete(sha)
-    else this.pending.set(sha, n)
   }
 
   /** POST /media: prepare, then commit the row. */

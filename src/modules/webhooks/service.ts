@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto'
 import { persist } from '../../db/writer'
 import type { Deps } from '../../deps'
+import { Tally } from '../../tally'
 import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
@@ -96,7 +97,7 @@ export class WebhookService {
   private readonly maxInFlight = 32
   private readonly perEndpoint = 8
   /** Deliveries under way, per endpoint. */
-  private readonly busy = new Map<string, number>()
+  private readonly busy = new Tally()
   /** Which endpoint a pass looks at first: each takes its turn at the front. */
   private turn = 0
   private kickQueued = false
@@ -353,7 +354,7 @@ export class WebhookService {
     let skipped = false
     for (let k = 0; k < endpoints.length && room > 0; k++) {
       const id = endpoints[(this.turn + k) % endpoints.length]!
-      const free = Math.min(this.perEndpoint - (this.busy.get(id) ?? 0), room)
+      const free = Math.min(this.perEndpoint - this.busy.get(id), room)
       if (free <= 0) continue
       let taken = 0
       for (const d of this.repo.due(id, now, free)) {
@@ -393,14 +394,12 @@ export class WebhookService {
   /** One claimed delivery under way; when its outcome is written, look for more. */
   private send(d: DeliveryRow) {
     this.underWay.add(d.id)
-    this.busy.set(d.endpoint_id, (this.busy.get(d.endpoint_id) ?? 0) + 1)
+    this.busy.add(d.endpoint_id)
     void this.attempt(d)
       .catch((e) => this.log.error('webhook delivery outcome not written (the server is stopping); it is attempted again after the restart', { error: String((e as Error)?.message ?? e) }))
       .finally(() => {
         this.underWay.delete(d.id)
-        const left = (this.busy.get(d.endpoint_id) ?? 1) - 1
-        if (left > 0) this.busy.set(d.endpoint_id, left)
-        else this.busy.delete(d.endpoint_id)
+        this.busy.remove(d.endpoint_id)
         this.kickSoon()
       })
   }
