@@ -29,8 +29,13 @@ export class ContactService {
   /** Change a contact's consent inside a write: the contact, the ledger entry with `source`, the event. */
   setConsentInTx(contact: ContactRow, status: Consent, source: string, now: number) {
     this.repo.setConsent(contact.id, status, now)
-    this.repo.ledger(contact.workspace_id, contact.id, status, source, now)
-    this.onConsentChanged(this.repo.get(contact.workspace_id, contact.id)!, contact.consent_status as Consent, source)
+    this.consentChangedInTx(this.repo.get(contact.workspace_id, contact.id)!, contact.consent_status as Consent, source, now)
+  }
+
+  /** After a row's consent was written (`from` before it; null for a new contact): its ledger entry and event. */
+  private consentChangedInTx(row: ContactRow, from: Consent | null, source: string, now: number) {
+    this.repo.ledger(row.workspace_id, row.id, row.consent_status, source, now)
+    this.onConsentChanged(row, from, source)
   }
 
   toPublic(row: ContactRow) {
@@ -67,10 +72,7 @@ export class ContactService {
         last_activity_at: now,
       }
       this.repo.insert(row)
-      if (input.consent_status && input.consent_status !== 'unknown') {
-        this.repo.ledger(workspaceId, row.id, row.consent_status, source, now)
-        this.onConsentChanged(row, null, source)
-      }
+      if (input.consent_status && input.consent_status !== 'unknown') this.consentChangedInTx(row, null, source, now)
       return { row, created: true }
     }
     const row: ContactRow = {
@@ -82,10 +84,7 @@ export class ContactService {
       last_activity_at: Math.max(existing.last_activity_at, now),
     }
     this.repo.update(row)
-    if (input.consent_status && input.consent_status !== existing.consent_status) {
-      this.repo.ledger(workspaceId, row.id, row.consent_status, source, now)
-      this.onConsentChanged(row, existing.consent_status as Consent, source)
-    }
+    if (input.consent_status && input.consent_status !== existing.consent_status) this.consentChangedInTx(row, existing.consent_status as Consent, source, now)
     return { row, created: false }
   }
 
