@@ -43,6 +43,9 @@ function windowColumn(w: SendWindow | null | undefined): string | null {
   return JSON.stringify({ from: w.from, to: w.to, time_zone: w.time_zone })
 }
 
+/** A campaign's stored send window, or null. */
+const windowOf = (row: CampaignRow): SendWindow | null => (row.send_window === null ? null : (JSON.parse(row.send_window) as SendWindow))
+
 const MAX_SKIPS_PER_RELEASE = 200
 
 export class CampaignService {
@@ -74,7 +77,7 @@ export class CampaignService {
       audience: JSON.parse(row.audience) as Audience,
       variables: JSON.parse(row.variables) as Record<string, string>,
       media_id: row.media_id,
-      send_window: row.send_window === null ? null : (JSON.parse(row.send_window) as SendWindow),
+      send_window: windowOf(row),
       status: row.status,
       paused_reason: row.paused_reason,
       scheduled_at: iso(row.scheduled_at),
@@ -309,7 +312,7 @@ export class CampaignService {
     let skips = 0
     for (const c of this.repo.running(connectionId)) {
       // outside its send window a campaign waits (the sweep wakes its number when the window opens)
-      if (c.send_window !== null && !inSendWindow(JSON.parse(c.send_window) as SendWindow, now)) continue
+      if (!inSendWindow(windowOf(c), now)) continue
       for (;;) {
         const r = this.repo.nextPending(c.id)
         if (!r) {
@@ -394,7 +397,7 @@ export class CampaignService {
     for (const row of this.repo.scheduled()) if ((row.scheduled_at ?? now) <= now) this.start(row.id)
     for (const id of this.repo.runningIds()) this.checkComplete(id)
     // a send window that has opened: its number may release again
-    for (const c of this.repo.runningWithWindow()) if (inSendWindow(JSON.parse(c.send_window!) as SendWindow, now)) this.onRunnable(c.connection_id)
+    for (const c of this.repo.runningWithWindow()) if (inSendWindow(windowOf(c), now)) this.onRunnable(c.connection_id)
   }
 
   /** Start-up: re-arm every scheduled campaign (those already due start now). */
