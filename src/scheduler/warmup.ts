@@ -22,6 +22,9 @@ export function warmupDay(w: Warmup | null, now: number): number | null {
   return day < w.days ? day : null
 }
 
+/** When a warm-up is over: the start of day `days`, from then on the workspace's policy applies. */
+export const warmupEnd = (w: Warmup) => w.started_at + w.days * DAY
+
 /** The policy a number sends under at `now`: the workspace's, with the warm-up's caps while it lasts. */
 export function warmedPolicy(p: Policy, w: Warmup | null, now: number): Policy {
   const day = warmupDay(w, now)

@@ -3,7 +3,7 @@
  * loaded at start and changed only through this service, so the request path and the pacer read
  * a number's state from memory.
  */
-import { type Warmup, warmedPolicy, warmupDay } from '../../scheduler/warmup'
+import { type Warmup, warmedPolicy, warmupDay, warmupEnd } from '../../scheduler/warmup'
 import type { Policy } from '../../scheduler/pacer'
 import type { Deps } from '../../deps'
 import type { AuditRepo } from '../audit/repo'
@@ -126,7 +126,7 @@ export class ConnectionService {
     const w = this.warmupOf(row)
     if (!w) return null
     const day = warmupDay(w, this.deps.clock.now())
-    return { days: w.days, start_daily_cap: w.start_daily_cap, started_at: iso(w.started_at), ends_at: iso(w.started_at + w.days * 86_400_000), day: day === null ? null : day + 1 }
+    return { days: w.days, start_daily_cap: w.start_daily_cap, started_at: iso(w.started_at), ends_at: iso(warmupEnd(w)), day: day === null ? null : day + 1 }
   }
 
   /**
