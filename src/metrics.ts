@@ -29,10 +29,13 @@ export class ResponseCounts {
 /** A label value as the text format wants it (our values are ids and fixed words; escaped anyway). */
 const label = (v: string) => v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')
 
+/** One sample: its labels and value. */
+type Sample = [Record<string, string>, number]
+
 class Exposition {
   private readonly lines: string[] = []
 
-  metric(name: string, type: 'gauge' | 'counter', help: string, samples: [Record<string, string>, number][]) {
+  metric(name: string, type: 'gauge' | 'counter', help: string, samples: Sample[]) {
     this.lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`)
     for (const [labels, value] of samples) {
       const l = Object.entries(labels).map(([k, v]) => `${k}="${label(v)}"`)
@@ -100,17 +103,17 @@ export class Metrics {
     out.metric('capstan_webhook_oldest_pending_seconds', 'gauge', 'Age of the oldest webhook delivery still pending (0 when none).', [[{}, hooks.oldest === null ? 0 : Math.max(0, Math.round((now - hooks.oldest) / 1000))]])
     out.metric('capstan_webhook_endpoint_pending', 'gauge', 'Webhook deliveries not yet delivered, per endpoint (endpoints with none are left out).', sql.endpointPending.all().map((r) => [{ endpoint: r.endpoint_id, workspace: r.workspace_id }, r.n]))
     out.metric('capstan_campaigns', 'gauge', 'Campaigns by status.', sql.campaigns.all().map((r) => [{ status: r.status }, r.n]))
-    // the caps a number sends under today (lower while it warms up)
-    const caps = connections.map((c) => {
+    // the cap a number sends under today (lower while it warms up)
+    const caps = connections.flatMap((c): Sample[] => {
       const ws = svc.workspaces.cached(c.row.workspace_id)
-      return { c, policy: ws ? svc.connections.policyFor(c.row, svc.workspaces.settings(ws).sending_policy, now) : null }
+      return ws ? [[{ connection: c.row.id, workspace: c.row.workspace_id }, svc.connections.policyFor(c.row, svc.workspaces.settings(ws).sending_policy, now).daily_cap]] : []
     })
-    out.metric('capstan_number_daily_cap', 'gauge', 'The daily cap a number sends under today (lower while it warms up).', caps.flatMap(({ c, policy }) => (policy ? [[{ connection: c.row.id, workspace: c.row.workspace_id }, policy.daily_cap] as [Record<string, string>, number]] : [])))
+    out.metric('capstan_number_daily_cap', 'gauge', 'The daily cap a number sends under today (lower while it warms up).', caps)
     const media = sql.media.all(now)
     out.metric('capstan_media_bytes', 'gauge', 'Bytes of a workspace’s kept media (each record counted).', media.map((r) => [{ workspace: r.workspace_id }, r.n]))
-    const quotas = svc.workspaces.repo.all().flatMap((w) => {
+    const quotas = svc.workspaces.repo.all().flatMap((w): Sample[] => {
       const max = svc.workspaces.settings(w).media.max_total_bytes
-      return max === null ? [] : [[{ workspace: w.id }, max] as [Record<string, string>, number]]
+      return max === null ? [] : [[{ workspace: w.id }, max]]
     })
     out.metric('capstan_media_quota_bytes', 'gauge', 'A workspace’s media storage limit (max_total_bytes; workspaces without one are left out).', quotas)
     return out.text()
