@@ -37,6 +37,27 @@ function receiver(answerAfterMs = 0) {
 }
 
 
+/**
+ * In-process services (controlled clock) with a real receiver subscribed to `events` through one
+ * workspace's endpoint, and a sandbox number (`connection` adds to it); both closed after `run`.
+ */
+type InProcess = Awaited<ReturnType<typeof inProcess>>
+type Hooked = { env: InProcess; svc: InProcess['svc']; clock: InProcess['clock']; rx: ReturnType<typeof receiver>; ws: { id: string }; hook: ReturnType<InProcess['svc']['webhooks']['create']>; conn: { id: string } }
+async function hooked(events: string[], connection: Record<string, unknown>, run: (t: Hooked) => Promise<void>) {
+  const env = await inProcess()
+  const rx = receiver()
+  try {
+    const { svc } = env
+    const ws = svc.workspaces.create({ name: 'Hooked' })
+    const hook = svc.webhooks.create(ws.id, rx.url, events)
+    const conn = svc.connections.create(ws.id, { phone: '+15550000099', driver: 'sandbox', ...connection } as any)
+    await run({ env, svc, clock: env.clock, rx, ws, hook, conn })
+  } finally {
+    rx.stop()
+    await env.close()
+  }
+}
+
 /** The Standard Webhooks headers of a received request, as the library's verify takes them. */
 const signedHeaders = (r: Received) => ({ 'webhook-id': r.headers['webhook-id']!, 'webhook-timestamp': r.headers['webhook-timestamp']!, 'webhook-signature': r.headers['webhook-signature']! })
 
@@ -138,13 +159,7 @@ describe('delivery', () => {
   })
 
   test('contact.consent_changed for stopped promotions (controlled clock, real receiver)', async () => {
-    const env = await inProcess()
-    const rx = receiver()
-    try {
-      const { svc } = env
-      const ws = svc.workspaces.create({ name: 'Promotions' })
-      svc.webhooks.create(ws.id, rx.url, ['contact.consent_changed'])
-      const conn = svc.connections.create(ws.id, { phone: '+15550000399', driver: 'sandbox' })
+    await hooked(['contact.consent_changed'], { phone: '+15550000399' }, async ({ svc, rx, ws, conn }) => {
       await svc.contacts.upsert(ws.id, { phone: '+15550000400', consent_status: 'opted_in' }, 'test')
       await waitFor(() => rx.got.length === 1)
       expect(await svc.messages.marketingStopped(conn.id, '+15550000400', 'cloud_api:marketing_stopped')).toBe(true)
@@ -153,10 +168,7 @@ describe('delivery', () => {
       expect(await svc.messages.marketingStopped(conn.id, '+15550000400', 'cloud_api:marketing_stopped')).toBe(false)
       await Bun.sleep(200)
       expect(rx.got).toHaveLength(2)
-    } finally {
-      rx.stop()
-      await env.close()
-    }
+    })
   })
 
   test('the OpenAPI document describes each event type (webhooks), field for field as the events are sent', async () => {
@@ -212,13 +224,7 @@ describe('delivery', () => {
   }, 30_000)
 
   test('connection.status_changed: a number taken offline by its network or the operator, and back online; no config in it; a reason alone changing sends nothing', async () => {
-    const env = await inProcess()
-    const rx = receiver()
-    try {
-      const { svc } = env
-      const ws = svc.workspaces.create({ name: 'Status' })
-      svc.webhooks.create(ws.id, rx.url, ['connection.status_changed'])
-      const conn = svc.connections.create(ws.id, { phone: '+15550000499', name: 'Shop', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } } as any)
+    await hooked(['connection.status_changed'], { phone: '+15550000499', name: 'Shop', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } }, async ({ svc, rx, conn }) => {
       // the network refuses its token
       svc.connections.setStatus(conn.id, 'offline', 'the access token was rejected')
       await waitFor(() => rx.got.length === 1)
@@ -241,10 +247,7 @@ describe('delivery', () => {
       svc.connections.patch(conn.id, { name: 'Shop 2' })
       await Bun.sleep(200)
       expect(rx.got).toHaveLength(2)
-    } finally {
-      rx.stop()
-      await env.close()
-    }
+    })
   })
 
   test('a failed delivery is retried after 5 s with the same webhook-id; history shows the attempts', async () => {
@@ -433,13 +436,7 @@ describe('durability and administration', () => {
   })
 
   test('the replaced secret stops signing when its hours are up; a retry of an earlier event is signed with the new secret', async () => {
-    const env = await inProcess()
-    const rx = receiver()
-    try {
-      const { svc, clock } = env
-      const ws = svc.workspaces.create({ name: 'Rotate' })
-      const hook = svc.webhooks.create(ws.id, rx.url, ['message.received'])
-      const conn = svc.connections.create(ws.id, { phone: '+15550000199', driver: 'sandbox' })
+    await hooked(['message.received'], { phone: '+15550000199' }, async ({ svc, clock, rx, hook, conn }) => {
       const signatures = (r: Received) => r.headers['webhook-signature']!.split(' ')
       // the first attempt of an event fails before the rotation
       rx.plan.push(500)
@@ -465,10 +462,7 @@ describe('durability and administration', () => {
       await svc.messages.inbound(conn.id, '+15550000200', 'three')
       await waitFor(() => rx.got.length === 4)
       expect([signatures(rx.got[3]!).length, verifies(rotated.secret, rx.got[3]!), verifies(hook.secret, rx.got[3]!)]).toEqual([1, true, false])
-    } finally {
-      rx.stop()
-      await env.close()
-    }
+    })
   })
 
   test('extra headers (a receiver behind a gateway): sent on every delivery, stored encrypted, values shown only with the secret; reserved or malformed ones refused', async () => {
@@ -547,13 +541,7 @@ describe('durability and administration', () => {
   })
 
   test('an endpoint failing for 3 days is disabled (controlled clock, real receiver); enabled again, it gets what was held', async () => {
-    const env = await inProcess()
-    const rx = receiver()
-    try {
-      const { svc } = env
-      const ws = svc.workspaces.create({ name: 'Disable' })
-      const hook = svc.webhooks.create(ws.id, rx.url, ['message.received'])
-      const conn = svc.connections.create(ws.id, { phone: '+15550000099', driver: 'sandbox' })
+    await hooked(['message.received'], { phone: '+15550000099' }, async ({ env, svc, rx, hook, conn }) => {
       const attempts = () => rx.got.length
       for (let i = 0; i < 50; i++) rx.plan.push(500)
       await svc.messages.inbound(conn.id, '+15550000100', 'one')
@@ -584,20 +572,11 @@ describe('durability and administration', () => {
         [held[0], 'one'],
         [held[1], 'two'],
       ].sort())
-    } finally {
-      rx.stop()
-      await env.close()
-    }
+    })
   })
 
   test('a receiver down longer than the retry schedule: its failed deliveries since a time go out again (same webhook-id), older and delivered ones do not', async () => {
-    const env = await inProcess()
-    const rx = receiver()
-    try {
-      const { svc, clock } = env
-      const ws = svc.workspaces.create({ name: 'Recover' })
-      const hook = svc.webhooks.create(ws.id, rx.url, ['message.received'])
-      const conn = svc.connections.create(ws.id, { phone: '+15550000299', driver: 'sandbox' })
+    await hooked(['message.received'], { phone: '+15550000299' }, async ({ svc, clock, rx, hook, conn }) => {
       const statusOf = (body: string) => svc.webhooks.repo.deliveries(hook.id, 100, 0).rows.find((d) => JSON.parse(d.payload).data.body === body)!
       // delivered while the receiver was up
       await svc.messages.inbound(conn.id, '+15550000300', 'delivered')
@@ -643,10 +622,7 @@ describe('durability and administration', () => {
       svc.webhooks.patch(hook.id, { status: 'disabled' })
       expect(svc.webhooks.recover(hook.id, 0)).rejects.toThrow('The endpoint is disabled; enable it first.')
       expect(statusOf('older').status).toBe('failed')
-    } finally {
-      rx.stop()
-      await env.close()
-    }
+    })
   }, 30_000)
 
   test('recover works in slices: every failed delivery since the time, of that endpoint only, and none older', async () => {
