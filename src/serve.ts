@@ -1,0 +1,94 @@
+/**
+ * `capstan serve`: the HTTP API, admin API, docs and scheduler in this process. Loaded by main.ts
+ * only for this command, so the admin subcommands and `version` start without the server's code.
+ */
+import { resolveAdminToken } from './admin-token'
+import { systemClock } from './clock'
+import { Writer } from './db/writer'
+import { Logger } from './http/log'
+import { buildApp } from './server'
+import { startJobs, warnIfDiskLow } from './scheduler/jobs'
+import { SecretBox } from './secrets'
+import { buildServices, settleServices, startServices, stopServices } from './services'
+import { configOrExit, databaseOrExit, fail, lockOrExit, reasonOf } from './startup'
+import { VERSION } from './version'
+
+/** Why Bun.serve could not listen, for the one line the start stops with. */
+function listenFailure(e: unknown): string {
+  switch ((e as { code?: string })?.code) {
+    case 'EADDRINUSE':
+      return 'the address is in use (is another Capstan running?)'
+    case 'EACCES':
+      return 'permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)'
+    case 'EADDRNOTAVAIL':
+      return 'no network interface of this machine has that address (check CAPSTAN_HOST)'
+    default:
+      return `${reasonOf(e)} (check CAPSTAN_HOST and CAPSTAN_PORT)`
+  }
+}
+
+export async function serve() {
+  const config = configOrExit()
+  const lock = lockOrExit(config.dataDir)
+  const log = new Logger(config.logLevel)
+  const { db, applied } = databaseOrExit(config.dbPath)
+  const admin = resolveAdminToken(db, config.adminToken)
+  if (admin.generated) {
+    process.stdout.write(`Capstan admin token (shown once; only its hash is stored): ${admin.generated}\n`)
+  }
+  if (admin.unsaved) log.warn('CAPSTAN_ADMIN_TOKEN is used but could not be stored as the admin token (is the disk full?): the previous one would be valid again if the variable were removed')
+  // Before anything starts (crash recovery, the scheduler): is the port free? A second Capstan
+  // must stop here with one line, not run its start-up against a database another one is serving.
+  if (config.port !== 0) {
+    try {
+      Bun.serve({ hostname: config.host, port: config.port, reusePort: false, fetch: () => new Response(null) }).stop(true)
+    } catch (e) {
+      fail(`cannot listen on ${config.host}:${config.port}: ${listenFailure(e)}`)
+    }
+  }
+  // A background task that fails unexpectedly (a write on a full disk from a timer, say) is
+  // logged; it must not take the server down, and with it every send in a network's hands
+  const unexpected = (e: unknown) => log.error('background task failed', { error: String((e as Error)?.stack ?? e) })
+  process.on('uncaughtException', unexpected)
+  process.on('unhandledRejection', unexpected)
+  const deps = { config, db, writer: new Writer(db), clock: systemClock }
+  const svc = buildServices(deps, log, SecretBox.load(config.dataDir, config.secretKey))
+  await startServices(svc)
+  const jobs = startJobs(svc)
+  const app = buildApp({ svc, adminTokenHash: admin.hash, probes: { scanner: () => svc.media.scannerReachable() } })
+  app.listen({ hostname: config.host, port: config.port })
+  log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, migrations_applied: applied })
+  warnIfDiskLow(svc)
+  log.flush()
+
+  let stopping = false
+  /**
+   * Graceful stop: release nothing more (the queue stays intact in the database), answer the
+   * requests already received, let sends already handed to a network (up to 10 s) and webhook
+   * deliveries already sent (up to 3 s) record their outcome — whatever is left is settled by crash
+   * recovery, or delivered again, at the next start — then close.
+   */
+  const stop = async (signal: string) => {
+    if (stopping) return
+    stopping = true
+    log.info('capstan stopping', { signal })
+    for (const j of jobs) j.stop()
+    stopServices(svc)
+    await app.stop()
+    const left = await settleServices(svc)
+    try {
+      svc.keys.flushUse()
+    } catch (e) {
+      log.warn('could not record when the API keys were last used', { error: String((e as Error)?.message ?? e).slice(0, 200) })
+    }
+    if (left.sends > 0) log.warn('stopping with sends in flight; the next start settles them', { in_flight: left.sends })
+    if (left.deliveries > 0) log.warn('stopping with webhook deliveries in flight; the next start retries them', { in_flight: left.deliveries })
+    log.info('capstan stopped', { signal })
+    log.flush()
+    db.close()
+    lock.release()
+    process.exit(0)
+  }
+  process.on('SIGTERM', () => void stop('SIGTERM'))
+  process.on('SIGINT', () => void stop('SIGINT'))
+}

@@ -1,0 +1,55 @@
+/**
+ * What the commands that open the data directory share: the configuration, the directory's lock
+ * and the database, each obtained or the process stopped with one line and exit code 2.
+ */
+import type { Database } from 'bun:sqlite'
+import { ConfigError, loadConfig } from './config'
+import { DataDirLocked, lockDataDir } from './db/lock'
+import { migrate, openDatabase } from './db/open'
+
+export function fail(message: string): never {
+  console.error(`capstan: ${message}`)
+  process.exit(2)
+}
+
+export function configOrExit() {
+  try {
+    return loadConfig()
+  } catch (e) {
+    if (e instanceof ConfigError) fail(e.message)
+    throw e
+  }
+}
+
+/** A system or SQLite error as one line: its message without the stack. */
+export function reasonOf(e: unknown): string {
+  return String((e as Error)?.message ?? e).split('\n')[0]!
+}
+
+/**
+ * The data directory's lock, or one line and exit 2: when another Capstan holds it, and when the
+ * directory cannot be created or written (a wrong path, a read-only volume, another owner).
+ */
+export function lockOrExit(dataDir: string) {
+  try {
+    return lockDataDir(dataDir)
+  } catch (e) {
+    if (e instanceof DataDirLocked) fail(e.message)
+    fail(`CAPSTAN_DATA_DIR ${dataDir} cannot be used: ${reasonOf(e)}`)
+  }
+}
+
+/**
+ * The database, opened and migrated, or one line and exit 2: a file that is not a database, one
+ * that cannot be written, or one migrated by a newer Capstan (nothing is changed in any of them).
+ */
+export function databaseOrExit(path: string) {
+  let db: Database | null = null
+  try {
+    db = openDatabase(path)
+    return { db, applied: migrate(db) }
+  } catch (e) {
+    db?.close()
+    fail(`cannot open the database ${path}: ${reasonOf(e)}`)
+  }
+}
