@@ -1,8 +1,10 @@
 /** The admin API (CONTRACT §6): workspaces, keys, audit log, suppressions, and its token. */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
 import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
+
+setDefaultTimeout(60_000)
 
 const ALL = ['contacts:read', 'contacts:write', 'messages:write', 'messages:read', 'media:read', 'groups:read', 'groups:send', 'templates:read', 'templates:write', 'campaigns:read', 'campaigns:write', 'campaigns:send']
 

@@ -1,6 +1,8 @@
 /** Authentication, scopes, limits and the order of checks (spec §5, §7, §8; CONTRACT §1). */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { TestServer, newPhone } from './support/server'
+
+setDefaultTimeout(60_000)
 
 const MSG_401 = 'A valid API bearer token is required.'
 const MSG_403_WS = 'The API key workspace is unavailable.'

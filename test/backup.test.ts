@@ -1,5 +1,5 @@
 /** `capstan backup` while the server runs under load, then `capstan restore` and a fresh start. */
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { Database } from 'bun:sqlite'
 import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -8,6 +8,8 @@ import { TestClamd } from './support/clamd'
 import * as files from './support/files'
 import { TestServer, hostEnv, newPhone } from './support/server'
 import { growTmpfs, mountTmpfs, unmount } from './support/tmpfs'
+
+setDefaultTimeout(60_000)
 
 const ROOT = join(import.meta.dir, '..')
 

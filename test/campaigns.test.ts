@@ -1,9 +1,11 @@
 /** Campaigns (campaigns:read/write/send; CONTRACT §2): audience, lifecycle, consent, pacing, restarts. */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { RUNNING_FOR_CONNECTION } from '../src/modules/campaigns/repo'
 import { inProcess, settle } from './support/inproc'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
+
+setDefaultTimeout(60_000)
 
 const NO_RECEIPTS = { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }
 const policy = (gap: number) => ({ hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: gap, max_gap_seconds: gap })

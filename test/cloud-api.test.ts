@@ -4,13 +4,15 @@
  * src/network/cloud-api.ts). No test reaches the internet.
  */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { EICAR, scanningServer } from './support/clamd'
 import * as files from './support/files'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
+
+setDefaultTimeout(60_000)
 
 const TOKEN = 'EAAG-test-access-token-0123456789abcdef'
 const APP_SECRET = 'test-app-secret-9f8e7d6c'

@@ -1,8 +1,10 @@
 /** Contacts: upsert, consent ledger, validation of every field, encodings, pagination (spec §2, §4). */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
 import { TestServer, newPhone } from './support/server'
+
+setDefaultTimeout(60_000)
 
 let srv: TestServer
 beforeAll(async () => {

@@ -1,5 +1,5 @@
 /** A contact's data exported, then erased (admin API): nothing of the person is left in the database files. */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { scanningServer } from './support/clamd'
@@ -7,6 +7,8 @@ import { inProcess } from './support/inproc'
 import * as files from './support/files'
 import { type TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
+
+setDefaultTimeout(60_000)
 
 let srv: TestServer
 let close: () => Promise<void>

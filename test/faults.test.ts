@@ -4,7 +4,7 @@
  * not answer. Each gives a clean error or a retry and leaves no partial file, row or stuck queue.
  */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readdirSync, rmSync, statSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -13,6 +13,8 @@ import { TestClamd } from './support/clamd'
 import { TestServer, newPhone } from './support/server'
 import { growTmpfs, mountTmpfs, unmount } from './support/tmpfs'
 import { waitFor } from './support/wait'
+
+setDefaultTimeout(60_000)
 
 function storeFiles(dir: string): string[] {
   if (!existsSync(dir)) return []

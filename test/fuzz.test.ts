@@ -5,10 +5,12 @@
  * refused request changes no row (idempotency records of refusals aside, which are by design).
  */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
 import fc from 'fast-check'
 import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
+
+setDefaultTimeout(60_000)
 
 const MARK = 'zq7mark'
 let srv: TestServer

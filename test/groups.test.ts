@@ -1,9 +1,11 @@
 /** Groups (spec §2 Group, §4; CONTRACT §2): mirror, sync, search, group posting. */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
+
+setDefaultTimeout(60_000)
 
 const NO_RECEIPTS = { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }
 const FAST = { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 }

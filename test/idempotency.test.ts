@@ -1,6 +1,8 @@
 /** Idempotency-Key on POST /messages (spec §4, CONTRACT §4). */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { TestServer, newPhone } from './support/server'
+
+setDefaultTimeout(60_000)
 
 const NO_RECEIPTS = { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }
 let srv: TestServer

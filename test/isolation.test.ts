@@ -3,10 +3,12 @@
  * workspace's ids (404), every operation with a key lacking exactly its scope (403), and a key
  * revoked in the middle of a stream of requests (refused on the very next one).
  */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { TestClamd } from './support/clamd'
 import * as files from './support/files'
 import { TestServer, newPhone } from './support/server'
+
+setDefaultTimeout(60_000)
 
 const ALL = ['contacts:read', 'contacts:write', 'messages:write', 'messages:read', 'media:read', 'groups:read', 'groups:send', 'templates:read', 'templates:write', 'campaigns:read', 'campaigns:write', 'campaigns:send']
 

@@ -1,9 +1,11 @@
 /** The request log line as bytes (src/http/log.ts): valid JSON whatever the values, nothing lost across buffer flushes. */
-import { afterEach, expect, test } from 'bun:test'
+import { afterEach, expect, setDefaultTimeout, test } from 'bun:test'
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Logger } from '../src/http/log'
+
+setDefaultTimeout(60_000)
 
 let dir: string | null = null
 afterEach(() => {

@@ -1,12 +1,14 @@
 /** Media (spec §4 POST /media, media:read; CONTRACT §2): real clamd, real store, real server. */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readdirSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { EICAR, TestClamd, scanningServer } from './support/clamd'
 import * as files from './support/files'
 import { inProcess, settle } from './support/inproc'
 import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
+
+setDefaultTimeout(60_000)
 
 let clamd: TestClamd
 let srv: TestServer

@@ -1,12 +1,14 @@
 /** POST/GET /messages over HTTP against a real server with sandbox numbers (spec §4, CONTRACT §2-3). */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { SandboxLedger } from '../src/network/sandbox'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
+
+setDefaultTimeout(60_000)
 
 const NO_RECEIPTS = { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }
 

@@ -1,7 +1,9 @@
 /** Pacing (CONTRACT §3) with a controlled clock: gaps, hourly and daily caps, FIFO, online only. */
-import { afterEach, describe, expect, test } from 'bun:test'
+import { afterEach, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { dueAt } from '../src/scheduler/pacer'
 import { inProcess, settle } from './support/inproc'
+
+setDefaultTimeout(60_000)
 
 type Env = Awaited<ReturnType<typeof inProcess>>
 let env: Env | null = null

@@ -1,6 +1,6 @@
 /** The running appliance: health, docs, OpenAPI, logs, config errors, admin token bootstrap, migrations. */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { networkInterfaces, tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -10,6 +10,8 @@ import { Metrics, ResponseCounts } from '../src/metrics'
 import { inProcess } from './support/inproc'
 import { TestServer, freePort, hostEnv, newPhone } from './support/server'
 import { waitFor } from './support/wait'
+
+setDefaultTimeout(60_000)
 
 const ROOT = join(import.meta.dir, '..')
 
@@ -203,9 +205,6 @@ describe('logs', () => {
 })
 
 /** Run `capstan …` to its end; one that has not ended after `limitMs` (a start that should have failed) is stopped. */
-/** A test that runs the command two dozen times, each a new process: room for a slow machine. */
-const CLI_TEST_MS = 30_000
-
 async function runCapstan(args: string[], env: Record<string, string>, limitMs = 30_000) {
   const base = hostEnv()
   const p = Bun.spawn(['bun', 'src/main.ts', ...args], { cwd: ROOT, env: { ...base, ...env }, stdout: 'pipe', stderr: 'pipe' })
@@ -580,7 +579,7 @@ describe('configuration and start-up', () => {
     const bad = await runCapstan(['workspaces', 'list'], { ...env, CAPSTAN_ADMIN_TOKEN: 'wrong-token-wrong-token' })
     expect(bad.code).toBe(1)
     expect(bad.err).toContain('A valid admin token is required.')
-  }, CLI_TEST_MS)
+  })
 
   test('CLI: a policy flag alone changes only its field; an option the command does not take is refused and sends nothing', async () => {
     const env = { CAPSTAN_URL: srv.base, CAPSTAN_ADMIN_TOKEN: 'test-admin-token-0123456789abcdef' }
@@ -609,5 +608,5 @@ describe('configuration and start-up', () => {
     // --json after the raw admin call's arguments is the output switch, not its body
     const raw = await runCapstan(['admin', 'GET', `/workspaces/${wsId}`, '--json'], env)
     expect([raw.code, JSON.parse(raw.out).data.name]).toEqual([0, 'Policy CLI'])
-  }, CLI_TEST_MS)
+  })
 })

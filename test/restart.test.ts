@@ -1,9 +1,11 @@
 /** Crash safety (CONTRACT §3): SIGKILL with messages queued and in flight, then start again. */
 import { Database } from 'bun:sqlite'
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
+
+setDefaultTimeout(60_000)
 
 
 describe('restart', () => {

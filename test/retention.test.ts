@@ -1,10 +1,12 @@
 /** Message content retention (workspace setting messages.content_retention_days). */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { inProcess } from './support/inproc'
 import { TestServer } from './support/server'
 import { waitFor } from './support/wait'
+
+setDefaultTimeout(60_000)
 
 const DAY = 86_400_000
 

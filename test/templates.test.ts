@@ -1,7 +1,9 @@
 /** Templates (templates:read/write): placeholders, preview, CRUD, in-use protection. */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { placeholders, render } from '../src/modules/templates/render'
 import { TestServer, newPhone } from './support/server'
+
+setDefaultTimeout(60_000)
 
 let srv: TestServer
 beforeAll(async () => {

@@ -1,5 +1,5 @@
 /** Webhooks (CONTRACT §5): Standard Webhooks signing, outbox retries, restarts, disabling. */
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { Database } from 'bun:sqlite'
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -8,6 +8,8 @@ import { EVENT_TYPES, RETRY_SCHEDULE_S } from '../src/modules/webhooks/service'
 import { inProcess } from './support/inproc'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
+
+setDefaultTimeout(60_000)
 
 interface Received {
   headers: Record<string, string>

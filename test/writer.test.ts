@@ -3,13 +3,15 @@
  * turn share one commit, a lone write is not held back, a steady stream still commits within the
  * gathering limit, and a write that throws is rolled back alone.
  */
-import { afterEach, expect, test } from 'bun:test'
+import { afterEach, expect, setDefaultTimeout, test } from 'bun:test'
 import { Database } from 'bun:sqlite'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { openDatabase } from '../src/db/open'
 import { Writer } from '../src/db/writer'
+
+setDefaultTimeout(60_000)
 
 let dir: string | null = null
 let db: Database | null = null
