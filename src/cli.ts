@@ -8,9 +8,10 @@ import { parseArgs } from 'node:util'
 /**
  * One subcommand: its admin API call and the options it reads (any other option is refused, so a
  * misspelt `--scope` cannot quietly issue a key with every scope). `document`: the answer is a
- * document to keep (an export), printed as indented JSON either way.
+ * document to keep (an export), printed as indented JSON either way. `summary`: how a successful
+ * answer is printed without --json, where a table or key: value lines would not read well.
  */
-type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; options?: string[]; repeated?: string[]; document?: boolean }
+type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; options?: string[]; repeated?: string[]; document?: boolean; summary?: (data: any) => string }
 type Args = { positionals: string[]; values: Record<string, string | string[] | boolean | undefined> }
 
 const csv = (v: unknown) => (typeof v === 'string' && v.length ? v.split(',').map((x) => x.trim()).filter(Boolean) : undefined)
@@ -112,6 +113,7 @@ const COMMANDS: Record<string, Route> = {
     options: ['name', 'status', 'config', 'warmup-days', 'warmup-start-cap'],
   },
   'connections remove': { method: 'DELETE', path: (a) => `/connections/${pos(a, 0, 'connection id')}` },
+  'connections import-templates': { method: 'POST', path: (a) => `/connections/${pos(a, 0, 'connection id')}/import-templates`, summary: importSummary },
   'webhooks create': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/webhooks`, body: (a) => ({ url: a.values.url, events: csv(a.values.events) }), options: ['workspace', 'url', 'events'] },
   'webhooks list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/webhooks`, options: ['workspace'] },
   'webhooks remove': { method: 'DELETE', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}` },
@@ -147,6 +149,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan audit-log --workspace ID
   capstan connections create --workspace ID --phone +E164 [--name N] [--driver sandbox] [--config JSON] [--warmup-days N --warmup-start-cap N]
   capstan connections list --workspace ID | update ID [--status online|offline] [--config JSON] [--warmup-days N --warmup-start-cap N | --warmup-days 0] | remove ID
+  capstan connections import-templates ID   (a Cloud API number's approved WhatsApp templates become templates of its workspace)
   capstan webhooks create --workspace ID --url URL [--events message.sent,message.failed]
   capstan webhooks list --workspace ID | remove ID | deliveries ID | enable ID | disable ID
   capstan webhooks headers ID [--header 'Name: value' ...]   (extra request headers, replacing the set; none: removes them)
@@ -221,6 +224,7 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
     try {
       const json = JSON.parse(text)
       if (route?.document && ok) return JSON.stringify(json, null, 2)
+      if (route?.summary && ok && !args.values.json) return route.summary(json.data)
       return args.values.json ? JSON.stringify(json) : human(json)
     } catch {
       return text // not JSON: print as it came
@@ -249,6 +253,15 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
   const out = render(await res.text(), res.ok)
   if (out) (res.ok ? console.log : console.error)(out)
   return res.ok ? 0 : 1
+}
+
+/** An import's outcome: what was created, what was there already, and why the rest was not. */
+function importSummary(data: { created: { id: string; name: string; variables: string[] }[]; existing: { id: string; name: string }[]; skipped: { name: string; language: string; reason: string }[] }): string {
+  const lines = [`created ${data.created.length}, already there ${data.existing.length}, skipped ${data.skipped.length}`]
+  for (const t of data.created) lines.push(`  created  ${t.id}  ${t.name}${t.variables.length ? `  (values: ${t.variables.map((v) => `{{${v}}}`).join(' ')})` : ''}`)
+  for (const t of data.existing) lines.push(`  kept     ${t.id}  ${t.name}`)
+  for (const t of data.skipped) lines.push(`  skipped  ${t.name} (${t.language}): ${t.reason}`)
+  return lines.join('\n')
 }
 
 const COLUMNS = ['id', 'name', 'phone', 'slug', 'prefix', 'status', 'driver', 'scopes', 'url', 'events', 'type', 'action', 'key_id', 'attempts', 'reason', 'created_at', 'at']

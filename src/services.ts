@@ -53,7 +53,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   const connections = new ConnectionService(deps, box, log, audit)
   const webhooks = new WebhookService(deps, box, log, audit)
   const media = new MediaService(deps, new MediaStore(deps.config.mediaDir), opts.scanner ?? new ClamdScanner(deps.config.clamd, deps.config.clamdTimeoutMs), workspaces, log)
-  const templates = new TemplateService(deps)
+  const templates = new TemplateService(deps, audit)
   const messages = new MessageService(deps, workspaces, contacts, suppressions, connections, webhooks, media, templates)
   const groups = new GroupService(deps, connections, messages, log)
   const campaigns = new CampaignService(deps, templates, connections, contacts, suppressions, messages, media, webhooks, log)

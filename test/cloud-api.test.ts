@@ -9,7 +9,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { EICAR, scanningServer } from './support/clamd'
 import * as files from './support/files'
-import { TestServer, newPhone } from './support/server'
+import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
 import { waitFor } from './support/wait'
 
 setDefaultTimeout(60_000)
@@ -18,6 +18,7 @@ const TOKEN = 'EAAG-test-access-token-0123456789abcdef'
 const APP_SECRET = 'test-app-secret-9f8e7d6c'
 const VERIFY = 'capstan-verify-token'
 const PNID = '109876543210'
+const WABA = '102290129340398'
 
 interface Seen {
   method: string
@@ -38,7 +39,8 @@ function fakeGraph() {
   // 'hang': the request is read and no answer comes until the test ends (or the client goes away)
   const hung: (() => void)[] = []
   // waIdFor: the WhatsApp id Meta answers a send with, per number sent to (default: the number)
-  const state = { rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131050 | 131053 | 132015 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
+  // templates: what GET /{WABA}/message_templates lists, two to a page; failPage: the page (from 0) whose next answer is Meta's 500
+  const state = { templates: [] as unknown[], failPage: -1, rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131050 | 131053 | 132015 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
   const server = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -59,6 +61,20 @@ function fakeGraph() {
         if (f.status) return err(f.status, 2, 'Service temporarily unavailable')
         if (file[1] === 'files') return new Response(f.bytes)
         return Response.json({ messaging_product: 'whatsapp', url: f.url ?? `${url.origin}/files/${file[2]}`, mime_type: 'application/octet-stream', sha256: 'x', file_size: f.bytes!.length, id: file[2] })
+      }
+      // the account's templates, two to a page; each answer names a next page on another host,
+      // which a client must not follow with the token (Capstan asks its own Graph URL with the cursor)
+      const listing = /^\/v21\.0\/(\d+)\/message_templates$/.exec(url.pathname)
+      if (req.method === 'GET' && listing) {
+        seen.push({ method: 'GET', path: `${url.pathname}${url.search}`, auth })
+        if (listing[1] !== WABA) return err(400, 100, 'Unsupported get request. Object with ID does not exist.')
+        const at = Number(url.searchParams.get('after') ?? 0)
+        if (at / 2 === state.failPage) {
+          state.failPage = -1
+          return err(500, 1, 'An unknown error occurred')
+        }
+        const more = at + 2 < state.templates.length
+        return Response.json({ data: state.templates.slice(at, at + 2), paging: { cursors: { before: String(at), after: String(at + 2) }, ...(more ? { next: `http://127.0.0.1:9/v21.0/${WABA}/message_templates?after=${at + 2}` } : {}) } })
       }
       const m = /^\/v21\.0\/(\d+)(\/messages|\/media)?$/.exec(url.pathname)
       if (!m || m[1] !== PNID) return err(400, 100, 'Unsupported get request. Object does not exist.')
@@ -208,6 +224,137 @@ describe('connecting a number', () => {
     const { key, conn } = await setup()
     const numbers = (await srv.api(key, 'POST', '/groups/sync')).json.data.numbers
     expect(numbers).toEqual([{ number: conn.phone, status: 'unsupported', groups: null, error: 'This network cannot report groups.' }])
+  })
+})
+
+/** A template as Meta's GET /{waba id}/message_templates lists it. */
+const metaTemplate = (name: string, language: string, components: unknown[], more: Record<string, unknown> = {}) => ({ name, language, status: 'APPROVED', category: 'UTILITY', parameter_format: 'POSITIONAL', components, id: String(Math.floor(Math.random() * 1e15)), ...more })
+const metaBody = (text: string) => ({ type: 'BODY', text })
+
+describe('importing templates from Meta', () => {
+  const catalogue = () => [
+    metaTemplate('order_shipped', 'en_US', [
+      { type: 'HEADER', format: 'TEXT', text: 'Order {{1}}' },
+      metaBody('Hi {{1}}, your order {{2}} has shipped.'),
+      { type: 'FOOTER', text: 'Acme' },
+      { type: 'BUTTONS', buttons: [{ type: 'QUICK_REPLY', text: 'Stop' }, { type: 'URL', text: 'Track', url: 'https://shop.example/track/{{1}}' }] },
+    ]),
+    metaTemplate('spring_sale', 'es', [{ type: 'HEADER', format: 'IMAGE' }, metaBody('¡Hola! Usa el código {{1}}.')], { category: 'MARKETING' }),
+    metaTemplate('welcome', 'en', [metaBody('Welcome to Acme!'), { type: 'BUTTONS', buttons: [{ type: 'URL', text: 'Shop', url: 'https://shop.example/' }, { type: 'PHONE_NUMBER', text: 'Call', phone_number: '+15550001234' }] }]),
+    metaTemplate('pending_one', 'en', [metaBody('Soon')], { status: 'PENDING' }),
+    metaTemplate('login_code', 'en', [metaBody('{{1}} is your code.')], { category: 'AUTHENTICATION' }),
+    metaTemplate('named_params', 'en', [metaBody('Hi {{first_name}}')], { parameter_format: 'NAMED' }),
+    metaTemplate('coupon', 'en', [metaBody('Take {{1}} off'), { type: 'BUTTONS', buttons: [{ type: 'COPY_CODE', example: 'SAVE10' }] }], { category: 'MARKETING' }),
+    metaTemplate('swapped', 'en', [metaBody('Order {{2}} for {{1}}')]),
+    metaTemplate('store_visit', 'en', [{ type: 'HEADER', format: 'LOCATION' }, metaBody('See you at the store')]),
+    metaTemplate('already_linked', 'en_US', [metaBody('Hello {{1}}')]),
+  ]
+
+  test('approved templates become the workspace’s templates, variables numbered for header and buttons; the rest are listed with the reason; a second import creates nothing', async () => {
+    graph.state.templates = catalogue()
+    const { key, ws, conn } = await setup({ waba_id: WABA })
+    expect(conn.config.waba_id).toBe(WABA)
+    const linked = (await srv.api(key, 'POST', '/templates', { json: { name: 'Mine', body: 'Hello {{name}}', whatsapp: { name: 'already_linked', language: 'en_US' } } })).json.data
+    const before = graph.seen.length
+    const r = await srv.admin('POST', `/connections/${conn.id}/import-templates`)
+    expect(r.status).toBe(200)
+    // five pages of two, each asked for at this number's Graph URL with the cursor (not the answer's "next" address)
+    const asked = graph.seen.slice(before).map((x) => x.path)
+    expect(asked.map((p) => new URLSearchParams(p.split('?')[1]).get('after'))).toEqual([null, '2', '4', '6', '8'])
+    expect(asked.every((p) => p.startsWith(`/v21.0/${WABA}/message_templates?`))).toBe(true)
+    expect(graph.seen.slice(before).every((x) => x.auth === `Bearer ${TOKEN}`)).toBe(true)
+    const { created, existing, skipped } = r.json.data
+    expect(created.map((t: any) => [t.name, t.body, t.category, t.variables, t.whatsapp])).toEqual([
+      ['order_shipped (en_US)', 'Hi {{1}}, your order {{2}} has shipped.', 'utility', ['1', '2', '3', '4'], { name: 'order_shipped', language: 'en_US', header_text: '{{3}}', url_buttons: [{ index: 1, value: '{{4}}' }] }],
+      ['spring_sale (es)', '¡Hola! Usa el código {{1}}.', 'marketing', ['1'], { name: 'spring_sale', language: 'es', header_text: null, url_buttons: [] }],
+      ['welcome (en)', 'Welcome to Acme!', 'utility', [], { name: 'welcome', language: 'en', header_text: null, url_buttons: [] }],
+    ])
+    expect(existing.map((t: any) => t.id)).toEqual([linked.id])
+    expect(skipped).toEqual([
+      { name: 'pending_one', language: 'en', reason: 'Meta has not approved it (status PENDING).' },
+      { name: 'login_code', language: 'en', reason: 'Authentication templates (one-time passcodes) are not supported.' },
+      { name: 'named_params', language: 'en', reason: 'It has named parameters; Capstan sends numbered ones ({{1}}, {{2}}, …).' },
+      { name: 'coupon', language: 'en', reason: 'Its copy-code button is not supported.' },
+      { name: 'swapped', language: 'en', reason: 'Its variables do not first appear in the order {{1}}, {{2}}, …; create this template by hand (see "WhatsApp templates" in the README).' },
+      { name: 'store_visit', language: 'en', reason: 'Its location header is not supported.' },
+    ])
+    // they are the workspace's templates like any other; the linked one was left as it was
+    const listed = (await srv.api(key, 'GET', '/templates?per_page=100')).json.data
+    expect(listed.map((t: any) => t.id).sort()).toEqual([linked.id, ...created.map((t: any) => t.id)].sort())
+    expect(listed.find((t: any) => t.id === linked.id).body).toBe('Hello {{name}}')
+    // audited, naming the number
+    const audit = (await srv.admin('GET', `/workspaces/${ws.id}/audit-log`)).json.data
+    expect(audit[0]).toMatchObject({ action: 'templates.imported', subject_id: conn.id })
+    // a second import finds them all
+    const again = (await srv.admin('POST', `/connections/${conn.id}/import-templates`)).json.data
+    expect([again.created, again.existing.length, again.skipped.length]).toEqual([[], 4, 6])
+    expect((await srv.api(key, 'GET', '/templates')).json.meta.total).toBe(4)
+    // another workspace's number imports into that workspace only
+    const other = await setup({ waba_id: WABA })
+    expect((await srv.admin('POST', `/connections/${other.conn.id}/import-templates`)).json.data.created).toHaveLength(4)
+    expect((await srv.api(key, 'GET', '/templates')).json.meta.total).toBe(4)
+  })
+
+  test('an imported template sends as Meta approved it: header, body and URL button values in place', async () => {
+    graph.state.templates = catalogue()
+    const { key, conn } = await setup({ waba_id: WABA })
+    const created = (await srv.admin('POST', `/connections/${conn.id}/import-templates`)).json.data.created
+    const shipped = created.find((t: any) => t.whatsapp.name === 'order_shipped')
+    const to = newPhone()
+    const missing = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, template_id: shipped.id, variables: { '1': 'Ann', '2': 'A-1001', '3': 'A-1001' } } })
+    expect([missing.status, missing.json.errors]).toEqual([422, { variables: ['Values are needed for the numbered placeholders {{4}}.'] }])
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, template_id: shipped.id, variables: { '1': 'Ann', '2': 'A-1001', '3': 'A-1001', '4': 'A-1001?ref=wa' } } })
+    expect(r.status).toBe(202)
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    expect(graph.seen.filter((x) => x.json?.to === to.slice(1)).map((x) => x.json.template)).toEqual([
+      {
+        name: 'order_shipped',
+        language: { code: 'en_US' },
+        components: [
+          { type: 'header', parameters: [{ type: 'text', text: 'A-1001' }] },
+          { type: 'body', parameters: [{ type: 'text', text: 'Ann' }, { type: 'text', text: 'A-1001' }] },
+          { type: 'button', sub_type: 'url', index: '1', parameters: [{ type: 'text', text: 'A-1001?ref=wa' }] },
+        ],
+      },
+    ])
+    expect((await msg(key, r.json.data.id)).body).toBe('Hi Ann, your order A-1001 has shipped.')
+  })
+
+  test('capstan connections import-templates prints what it created, kept and skipped', async () => {
+    graph.state.templates = catalogue().slice(2, 4)
+    const { conn } = await setup({ waba_id: WABA })
+    const p = Bun.spawn(['bun', 'src/main.ts', 'connections', 'import-templates', conn.id], { cwd: join(import.meta.dir, '..'), env: { ...hostEnv(), CAPSTAN_URL: srv.base, CAPSTAN_ADMIN_TOKEN: ADMIN_TOKEN }, stdout: 'pipe', stderr: 'pipe' })
+    const out = await new Response(p.stdout).text()
+    expect(await p.exited).toBe(0)
+    const id = (await srv.api((await srv.key(conn.workspace_id)).key, 'GET', '/templates')).json.data[0].id
+    expect(out).toBe(`created 1, already there 0, skipped 1\n  created  ${id}  welcome (en)\n  skipped  pending_one (en): Meta has not approved it (status PENDING).\n`)
+  })
+
+  test('refusals change nothing: no account id, a number without templates, an unknown account, Meta failing, an unknown number, no admin token', async () => {
+    graph.state.templates = catalogue()
+    const bad = await srv.admin('POST', `/workspaces/${(await srv.workspace()).id}/connections`, { phone: newPhone(), driver: 'cloud_api', config: { phone_number_id: PNID, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base, waba_id: 'WABA-1' } })
+    expect([bad.status, bad.json.errors]).toEqual([422, { 'config.waba_id': ['The config.waba_id field must be the numeric WhatsApp Business Account id from Meta.'] }])
+    const { key, ws, conn } = await setup()
+    const importing = () => srv.admin('POST', `/connections/${conn.id}/import-templates`)
+    expect((await importing()).json).toEqual({ message: 'Set config.waba_id, the WhatsApp Business Account id, to import its templates.', code: 'waba_id_missing' })
+    await srv.admin('PATCH', `/connections/${conn.id}`, { config: { waba_id: '999999999' } })
+    const unknown = await importing()
+    expect([unknown.status, unknown.json.code]).toEqual([422, 'cloud_api_100'])
+    expect((await srv.admin('PATCH', `/connections/${conn.id}`, { config: { waba_id: WABA } })).json.data.config.waba_id).toBe(WABA)
+    // Meta failing on a later page: nothing of the earlier pages is imported either
+    graph.state.failPage = 3
+    const down = await importing()
+    expect([down.status, down.json.code, down.json.message]).toEqual([502, 'network_error', 'The network could not list the templates: The Cloud API failed: An unknown error occurred'])
+    expect((await srv.api(key, 'GET', '/templates')).json.meta.total).toBe(0)
+    const sandbox = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'sandbox' })).json.data
+    const none = await srv.admin('POST', `/connections/${sandbox.id}/import-templates`)
+    expect([none.status, none.json]).toEqual([422, { message: 'This number’s network has no templates to import.', code: 'templates_not_supported' }])
+    expect((await srv.admin('POST', '/connections/01a1ff63-0299-755f-b4eb-ab8401901800/import-templates')).status).toBe(404)
+    expect((await srv.request('POST', `/admin/api/connections/${conn.id}/import-templates`, { bearer: key })).status).toBe(401)
+    expect((await srv.api(key, 'GET', '/templates')).json.meta.total).toBe(0)
+    // removing the account id: null
+    expect((await srv.admin('PATCH', `/connections/${conn.id}`, { config: { waba_id: null } })).json.data.config.waba_id).toBeUndefined()
+    expect((await importing()).json.code).toBe('waba_id_missing')
   })
 })
 

@@ -39,13 +39,16 @@
  * `confirmLater`). It also lets the statuses of a message's later parts find their message.
  */
 import { readBody, TOO_LARGE } from '../http/body'
-import type { Accepted, ConnectionDriver, DriverContext, DriverFactory, NetworkTemplate, OutboundMedia, OutboundMessage } from './driver'
+import { readTemplate, TEMPLATE_FIELDS } from './cloud-api-templates'
+import type { Accepted, ConnectionDriver, DriverContext, DriverFactory, NetworkTemplate, NetworkTemplateDefinition, OutboundMedia, OutboundMessage } from './driver'
 import { DriverError, STOPPED, TemplateRefused, UnconfirmedSend, templateHeaderKind } from './driver'
 
 export const DEFAULT_GRAPH_BASE = 'https://graph.facebook.com'
 export const DEFAULT_GRAPH_VERSION = 'v21.0'
 /** How long a call that sends nothing to a customer (lookup, media upload) may take. */
 const TIMEOUT_MS = 20_000
+/** Pages of 100 templates read at most by an import (Meta allows an account a few thousand). */
+const TEMPLATE_PAGES = 100
 /** How long the parts already accepted of a message that will be retried are remembered. */
 const PROGRESS_TTL_MS = 3 * 3_600_000
 /** How long a send with an unknown outcome waits for Meta's status by default (config `confirm_wait_seconds`). */
@@ -81,6 +84,8 @@ interface CloudConfig {
   graph_base_url: string
   graph_version: string
   confirm_wait_seconds: number
+  /** The WhatsApp Business Account the number belongs to: only needed to import its templates. */
+  waba_id?: string
 }
 
 const MEDIA_KIND: Record<string, 'image' | 'audio' | 'video' | 'document' | 'sticker'> = {
@@ -189,6 +194,29 @@ export class CloudApiConnection implements ConnectionDriver {
       if (err.code === 'network_unreachable') return { online: false, reason: 'The Cloud API could not be reached.' }
       return { online: false, reason: err.message }
     }
+  }
+
+  /**
+   * The templates of the number's WhatsApp Business Account (config `waba_id`), page by page —
+   * each next page asked for with its cursor from this number's own Graph URL, never an address
+   * from the answer, so the token goes nowhere else.
+   */
+  async templates(): Promise<NetworkTemplateDefinition[]> {
+    if (!this.config.waba_id) throw new DriverError('waba_id_missing', 'Set config.waba_id, the WhatsApp Business Account id, to import its templates.')
+    const found: NetworkTemplateDefinition[] = []
+    let after: string | null = null
+    for (let page = 0; page < TEMPLATE_PAGES; page++) {
+      const query = new URLSearchParams({ fields: TEMPLATE_FIELDS, limit: '100', ...(after ? { after } : {}) })
+      const r = await this.call('GET', `${encodeURIComponent(this.config.waba_id)}/message_templates?${query}`)
+      for (const t of Array.isArray(r?.data) ? r.data : []) {
+        const def = readTemplate(t)
+        if (def) found.push(def)
+      }
+      const next = r?.paging?.cursors?.after
+      if (!r?.paging?.next || typeof next !== 'string' || !next) return found
+      after = next
+    }
+    throw new DriverError('too_many_templates', `The account lists more than ${TEMPLATE_PAGES * 100} templates; none were imported.`)
   }
 
   /**
@@ -433,13 +461,15 @@ export const cloudApiDriver: DriverFactory = {
     if (!str(c.access_token, 4096)) errors['config.access_token'] = ['The config.access_token field is required.']
     if (!str(c.app_secret, 200)) errors['config.app_secret'] = ['The config.app_secret field is required (it verifies webhook signatures).']
     if (!str(c.verify_token, 200)) errors['config.verify_token'] = ['The config.verify_token field is required (Meta sends it when you register the webhook).']
+    if (c.waba_id !== undefined && c.waba_id !== null && (typeof c.waba_id !== 'string' || !digits.test(c.waba_id))) errors['config.waba_id'] = ['The config.waba_id field must be the numeric WhatsApp Business Account id from Meta.']
     if (typeof c.graph_base_url !== 'string' || !/^https?:\/\/[^\s/?#]+(\/[^\s?#]*)?$/.test(c.graph_base_url)) errors['config.graph_base_url'] = ['The config.graph_base_url field must be an http or https URL.']
     if (typeof c.graph_version !== 'string' || !/^v[0-9]{1,3}\.[0-9]{1,2}$/.test(c.graph_version)) errors['config.graph_version'] = ['The config.graph_version field must look like v21.0.']
     const wait = c.confirm_wait_seconds
     if (typeof wait !== 'number' || !Number.isInteger(wait) || wait < 0 || wait > 3600) errors['config.confirm_wait_seconds'] = ['The config.confirm_wait_seconds field must be a whole number of seconds from 0 to 3600.']
     if (Object.keys(errors).length) return { errors }
-    const { phone_number_id, access_token, app_secret, verify_token, graph_base_url, graph_version, confirm_wait_seconds } = c
-    return { config: { phone_number_id, access_token, app_secret, verify_token, graph_base_url, graph_version, confirm_wait_seconds } }
+    const { phone_number_id, access_token, app_secret, verify_token, graph_base_url, graph_version, confirm_wait_seconds, waba_id } = c
+    // waba_id: null removes it
+    return { config: { phone_number_id, access_token, app_secret, verify_token, graph_base_url, graph_version, confirm_wait_seconds, ...(typeof waba_id === 'string' ? { waba_id } : {}) } }
   },
   create: (ctx) => new CloudApiConnection(ctx),
 }

@@ -28,6 +28,25 @@ export interface NetworkTemplate {
 }
 
 /**
+ * A template as the network holds it, read to create Capstan templates from (admin import).
+ * `body` keeps the network's numbered variables ({{1}}, {{2}}, ...).
+ */
+export interface NetworkTemplateDefinition {
+  name: string
+  language: string
+  category: 'utility' | 'marketing'
+  body: string
+  /** Its header is text with one variable, given per message. */
+  headerVariable: boolean
+  /** Its header is an image, a video or a document, sent as the message's attachment. */
+  mediaHeader: boolean
+  /** Positions (from 0) of its URL buttons whose URL ends in a variable. */
+  urlButtons: number[]
+  /** Why it cannot be sent from Capstan (not approved, a part Capstan cannot fill); null when it can. */
+  unusable: string | null
+}
+
+/**
  * What an attachment can be in a template's header, where a network's templates take one (a
  * WhatsApp template's media header: an image, a video or a document); null for media that cannot
  * head a template (audio, stickers).
@@ -141,6 +160,11 @@ export interface ConnectionDriver {
   listGroups(): Promise<GroupInfo[] | null>
   /** Apply a new driver config (admin PATCH). */
   configure(config: Record<string, unknown>): void
+  /**
+   * The message templates the number's account holds on the network, for importing; throws a
+   * DriverError when they cannot be read. Absent for networks without templates.
+   */
+  templates?(): Promise<NetworkTemplateDefinition[]>
   /** Check the number with the network: online, or offline with a reason. Optional. */
   probe?(): Promise<{ online: boolean; reason: string | null }>
   /** Stop timers; the connection was removed or the server stops. */

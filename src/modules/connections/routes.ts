@@ -50,6 +50,16 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
       },
       { admin: true, detail: hidden },
     )
+    .post(
+      '/connections/:id/import-templates',
+      async ({ params }) => {
+        const workspaceId = conns.getAny(params.id).row.workspace_id
+        const r = svc.templates.importFrom(workspaceId, params.id, await conns.networkTemplates(params.id))
+        const shown = (rows: typeof r.created) => rows.map((row) => svc.templates.toPublic(row))
+        return { data: { created: shown(r.created), existing: shown(r.existing), skipped: r.skipped } }
+      },
+      { admin: true, detail: hidden },
+    )
     .delete(
       '/connections/:id',
       ({ params, set }) => {

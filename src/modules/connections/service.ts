@@ -7,11 +7,11 @@ import { type Warmup, warmedPolicy, warmupDay, warmupEnd } from '../../scheduler
 import type { Policy } from '../../scheduler/pacer'
 import type { Deps } from '../../deps'
 import type { AuditRepo } from '../audit/repo'
-import { notFound, validationFailed } from '../../http/errors'
+import { ApiError, notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
 import { cloudApiDriver } from '../../network/cloud-api'
-import type { ConnectionDriver, DriverEvents, DriverFactory } from '../../network/driver'
+import { type ConnectionDriver, DriverError, type DriverEvents, type DriverFactory, type NetworkTemplateDefinition } from '../../network/driver'
 import { sandboxDriver } from '../../network/sandbox'
 import type { SecretBox } from '../../secrets'
 import { ConnectionRepo, type ConnectionRow } from './repo'
@@ -199,6 +199,23 @@ export class ConnectionService {
   }
 
   /** Ask the network about a number that can tell (cloud_api); sets online/offline with the reason. */
+  /**
+   * The templates the number's network account holds (see ConnectionDriver.templates). 422 when
+   * its network has none or its config cannot read them (the reason's code), 502 when the network
+   * failed or could not be reached (try again).
+   */
+  async networkTemplates(id: string): Promise<NetworkTemplateDefinition[]> {
+    const c = this.getAny(id)
+    if (!c.driver.templates) throw refused('templates_not_supported', 'This number’s network has no templates to import.')
+    try {
+      return await c.driver.templates()
+    } catch (e) {
+      if (!(e instanceof DriverError)) throw e
+      if (e.retryable) throw new ApiError(502, 'network_error', `The network could not list the templates: ${e.message}`)
+      throw refused(e.code, e.message)
+    }
+  }
+
   async verify(id: string): Promise<ConnectionRow> {
     const c = this.getAny(id)
     if (c.driver.probe && c.row.status === 'online') {

@@ -24,6 +24,7 @@ export class TemplateRepo {
   private countStmt
   private usedStmt
   private withMediaStmt
+  private linkedStmt
 
   constructor(db: Database) {
     this.insertStmt = db.query('INSERT INTO templates (id, workspace_id, name, body, category, variables, whatsapp, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $name, $body, $category, $variables, $whatsapp, $created_at, $updated_at, NULL)')
@@ -33,6 +34,7 @@ export class TemplateRepo {
     this.listStmt = db.query<TemplateRow, [string, number, number]>('SELECT * FROM templates WHERE workspace_id = ? AND deleted_at IS NULL ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?')
     this.countStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM templates WHERE workspace_id = ? AND deleted_at IS NULL')
     this.usedStmt = db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM campaigns WHERE template_id = ? AND deleted_at IS NULL AND status IN ('scheduled', 'running', 'paused')")
+    this.linkedStmt = db.query<TemplateRow, [string]>('SELECT * FROM templates WHERE workspace_id = ? AND deleted_at IS NULL AND whatsapp IS NOT NULL')
     this.withMediaStmt = db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM campaigns WHERE template_id = ? AND deleted_at IS NULL AND status = 'scheduled' AND media_id IS NOT NULL")
   }
 
@@ -51,6 +53,10 @@ export class TemplateRepo {
   }
   list(workspaceId: string, limit: number, offset: number) {
     return { rows: this.listStmt.all(workspaceId, limit, offset), total: this.countStmt.get(workspaceId)!.n }
+  }
+  /** The workspace's templates that stand for a WhatsApp template. */
+  linked(workspaceId: string) {
+    return this.linkedStmt.all(workspaceId)
   }
   /** Campaigns that still need the template (scheduled, running or paused). */
   activeUses(id: string) {

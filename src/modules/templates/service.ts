@@ -1,8 +1,10 @@
 /** Message templates with placeholders; preview renders them for a contact or given values. */
 import type { Deps } from '../../deps'
+import type { AuditRepo } from '../audit/repo'
 import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import { NUMBERED, placeholders, render, type RenderValues } from './render'
+import type { NetworkTemplateDefinition } from '../../network/driver'
 import { TemplateRepo, type TemplateRow } from './repo'
 
 /** The Meta-approved WhatsApp template a Capstan template stands for (Cloud API numbers send it). */
@@ -30,7 +32,10 @@ const whatsappJson = (w: WhatsAppTemplate | null | undefined) => (w ? JSON.strin
 export class TemplateService {
   readonly repo: TemplateRepo
 
-  constructor(private readonly deps: Deps) {
+  constructor(
+    private readonly deps: Deps,
+    private readonly audit: AuditRepo,
+  ) {
     this.repo = new TemplateRepo(deps.db)
   }
 
@@ -108,6 +113,60 @@ export class TemplateService {
     })
   }
 
+  /**
+   * Templates a network holds (`defs`), made templates of the workspace that stand for them; runs
+   * inside a write. The body is the network's text, its numbered variables being the values sent
+   * in that order; a text header's variable and each URL button's get the next numbers ("Order
+   * {{1}}" in a header of a body with {{1}} and {{2}} takes {{3}}). One the workspace already has
+   * (same name and language) is left as it is; one that cannot be sent is listed with the reason.
+   * Audited as `templates.imported`, naming the number.
+   */
+  importFrom(workspaceId: string, connectionId: string, defs: NetworkTemplateDefinition[]) {
+    return this.deps.writer.now(() => {
+      const result = this.importInTx(workspaceId, defs)
+      this.audit.add(workspaceId, 'templates.imported', null, this.deps.clock.now(), connectionId)
+      return result
+    })
+  }
+
+  private importInTx(workspaceId: string, defs: NetworkTemplateDefinition[]) {
+    const key = (name: string, language: string) => `${name}\u0000${language}`
+    const have = new Map(this.repo.linked(workspaceId).map((r) => [key(...this.linkOf(r)), r]))
+    const created: TemplateRow[] = []
+    const existing: TemplateRow[] = []
+    const skipped: { name: string; language: string; reason: string }[] = []
+    for (const def of defs) {
+      const reason = def.unusable ?? importableBody(def.body)
+      if (reason) {
+        skipped.push({ name: def.name, language: def.language, reason })
+        continue
+      }
+      const known = have.get(key(def.name, def.language))
+      if (known) {
+        existing.push(known)
+        continue
+      }
+      let next = placeholders(def.body).variables.length + 1
+      const whatsapp: WhatsAppTemplate = {
+        name: def.name,
+        language: def.language,
+        header_text: def.headerVariable ? `{{${next++}}}` : null,
+        url_buttons: def.urlButtons.map((index) => ({ index, value: `{{${next++}}}` })),
+      }
+      const now = this.deps.clock.now()
+      const row: TemplateRow = { id: uuid(), workspace_id: workspaceId, name: `${def.name} (${def.language})`.slice(0, 120), body: def.body, category: def.category, variables: JSON.stringify(this.variablesOf(def.body, whatsapp)), whatsapp: whatsappJson(whatsapp), created_at: now, updated_at: now, deleted_at: null }
+      this.repo.insert(row)
+      have.set(key(def.name, def.language), row)
+      created.push(row)
+    }
+    return { created, existing, skipped }
+  }
+
+  private linkOf(row: TemplateRow): [string, string] {
+    const w = JSON.parse(row.whatsapp!) as WhatsAppTemplate
+    return [w.name, w.language]
+  }
+
   /** Whether the template stands for a WhatsApp template whose header is text (it then takes no media). */
   hasTextHeader(row: TemplateRow): boolean {
     return row.whatsapp !== null && !!(JSON.parse(row.whatsapp) as WhatsAppTemplate).header_text
@@ -123,4 +182,16 @@ export class TemplateService {
     const { text, missing } = render(row.body, values)
     return { body: text, variables: JSON.parse(row.variables) as string[], missing }
   }
+}
+
+/**
+ * Why a network template's body cannot be a Capstan body as it is, or null. Capstan sends a body's
+ * values in the order its placeholders first appear, so the network's variables must first appear
+ * as {{1}}, {{2}}, … in that order; and they must be all it has between double braces.
+ */
+function importableBody(body: string): string | null {
+  if ([...body].length > 4096) return 'Its body is longer than 4096 characters.'
+  const { variables, unknown } = placeholders(body)
+  if (unknown.length || variables.some((v, i) => v !== String(i + 1))) return 'Its variables do not first appear in the order {{1}}, {{2}}, …; create this template by hand (see "WhatsApp templates" in the README).'
+  return null
 }
