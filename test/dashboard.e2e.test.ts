@@ -259,6 +259,49 @@ describe('dashboard', () => {
     await page.close()
   })
 
+  test('a Cloud API number imports its approved templates from Meta with one click; the page lists what was skipped and why', async () => {
+    // a Graph API that knows one number and lists two templates, one approved
+    const graph = Bun.serve({
+      hostname: '127.0.0.1',
+      port: 0,
+      fetch(req) {
+        const path = new URL(req.url).pathname
+        if (path === '/v21.0/109876543210') return Response.json({ id: '109876543210', display_phone_number: '15550001234' })
+        if (path === '/v21.0/102290129340398/message_templates')
+          return Response.json({
+            data: [
+              { name: 'order_shipped', language: 'en_US', status: 'APPROVED', category: 'UTILITY', components: [{ type: 'BODY', text: 'Your order {{1}} has shipped.' }] },
+              { name: 'autumn_sale', language: 'en_US', status: 'REJECTED', category: 'MARKETING', components: [{ type: 'BODY', text: 'Sale!' }] },
+            ],
+            paging: { cursors: { before: 'a', after: 'b' } },
+          })
+        return Response.json({ error: { message: 'Unsupported request', code: 100 } }, { status: 400 })
+      },
+    })
+    try {
+      const t = await srv.tenant()
+      const cloud = { phone_number_id: '109876543210', access_token: 'EAAG-dashboard-token', app_secret: 's', verify_token: 'v', graph_base_url: `http://127.0.0.1:${graph.port}` }
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'cloud_api', config: cloud })).json.data
+      const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+      await signIn(page)
+      // without the account id the button says what is missing
+      await page.goto(`${srv.base}/admin#/w/${t.ws.id}/numbers`)
+      expect(await page.getAttribute(`button[data-import="${conn.id}"]`, 'title')).toContain('waba_id')
+      expect(await page.isDisabled(`button[data-import="${conn.id}"]`)).toBe(true)
+      await srv.admin('PATCH', `/connections/${conn.id}`, { config: { waba_id: '102290129340398' } })
+      await page.reload()
+      await page.click(`button[data-import="${conn.id}"]`)
+      await page.waitForSelector('text=Templates imported: 1 new, 0 already here, 1 skipped')
+      expect(await page.textContent(`#imported-${conn.id}`)).toContain('autumn_sale (en_US): Meta has not approved it (status REJECTED).')
+      const templates = (await srv.api(t.key, 'GET', '/templates')).json.data
+      expect(templates.map((x: any) => [x.name, x.body])).toEqual([['order_shipped (en_US)', 'Your order {{1}} has shipped.']])
+      await shot(page, 'numbers-import-templates')
+      await page.close()
+    } finally {
+      graph.stop(true)
+    }
+  })
+
   test('contacts: find one by its number, open its conversation, export it as a JSON file, erase it after a confirmation', async () => {
     const t = await srv.tenant()
     const phone = newPhone()

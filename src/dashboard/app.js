@@ -228,7 +228,9 @@ const pages = {
           <label>First day's cap<input name="start_daily_cap" type="number" min="1" required value="${esc(c.warmup?.start_daily_cap ?? 20)}"></label>
           <button class="secondary" type="submit">${c.warmup?.day ? 'Restart warm-up' : 'Start warm-up'}</button>${c.warmup?.day ? ` <button class="secondary" type="button" data-warmup-end="${esc(c.id)}">End warm-up</button>` : ''}</form>
         <p><button class="secondary" data-toggle="${esc(c.id)}" data-to="${c.status === 'online' ? 'offline' : 'online'}">${c.status === 'online' ? 'Go offline' : 'Go online'}</button>
+        ${c.driver === 'cloud_api' ? `<button class="secondary" data-import="${esc(c.id)}"${c.config?.waba_id ? '' : ' disabled title="Set config.waba_id (the WhatsApp Business Account id) first"'}>Import templates from Meta</button>` : ''}
         <button class="danger" data-del="${esc(c.id)}">Remove</button></p>
+        <div id="imported-${esc(c.id)}"></div>
         ${c.driver === 'sandbox' ? `<form class="inline" data-inbound="${esc(c.id)}"><label>Simulate inbound from<input name="from" required placeholder="+14155550123"></label>
           <label style="flex:1">Text<input name="body" required></label><button class="secondary" type="submit">Receive</button></form>` : ''}</div>`).join('') || '<p class="muted">No numbers yet.</p>'}`
     $('#new-conn').onsubmit = (ev) => {
@@ -243,6 +245,20 @@ const pages = {
       act(() => api('PATCH', `/connections/${f.dataset.warmup}`, { warmup: { days: Number(v.days), start_daily_cap: Number(v.start_daily_cap) } }), 'Warm-up started')
     }))
     main.querySelectorAll('[data-warmup-end]').forEach((b) => (b.onclick = () => act(() => api('PATCH', `/connections/${b.dataset.warmupEnd}`, { warmup: null }), 'Warm-up ended')))
+    main.querySelectorAll('[data-import]').forEach((b) => (b.onclick = async () => {
+      b.disabled = true
+      try {
+        const { data: r } = await api('POST', `/connections/${b.dataset.import}/import-templates`)
+        $(`#imported-${CSS.escape(b.dataset.import)}`).innerHTML = `<div class="card"><strong>Templates imported: ${r.created.length} new, ${r.existing.length} already here, ${r.skipped.length} skipped</strong>
+          ${r.created.length ? `<p>New: ${r.created.map((t) => esc(t.name)).join(', ')}</p>` : ''}
+          ${r.skipped.length ? `<ul>${r.skipped.map((t) => `<li>${esc(t.name)} (${esc(t.language)}): ${esc(t.reason)}</li>`).join('')}</ul>` : ''}</div>`
+        toast('Templates imported')
+      } catch (e) {
+        if (e.status !== 401) toast(errorText(e), true)
+      } finally {
+        b.disabled = false
+      }
+    }))
     main.querySelectorAll('[data-inbound]').forEach((f) => (f.onsubmit = (ev) => {
       ev.preventDefault()
       act(() => api('POST', `/connections/${f.dataset.inbound}/sandbox/inbound`, formData(f)), 'Inbound message logged')
