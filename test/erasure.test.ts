@@ -120,6 +120,34 @@ describe('exporting and erasing a contact', () => {
   })
 })
 
+describe('exporting, in process', () => {
+  test('a long conversation streams in pieces of 500 messages, every message once and in order, then the rest of the document', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, db } = env
+      const ws = svc.workspaces.create({ name: 'Long' })
+      const conn = svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
+      const first = await svc.messages.inbound(conn.id, '+15550007001', 'message 0')
+      // 1,200 more from the same person: the first message's row copied with its own id and text
+      const cols = (db.query("SELECT name FROM pragma_table_info('messages') WHERE name NOT IN ('seq', 'id', 'body')").all() as { name: string }[]).map((c) => c.name).join(', ')
+      db.run(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1200) INSERT INTO messages (id, body, ${cols}) SELECT 'copy-' || i, 'message ' || i, ${cols} FROM messages, n WHERE messages.id = ?`, [first.id])
+      const pieces: string[] = []
+      const reader = svc.contactExport.export(ws.id, '+15550007001').getReader()
+      for (let r = await reader.read(); !r.done; r = await reader.read()) pieces.push(new TextDecoder().decode(r.value))
+      // the head, three batches of messages (500, 500, 201), the tail
+      expect(pieces).toHaveLength(5)
+      const doc = JSON.parse(pieces.join('')).data
+      expect(doc.messages.map((m: any) => m.body)).toEqual(Array.from({ length: 1201 }, (_, i) => `message ${i}`))
+      expect(Object.keys(doc)).toEqual(['exported_at', 'contact', 'consent', 'messages', 'media', 'campaigns', 'network_addresses', 'suppression'])
+      expect(doc.contact.phone).toBe('+15550007001')
+      // an unknown number is refused before anything is streamed
+      expect(() => svc.contactExport.export(ws.id, '+15550007999')).toThrow('The contact was not found.')
+    } finally {
+      await env.close()
+    }
+  })
+})
+
 describe('erasure, in process', () => {
   test('events naming the contact are read in slices between which the server works, every slice boundary included; events of others stay', async () => {
     const env = await inProcess()

@@ -81,7 +81,7 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
       '/workspaces/:id/contacts/export',
       ({ params, body }) => {
         svc.workspaces.get(params.id)
-        return { data: svc.contactExport.export(params.id, validate(byPhone, body).phone) }
+        return new Response(svc.contactExport.export(params.id, validate(byPhone, body).phone), { headers: { 'content-type': 'application/json' } })
       },
       { admin: true, detail: hidden },
     )
