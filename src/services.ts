@@ -95,7 +95,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     connections,
     webhooks,
     messages,
-    messageRetention: new MessageRetention(deps, workspaces, log),
+    messageRetention: new MessageRetention(deps, workspaces, webhooks, log),
     media,
     groups,
     templates,

@@ -73,6 +73,51 @@ describe('message content retention', () => {
   })
 })
 
+describe('webhook deliveries of message events', () => {
+  test('finished deliveries of message events older than the retention go with the content; pending ones, other events and other workspaces keep theirs', async () => {
+    const env = await inProcess()
+    const rx = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response(null, { status: 204 }) })
+    try {
+      const { svc, clock, dir } = env
+      const ws = svc.workspaces.create({ name: 'Keeps a day' })
+      const other = svc.workspaces.create({ name: 'Keeps everything' })
+      svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: 1 } } })
+      const up = svc.webhooks.create(ws.id, `http://127.0.0.1:${rx.port}/hook`, undefined)
+      const down = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', ['message.received'])
+      const otherHook = svc.webhooks.create(other.id, `http://127.0.0.1:${rx.port}/hook`, undefined)
+      const conn = svc.connections.create(ws.id, { phone: '+15550006000', driver: 'sandbox' })
+      const otherConn = svc.connections.create(other.id, { phone: '+15550006100', driver: 'sandbox' })
+      svc.webhooks.pruneSlice = 2 // endpoint by endpoint, slice by slice
+      for (let i = 0; i < 3; i++) await svc.messages.inbound(conn.id, '+15550006001', `MARK-HOOK-OLD-${i}-9d1e`)
+      await svc.contacts.upsert(ws.id, { phone: '+15550006002', consent_status: 'opted_in' }, 'test')
+      await svc.messages.inbound(otherConn.id, '+15550006101', 'MARK-HOOK-OTHER-9d1e')
+      const rows = (id: string) => svc.webhooks.repo.deliveries(id, 100, 0).rows
+      await waitFor(() => [...rows(up.id), ...rows(otherHook.id)].every((d) => d.status === 'delivered') && rows(down.id).every((d) => d.attempts > 0))
+      expect(rows(up.id).map((d) => d.type).sort()).toEqual(['contact.consent_changed', 'message.received', 'message.received', 'message.received'])
+      expect(rows(down.id).map((d) => d.status)).toEqual(['pending', 'pending', 'pending'])
+      // two days on (a receiver failing for less than 3 days is not disabled: its events wait)
+      clock.t += 2 * 86_400_000
+      await svc.messages.inbound(conn.id, '+15550006001', 'MARK-HOOK-NEW-9d1e')
+      await waitFor(() => rows(up.id).every((d) => d.status === 'delivered'))
+
+      await svc.messageRetention.run()
+      // the old message events delivered to the live endpoint are gone, from the files too
+      expect(rows(up.id).map((d) => [d.type, JSON.parse(d.payload).data.body ?? null])).toEqual([['message.received', 'MARK-HOOK-NEW-9d1e'], ['contact.consent_changed', null]])
+      // the receiver that is down still gets its events; the other workspace keeps its history
+      expect(rows(down.id).map((d) => d.status)).toEqual(['pending', 'pending', 'pending', 'pending'])
+      expect(rows(otherHook.id)).toHaveLength(1)
+      // ... until they are finished: the endpoint removed, its deliveries fail and the next run takes them
+      svc.webhooks.remove(down.id)
+      await svc.messageRetention.run()
+      expect(rows(down.id).map((d) => JSON.parse(d.payload).data.body)).toEqual(['MARK-HOOK-NEW-9d1e'])
+      expect(inDatabaseFiles(dir, ['MARK-HOOK-OLD-0-9d1e', 'MARK-HOOK-OLD-1-9d1e', 'MARK-HOOK-OLD-2-9d1e', 'MARK-HOOK-OTHER-9d1e', 'MARK-HOOK-NEW-9d1e'])).toEqual(['MARK-HOOK-OTHER-9d1e', 'MARK-HOOK-NEW-9d1e'])
+    } finally {
+      rx.stop(true)
+      await env.close()
+    }
+  })
+})
+
 describe('the setting', () => {
   let srv: TestServer
   beforeAll(async () => {

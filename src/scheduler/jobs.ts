@@ -18,9 +18,11 @@ export function warnIfDiskLow(svc: Services) {
 }
 
 export function startJobs(svc: Services): Cron[] {
-  const guard = (name: string, fn: () => void) => () => {
+  // a job that fails is logged; one that works in steps (returns a promise) is awaited, so that
+  // croner's `protect` keeps a run that is still going from overlapping the next
+  const guard = (name: string, fn: () => unknown) => async () => {
     try {
-      fn()
+      await fn()
     } catch (e) {
       svc.log.error('job failed', { job: name, error: String((e as Error)?.stack ?? e) })
     }
@@ -28,12 +30,12 @@ export function startJobs(svc: Services): Cron[] {
   return [
     new Cron('30 * * * * *', { protect: true }, guard('expire-queued', () => svc.messages.expireQueued())),
     new Cron('45 * * * * *', { protect: true }, guard('key-last-used', () => svc.keys.flushUse())),
-    new Cron('0 */10 * * * *', { protect: true }, guard('purge-idempotency', () => void svc.idempotency.purge())),
-    new Cron('0 35 * * * *', { protect: true }, guard('webhook-delivery-retention', () => void svc.webhooks.pruneFinished())),
+    new Cron('0 */10 * * * *', { protect: true }, guard('purge-idempotency', () => svc.idempotency.purge())),
+    new Cron('0 35 * * * *', { protect: true }, guard('webhook-delivery-retention', () => svc.webhooks.pruneFinished())),
     new Cron('5 0 * * * *', { protect: true }, guard('campaigns-allowance', () => svc.campaigns.resumeWhereRoom())),
     new Cron('15 * * * * *', { protect: true }, guard('campaigns-sweep', () => svc.campaigns.sweep())),
     new Cron('20 */10 * * * *', { protect: true }, guard('disk-space', () => warnIfDiskLow(svc))),
-    new Cron('0 25 * * * *', { protect: true }, guard('message-retention', () => void svc.messageRetention.run().catch((e) => svc.log.error('message retention failed', { error: String(e) })))),
-    new Cron('0 5 * * * *', { protect: true }, guard('media-retention', () => void svc.media.purgeExpired().catch((e) => svc.log.error('media retention failed', { error: String(e) })))),
+    new Cron('0 25 * * * *', { protect: true }, guard('message-retention', () => svc.messageRetention.run())),
+    new Cron('0 5 * * * *', { protect: true }, guard('media-retention', () => svc.media.purgeExpired())),
   ]
 }

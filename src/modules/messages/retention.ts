@@ -3,8 +3,9 @@
  * or received longer ago than that loses its content — body, attachments list and rendered
  * template — while the log keeps the rest (direction, numbers, status, timeline, error), so
  * counts, statistics and delivery history stay whole. Queued and sending messages are left
- * alone until they settle. Run hourly (scheduler/jobs.ts); with secure_delete on, the removed
- * text is zeroed in the database file.
+ * alone until they settle. The finished webhook deliveries of message events that old go too (their
+ * payloads are copies of the messages); pending ones are still delivered. Run hourly
+ * (scheduler/jobs.ts); with secure_delete on, the removed text is zeroed in the database file.
  *
  * Each workspace's messages are walked in `seq` order (creation order) through its log index, in
  * slices of `slice` with requests served between, from where the last run stopped: a run reads
@@ -14,6 +15,7 @@ import type { Database } from 'bun:sqlite'
 import { emptyWal } from '../../db/open'
 import type { Deps } from '../../deps'
 import type { Logger } from '../../http/log'
+import type { WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
 
 const DAY_MS = 86_400_000
@@ -27,6 +29,7 @@ export class MessageRetention {
   constructor(
     private readonly deps: Deps,
     private readonly workspaces: WorkspaceService,
+    private readonly webhooks: WebhookService,
     private readonly log: Logger,
   ) {
     const db: Database = deps.db
@@ -45,15 +48,19 @@ export class MessageRetention {
   /** Remove the content that has aged out in every workspace that sets a retention; returns how many messages lost it. */
   async run(): Promise<number> {
     let total = 0
+    let events = 0
     for (const ws of this.workspaces.repo.all()) {
       const days = this.workspaces.settings(ws).messages.content_retention_days
       if (days === null) continue
-      const n = await this.runFor(ws.id, this.deps.clock.now() - days * DAY_MS)
-      if (n > 0) this.log.info('message content past its retention removed', { workspace_id: ws.id, messages: n })
+      const cutoff = this.deps.clock.now() - days * DAY_MS
+      const n = await this.runFor(ws.id, cutoff)
+      const e = await this.webhooks.pruneMessageEvents(ws.id, cutoff)
+      if (n > 0 || e > 0) this.log.info('message content past its retention removed', { workspace_id: ws.id, messages: n, webhook_deliveries: e })
       total += n
+      events += e
     }
     // the WAL holds the pages as they were before
-    if (total > 0 && !emptyWal(this.deps.db)) this.log.warn('message retention: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint')
+    if (total + events > 0 && !emptyWal(this.deps.db)) this.log.warn('message retention: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint')
     return total
   }
 

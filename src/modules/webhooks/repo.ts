@@ -65,6 +65,8 @@ export class WebhookRepo {
   private failStmt
   private claimStmt
   private firstNewer
+  private pruneMessageEventsStmt
+  private everyEndpointOf
   private pruneStmt
   private failAllForEndpoint
   private listDeliveries
@@ -111,6 +113,8 @@ export class WebhookRepo {
     this.countDeliveries = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE endpoint_id = ?')
     this.firstNewer = db.query<{ seq: number }, [number]>('SELECT seq FROM webhook_deliveries WHERE created_at > ? ORDER BY seq LIMIT 1')
     this.pruneStmt = db.query("DELETE FROM webhook_deliveries WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE seq < ? AND status != 'pending' ORDER BY seq LIMIT ?)")
+    this.pruneMessageEventsStmt = db.query("DELETE FROM webhook_deliveries WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE endpoint_id = ? AND seq < ? AND status != 'pending' AND type LIKE 'message.%' ORDER BY seq LIMIT ?)")
+    this.everyEndpointOf = db.query<{ id: string }, [string]>('SELECT id FROM webhook_endpoints WHERE workspace_id = ?')
   }
 
   createEndpoint(row: EndpointRow) {
@@ -195,9 +199,21 @@ export class WebhookRepo {
    * first. Rows go in `seq` order, which follows creation, so the scan walks the primary key from
    * the start and stops at the first newer row: it never reads the whole table.
    */
-  prune(cutoff: number, limit: number): number {
-    const bound = this.firstNewer.get(cutoff)?.seq ?? Number.MAX_SAFE_INTEGER
+  /** Up to `limit` finished deliveries before the delivery `bound` (see firstAfter). */
+  prune(bound: number, limit: number): number {
     return this.pruneStmt.run(bound, limit).changes
+  }
+  /** The first delivery created after `cutoff` (deliveries are created in seq order): those before it are older. */
+  firstAfter(cutoff: number): number {
+    return this.firstNewer.get(cutoff)?.seq ?? Number.MAX_SAFE_INTEGER
+  }
+  /** Up to `limit` finished deliveries of message events to one endpoint, before the delivery `bound` (see firstAfter). */
+  pruneMessageEvents(endpointId: string, bound: number, limit: number): number {
+    return this.pruneMessageEventsStmt.run(endpointId, bound, limit).changes
+  }
+  /** Every endpoint the workspace has had, removed ones too (their history stays until pruned). */
+  everyEndpoint(workspaceId: string): string[] {
+    return this.everyEndpointOf.all(workspaceId).map((e) => e.id)
   }
   deliveries(endpointId: string, limit: number, offset: number) {
     return { rows: this.listDeliveries.all(endpointId, limit, offset), total: this.countDeliveries.get(endpointId)!.n }

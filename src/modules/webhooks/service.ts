@@ -81,6 +81,8 @@ function checkHeaders(headers: Record<string, unknown>): Record<string, string> 
 const eventsColumn = (events: string[] | undefined) => (events && events.length ? JSON.stringify([...new Set(events)]) : null)
 
 export class WebhookService {
+  /** Deliveries deleted per write when pruning. */
+  pruneSlice = 1000
   readonly repo: WebhookRepo
   private timer: Timer | null = null
   /** Deliveries sent whose outcome is not recorded yet, by id (a graceful stop waits for them). */
@@ -302,16 +304,39 @@ export class WebhookService {
   }
 
   /**
-   * Delete finished deliveries older than DELIVERY_RETENTION_MS, in batches (one short write
-   * each), so the outbox does not grow with every event ever sent. Pending ones are never touched.
+   * Delete finished deliveries older than DELIVERY_RETENTION_MS, so the outbox does not grow with
+   * every event ever sent. Pending ones are never touched.
    */
-  pruneFinished(): number {
-    const cutoff = this.deps.clock.now() - DELIVERY_RETENTION_MS
+  pruneFinished(): Promise<number> {
+    const bound = this.repo.firstAfter(this.deps.clock.now() - DELIVERY_RETENTION_MS)
+    return this.inSlices((slice) => this.repo.prune(bound, slice))
+  }
+
+  /**
+   * Delete the workspace's finished deliveries of message events created before `cutoff`: their
+   * payloads are copies of the messages, content included (message content retention). Pending
+   * ones are left to be delivered.
+   */
+  async pruneMessageEvents(workspaceId: string, cutoff: number): Promise<number> {
+    const bound = this.repo.firstAfter(cutoff)
+    let total = 0
+    for (const endpointId of this.repo.everyEndpoint(workspaceId)) total += await this.inSlices((slice) => this.repo.pruneMessageEvents(endpointId, bound, slice))
+    return total
+  }
+
+  /**
+   * Run a delete of at most `pruneSlice` rows until it deletes fewer: one short write each, with
+   * requests served between. The bound it deletes below is found once, before: finding it walks
+   * every delivery older than the cutoff, which per slice made a large backlog quadratic.
+   */
+  private async inSlices(deleteSlice: (slice: number) => number): Promise<number> {
+    const slice = this.pruneSlice
     let total = 0
     for (;;) {
-      const n = this.deps.writer.now(() => this.repo.prune(cutoff, 1000))
+      const n = this.deps.writer.now(() => deleteSlice(slice))
       total += n
-      if (n < 1000) return total
+      if (n < slice) return total
+      await new Promise((resolve) => setImmediate(resolve))
     }
   }
 
