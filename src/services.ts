@@ -123,7 +123,7 @@ export async function startServices(svc: Services) {
     marketingStopped: (connectionId, phone, source) => keep('consent change', () => svc.messages.marketingStopped(connectionId, phone, source)),
   })
   await svc.messages.recoverInterrupted()
-  svc.messages.expireQueued()
+  await svc.messages.expireQueued()
   await svc.media.purgeExpired()
   svc.pacer.start(svc.campaigns.repo.connectionsWithRunning())
   svc.campaigns.armAll()

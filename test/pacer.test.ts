@@ -164,13 +164,30 @@ describe('pacer', () => {
     const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15554440000', body: 'x', attachments: [] })
     svc.connections.patch(conn.id, { status: 'offline' })
     env!.clock.t += 86_400_000 - 1
-    svc.messages.expireQueued()
+    await svc.messages.expireQueued()
     expect(svc.messages.repo.getAny(m.id)!.status).toBe('queued')
     env!.clock.t += 1
-    svc.messages.expireQueued()
+    await svc.messages.expireQueued()
     const row = svc.messages.repo.getAny(m.id)!
     expect([row.status, row.error_code]).toEqual(['failed', 'expired'])
     expect(ids).toEqual([])
+  })
+
+  test('a backlog posted in one burst expires in batches of 500, the server working between them', async () => {
+    const { conn } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 0)
+    const { svc, db } = env!
+    const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15554440001', body: 'x', attachments: [] })
+    svc.connections.patch(conn.id, { status: 'offline' })
+    // 1,199 more like it, queued in the same instant
+    const cols = (db.query("SELECT name FROM pragma_table_info('messages') WHERE name NOT IN ('seq', 'id')").all() as { name: string }[]).map((c) => c.name).join(', ')
+    db.run(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1199) INSERT INTO messages (id, ${cols}) SELECT 'burst-' || i, ${cols} FROM messages, n WHERE messages.id = ?`, [m.id])
+    const queued = () => (db.query("SELECT COUNT(*) AS n FROM messages WHERE connection_id = ? AND status = 'queued'").get(conn.id) as { n: number }).n
+    expect(queued()).toBe(1200)
+    env!.clock.t += 86_400_000
+    let between = -1
+    setImmediate(() => (between = queued()))
+    await svc.messages.expireQueued()
+    expect([between, queued()]).toEqual([700, 0])
   })
 
   test('a long run of queued messages whose recipients were suppressed meanwhile is failed through, and the next one still leaves', async () => {

@@ -83,7 +83,9 @@ export class MessageRepo {
     this.queuedConnsStmt = db.query<{ connection_id: string }, []>("SELECT DISTINCT connection_id FROM messages WHERE status = 'queued'")
     this.releasesStmt = db.query<{ sending_at: number }, [string, number]>('SELECT sending_at FROM messages WHERE connection_id = ? AND sending_at >= ? ORDER BY sending_at')
     this.inFlightStmt = db.query<MessageRow, []>("SELECT * FROM messages WHERE status = 'sending'")
-    this.expiredStmt = db.query<MessageRow, [number, number]>("SELECT * FROM messages WHERE status = 'queued' AND created_at <= ? ORDER BY seq LIMIT ?")
+    // through the queue's own index: the log's other messages are never read (a walk of the whole
+    // table in seq order took 0.4 s a minute with 1,000,000 messages stored)
+    this.expiredStmt = db.query<MessageRow, [number, number]>("SELECT * FROM messages INDEXED BY messages_queue WHERE status = 'queued' AND created_at <= ? LIMIT ?")
     this.queuedForConnStmt = db.query<MessageRow, [string]>("SELECT * FROM messages WHERE connection_id = ? AND status = 'queued'")
     this.byExternalStmt = db.query<MessageRow, [string, string]>('SELECT * FROM messages WHERE connection_id = ? AND external_id = ?')
     this.byPartStmt = db.query<MessageRow, [string, string]>('SELECT m.* FROM message_parts p JOIN messages m ON m.id = p.message_id WHERE p.connection_id = ? AND p.external_id = ?')

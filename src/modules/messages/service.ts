@@ -43,6 +43,8 @@ const TIMED_OUT = Symbol('timed out')
 const INTERRUPTED = { code: 'send_interrupted', message: 'The server stopped while this message was being handed to the network; it was not sent again.' }
 /** Queued messages the direct lane fails for a refusal in one release before yielding. */
 const MAX_REFUSED_PER_RELEASE = 200
+/** Messages expired per write (each one short; requests are served between). */
+const EXPIRE_BATCH = 500
 
 /** Why a queued message may not leave any more: its failure code and message. */
 export interface Refusal {
@@ -490,15 +492,17 @@ export class MessageService {
   }
 
   /** Messages still queued after 24 h (their number never came back) fail as expired. */
-  expireQueued(maxAgeMs = 86_400_000) {
+  async expireQueued(maxAgeMs = 86_400_000) {
     const cutoff = this.deps.clock.now() - maxAgeMs
     for (;;) {
-      const batch = this.repo.queuedBefore(cutoff, 500)
+      const batch = this.repo.queuedBefore(cutoff, EXPIRE_BATCH)
       if (batch.length === 0) return
       this.deps.writer.now(() => {
         const now = this.deps.clock.now()
         for (const m of batch) this.advanceInTx(m.id, 'failed', now, { error_code: 'expired', error_message: 'The message was still queued after 24 hours.' })
       })
+      // a backlog posted in one burst expires in one burst: serve requests between the batches
+      await new Promise((resolve) => setImmediate(resolve))
     }
   }
 

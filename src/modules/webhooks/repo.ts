@@ -67,6 +67,7 @@ export class WebhookRepo {
   private firstNewer
   private pruneMessageEventsStmt
   private everyEndpointOf
+  private firstNewerOfEndpoint
   private pruneStmt
   private failAllForEndpoint
   private listDeliveries
@@ -114,6 +115,7 @@ export class WebhookRepo {
     this.firstNewer = db.query<{ seq: number }, [number]>('SELECT seq FROM webhook_deliveries WHERE created_at > ? ORDER BY seq LIMIT 1')
     this.pruneStmt = db.query("DELETE FROM webhook_deliveries WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE seq < ? AND status != 'pending' ORDER BY seq LIMIT ?)")
     this.pruneMessageEventsStmt = db.query("DELETE FROM webhook_deliveries WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE endpoint_id = ? AND seq < ? AND status != 'pending' AND type LIKE 'message.%' ORDER BY seq LIMIT ?)")
+    this.firstNewerOfEndpoint = db.query<{ seq: number }, [string, number]>('SELECT seq FROM webhook_deliveries WHERE endpoint_id = ? AND created_at > ? ORDER BY seq LIMIT 1')
     this.everyEndpointOf = db.query<{ id: string }, [string]>('SELECT id FROM webhook_endpoints WHERE workspace_id = ?')
   }
 
@@ -207,7 +209,11 @@ export class WebhookRepo {
   firstAfter(cutoff: number): number {
     return this.firstNewer.get(cutoff)?.seq ?? Number.MAX_SAFE_INTEGER
   }
-  /** Up to `limit` finished deliveries of message events to one endpoint, before the delivery `bound` (see firstAfter). */
+  /** The same for one endpoint's deliveries, through its index (only its own older deliveries are walked). */
+  firstAfterFor(endpointId: string, cutoff: number): number {
+    return this.firstNewerOfEndpoint.get(endpointId, cutoff)?.seq ?? Number.MAX_SAFE_INTEGER
+  }
+  /** Up to `limit` finished deliveries of message events to one endpoint, before the delivery `bound` (see firstAfterFor). */
   pruneMessageEvents(endpointId: string, bound: number, limit: number): number {
     return this.pruneMessageEventsStmt.run(endpointId, bound, limit).changes
   }

@@ -318,9 +318,13 @@ export class WebhookService {
    * ones are left to be delivered.
    */
   async pruneMessageEvents(workspaceId: string, cutoff: number): Promise<number> {
-    const bound = this.repo.firstAfter(cutoff)
     let total = 0
-    for (const endpointId of this.repo.everyEndpoint(workspaceId)) total += await this.inSlices((slice) => this.repo.pruneMessageEvents(endpointId, bound, slice))
+    for (const endpointId of this.repo.everyEndpoint(workspaceId)) {
+      // per endpoint: the deliveries older than a short retention are most of the 30 days kept,
+      // every workspace's — the endpoint's index walks only its own
+      const bound = this.repo.firstAfterFor(endpointId, cutoff)
+      total += await this.inSlices((slice) => this.repo.pruneMessageEvents(endpointId, bound, slice))
+    }
     return total
   }
 
