@@ -6,6 +6,8 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { mkdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { type Browser, chromium, type Page } from 'playwright-core'
+import { ALL_SCOPES } from '../src/modules/keys/model'
+import { EVENT_TYPES } from '../src/modules/webhooks/service'
 import { TestClamd } from './support/clamd'
 import * as files from './support/files'
 import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
@@ -70,6 +72,8 @@ describe('dashboard', () => {
 
     await page.click('nav a:has-text("API keys")')
     await page.fill('#new-key input[name=name]', 'shop backend')
+    // every scope the server knows can be chosen (the list comes from the server)
+    expect(await page.$$eval('#new-key input[name=scope]', (els) => els.map((e) => e.getAttribute("value")))).toEqual([...ALL_SCOPES])
     await page.check('input[value="contacts:read"]')
     await page.click('#new-key button[type=submit]')
     const plain = (await page.textContent('#key-plain'))!.trim()
@@ -224,6 +228,9 @@ describe('dashboard', () => {
     page.on('dialog', (d) => void d.accept())
     await signIn(page)
     await page.goto(`${srv.base}/admin#/w/${t.ws.id}/webhooks`)
+    // every event the server sends can be chosen (the list comes from the server)
+    await page.waitForSelector('#new-hook input[name=event]')
+    expect(await page.$$eval('#new-hook input[name=event]', (els) => els.map((e) => e.getAttribute("value")))).toEqual([...EVENT_TYPES])
     await page.fill('#new-hook input[name=url]', 'http://127.0.0.1:9/capstan')
     await page.click('#new-hook button[type=submit]')
     await page.waitForSelector('text=Signing secret')

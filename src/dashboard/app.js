@@ -3,8 +3,9 @@
 // HTML-escaped before it is put on the page.
 'use strict'
 
-const SCOPES = ['contacts:read', 'contacts:write', 'messages:write', 'messages:read', 'media:read', 'groups:read', 'groups:send', 'templates:read', 'templates:write', 'campaigns:read', 'campaigns:write', 'campaigns:send']
-const EVENTS = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'campaign.completed', 'contact.consent_changed', 'connection.status_changed']
+/** What the server offers, from GET /admin/api/session (read before any page is drawn). */
+let SCOPES = []
+let EVENTS = []
 const $ = (sel) => document.querySelector(sel)
 const main = $('#main')
 
@@ -502,7 +503,9 @@ async function route() {
 
 async function renderLocation() {
   try {
-    await api('GET', '/session')
+    const { data } = await api('GET', '/session')
+    SCOPES = data.scopes
+    EVENTS = data.event_types
   } catch {
     return
   }

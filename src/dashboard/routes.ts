@@ -7,6 +7,8 @@ import type { Config } from '../config'
 import { type authPlugin, SECURITY_HEADERS } from '../http/auth'
 import { hidden } from '../http/docs'
 import { type Sessions, sessionCookie } from '../http/session'
+import { ALL_SCOPES } from '../modules/keys/model'
+import { EVENT_TYPES } from '../modules/webhooks/service'
 import appCss from './app.css' with { type: 'text' }
 import appJs from './app.js' with { type: 'text' }
 import pageHtml from './index.html' with { type: 'text' }
@@ -46,5 +48,6 @@ export function dashboardRoutes(config: Config, sessions: Sessions, auth: Return
       await sessions.end(request.headers.get('cookie'))
       return new Response(null, { status: 204, headers: { ...SECURITY_HEADERS, 'set-cookie': sessionCookie('', 0, secure(request)) } })
     }, { detail: hidden })
-    .get('/admin/api/session', () => ({ data: { signed_in: true } }), { admin: true, detail: hidden })
+    // with the lists the dashboard offers (key scopes, webhook events): the server's own, never a copy
+    .get('/admin/api/session', () => ({ data: { signed_in: true, scopes: ALL_SCOPES, event_types: EVENT_TYPES } }), { admin: true, detail: hidden })
 }
