@@ -186,3 +186,24 @@ export function ratio(x: RoundsResult, ceiling: RoundsResult): string {
   const pct = (v: number) => `${Math.round(v * 100)}%`
   return `${pct(x.median.rps / ceiling.median.rps)} (rounds ${pct(Math.min(...per))}–${pct(Math.max(...per))})`
 }
+
+/**
+ * Run `work`: how long it took and the longest the event loop was held meanwhile — a 1 ms timer's
+ * worst lateness, which is what every other request and send waited. A run that never lets the
+ * timer fire is held for all of it.
+ */
+export async function timedHold<T>(work: () => Promise<T>): Promise<{ result: T; ms: number; heldMs: number }> {
+  let last = performance.now()
+  let held = 0
+  const tick = setInterval(() => {
+    const now = performance.now()
+    held = Math.max(held, now - last)
+    last = now
+  }, 1)
+  const started = performance.now()
+  const result = await work()
+  const ms = performance.now() - started
+  await Bun.sleep(5) // the timer's turn after a run that never yielded
+  clearInterval(tick)
+  return { result, ms, heldMs: held }
+}

@@ -4,6 +4,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { scanningServer } from './support/clamd'
 import { inProcess } from './support/inproc'
+import { copyRow } from './support/rows'
 import * as files from './support/files'
 import { type TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
@@ -129,8 +130,7 @@ describe('exporting, in process', () => {
       const conn = svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
       const first = await svc.messages.inbound(conn.id, '+15550007001', 'message 0')
       // 1,200 more from the same person: the first message's row copied with its own id and text
-      const cols = (db.query("SELECT name FROM pragma_table_info('messages') WHERE name NOT IN ('seq', 'id', 'body')").all() as { name: string }[]).map((c) => c.name).join(', ')
-      db.run(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1200) INSERT INTO messages (id, body, ${cols}) SELECT 'copy-' || i, 'message ' || i, ${cols} FROM messages, n WHERE messages.id = ?`, [first.id])
+      copyRow(db, 'messages', first.id, 1200, 'copy-', { body: "'message ' || i" })
       const pieces: string[] = []
       const reader = svc.contactExport.export(ws.id, '+15550007001').getReader()
       for (let r = await reader.read(); !r.done; r = await reader.read()) pieces.push(new TextDecoder().decode(r.value))

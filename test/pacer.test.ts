@@ -2,6 +2,7 @@
 import { afterEach, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { dueAt } from '../src/scheduler/pacer'
 import { inProcess, settle } from './support/inproc'
+import { copyRow } from './support/rows'
 
 setDefaultTimeout(60_000)
 
@@ -179,8 +180,7 @@ describe('pacer', () => {
     const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15554440001', body: 'x', attachments: [] })
     svc.connections.patch(conn.id, { status: 'offline' })
     // 1,199 more like it, queued in the same instant
-    const cols = (db.query("SELECT name FROM pragma_table_info('messages') WHERE name NOT IN ('seq', 'id')").all() as { name: string }[]).map((c) => c.name).join(', ')
-    db.run(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1199) INSERT INTO messages (id, ${cols}) SELECT 'burst-' || i, ${cols} FROM messages, n WHERE messages.id = ?`, [m.id])
+    copyRow(db, 'messages', m.id, 1199, 'burst-')
     const queued = () => (db.query("SELECT COUNT(*) AS n FROM messages WHERE connection_id = ? AND status = 'queued'").get(conn.id) as { n: number }).n
     expect(queued()).toBe(1200)
     env!.clock.t += 86_400_000
