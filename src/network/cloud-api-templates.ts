@@ -23,28 +23,29 @@ interface MetaComponent {
 /** Buttons that need nothing per message (a URL is checked for a variable separately). */
 const STATIC_BUTTONS = new Set(['QUICK_REPLY', 'PHONE_NUMBER', 'URL'])
 const MEDIA_FORMATS = new Set(['IMAGE', 'VIDEO', 'DOCUMENT'])
-const VARIABLE = /\{\{\s*[^{}]*?\s*\}\}/
+const VARIABLE = /\{\{[^{}]*\}\}/
 
 /** One listed template, or null when it is not a template at all (no name or language). */
 export function readTemplate(raw: unknown): NetworkTemplateDefinition | null {
   const t = raw as { name?: unknown; language?: unknown; status?: unknown; category?: unknown; parameter_format?: unknown; components?: unknown } | null
   if (!t || typeof t.name !== 'string' || typeof t.language !== 'string' || !t.name || !t.language) return null
   const components = Array.isArray(t.components) ? (t.components as MetaComponent[]) : []
-  const def: NetworkTemplateDefinition = { name: t.name, language: t.language, category: t.category === 'MARKETING' ? 'marketing' : 'utility', body: '', headerVariable: false, mediaHeader: false, urlButtons: [], unusable: null }
+  const def: NetworkTemplateDefinition = { name: t.name, language: t.language, category: t.category === 'MARKETING' ? 'marketing' : 'utility', body: '', headerVariable: false, urlButtons: [], unusable: null }
   const unusable = (reason: string) => ({ ...def, unusable: reason })
 
   if (t.status !== 'APPROVED') return unusable(`Meta has not approved it (status ${String(t.status ?? 'unknown')}).`)
   if (t.category === 'AUTHENTICATION') return unusable('Authentication templates (one-time passcodes) are not supported.')
   if (t.parameter_format === 'NAMED') return unusable('It has named parameters; Capstan sends numbered ones ({{1}}, {{2}}, …).')
   for (const c of components) {
+    if (!c || typeof c !== 'object') continue
     switch (c.type) {
       case 'BODY':
         def.body = typeof c.text === 'string' ? c.text : ''
         break
       case 'HEADER':
+        // a media header takes the send's attachment: nothing to record for it
         if (c.format === 'TEXT') def.headerVariable = typeof c.text === 'string' && VARIABLE.test(c.text)
-        else if (MEDIA_FORMATS.has(String(c.format))) def.mediaHeader = true
-        else return unusable(`Its ${String(c.format ?? 'unknown').toLowerCase()} header is not supported.`)
+        else if (!MEDIA_FORMATS.has(String(c.format))) return unusable(`Its ${String(c.format ?? 'unknown').toLowerCase()} header is not supported.`)
         break
       case 'FOOTER':
         break

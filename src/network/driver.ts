@@ -38,8 +38,6 @@ export interface NetworkTemplateDefinition {
   body: string
   /** Its header is text with one variable, given per message. */
   headerVariable: boolean
-  /** Its header is an image, a video or a document, sent as the message's attachment. */
-  mediaHeader: boolean
   /** Positions (from 0) of its URL buttons whose URL ends in a variable. */
   urlButtons: number[]
   /** Why it cannot be sent from Capstan (not approved, a part Capstan cannot fill); null when it can. */

@@ -198,7 +198,6 @@ export class ConnectionService {
     this.onChange(id)
   }
 
-  /** Ask the network about a number that can tell (cloud_api); sets online/offline with the reason. */
   /**
    * The templates the number's network account holds (see ConnectionDriver.templates). 422 when
    * its network has none or its config cannot read them (the reason's code), 502 when the network
@@ -216,6 +215,7 @@ export class ConnectionService {
     }
   }
 
+  /** Ask the network about a number that can tell (cloud_api); sets online/offline with the reason. */
   async verify(id: string): Promise<ConnectionRow> {
     const c = this.getAny(id)
     if (c.driver.probe && c.row.status === 'online') {

@@ -196,16 +196,15 @@ export class WebhookRepo {
   fail(id: string, code: number | null, error: string, at: number) {
     this.failStmt.run(code, error, at, id)
   }
-  /**
-   * Delete up to `limit` finished (delivered or failed) deliveries created before `cutoff`, oldest
-   * first. Rows go in `seq` order, which follows creation, so the scan walks the primary key from
-   * the start and stops at the first newer row: it never reads the whole table.
-   */
-  /** Up to `limit` finished deliveries before the delivery `bound` (see firstAfter). */
+  /** Delete up to `limit` finished (delivered or failed) deliveries before the delivery `bound` (see firstAfter), oldest first. */
   prune(bound: number, limit: number): number {
     return this.pruneStmt.run(bound, limit).changes
   }
-  /** The first delivery created after `cutoff` (deliveries are created in seq order): those before it are older. */
+  /**
+   * The first delivery created after `cutoff`: those before it are older. Rows go in `seq` order,
+   * which follows creation, so the scan walks the primary key from the start and stops at the
+   * first newer row — past every older one that is still there, so it is asked once per prune.
+   */
   firstAfter(cutoff: number): number {
     return this.firstNewer.get(cutoff)?.seq ?? Number.MAX_SAFE_INTEGER
   }
