@@ -243,7 +243,7 @@ describe('importing templates from Meta', () => {
     metaTemplate('welcome', 'en', [metaBody('Welcome to Acme!'), { type: 'BUTTONS', buttons: [{ type: 'URL', text: 'Shop', url: 'https://shop.example/' }, { type: 'PHONE_NUMBER', text: 'Call', phone_number: '+15550001234' }] }]),
     metaTemplate('pending_one', 'en', [metaBody('Soon')], { status: 'PENDING' }),
     metaTemplate('login_code', 'en', [metaBody('{{1}} is your code.')], { category: 'AUTHENTICATION' }),
-    metaTemplate('named_params', 'en', [metaBody('Hi {{first_name}}')], { parameter_format: 'NAMED' }),
+    metaTemplate('autumn_sale', 'en', [{ type: 'HEADER', format: 'TEXT', text: '{{sale_name}} is here' }, metaBody('Hi {{first_name}}, use {{code}} at checkout, {{first_name}}!')], { parameter_format: 'NAMED', category: 'MARKETING' }),
     metaTemplate('coupon', 'en', [metaBody('Take {{1}} off'), { type: 'BUTTONS', buttons: [{ type: 'COPY_CODE', example: 'SAVE10' }] }], { category: 'MARKETING' }),
     metaTemplate('swapped', 'en', [metaBody('Order {{2}} for {{1}}')]),
     metaTemplate('store_visit', 'en', [{ type: 'HEADER', format: 'LOCATION' }, metaBody('See you at the store')]),
@@ -265,15 +265,16 @@ describe('importing templates from Meta', () => {
     expect(graph.seen.slice(before).every((x) => x.auth === `Bearer ${TOKEN}`)).toBe(true)
     const { created, existing, skipped } = r.json.data
     expect(created.map((t: any) => [t.name, t.body, t.category, t.variables, t.whatsapp])).toEqual([
-      ['order_shipped (en_US)', 'Hi {{1}}, your order {{2}} has shipped.', 'utility', ['1', '2', '3', '4'], { name: 'order_shipped', language: 'en_US', header_text: '{{3}}', url_buttons: [{ index: 1, value: '{{4}}' }] }],
-      ['spring_sale (es)', '¡Hola! Usa el código {{1}}.', 'marketing', ['1'], { name: 'spring_sale', language: 'es', header_text: null, url_buttons: [] }],
-      ['welcome (en)', 'Welcome to Acme!', 'utility', [], { name: 'welcome', language: 'en', header_text: null, url_buttons: [] }],
+      ['order_shipped (en_US)', 'Hi {{1}}, your order {{2}} has shipped.', 'utility', ['1', '2', '3', '4'], { name: 'order_shipped', language: 'en_US', header_text: '{{3}}', url_buttons: [{ index: 1, value: '{{4}}' }], parameter_names: null, header_parameter_name: null }],
+      ['spring_sale (es)', '¡Hola! Usa el código {{1}}.', 'marketing', ['1'], { name: 'spring_sale', language: 'es', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null }],
+      ['welcome (en)', 'Welcome to Acme!', 'utility', [], { name: 'welcome', language: 'en', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null }],
+      // named parameters: numbered in order of first appearance, each name kept to be sent with its value
+      ['autumn_sale (en)', 'Hi {{1}}, use {{2}} at checkout, {{1}}!', 'marketing', ['1', '2', '3'], { name: 'autumn_sale', language: 'en', header_text: '{{3}}', url_buttons: [], parameter_names: ['first_name', 'code'], header_parameter_name: 'sale_name' }],
     ])
     expect(existing.map((t: any) => t.id)).toEqual([linked.id])
     expect(skipped).toEqual([
       { name: 'pending_one', language: 'en', reason: 'Meta has not approved it (status PENDING).' },
       { name: 'login_code', language: 'en', reason: 'Authentication templates (one-time passcodes) are not supported.' },
-      { name: 'named_params', language: 'en', reason: 'It has named parameters; Capstan sends numbered ones ({{1}}, {{2}}, …).' },
       { name: 'coupon', language: 'en', reason: 'Its copy-code button is not supported.' },
       { name: 'swapped', language: 'en', reason: 'Its variables do not first appear in the order {{1}}, {{2}}, …; create this template by hand (see "WhatsApp templates" in the README).' },
       { name: 'store_visit', language: 'en', reason: 'Its location header is not supported.' },
@@ -287,12 +288,12 @@ describe('importing templates from Meta', () => {
     expect(audit[0]).toMatchObject({ action: 'templates.imported', subject_id: conn.id })
     // a second import finds them all
     const again = (await srv.admin('POST', `/connections/${conn.id}/import-templates`)).json.data
-    expect([again.created, again.existing.length, again.skipped.length]).toEqual([[], 4, 6])
-    expect((await srv.api(key, 'GET', '/templates')).json.meta.total).toBe(4)
+    expect([again.created, again.existing.length, again.skipped.length]).toEqual([[], 5, 5])
+    expect((await srv.api(key, 'GET', '/templates')).json.meta.total).toBe(5)
     // another workspace's number imports into that workspace only
     const other = await setup({ waba_id: WABA })
-    expect((await srv.admin('POST', `/connections/${other.conn.id}/import-templates`)).json.data.created).toHaveLength(4)
-    expect((await srv.api(key, 'GET', '/templates')).json.meta.total).toBe(4)
+    expect((await srv.admin('POST', `/connections/${other.conn.id}/import-templates`)).json.data.created).toHaveLength(5)
+    expect((await srv.api(key, 'GET', '/templates')).json.meta.total).toBe(5)
   })
 
   test('an imported template sends as Meta approved it: header, body and URL button values in place', async () => {
@@ -318,6 +319,17 @@ describe('importing templates from Meta', () => {
       },
     ])
     expect((await msg(key, r.json.data.id)).body).toBe('Hi Ann, your order A-1001 has shipped.')
+    // named parameters go out with their names
+    const sale = created.find((t: any) => t.whatsapp.name === 'autumn_sale')
+    await srv.api(key, 'POST', '/contacts', { json: { phone: to, consent_status: 'opted_in' } })
+    const named = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, template_id: sale.id, variables: { '1': 'Ann', '2': 'FALL10', '3': 'Autumn sale' } } })
+    expect(named.status).toBe(202)
+    await waitFor(async () => (await msg(key, named.json.data.id)).status === 'sent')
+    expect(graph.seen.filter((x) => x.json?.to === to.slice(1)).at(-1)!.json.template.components).toEqual([
+      { type: 'header', parameters: [{ type: 'text', parameter_name: 'sale_name', text: 'Autumn sale' }] },
+      { type: 'body', parameters: [{ type: 'text', parameter_name: 'first_name', text: 'Ann' }, { type: 'text', parameter_name: 'code', text: 'FALL10' }] },
+    ])
+    expect((await msg(key, named.json.data.id)).body).toBe('Hi Ann, use FALL10 at checkout, Ann!')
   })
 
   test('capstan connections import-templates prints what it created, kept and skipped', async () => {

@@ -42,12 +42,12 @@ describe('templates', () => {
     const { key } = await srv.tenant()
     const r = await srv.api(key, 'POST', '/templates', { json: { name: 'Shipped', body: 'Hi {{name}}, order {{1}} shipped', whatsapp: { name: 'order_shipped', language: 'en_US' } } })
     expect(r.status).toBe(201)
-    expect(r.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [] })
+    expect(r.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null })
     const id = r.json.data.id
-    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [] })
+    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null })
     // other changes keep it; a new one replaces it; null removes it
-    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { body: 'Hi {{name}}, order {{1}} is on its way' } })).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [] })
-    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped_v2', language: 'pt_BR' } } })).json.data.whatsapp).toEqual({ name: 'order_shipped_v2', language: 'pt_BR', header_text: null, url_buttons: [] })
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { body: 'Hi {{name}}, order {{1}} is on its way' } })).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null })
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped_v2', language: 'pt_BR' } } })).json.data.whatsapp).toEqual({ name: 'order_shipped_v2', language: 'pt_BR', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null })
     expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: null } })).json.data.whatsapp).toBeNull()
     expect((await srv.api(key, 'POST', '/templates', { json: { name: 'Plain', body: 'x' } })).json.data.whatsapp).toBeNull()
     for (const [whatsapp, field] of [
@@ -61,6 +61,11 @@ describe('templates', () => {
       [{ name: 'order_shipped', language: 'en', url_buttons: [{ index: 0, value: '' }] }, 'whatsapp.url_buttons.0.value'],
       [{ name: 'order_shipped', language: 'en', url_buttons: [{ index: 0, value: 'track/{{order}}' }] }, 'whatsapp.url_buttons'],
       [{ name: 'order_shipped', language: 'en', url_buttons: [{ index: 0, value: 'a' }, { index: 0, value: 'b' }] }, 'whatsapp.url_buttons'],
+      // named parameters: one valid name per placeholder of the body; a header's only with header_text
+      [{ name: 'order_shipped', language: 'en', parameter_names: ['a', 'b', 'c'] }, 'whatsapp.parameter_names'],
+      [{ name: 'order_shipped', language: 'en', parameter_names: ['First Name'] }, 'whatsapp.parameter_names.0'],
+      [{ name: 'order_shipped', language: 'en', parameter_names: 'first_name' }, 'whatsapp.parameter_names'],
+      [{ name: 'order_shipped', language: 'en', header_parameter_name: 'sale_name' }, 'whatsapp.header_parameter_name'],
     ] as const) {
       const bad = await srv.api(key, 'POST', '/templates', { json: { name: 'Bad', body: 'x', whatsapp } })
       expect(bad.status).toBe(422)
@@ -70,12 +75,12 @@ describe('templates', () => {
     expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toBeNull()
     // URL buttons: their placeholders are the template's too (numbered ones need values to send)
     const track = await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', url_buttons: [{ index: 1, value: 'track/{{2}}?to={{phone}}' }] } } })
-    expect(track.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en', header_text: null, url_buttons: [{ index: 1, value: 'track/{{2}}?to={{phone}}' }] })
+    expect(track.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en', header_text: null, url_buttons: [{ index: 1, value: 'track/{{2}}?to={{phone}}' }], parameter_names: null, header_parameter_name: null })
     expect(track.json.data.variables).toEqual(['name', '1', '2', 'phone'])
     expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: null } })).json.data.variables).toEqual(['name', '1'])
     // a text header's value: its placeholders join the template's, header ones before the buttons'
     const headed = await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', header_text: 'Order {{3}} for {{metadata.shop}}', url_buttons: [{ index: 0, value: '{{4}}' }] } } })
-    expect(headed.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en', header_text: 'Order {{3}} for {{metadata.shop}}', url_buttons: [{ index: 0, value: '{{4}}' }] })
+    expect(headed.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en', header_text: 'Order {{3}} for {{metadata.shop}}', url_buttons: [{ index: 0, value: '{{4}}' }], parameter_names: null, header_parameter_name: null })
     expect(headed.json.data.variables).toEqual(['name', '1', '3', 'metadata.shop', '4'])
     expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp.header_text).toBe('Order {{3}} for {{metadata.shop}}')
     expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', header_text: null } } })).json.data.whatsapp.header_text).toBeNull()
@@ -89,6 +94,15 @@ describe('templates', () => {
       expect([bad.status, Object.keys(bad.json.errors ?? {})]).toEqual([422, [field]])
     }
     expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp.header_text).toBeNull()
+    // named parameters: a name for each placeholder of the body, in order of first appearance
+    const named = await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', parameter_names: ['first_name', 'order_number'], header_text: '{{2}}', header_parameter_name: 'order_ref' } } })
+    expect(named.json.data.whatsapp).toMatchObject({ parameter_names: ['first_name', 'order_number'], header_text: '{{2}}', header_parameter_name: 'order_ref' })
+    const twice = await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', parameter_names: ['first_name', 'first_name'] } } })
+    expect([twice.status, twice.json.errors]).toEqual([422, { 'whatsapp.parameter_names': ['Each name may be given once.'] }])
+    // a body with another placeholder no longer matches its names: refused, nothing changed
+    const more = await srv.api(key, 'PUT', `/templates/${id}`, { json: { body: 'Hi {{name}}, order {{1}} ships {{metadata.day}}' } })
+    expect([more.status, more.json.errors]).toEqual([422, { 'whatsapp.parameter_names': ['Give one name for each placeholder of the body, in order of first appearance: 3 here.'] }])
+    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.body).toBe('Hi {{name}}, order {{1}} is on its way')
   })
 
   test('preview renders with a contact or query values and names what had no value', async () => {

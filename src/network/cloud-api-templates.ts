@@ -5,8 +5,9 @@
  * A template's parts are its `components`: a HEADER (TEXT with at most one variable, or a media
  * format), the BODY text with numbered variables {{1}}, {{2}}, …, an optional FOOTER, and BUTTONS.
  * Capstan sends body parameters, a text header's value or a media header, and the variable end of
- * URL buttons; a template needing anything else (a copy-code or flow button, a location header,
- * named parameters, a carousel) is listed as unusable with the reason, not guessed at.
+ * URL buttons — with their names for a template with named parameters; a template needing
+ * anything else (a copy-code or flow button, a location header, a carousel) is listed as unusable
+ * with the reason, not guessed at.
  */
 import type { NetworkTemplateDefinition } from './driver'
 
@@ -35,17 +36,20 @@ export function readTemplate(raw: unknown): NetworkTemplateDefinition | null {
 
   if (t.status !== 'APPROVED') return unusable(`Meta has not approved it (status ${String(t.status ?? 'unknown')}).`)
   if (t.category === 'AUTHENTICATION') return unusable('Authentication templates (one-time passcodes) are not supported.')
-  if (t.parameter_format === 'NAMED') return unusable('It has named parameters; Capstan sends numbered ones ({{1}}, {{2}}, …).')
+  const named = t.parameter_format === 'NAMED'
   for (const c of components) {
     if (!c || typeof c !== 'object') continue
     switch (c.type) {
       case 'BODY':
         def.body = typeof c.text === 'string' ? c.text : ''
+        if (named) Object.assign(def, numbered(def.body))
         break
       case 'HEADER':
         // a media header takes the send's attachment: nothing to record for it
-        if (c.format === 'TEXT') def.headerVariable = typeof c.text === 'string' && VARIABLE.test(c.text)
-        else if (!MEDIA_FORMATS.has(String(c.format))) return unusable(`Its ${String(c.format ?? 'unknown').toLowerCase()} header is not supported.`)
+        if (c.format === 'TEXT') {
+          def.headerVariable = typeof c.text === 'string' && VARIABLE.test(c.text)
+          if (named && def.headerVariable) def.headerParameterName = VARIABLE.exec(c.text as string)![0].slice(2, -2).trim()
+        } else if (!MEDIA_FORMATS.has(String(c.format))) return unusable(`Its ${String(c.format ?? 'unknown').toLowerCase()} header is not supported.`)
         break
       case 'FOOTER':
         break
@@ -61,4 +65,19 @@ export function readTemplate(raw: unknown): NetworkTemplateDefinition | null {
   }
   if (!def.body) return unusable('It has no body text.')
   return def
+}
+
+/**
+ * A body with named parameters ("Hi {{customer_name}}, order {{order_number}}") as Capstan writes
+ * it — each name replaced by its number in order of first appearance ("Hi {{1}}, order {{2}}") — and
+ * the names in that order, sent with the values.
+ */
+function numbered(text: string): { body: string; parameterNames: string[] } {
+  const parameterNames: string[] = []
+  const body = text.replace(/\{\{([^{}]*)\}\}/g, (_, raw: string) => {
+    const name = raw.trim()
+    if (!parameterNames.includes(name)) parameterNames.push(name)
+    return `{{${parameterNames.indexOf(name) + 1}}}`
+  })
+  return { body, parameterNames }
 }

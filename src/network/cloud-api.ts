@@ -435,14 +435,14 @@ const oneLine = (text: string) => text.replace(/\s+/g, ' ').trim()
 /**
  * A message template as the Cloud API takes it: name, language, the header (an uploaded media id —
  * a document also keeps its file name — or the value of a text header's variable), the body's
- * text parameters and the variable part of each dynamic URL button (by its position among the
- * template's buttons).
+ * text parameters (each with its `parameter_name` for a template with named parameters) and the
+ * variable part of each dynamic URL button (by its position among the template's buttons).
  */
 function templatePayload(t: NetworkTemplate, header: { kind: 'image' | 'video' | 'document'; id: string; filename: string } | null) {
   const components: Record<string, unknown>[] = []
   if (header) components.push({ type: 'header', parameters: [{ type: header.kind, [header.kind]: header.kind === 'document' ? { id: header.id, filename: header.filename } : { id: header.id } }] })
-  else if (t.headerText !== undefined) components.push({ type: 'header', parameters: [{ type: 'text', text: oneLine(t.headerText) }] })
-  if (t.parameters.length) components.push({ type: 'body', parameters: t.parameters.map((text) => ({ type: 'text', text: oneLine(text) })) })
+  else if (t.headerText !== undefined) components.push({ type: 'header', parameters: [{ type: 'text', ...(t.headerParameterName ? { parameter_name: t.headerParameterName } : {}), text: oneLine(t.headerText) }] })
+  if (t.parameters.length) components.push({ type: 'body', parameters: t.parameters.map((text, i) => ({ type: 'text', ...(t.parameterNames ? { parameter_name: t.parameterNames[i] } : {}), text: oneLine(text) })) })
   for (const b of t.urlButtons ?? []) components.push({ type: 'button', sub_type: 'url', index: String(b.index), parameters: [{ type: 'text', text: b.text }] })
   return { name: t.name, language: { code: t.language }, ...(components.length ? { components } : {}) }
 }

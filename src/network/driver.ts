@@ -25,6 +25,10 @@ export interface NetworkTemplate {
   headerText?: string
   /** The variable part of the template's URL buttons, by button position (0-based). */
   urlButtons?: { index: number; text: string }[]
+  /** A template with named parameters: the name of each body parameter, in order. */
+  parameterNames?: string[]
+  /** ... and of its text header's variable. */
+  headerParameterName?: string
 }
 
 /**
@@ -40,6 +44,10 @@ export interface NetworkTemplateDefinition {
   headerVariable: boolean
   /** Positions (from 0) of its URL buttons whose URL ends in a variable. */
   urlButtons: number[]
+  /** A template with named parameters: the body's names, for its {{1}}, {{2}}, ... in order. */
+  parameterNames?: string[]
+  /** ... and its text header variable's name. */
+  headerParameterName?: string
   /** Why it cannot be sent from Capstan (not approved, a part Capstan cannot fill); null when it can. */
   unusable: string | null
 }

@@ -70,7 +70,11 @@ export function render(body: string, values: RenderValues): { text: string; miss
  * text renders it (a value the recipient lacks is empty: see emptyValueOf). Its header text and
  * its URL buttons' values are rendered the same way ("track/{{1}}" → "track/A-1001").
  */
-export function networkTemplate(whatsapp: { name: string; language: string; header_text?: string | null; url_buttons?: { index: number; value: string }[] }, body: string, values: RenderValues) {
+export function networkTemplate(
+  whatsapp: { name: string; language: string; header_text?: string | null; url_buttons?: { index: number; value: string }[]; parameter_names?: string[] | null; header_parameter_name?: string | null },
+  body: string,
+  values: RenderValues,
+) {
   const parameters = placeholders(body).variables.map((name) => asText(valueOf(name, values)?.value) ?? '')
   const urlButtons = (whatsapp.url_buttons ?? []).map((b) => ({ index: b.index, text: render(b.value, values).text }))
   return {
@@ -79,6 +83,9 @@ export function networkTemplate(whatsapp: { name: string; language: string; head
     parameters,
     ...(whatsapp.header_text ? { headerText: render(whatsapp.header_text, values).text } : {}),
     ...(urlButtons.length ? { urlButtons } : {}),
+    // a template with named parameters: each value goes with its name
+    ...(whatsapp.parameter_names ? { parameterNames: whatsapp.parameter_names } : {}),
+    ...(whatsapp.header_text && whatsapp.header_parameter_name ? { headerParameterName: whatsapp.header_parameter_name } : {}),
   }
 }
 

@@ -8,6 +8,7 @@ import type { Services } from '../../services'
 import { NUMBERED } from './render'
 
 const BODY = s.string().length(1, 4096).describe('Up to 4096 characters with placeholders {{name}}, {{phone}}, {{metadata.key}} and numbered {{1}}.', 'Hi {{name}}, your {{metadata.plan}} plan renews soon. Use code {{1}}.')
+const PARAMETER_NAME = s.string().length(1, 100).pattern(/^[a-z0-9_]+$/, 'must be a parameter name as Meta has it: lower-case letters, digits and underscores')
 const WHATSAPP = s
   .object({
     name: s.string().length(1, 512).pattern(/^[a-z0-9_]+$/, 'must be the template name as approved by Meta: lower-case letters, digits and underscores'),
@@ -28,6 +29,15 @@ const WHATSAPP = s
       .max(10)
       .optional()
       .describe('Dynamic URL buttons of the Meta template (a URL ending in {{1}}): the value sent for each, rendered per recipient like the body. Default none.'),
+    parameter_names: s
+      .array(PARAMETER_NAME)
+      .max(100)
+      .nullable()
+      .optional()
+      .describe('For a Meta template with named parameters (“Hi {{customer_name}}”): the name of each placeholder of this body, in order of first appearance, one each. Default none: numbered parameters.', ['customer_name', 'order_number']),
+    header_parameter_name: PARAMETER_NAME.nullable()
+      .optional()
+      .describe('For such a template whose text header has a variable: its name (with header_text). Default none.', 'sale_name'),
   })
   .describe(
     'The Meta-approved WhatsApp template this template stands for. Campaigns and one-to-one sends (POST /messages with template_id) through a Cloud API number send it as a template message, its body parameters being the values of this body’s placeholders in order of first appearance; other numbers send the rendered text. null removes it.',
@@ -61,7 +71,14 @@ export const templateDoc = {
     category: { type: 'string', enum: ['utility', 'marketing'] },
     whatsapp: {
       type: ['object', 'null'],
-      properties: { name: { type: 'string' }, language: { type: 'string' }, header_text: { type: ['string', 'null'] }, url_buttons: { type: 'array', items: { type: 'object', properties: { index: { type: 'integer' }, value: { type: 'string' } } } } },
+      properties: {
+        name: { type: 'string' },
+        language: { type: 'string' },
+        header_text: { type: ['string', 'null'] },
+        url_buttons: { type: 'array', items: { type: 'object', properties: { index: { type: 'integer' }, value: { type: 'string' } } } },
+        parameter_names: { type: ['array', 'null'], items: { type: 'string' } },
+        header_parameter_name: { type: ['string', 'null'] },
+      },
       description: 'The Meta-approved WhatsApp template sent in its place through Cloud API numbers (campaigns and one-to-one sends), or null.',
     },
     created_at: { type: 'string', format: 'date-time' },

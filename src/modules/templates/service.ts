@@ -15,6 +15,10 @@ export interface WhatsAppTemplate {
   header_text?: string | null
   /** The variable part of its dynamic URL buttons, by button position, with placeholders. */
   url_buttons?: { index: number; value: string }[]
+  /** A template with named parameters: the body's, one per placeholder in order of first appearance. */
+  parameter_names?: string[] | null
+  /** ... and its text header's variable. */
+  header_parameter_name?: string | null
 }
 
 export interface TemplateInput {
@@ -26,7 +30,14 @@ export interface TemplateInput {
 }
 
 /** The link as stored and shown: its fields in one order, the optional ones always present. */
-const whatsappShape = (w: WhatsAppTemplate) => ({ name: w.name, language: w.language, header_text: w.header_text ?? null, url_buttons: (w.url_buttons ?? []).map((b) => ({ index: b.index, value: b.value })) })
+const whatsappShape = (w: WhatsAppTemplate) => ({
+  name: w.name,
+  language: w.language,
+  header_text: w.header_text ?? null,
+  url_buttons: (w.url_buttons ?? []).map((b) => ({ index: b.index, value: b.value })),
+  parameter_names: w.parameter_names ?? null,
+  header_parameter_name: w.header_parameter_name ?? null,
+})
 const whatsappJson = (w: WhatsAppTemplate | null | undefined) => (w ? JSON.stringify(whatsappShape(w)) : null)
 
 export class TemplateService {
@@ -70,6 +81,10 @@ export class TemplateService {
       return found.variables
     }
     const variables = known('body', body)
+    const names = whatsapp?.parameter_names
+    if (names && names.length !== variables.length) throw validationFailed({ 'whatsapp.parameter_names': [`Give one name for each placeholder of the body, in order of first appearance: ${variables.length} here.`] })
+    if (names && new Set(names).size !== names.length) throw validationFailed({ 'whatsapp.parameter_names': ['Each name may be given once.'] })
+    if (whatsapp?.header_parameter_name && !whatsapp.header_text) throw validationFailed({ 'whatsapp.header_parameter_name': ['A header parameter name goes with header_text.'] })
     const buttons = whatsapp?.url_buttons ?? []
     if (new Set(buttons.map((b) => b.index)).size !== buttons.length) throw validationFailed({ 'whatsapp.url_buttons': ['Each button index may be given once.'] })
     const more = [...(whatsapp?.header_text ? known('whatsapp.header_text', whatsapp.header_text) : []), ...buttons.flatMap((b) => known('whatsapp.url_buttons', b.value))]
@@ -152,6 +167,8 @@ export class TemplateService {
         language: def.language,
         header_text: def.headerVariable ? `{{${next++}}}` : null,
         url_buttons: def.urlButtons.map((index) => ({ index, value: `{{${next++}}}` })),
+        parameter_names: def.parameterNames ?? null,
+        header_parameter_name: def.headerParameterName ?? null,
       }
       const now = this.deps.clock.now()
       const row: TemplateRow = { id: uuid(), workspace_id: workspaceId, name: `${def.name} (${def.language})`.slice(0, 120), body: def.body, category: def.category, variables: JSON.stringify(this.variablesOf(def.body, whatsapp)), whatsapp: whatsappJson(whatsapp), created_at: now, updated_at: now, deleted_at: null }
