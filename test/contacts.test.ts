@@ -1,7 +1,12 @@
 /** Contacts: upsert, consent ledger, validation of every field, encodings, pagination (spec §2, §4). */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { migrate } from '../src/db/open'
+import { MIGRATIONS } from '../src/db/migrations'
+import { inProcess } from './support/inproc'
 import { TestServer, newPhone } from './support/server'
 
 setDefaultTimeout(60_000)
@@ -284,6 +289,48 @@ describe('listing', () => {
     for (const bad of ['4155550100', '%2B0415', 'ada', '']) {
       const r = await srv.api(key, 'GET', `/contacts?phone=${bad}`)
       expect([r.status, Object.keys(r.json.errors ?? {})]).toEqual([422, ['phone']])
+    }
+  })
+})
+
+describe('the count behind meta.total', () => {
+  test('kept per workspace as contacts are created, updated and erased; an upgraded database starts from the rows it has', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, db } = env
+      const [a, b] = [svc.workspaces.create({ name: 'A' }), svc.workspaces.create({ name: 'B' })]
+      const total = (ws: string) => svc.contacts.list(ws, 1, 0).total
+      const rows = (ws: string) => (db.query('SELECT COUNT(*) AS n FROM contacts WHERE workspace_id = ?').get(ws) as { n: number }).n
+      expect([total(a.id), total(b.id)]).toEqual([0, 0])
+      for (let i = 0; i < 5; i++) await svc.contacts.upsert(a.id, { phone: `+1555000300${i}` }, 'test')
+      await svc.contacts.upsert(b.id, { phone: '+15550003000' }, 'test')
+      // an update is no new contact
+      await svc.contacts.upsert(a.id, { phone: '+15550003000', name: 'Ann' }, 'test')
+      expect([total(a.id), total(b.id)]).toEqual([5, 1])
+      await svc.eraser.erase(a.id, '+15550003001')
+      expect([total(a.id), total(b.id)]).toEqual([4, 1])
+      expect([total(a.id), total(b.id)]).toEqual([rows(a.id), rows(b.id)])
+
+      // a database at schema 28 with contacts: migrating counts what it holds
+      const dir = mkdtempSync(join(tmpdir(), 'capstan-counts-'))
+      const old = new Database(join(dir, 'capstan.db'))
+      try {
+        old.run('CREATE TABLE migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT')
+        for (const m of MIGRATIONS.filter((x) => x.version <= 28)) {
+          old.run(m.sql)
+          old.query('INSERT INTO migrations (version, name, applied_at) VALUES (?, ?, 0)').run(m.version, m.name)
+        }
+        const add = old.query("INSERT INTO contacts (id, workspace_id, phone, consent_status, metadata, created_at, updated_at, last_activity_at) VALUES (?, ?, ?, 'unknown', '{}', 0, 0, 0)")
+        for (let i = 0; i < 3; i++) add.run(`x${i}`, 'w1', `+1555000400${i}`)
+        add.run('y0', 'w2', '+15550004000')
+        expect(migrate(old)).toEqual([29])
+        expect(old.query('SELECT workspace_id, n FROM contact_counts ORDER BY workspace_id').all()).toEqual([{ workspace_id: 'w1', n: 3 }, { workspace_id: 'w2', n: 1 }])
+      } finally {
+        old.close()
+        rmSync(dir, { recursive: true, force: true })
+      }
+    } finally {
+      await env.close()
     }
   })
 })

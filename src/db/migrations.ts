@@ -27,6 +27,7 @@ import m0025 from '../../migrations/0025_webhook_endpoint_headers.sql' with { ty
 import m0026 from '../../migrations/0026_audit_subject.sql' with { type: 'text' }
 import m0027 from '../../migrations/0027_media_usage.sql' with { type: 'text' }
 import m0028 from '../../migrations/0028_campaign_send_window.sql' with { type: 'text' }
+import m0029 from '../../migrations/0029_contact_counts.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -57,4 +58,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 26, name: '0026_audit_subject', sql: m0026 },
   { version: 27, name: '0027_media_usage', sql: m0027 },
   { version: 28, name: '0028_campaign_send_window', sql: m0028 },
+  { version: 29, name: '0029_contact_counts', sql: m0029 },
 ]
