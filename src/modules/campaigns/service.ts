@@ -369,7 +369,7 @@ export class CampaignService {
   checkComplete(id: string) {
     const row = this.repo.getAny(id)
     if (!row || row.status !== 'running') return
-    if (this.repo.pendingCount(id) > 0 || this.repo.inFlight(id) > 0) return
+    if (this.repo.hasPending(id) || this.repo.hasInFlight(id)) return
     const now = this.deps.clock.now()
     this.deps.writer.now(() => {
       this.repo.update(id, { status: 'completed', finished_at: now, updated_at: now })
