@@ -46,6 +46,15 @@ console.log(`| RSS before / after start | ${before.toFixed(0)} MiB / ${after.toF
 const t1 = performance.now()
 svc.campaigns.toPublic(started)
 console.log(`| GET /campaigns/{id} live counts over ${counts.total.toLocaleString('en-US')} recipients | ${(performance.now() - t1).toFixed(1)} ms |`)
+for (const page of [1, 1000]) {
+  const took: string[] = []
+  for (let i = 0; i < 3; i++) {
+    const t2 = performance.now()
+    svc.campaigns.repo.recipients(c.id, 50, (page - 1) * 50)
+    took.push((performance.now() - t2).toFixed(1))
+  }
+  console.log(`| GET /campaigns/{id}/recipients page ${page} (rows and total), three times | ${took.join(', ')} ms |`)
+}
 stopServices(svc)
 db.close()
 rmSync(dir, { recursive: true, force: true })

@@ -28,6 +28,7 @@ import m0026 from '../../migrations/0026_audit_subject.sql' with { type: 'text' 
 import m0027 from '../../migrations/0027_media_usage.sql' with { type: 'text' }
 import m0028 from '../../migrations/0028_campaign_send_window.sql' with { type: 'text' }
 import m0029 from '../../migrations/0029_contact_counts.sql' with { type: 'text' }
+import m0030 from '../../migrations/0030_campaign_recipients_order.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -59,4 +60,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 27, name: '0027_media_usage', sql: m0027 },
   { version: 28, name: '0028_campaign_send_window', sql: m0028 },
   { version: 29, name: '0029_contact_counts', sql: m0029 },
+  { version: 30, name: '0030_campaign_recipients_order', sql: m0030 },
 ]

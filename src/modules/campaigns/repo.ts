@@ -136,7 +136,8 @@ export class CampaignRepo {
       FROM campaign_recipients r LEFT JOIN messages m ON m.id = r.message_id
       WHERE r.campaign_id = ?`)
     this.recipientsStmt = db.query<RecipientRow & { message_status: string | null }, [string, number, number]>(
-      'SELECT r.*, m.status AS message_status FROM campaign_recipients r LEFT JOIN messages m ON m.id = r.message_id WHERE r.campaign_id = ? ORDER BY r.seq LIMIT ? OFFSET ?',
+      // in seq order straight from campaign_recipients_order (migration 0030), no sort
+      'SELECT r.*, m.status AS message_status FROM campaign_recipients r INDEXED BY campaign_recipients_order LEFT JOIN messages m ON m.id = r.message_id WHERE r.campaign_id = ? ORDER BY r.seq LIMIT ? OFFSET ?',
     )
     this.recipientCountStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM campaign_recipients WHERE campaign_id = ?')
     this.activeConnsStmt = db.query<{ connection_id: string }, []>("SELECT DISTINCT connection_id FROM campaigns WHERE status = 'running' AND deleted_at IS NULL")
