@@ -323,7 +323,7 @@ describe('the count behind meta.total', () => {
         const add = old.query("INSERT INTO contacts (id, workspace_id, phone, consent_status, metadata, created_at, updated_at, last_activity_at) VALUES (?, ?, ?, 'unknown', '{}', 0, 0, 0)")
         for (let i = 0; i < 3; i++) add.run(`x${i}`, 'w1', `+1555000400${i}`)
         add.run('y0', 'w2', '+15550004000')
-        expect(migrate(old)).toEqual([29])
+        expect(migrate(old)[0]).toBe(29)
         expect(old.query('SELECT workspace_id, n FROM contact_counts ORDER BY workspace_id').all()).toEqual([{ workspace_id: 'w1', n: 3 }, { workspace_id: 'w2', n: 1 }])
       } finally {
         old.close()
