@@ -1,6 +1,12 @@
 /** Campaigns (campaigns:read/write/send; CONTRACT §2): audience, lifecycle, consent, pacing, restarts. */
+import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { RUNNING_FOR_CONNECTION } from '../src/modules/campaigns/repo'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { MIGRATIONS } from '../src/db/migrations'
+import { migrate } from '../src/db/open'
+import { CampaignRepo, type Counts, RUNNING_FOR_CONNECTION } from '../src/modules/campaigns/repo'
 import { inProcess, settle } from './support/inproc'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
@@ -493,6 +499,89 @@ describe('send window over the API', () => {
       expect((await srv.api(key, 'GET', '/campaigns')).json.data).toHaveLength(1)
     } finally {
       await srv.close()
+    }
+  })
+})
+
+describe('live counts', () => {
+  /** A campaign's counts as its recipients and their messages say (the definition the kept counts must match), read from the database file. */
+  function counted(dataDir: string | Database, id: string): Counts {
+    const db = typeof dataDir === 'string' ? new Database(join(dataDir, 'capstan.db'), { readonly: true }) : dataDir
+    try {
+      return db
+        .query(
+          `SELECT COUNT(*) AS total, COALESCE(SUM(r.status = 'skipped'), 0) AS skipped,
+             COALESCE(SUM(r.status = 'pending' OR m.status IN ('queued', 'sending')), 0) AS queued,
+             COALESCE(SUM(m.status = 'sent'), 0) AS sent, COALESCE(SUM(m.status = 'delivered'), 0) AS delivered,
+             COALESCE(SUM(m.status = 'read'), 0) AS read, COALESCE(SUM(m.status = 'failed'), 0) AS failed
+           FROM campaign_recipients r LEFT JOIN messages m ON m.id = r.message_id WHERE r.campaign_id = ?`,
+        )
+        .get(id) as Counts
+    } finally {
+      if (typeof dataDir === 'string') db.close()
+    }
+  }
+
+  test('kept as things happen, they always match the recipients and their messages: releases, receipts, a failure, a skip, erasures, a cancel', async () => {
+    const { ws, key, conn, contact, campaign } = await setup(1)
+    const people = []
+    for (const name of ['Ann', 'Ben', 'Cy', 'Dee', 'Eve', 'Fay']) people.push(await contact({ name, consent_status: 'opted_in', metadata: { plan: 'pro' } }))
+    // Ben's messages fail; the others are delivered, then read
+    await srv.admin('PATCH', `/connections/${conn.id}`, { config: { delivered_after_ms: 30, read_after_ms: 60, fail_recipients: [people[1]!.phone] } })
+    const c = await campaign()
+    const matches = (id: string) => waitFor(async () => Bun.deepEquals((await get(key, id)).counts, counted(srv.dataDir, id)), 5000)
+    expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).status).toBe(200)
+    expect((await get(key, c.id)).counts).toEqual({ total: 6, queued: 6, sent: 0, delivered: 0, read: 0, failed: 0, skipped: 0 })
+    await waitFor(async () => (await get(key, c.id)).counts.read >= 1)
+    await matches(c.id)
+    // Fay opts out before her turn (skipped then); Eve, still pending, and Ann, already read, are erased
+    await srv.api(key, 'POST', '/contacts', { json: { phone: people[5]!.phone, consent_status: 'opted_out' } })
+    for (const p of [people[4]!, people[0]!]) expect((await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: p.phone })).status).toBe(200)
+    await matches(c.id)
+    await waitFor(async () => (await get(key, c.id)).status === 'completed', 20_000)
+    // a receipt still to come for a message of an erased person would change nothing here
+    await Bun.sleep(100)
+    await matches(c.id)
+    expect((await get(key, c.id)).counts).toEqual({ total: 4, queued: 0, sent: 0, delivered: 0, read: 2, failed: 1, skipped: 1 })
+
+    // a second campaign cancelled half-way: its pending recipients are skipped
+    await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: policy(30) } })
+    const d = await campaign({ name: 'Cancelled' })
+    await srv.api(key, 'POST', `/campaigns/${d.id}/schedule`, { json: {} })
+    expect((await srv.api(key, 'POST', `/campaigns/${d.id}/cancel`, { json: {} })).status).toBe(200)
+    await matches(d.id)
+    const cancelled = (await get(key, d.id)).counts
+    expect([cancelled.total, cancelled.skipped > 0, cancelled.queued]).toEqual([3, true, 0])
+  })
+
+  test('an upgraded database starts from what its recipients and messages hold; messages of recipients erased before are no campaign’s', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-campaign-counts-'))
+    const db = new Database(join(dir, 'capstan.db'))
+    try {
+      db.run('CREATE TABLE migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT')
+      for (const m of MIGRATIONS.filter((x) => x.version <= 30)) {
+        db.run(m.sql)
+        db.query('INSERT INTO migrations (version, name, applied_at) VALUES (?, ?, 0)').run(m.version, m.name)
+      }
+      const recipient = db.query("INSERT INTO campaign_recipients (campaign_id, contact_id, phone, status, message_id, updated_at) VALUES ('c1', ?, '+1', ?, ?, 0)")
+      const message = db.query("INSERT INTO messages (id, workspace_id, connection_id, direction, status, campaign_id, attachments, created_at, updated_at) VALUES (?, 'w', 'k', 'outbound', ?, 'c1', '[]', 0, 0)")
+      recipient.run('p1', 'pending', null)
+      recipient.run('p2', 'skipped', null)
+      for (const [i, status] of ['queued', 'sending', 'sent', 'delivered', 'read', 'failed', 'read'].entries()) {
+        message.run(`m${i}`, status)
+        recipient.run(`r${i}`, 'released', `m${i}`)
+      }
+      message.run('orphan', 'sent') // its recipient was erased before the upgrade
+      expect(migrate(db)).toContain(31)
+      expect(new CampaignRepo(db).counts('c1')).toEqual(counted(db, 'c1'))
+      expect(counted(db, 'c1')).toEqual({ total: 9, skipped: 1, queued: 3, sent: 1, delivered: 1, read: 2, failed: 1 })
+      expect(db.query("SELECT campaign_id FROM messages WHERE id = 'orphan'").get()).toEqual({ campaign_id: null })
+      // and from there the triggers keep it: the orphan's receipt counts nowhere
+      db.run("UPDATE messages SET status = 'delivered' WHERE id IN ('orphan', 'm2')")
+      expect(new CampaignRepo(db).counts('c1')).toEqual(counted(db, 'c1'))
+    } finally {
+      db.close()
+      rmSync(dir, { recursive: true, force: true })
     }
   })
 })

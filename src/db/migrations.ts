@@ -29,6 +29,7 @@ import m0027 from '../../migrations/0027_media_usage.sql' with { type: 'text' }
 import m0028 from '../../migrations/0028_campaign_send_window.sql' with { type: 'text' }
 import m0029 from '../../migrations/0029_contact_counts.sql' with { type: 'text' }
 import m0030 from '../../migrations/0030_campaign_recipients_order.sql' with { type: 'text' }
+import m0031 from '../../migrations/0031_campaign_counts.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -61,4 +62,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 28, name: '0028_campaign_send_window', sql: m0028 },
   { version: 29, name: '0029_contact_counts', sql: m0029 },
   { version: 30, name: '0030_campaign_recipients_order', sql: m0030 },
+  { version: 31, name: '0031_campaign_counts', sql: m0031 },
 ]

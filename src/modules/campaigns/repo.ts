@@ -125,16 +125,8 @@ export class CampaignRepo {
     // once for every message of it that settled
     this.pendingStmt = db.query<{ yes: number }, [string]>("SELECT EXISTS (SELECT 1 FROM campaign_recipients WHERE campaign_id = ? AND status = 'pending') AS yes")
     this.inFlightStmt = db.query<{ yes: number }, [string]>("SELECT EXISTS (SELECT 1 FROM messages WHERE campaign_id = ? AND status IN ('queued', 'sending')) AS yes")
-    this.countsStmt = db.query<Counts, [string]>(`
-      SELECT COUNT(*) AS total,
-        COALESCE(SUM(r.status = 'skipped'), 0) AS skipped,
-        COALESCE(SUM(r.status = 'pending' OR m.status IN ('queued', 'sending')), 0) AS queued,
-        COALESCE(SUM(m.status = 'sent'), 0) AS sent,
-        COALESCE(SUM(m.status = 'delivered'), 0) AS delivered,
-        COALESCE(SUM(m.status = 'read'), 0) AS read,
-        COALESCE(SUM(m.status = 'failed'), 0) AS failed
-      FROM campaign_recipients r LEFT JOIN messages m ON m.id = r.message_id
-      WHERE r.campaign_id = ?`)
+    // kept by triggers (migration 0031): joining every recipient to its message took 28-55 ms for a campaign of 90,000
+    this.countsStmt = db.query<{ bucket: keyof Counts; n: number }, [string]>('SELECT bucket, n FROM campaign_counts WHERE campaign_id = ?')
     this.recipientsStmt = db.query<RecipientRow & { message_status: string | null }, [string, number, number]>(
       // in seq order straight from campaign_recipients_order (migration 0030), no sort
       'SELECT r.*, m.status AS message_status FROM campaign_recipients r INDEXED BY campaign_recipients_order LEFT JOIN messages m ON m.id = r.message_id WHERE r.campaign_id = ? ORDER BY r.seq LIMIT ? OFFSET ?',
@@ -192,7 +184,12 @@ export class CampaignRepo {
     return this.inFlightStmt.get(campaignId)!.yes === 1
   }
   counts(campaignId: string): Counts {
-    return this.countsStmt.get(campaignId)!
+    const counts: Counts = { total: 0, queued: 0, sent: 0, delivered: 0, read: 0, failed: 0, skipped: 0 }
+    for (const { bucket, n } of this.countsStmt.all(campaignId)) {
+      counts[bucket] = n
+      counts.total += n // every recipient is in one bucket
+    }
+    return counts
   }
   recipients(campaignId: string, limit: number, offset: number) {
     return { rows: this.recipientsStmt.all(campaignId, limit, offset), total: this.recipientCountStmt.get(campaignId)!.n }

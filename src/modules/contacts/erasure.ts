@@ -6,8 +6,9 @@
  * - `consent_ledger`, `campaign_recipients` (which hold the phone), `network_addresses`: deleted;
  * - `messages` to and from the contact stay in the log for its counts and timelines, without the
  *   person: no contact, no customer number (recipient of an outbound, sender of an inbound, or
- *   in a network's error text), no body, no attachments, no rendered template; one still queued
- *   fails with `contact_erased` (its `message.failed` event carries the redacted message);
+ *   in a network's error text), no body, no attachments, no rendered template, and no campaign (a
+ *   campaign's counts lose the person with its recipient row); one still queued fails with
+ *   `contact_erased` (its `message.failed` event carries the redacted message);
  * - media the contact sent (their photos, documents): expired and purged with their files;
  * - `webhook_deliveries` whose event names the contact, delivered or not, and stored
  *   Idempotency-Key responses that do: deleted.
@@ -61,7 +62,7 @@ export class ContactEraser {
     this.sql = {
       messagesOf: db.query<{ id: string; direction: string; status: string; attachments: string }, [string]>('SELECT id, direction, status, attachments FROM messages WHERE contact_id = ?'),
       redact: db.query(
-        `UPDATE messages SET contact_id = NULL, body = NULL, attachments = '[]', network_template = NULL, updated_at = ?1,
+        `UPDATE messages SET contact_id = NULL, campaign_id = NULL, body = NULL, attachments = '[]', network_template = NULL, updated_at = ?1,
            recipient = CASE direction WHEN 'outbound' THEN NULL ELSE recipient END,
            sender = CASE direction WHEN 'inbound' THEN NULL ELSE sender END,
            error_message = replace(error_message, ?3, '[erased number]')
@@ -110,11 +111,13 @@ export class ContactEraser {
       // (a contact made anew under the number meanwhile has had none of its events read yet)
       events += sql.events.run(contact.id === first.id ? scanned + 1 : 0, Number.MAX_SAFE_INTEGER, workspaceId, contact.id).changes
       sql.responses.run(workspaceId, contact.id)
+      // the recipient rows go first: each leaves its campaign's counts with its message's status
+      // as it is now; then the messages lose their campaign (nothing later is counted for them)
+      const campaigns = sql.campaigns.all(contact.id).map((r) => r.campaign_id)
+      sql.recipients.run(contact.id)
       sql.redact.run(now, contact.id, contact.phone)
       const queued = rows.filter((m) => m.status === 'queued')
       for (const m of queued) this.messages.advanceInTx(m.id, 'failed', now, ERASED)
-      const campaigns = sql.campaigns.all(contact.id).map((r) => r.campaign_id)
-      sql.recipients.run(contact.id)
       sql.ledger.run(contact.id)
       sql.addresses.run(workspaceId, contact.phone)
       let media = 0
