@@ -101,7 +101,6 @@ export class CampaignRepo {
   private inFlightStmt
   private countsStmt
   private recipientsStmt
-  private recipientCountStmt
   private activeConnsStmt
   private scheduledStmt
   private runningIdsStmt
@@ -131,7 +130,6 @@ export class CampaignRepo {
       // in seq order straight from campaign_recipients_order (migration 0030), no sort
       'SELECT r.*, m.status AS message_status FROM campaign_recipients r INDEXED BY campaign_recipients_order LEFT JOIN messages m ON m.id = r.message_id WHERE r.campaign_id = ? ORDER BY r.seq LIMIT ? OFFSET ?',
     )
-    this.recipientCountStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM campaign_recipients WHERE campaign_id = ?')
     this.activeConnsStmt = db.query<{ connection_id: string }, []>("SELECT DISTINCT connection_id FROM campaigns WHERE status = 'running' AND deleted_at IS NULL")
     this.scheduledStmt = db.query<CampaignRow, []>("SELECT * FROM campaigns WHERE status = 'scheduled' AND deleted_at IS NULL")
     this.runningIdsStmt = db.query<{ id: string }, []>("SELECT id FROM campaigns WHERE status = 'running' AND deleted_at IS NULL")
@@ -192,7 +190,7 @@ export class CampaignRepo {
     return counts
   }
   recipients(campaignId: string, limit: number, offset: number) {
-    return { rows: this.recipientsStmt.all(campaignId, limit, offset), total: this.recipientCountStmt.get(campaignId)!.n }
+    return { rows: this.recipientsStmt.all(campaignId, limit, offset), total: this.counts(campaignId).total }
   }
   connectionsWithRunning() {
     return this.activeConnsStmt.all().map((r) => r.connection_id)
