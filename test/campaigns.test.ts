@@ -4,10 +4,10 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { MIGRATIONS } from '../src/db/migrations'
 import { migrate } from '../src/db/open'
 import { CampaignRepo, type Counts, RUNNING_FOR_CONNECTION } from '../src/modules/campaigns/repo'
 import { inProcess, settle } from './support/inproc'
+import { databaseAtSchema } from './support/schema'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
 
@@ -556,13 +556,8 @@ describe('live counts', () => {
 
   test('an upgraded database starts from what its recipients and messages hold; messages of recipients erased before are no campaign’s', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'capstan-campaign-counts-'))
-    const db = new Database(join(dir, 'capstan.db'))
+    const db = databaseAtSchema(join(dir, 'capstan.db'), 30)
     try {
-      db.run('CREATE TABLE migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT')
-      for (const m of MIGRATIONS.filter((x) => x.version <= 30)) {
-        db.run(m.sql)
-        db.query('INSERT INTO migrations (version, name, applied_at) VALUES (?, ?, 0)').run(m.version, m.name)
-      }
       const recipient = db.query("INSERT INTO campaign_recipients (campaign_id, contact_id, phone, status, message_id, updated_at) VALUES ('c1', ?, '+1', ?, ?, 0)")
       const message = db.query("INSERT INTO messages (id, workspace_id, connection_id, direction, status, campaign_id, attachments, created_at, updated_at) VALUES (?, 'w', 'k', 'outbound', ?, 'c1', '[]', 0, 0)")
       recipient.run('p1', 'pending', null)

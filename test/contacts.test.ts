@@ -5,8 +5,8 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { migrate } from '../src/db/open'
-import { MIGRATIONS } from '../src/db/migrations'
 import { inProcess } from './support/inproc'
+import { databaseAtSchema } from './support/schema'
 import { TestServer, newPhone } from './support/server'
 
 setDefaultTimeout(60_000)
@@ -313,13 +313,8 @@ describe('the count behind meta.total', () => {
 
       // a database at schema 28 with contacts: migrating counts what it holds
       const dir = mkdtempSync(join(tmpdir(), 'capstan-counts-'))
-      const old = new Database(join(dir, 'capstan.db'))
+      const old = databaseAtSchema(join(dir, 'capstan.db'), 28)
       try {
-        old.run('CREATE TABLE migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT')
-        for (const m of MIGRATIONS.filter((x) => x.version <= 28)) {
-          old.run(m.sql)
-          old.query('INSERT INTO migrations (version, name, applied_at) VALUES (?, ?, 0)').run(m.version, m.name)
-        }
         const add = old.query("INSERT INTO contacts (id, workspace_id, phone, consent_status, metadata, created_at, updated_at, last_activity_at) VALUES (?, ?, ?, 'unknown', '{}', 0, 0, 0)")
         for (let i = 0; i < 3; i++) add.run(`x${i}`, 'w1', `+1555000400${i}`)
         add.run('y0', 'w2', '+15550004000')

@@ -4,10 +4,10 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { networkInterfaces, tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { MIGRATIONS } from '../src/db/migrations'
 import { loadDotEnv } from '../src/main'
 import { Metrics, ResponseCounts } from '../src/metrics'
 import { inProcess } from './support/inproc'
+import { databaseAtSchema } from './support/schema'
 import { TestServer, freePort, hostEnv, newPhone } from './support/server'
 import { waitFor } from './support/wait'
 
@@ -398,12 +398,7 @@ describe('configuration and start-up', () => {
     const dir = mkdtempSync(join(tmpdir(), 'capstan-upgrade-'))
     try {
       // a database as Capstan left it at schema 18, with campaigns paused for each reason it had
-      const old = new Database(join(dir, 'capstan.db'))
-      old.run('CREATE TABLE migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT')
-      for (const m of MIGRATIONS.filter((x) => x.version <= 18)) {
-        old.run(m.sql)
-        old.query('INSERT INTO migrations (version, name, applied_at) VALUES (?, ?, 0)').run(m.version, m.name)
-      }
+      const old = databaseAtSchema(join(dir, 'capstan.db'), 18)
       const campaign = old.query("INSERT INTO campaigns (id, workspace_id, name, template_id, connection_id, audience, variables, status, created_at, updated_at, paused_reason) VALUES (?, 'w', 'c', 't', 'k', '{}', '{}', ?, 0, 0, ?)")
       campaign.run('by-request', 'paused', 'requested')
       campaign.run('by-allowance', 'paused', 'allowance_exhausted')
