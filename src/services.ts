@@ -124,6 +124,7 @@ export async function startServices(svc: Services) {
   })
   await svc.messages.recoverInterrupted()
   await svc.messages.expireQueued()
+  await svc.messages.failQueuedOfRemoved((id) => !svc.connections.has(id))
   await svc.media.purgeExpired()
   svc.pacer.start(svc.campaigns.repo.connectionsWithRunning())
   svc.campaigns.armAll()

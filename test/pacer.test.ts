@@ -174,6 +174,21 @@ describe('pacer', () => {
     expect(ids).toEqual([])
   })
 
+  test('the queue of a removed number fails as connection_removed in batches of 500, the server working between them', async () => {
+    const { conn } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 0)
+    const { svc, db } = env!
+    const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15554440002', body: 'x', attachments: [] })
+    svc.connections.patch(conn.id, { status: 'offline' })
+    copyRow(db, 'messages', m.id, 1199, 'queue-')
+    svc.connections.remove(conn.id, () => {})
+    const left = () => (db.query("SELECT status, error_code, COUNT(*) AS n FROM messages WHERE connection_id = ? GROUP BY status, error_code ORDER BY status").all(conn.id) as { status: string; error_code: string | null; n: number }[])
+    let between: unknown = null
+    setImmediate(() => (between = left()))
+    await svc.messages.failQueuedOf(conn.id)
+    expect(between).toEqual([{ status: 'failed', error_code: 'connection_removed', n: 500 }, { status: 'queued', error_code: null, n: 700 }])
+    expect(left()).toEqual([{ status: 'failed', error_code: 'connection_removed', n: 1200 }])
+  })
+
   test('a backlog posted in one burst expires in batches of 500, the server working between them', async () => {
     const { conn } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 0)
     const { svc, db } = env!

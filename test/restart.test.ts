@@ -9,6 +9,31 @@ setDefaultTimeout(60_000)
 
 
 describe('restart', () => {
+  test('a number removed while its queue was being failed: the next start fails the rest as connection_removed', async () => {
+    const srv = await TestServer.start()
+    try {
+      const t = await srv.tenant()
+      // a slow pace: the messages stay queued
+      await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 1, daily_cap: 1, min_gap_seconds: 3600, max_gap_seconds: 3600 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+      const ids: string[] = []
+      for (let i = 0; i < 4; i++) ids.push((await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `m${i}` } })).json.data.id)
+      // the first goes at once; the others wait an hour
+      await waitFor(async () => (await srv.api(t.key, 'GET', `/messages/${ids[0]}`)).json.data.status === 'sent')
+      await srv.stop('SIGKILL')
+      // as a crash right after the removal's write leaves it: the number removed, its queue not yet failed
+      const db = new Database(join(srv.dataDir, 'capstan.db'))
+      db.query('UPDATE connections SET deleted_at = 1 WHERE id = ?').run(conn.id)
+      db.close()
+      await srv.boot()
+      const key = (await srv.key(t.ws.id)).key
+      const after = await Promise.all(ids.map(async (id) => (await srv.api(key, 'GET', `/messages/${id}`)).json.data))
+      expect(after.map((m) => [m.status, m.error?.code ?? null])).toEqual([['sent', null], ...ids.slice(1).map(() => ['failed', 'connection_removed'])])
+    } finally {
+      await srv.close()
+    }
+  })
+
   test('queued messages go out after a crash; interrupted sends fail as send_interrupted, never twice', async () => {
     const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     try {

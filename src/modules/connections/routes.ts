@@ -62,11 +62,11 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     )
     .delete(
       '/connections/:id',
-      ({ params, set }) => {
-        conns.remove(params.id, () => {
-          svc.messages.failQueuedInTx(params.id)
-          svc.campaigns.cancelForConnectionInTx(params.id)
-        })
+      async ({ params, set }) => {
+        conns.remove(params.id, () => svc.campaigns.cancelForConnectionInTx(params.id))
+        // answered once its queue has failed (connection_removed), in batches; a crash meanwhile
+        // leaves the rest to the next start (startServices)
+        await svc.messages.failQueuedOf(params.id)
         set.status = 204
         return ''
       },

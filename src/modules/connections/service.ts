@@ -176,6 +176,11 @@ export class ConnectionService {
     return c
   }
 
+  /** Whether the number is connected (not removed); only while the service runs. */
+  has(id: string): boolean {
+    return this.live.has(id)
+  }
+
   listForWorkspace(workspaceId: string): LiveConnection[] {
     return [...this.live.values()].filter((c) => c.row.workspace_id === workspaceId)
   }

@@ -86,7 +86,7 @@ export class MessageRepo {
     // through the queue's own index: the log's other messages are never read (a walk of the whole
     // table in seq order took 0.4 s a minute with 1,000,000 messages stored)
     this.expiredStmt = db.query<MessageRow, [number, number]>("SELECT * FROM messages INDEXED BY messages_queue WHERE status = 'queued' AND created_at <= ? LIMIT ?")
-    this.queuedForConnStmt = db.query<MessageRow, [string]>("SELECT * FROM messages WHERE connection_id = ? AND status = 'queued'")
+    this.queuedForConnStmt = db.query<MessageRow, [string, number]>("SELECT * FROM messages WHERE connection_id = ? AND status = 'queued' LIMIT ?")
     this.byExternalStmt = db.query<MessageRow, [string, string]>('SELECT * FROM messages WHERE connection_id = ? AND external_id = ?')
     this.byPartStmt = db.query<MessageRow, [string, string]>('SELECT m.* FROM message_parts p JOIN messages m ON m.id = p.message_id WHERE p.connection_id = ? AND p.external_id = ?')
     this.addPartStmt = db.query('INSERT OR IGNORE INTO message_parts (connection_id, external_id, message_id) VALUES (?, ?, ?)')
@@ -136,8 +136,9 @@ export class MessageRepo {
   queuedBefore(cutoff: number, limit: number) {
     return this.expiredStmt.all(cutoff, limit)
   }
-  queuedFor(connectionId: string) {
-    return this.queuedForConnStmt.all(connectionId)
+  /** Up to `limit` of a number's queued messages. */
+  queuedFor(connectionId: string, limit: number) {
+    return this.queuedForConnStmt.all(connectionId, limit)
   }
   /** Write the changed columns of a message. */
   update(id: string, fields: Partial<MessageRow>) {

@@ -43,7 +43,7 @@ const TIMED_OUT = Symbol('timed out')
 const INTERRUPTED = { code: 'send_interrupted', message: 'The server stopped while this message was being handed to the network; it was not sent again.' }
 /** Queued messages the direct lane fails for a refusal in one release before yielding. */
 const MAX_REFUSED_PER_RELEASE = 200
-/** Messages expired per write (each one short; requests are served between). */
+/** Messages expired or failed per write when many go at once (each write short; requests are served between). */
 const EXPIRE_BATCH = 500
 
 /** Why a queued message may not leave any more: its failure code and message. */
@@ -506,10 +506,26 @@ export class MessageService {
     }
   }
 
-  /** Fail what is queued on a number that is being removed (inside its write). */
-  failQueuedInTx(connectionId: string) {
-    const now = this.deps.clock.now()
-    for (const m of this.repo.queuedFor(connectionId)) this.advanceInTx(m.id, 'failed', now, { error_code: 'connection_removed', error_message: 'The connection was removed before the message was sent.' })
+  /**
+   * Fail what is still queued on a removed number, in batches with requests served between (one
+   * write for a queue of 100,000 held the server for seconds). Also at start-up, for a removal a
+   * crash cut off half-way (`failQueuedOfRemoved`).
+   */
+  async failQueuedOf(connectionId: string) {
+    for (;;) {
+      const batch = this.repo.queuedFor(connectionId, EXPIRE_BATCH)
+      if (batch.length === 0) return
+      this.deps.writer.now(() => {
+        const now = this.deps.clock.now()
+        for (const m of batch) this.advanceInTx(m.id, 'failed', now, { error_code: 'connection_removed', error_message: 'The connection was removed before the message was sent.' })
+      })
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+  }
+
+  /** At start-up: the queued messages of numbers that are removed (`removed` tells which) fail. */
+  async failQueuedOfRemoved(removed: (connectionId: string) => boolean) {
+    for (const id of this.repo.connectionsWithQueue()) if (removed(id)) await this.failQueuedOf(id)
   }
 
   /** Sends handed to a driver whose outcome is not recorded yet (a graceful stop waits for them). */
