@@ -492,32 +492,29 @@ export class MessageService {
   }
 
   /** Messages still queued after 24 h (their number never came back) fail as expired. */
-  async expireQueued(maxAgeMs = 86_400_000) {
+  expireQueued(maxAgeMs = 86_400_000) {
     const cutoff = this.deps.clock.now() - maxAgeMs
-    for (;;) {
-      const batch = this.repo.queuedBefore(cutoff, EXPIRE_BATCH)
-      if (batch.length === 0) return
-      this.deps.writer.now(() => {
-        const now = this.deps.clock.now()
-        for (const m of batch) this.advanceInTx(m.id, 'failed', now, { error_code: 'expired', error_message: 'The message was still queued after 24 hours.' })
-      })
-      // a backlog posted in one burst expires in one burst: serve requests between the batches
-      await new Promise((resolve) => setImmediate(resolve))
-    }
+    // a backlog posted in one burst expires in one burst
+    return this.failInBatches(() => this.repo.queuedBefore(cutoff, EXPIRE_BATCH), { error_code: 'expired', error_message: 'The message was still queued after 24 hours.' })
   }
 
   /**
-   * Fail what is still queued on a removed number, in batches with requests served between (one
-   * write for a queue of 100,000 held the server for seconds). Also at start-up, for a removal a
-   * crash cut off half-way (`failQueuedOfRemoved`).
+   * Fail what is still queued on a removed number (one write for a queue of 100,000 held the
+   * server for seconds). Also at start-up, for a removal a crash cut off half-way
+   * (`failQueuedOfRemoved`).
    */
-  async failQueuedOf(connectionId: string) {
+  failQueuedOf(connectionId: string) {
+    return this.failInBatches(() => this.repo.queuedFor(connectionId, EXPIRE_BATCH), { error_code: 'connection_removed', error_message: 'The connection was removed before the message was sent.' })
+  }
+
+  /** Fail the queued messages `next` gives, a batch per write, with requests served between, until it gives none. */
+  private async failInBatches(next: () => MessageRow[], why: { error_code: string; error_message: string }) {
     for (;;) {
-      const batch = this.repo.queuedFor(connectionId, EXPIRE_BATCH)
+      const batch = next()
       if (batch.length === 0) return
       this.deps.writer.now(() => {
         const now = this.deps.clock.now()
-        for (const m of batch) this.advanceInTx(m.id, 'failed', now, { error_code: 'connection_removed', error_message: 'The connection was removed before the message was sent.' })
+        for (const m of batch) this.advanceInTx(m.id, 'failed', now, why)
       })
       await new Promise((resolve) => setImmediate(resolve))
     }
