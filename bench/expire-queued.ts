@@ -7,7 +7,7 @@
  */
 import { inProcess } from '../test/support/inproc'
 import { copyRow } from '../test/support/rows'
-import { timedHold } from './support'
+import { offlineBacklog, timedHold } from './support'
 
 const LOG = Number(process.argv[2] ?? 1_000_000)
 const BURST = Number(process.argv[3] ?? 100_000)
@@ -29,14 +29,8 @@ const BURST = Number(process.argv[3] ?? 100_000)
 }
 {
   const env = await inProcess()
-  const { svc, db, clock } = env
-  const ws = svc.workspaces.create({ name: 'Burst' })
-  svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
-  svc.webhooks.stop()
-  const conn = svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
-  const first = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550007001', body: 'x'.repeat(200), attachments: [] })
-  svc.connections.patch(conn.id, { status: 'offline' })
-  copyRow(db, 'messages', first.id, BURST - 1, 'queued-', { status: "'queued'" })
+  const { svc, clock } = env
+  await offlineBacklog(env, BURST)
   clock.t += 25 * 3_600_000
   const { ms, heldMs } = await timedHold(() => svc.messages.expireQueued())
   console.log(`a burst of ${BURST} queued messages expired in ${ms.toFixed(0)} ms, event loop held at most ${heldMs.toFixed(0)} ms`)

@@ -4,19 +4,12 @@
  * has failed, and the longest the event loop was held (see timedHold).
  */
 import { inProcess } from '../test/support/inproc'
-import { copyRow } from '../test/support/rows'
-import { timedHold } from './support'
+import { offlineBacklog, timedHold } from './support'
 
 const N = Number(process.argv[2] ?? 100_000)
 const env = await inProcess()
 const { svc, db } = env
-const ws = svc.workspaces.create({ name: 'Remove' })
-svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
-svc.webhooks.stop()
-const conn = svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
-const first = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550007001', body: 'x'.repeat(200), attachments: [] })
-svc.connections.patch(conn.id, { status: 'offline' })
-copyRow(db, 'messages', first.id, N - 1, 'queued-', { status: "'queued'" })
+const conn = await offlineBacklog(env, N)
 const remove = async () => {
   svc.connections.remove(conn.id, () => svc.campaigns.cancelForConnectionInTx(conn.id))
   await svc.messages.failQueuedOf(conn.id)

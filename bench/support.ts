@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
+import { copyRow } from '../test/support/rows'
 import { hostEnv } from '../test/support/server'
 
 export const ROOT = join(import.meta.dir, '..')
@@ -206,4 +207,20 @@ export async function timedHold<T>(work: () => Promise<T>): Promise<{ result: T;
   await Bun.sleep(5) // the timer's turn after a run that never yielded
   clearInterval(tick)
   return { result, ms, heldMs: held }
+}
+
+/**
+ * A sandbox number that went offline with `count` messages queued on it (~200-byte bodies), in a
+ * workspace whose webhook endpoint gets an event for each (not delivered: the dispatcher is stopped).
+ */
+export async function offlineBacklog(env: Awaited<ReturnType<typeof import('../test/support/inproc').inProcess>>, count: number) {
+  const { svc, db } = env
+  const ws = svc.workspaces.create({ name: 'Backlog' })
+  svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
+  svc.webhooks.stop()
+  const conn = svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
+  const first = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550007001', body: 'x'.repeat(200), attachments: [] })
+  svc.connections.patch(conn.id, { status: 'offline' })
+  copyRow(db, 'messages', first.id, count - 1, 'queued-', { status: "'queued'" })
+  return conn
 }

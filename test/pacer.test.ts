@@ -174,12 +174,18 @@ describe('pacer', () => {
     expect(ids).toEqual([])
   })
 
-  test('the queue of a removed number fails as connection_removed in batches of 500, the server working between them', async () => {
+  /** A number that went offline with `count` messages queued on it in the same instant. */
+  async function offlineQueue(count: number) {
     const { conn } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 0)
     const { svc, db } = env!
-    const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15554440002', body: 'x', attachments: [] })
+    const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15554440001', body: 'x', attachments: [] })
     svc.connections.patch(conn.id, { status: 'offline' })
-    copyRow(db, 'messages', m.id, 1199, 'queue-')
+    copyRow(db, 'messages', m.id, count - 1, 'queued-')
+    return { svc, db, conn }
+  }
+
+  test('the queue of a removed number fails as connection_removed in batches of 500, the server working between them', async () => {
+    const { svc, db, conn } = await offlineQueue(1200)
     svc.connections.remove(conn.id, () => {})
     const left = () => (db.query("SELECT status, error_code, COUNT(*) AS n FROM messages WHERE connection_id = ? GROUP BY status, error_code ORDER BY status").all(conn.id) as { status: string; error_code: string | null; n: number }[])
     let between: unknown = null
@@ -190,12 +196,7 @@ describe('pacer', () => {
   })
 
   test('a backlog posted in one burst expires in batches of 500, the server working between them', async () => {
-    const { conn } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 0)
-    const { svc, db } = env!
-    const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15554440001', body: 'x', attachments: [] })
-    svc.connections.patch(conn.id, { status: 'offline' })
-    // 1,199 more like it, queued in the same instant
-    copyRow(db, 'messages', m.id, 1199, 'burst-')
+    const { svc, db, conn } = await offlineQueue(1200)
     const queued = () => (db.query("SELECT COUNT(*) AS n FROM messages WHERE connection_id = ? AND status = 'queued'").get(conn.id) as { n: number }).n
     expect(queued()).toBe(1200)
     env!.clock.t += 86_400_000
