@@ -580,3 +580,36 @@ describe('live counts', () => {
     }
   })
 })
+
+describe('audience preview, in process', () => {
+  test('the count walks the contacts in slices with the server working between, every slice boundary included', async () => {
+    const env = await inProcess()
+    try {
+      const { svc } = env
+      const ws = svc.workspaces.create({ name: 'Slices' })
+      const people: [string, string, Record<string, unknown>][] = [
+        ['+15550008001', 'opted_in', { plan: 'pro' }],
+        ['+15550008002', 'opted_in', { plan: 'free' }],
+        ['+15550008003', 'unknown', { plan: 'pro' }],
+        ['+15550008004', 'opted_in', { plan: 'pro' }],
+        ['+15550008005', 'opted_in', { plan: 'pro' }],
+        ['+15550008006', 'opted_out', { plan: 'pro' }],
+        ['+15550008007', 'opted_in', {}],
+      ]
+      for (const [phone, consent_status, metadata] of people) await svc.contacts.upsert(ws.id, { phone, consent_status: consent_status as any, metadata: metadata as any }, 'test')
+      svc.suppressions.add(ws.id, '+15550008005', null)
+      for (const [audience, expected] of [[{}, 4], [{ metadata: { plan: 'pro' } }, 2], [{ metadata: { plan: 'none' } }, 0]] as const) {
+        for (const slice of [1, 2, 3, 7, 50_000]) {
+          let turned = false
+          setImmediate(() => (turned = true))
+          const r = await svc.campaigns.repo.preview(ws.id, audience, 10, slice)
+          expect([audience, slice, r.count, r.rows.length]).toEqual([audience, slice, expected, expected])
+          // several slices: the event loop turned between them
+          if (slice < people.length) expect(turned).toBe(true)
+        }
+      }
+    } finally {
+      await env.close()
+    }
+  })
+})

@@ -219,10 +219,26 @@ export class CampaignRepo {
       .run(campaignId, at, ...params).changes
   }
 
-  /** How many contacts an audience holds now, and a sample of them. */
-  preview(workspaceId: string, audience: Audience, sample: number) {
+  /**
+   * How many contacts an audience holds now, and a sample of them. The count walks the
+   * workspace's contacts in slices of `slice` through its (workspace_id, phone) index, each slice
+   * testing the audience's conditions on its rows, with requests served between: counted in one
+   * statement, 1,000,000 contacts held the server 0.45-0.8 s.
+   */
+  async preview(workspaceId: string, audience: Audience, sample: number, slice = 50_000) {
     const { sql, params } = audienceWhere(workspaceId, audience)
-    const count = (this.db.query(`SELECT COUNT(*) AS n FROM contacts c WHERE ${sql}`).get(...params) as { n: number }).n
+    const step = this.db.query<{ seen: number; n: number; last: string | null }, (string | number)[]>(
+      `SELECT COUNT(*) AS seen, COALESCE(SUM(ok), 0) AS n, MAX(phone) AS last FROM (
+         SELECT c.phone, (${sql}) AS ok FROM contacts c WHERE c.workspace_id = ? AND c.phone > ? ORDER BY c.phone LIMIT ?)`,
+    )
+    let count = 0
+    for (let after = ''; ; ) {
+      const r = step.get(...params, workspaceId, after, slice)!
+      count += r.n
+      if (r.seen < slice || r.last === null) break
+      after = r.last
+      await new Promise((resolve) => setImmediate(resolve))
+    }
     const rows = this.db.query(`SELECT c.* FROM contacts c WHERE ${sql} ORDER BY c.last_activity_at DESC LIMIT ${Math.floor(sample)}`).all(...params)
     return { count, rows }
   }

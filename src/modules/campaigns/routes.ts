@@ -111,9 +111,9 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
     })
     .post(
       '/campaigns/audience/preview',
-      ({ caller, body }) => {
+      async ({ caller, body }) => {
         const input = validate(previewBody, body ?? {})
-        const { count, rows } = campaigns.repo.preview(caller.workspace.id, input.audience ?? {}, 10)
+        const { count, rows } = await campaigns.repo.preview(caller.workspace.id, input.audience ?? {}, 10)
         return { data: { count, sample: (rows as any[]).map((r) => svc.contacts.toPublic(r)) } }
       },
       {
