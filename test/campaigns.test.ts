@@ -582,7 +582,7 @@ describe('live counts', () => {
 })
 
 describe('audience preview, in process', () => {
-  test('the count walks the contacts in slices with the server working between, every slice boundary included', async () => {
+  test('the count and the newest sample walk the contacts in slices with the server working between, every slice boundary included', async () => {
     const env = await inProcess()
     try {
       const { svc } = env
@@ -598,12 +598,19 @@ describe('audience preview, in process', () => {
       ]
       for (const [phone, consent_status, metadata] of people) await svc.contacts.upsert(ws.id, { phone, consent_status: consent_status as any, metadata: metadata as any }, 'test')
       svc.suppressions.add(ws.id, '+15550008005', null)
-      for (const [audience, expected] of [[{}, 4], [{ metadata: { plan: 'pro' } }, 2], [{ metadata: { plan: 'none' } }, 0]] as const) {
+      // activity in another order than the numbers' (the walk's): the sample is the newest
+      const activity = [5, 7, 1, 6, 2, 4, 3]
+      for (const [i, [phone]] of people.entries()) env.db.query('UPDATE contacts SET last_activity_at = ? WHERE phone = ?').run(activity[i]!, phone)
+      for (const [audience, expected, newest] of [
+        [{}, 4, ['+15550008002', '+15550008004']],
+        [{ metadata: { plan: 'pro' } }, 2, ['+15550008004', '+15550008001']],
+        [{ metadata: { plan: 'none' } }, 0, []],
+      ] as const) {
         for (const slice of [1, 2, 3, 7, 50_000]) {
           let turned = false
           setImmediate(() => (turned = true))
-          const r = await svc.campaigns.repo.preview(ws.id, audience, 10, slice)
-          expect([audience, slice, r.count, r.rows.length]).toEqual([audience, slice, expected, expected])
+          const r = await svc.campaigns.repo.preview(ws.id, audience, 2, slice)
+          expect([audience, slice, r.count, r.rows.map((c) => c.phone)]).toEqual([audience, slice, expected, [...newest]])
           // several slices: the event loop turned between them
           if (slice < people.length) expect(turned).toBe(true)
         }

@@ -1,5 +1,6 @@
 /** Campaign and recipient SQL. The audience is frozen with one INSERT … SELECT (no copy in memory). */
 import type { Database } from 'bun:sqlite'
+import type { ContactRow } from '../contacts/repo'
 
 export type CampaignStatus = 'draft' | 'scheduled' | 'running' | 'paused' | 'completed' | 'cancelled'
 /** Why a campaign is paused: on request, or by the pacer when the monthly allowance ran out. */
@@ -220,26 +221,34 @@ export class CampaignRepo {
   }
 
   /**
-   * How many contacts an audience holds now, and a sample of them. The count walks the
-   * workspace's contacts in slices of `slice` through its (workspace_id, phone) index, each slice
-   * testing the audience's conditions on its rows, with requests served between: counted in one
-   * statement, 1,000,000 contacts held the server 0.45-0.8 s.
+   * How many contacts an audience holds now, and a sample of them (the `sample` with the newest
+   * activity). One walk over the workspace's contacts in slices of `slice` through its
+   * (workspace_id, phone) index, each slice testing the audience's conditions on its rows and
+   * keeping its newest matches, with requests served between: counted in one statement, 1,000,000
+   * contacts held the server 0.45-0.8 s, and a sample of a filter that matched nobody read them all.
    */
   async preview(workspaceId: string, audience: Audience, sample: number, slice = 50_000) {
     const { sql, params } = audienceWhere(workspaceId, audience)
-    const step = this.db.query<{ seen: number; n: number; last: string | null }, (string | number)[]>(
-      `SELECT COUNT(*) AS seen, COALESCE(SUM(ok), 0) AS n, MAX(phone) AS last FROM (
-         SELECT c.phone, (${sql}) AS ok FROM contacts c WHERE c.workspace_id = ? AND c.phone > ? ORDER BY c.phone LIMIT ?)`,
+    const step = this.db.query<{ seen: number; n: number; last: string | null; newest: string }, (string | number)[]>(
+      `WITH s AS MATERIALIZED (
+         SELECT c.rowid AS id, c.phone, c.last_activity_at AS at, (${sql}) AS ok FROM contacts c
+         WHERE c.workspace_id = ? AND c.phone > ? ORDER BY c.phone LIMIT ?)
+       SELECT (SELECT COUNT(*) FROM s) AS seen, (SELECT COALESCE(SUM(ok), 0) FROM s) AS n, (SELECT MAX(phone) FROM s) AS last,
+         (SELECT json_group_array(json_array(id, at)) FROM (SELECT id, at FROM s WHERE ok ORDER BY at DESC LIMIT ?)) AS newest`,
     )
     let count = 0
+    let newest: [number, number][] = []
     for (let after = ''; ; ) {
-      const r = step.get(...params, workspaceId, after, slice)!
+      const r = step.get(...params, workspaceId, after, slice, sample)!
       count += r.n
+      newest = [...newest, ...(JSON.parse(r.newest) as [number, number][])].sort((a, b) => b[1] - a[1]).slice(0, sample)
       if (r.seen < slice || r.last === null) break
       after = r.last
       await new Promise((resolve) => setImmediate(resolve))
     }
-    const rows = this.db.query(`SELECT c.* FROM contacts c WHERE ${sql} ORDER BY c.last_activity_at DESC LIMIT ${Math.floor(sample)}`).all(...params)
-    return { count, rows }
+    const byId = new Map(newest.map(([id], i) => [id, i]))
+    const rows = newest.length ? this.db.query<ContactRow & { rowid: number }, number[]>(`SELECT rowid, * FROM contacts WHERE rowid IN (${newest.map(() => '?').join(', ')})`).all(...newest.map(([id]) => id)) : []
+    rows.sort((a, b) => byId.get(a.rowid)! - byId.get(b.rowid)!)
+    return { count, rows: rows.map(({ rowid: _, ...row }) => row as ContactRow) }
   }
 }
