@@ -171,3 +171,9 @@ export async function persist(write: () => unknown, stopping: () => boolean, onE
     }
   }
 }
+
+/**
+ * Let the event loop serve what waits (requests, timers, other writes) before a long job's next
+ * slice: the jobs that walk many rows write one short slice at a time and call this between.
+ */
+export const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve))

@@ -1,6 +1,7 @@
 /** Campaign and recipient SQL. The audience is frozen with one INSERT … SELECT (no copy in memory). */
 import type { Database } from 'bun:sqlite'
 import type { ContactRow } from '../contacts/repo'
+import { nextTurn } from '../../db/writer'
 
 export type CampaignStatus = 'draft' | 'scheduled' | 'running' | 'paused' | 'completed' | 'cancelled'
 /** Why a campaign is paused: on request, or by the pacer when the monthly allowance ran out. */
@@ -244,7 +245,7 @@ export class CampaignRepo {
       newest = [...newest, ...(JSON.parse(r.newest) as [number, number][])].sort((a, b) => b[1] - a[1]).slice(0, sample)
       if (r.seen < slice || r.last === null) break
       after = r.last
-      await new Promise((resolve) => setImmediate(resolve))
+      await nextTurn()
     }
     const byId = new Map(newest.map(([id], i) => [id, i]))
     const rows = newest.length ? this.db.query<ContactRow & { rowid: number }, number[]>(`SELECT rowid, * FROM contacts WHERE rowid IN (${newest.map(() => '?').join(', ')})`).all(...newest.map(([id]) => id)) : []

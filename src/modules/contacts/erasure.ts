@@ -28,6 +28,7 @@ import type { AuditRepo } from '../audit/repo'
 import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
 import type { ContactService } from './service'
+import { nextTurn } from '../../db/writer'
 
 export interface ErasureReport {
   contact_id: string
@@ -103,7 +104,7 @@ export class ContactEraser {
     let events = 0
     for (let from = 0; from <= scanned; from += this.eventSlice) {
       events += writer.now(() => sql.events.run(from, Math.min(from + this.eventSlice - 1, scanned), workspaceId, first.id).changes)
-      await new Promise((resolve) => setImmediate(resolve))
+      await nextTurn()
     }
     const { report, campaigns } = writer.now(() => {
       const { contact, rows } = find()

@@ -17,6 +17,7 @@ import type { Deps } from '../../deps'
 import type { Logger } from '../../http/log'
 import type { WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
+import { nextTurn } from '../../db/writer'
 
 const DAY_MS = 86_400_000
 
@@ -84,7 +85,7 @@ export class MessageRetention {
         after = last
       }
       if (end < rows.length || rows.length < this.slice) return total
-      await new Promise((resolve) => setImmediate(resolve))
+      await nextTurn()
     }
   }
 }

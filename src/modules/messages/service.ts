@@ -5,7 +5,7 @@
  * A group message ends at sent.
  */
 import type { Deps } from '../../deps'
-import { persist } from '../../db/writer'
+import { nextTurn, persist } from '../../db/writer'
 import { notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Accepted, NetworkTemplate, ReceiptStatus } from '../../network/driver'
@@ -516,7 +516,7 @@ export class MessageService {
         const now = this.deps.clock.now()
         for (const m of batch) this.advanceInTx(m.id, 'failed', now, why)
       })
-      await new Promise((resolve) => setImmediate(resolve))
+      await nextTurn()
     }
   }
 

@@ -5,7 +5,7 @@
  * is pending in SQLite until an endpoint answered 2xx or its retries ran out.
  */
 import { randomBytes } from 'node:crypto'
-import { persist } from '../../db/writer'
+import { nextTurn, persist } from '../../db/writer'
 import type { Deps } from '../../deps'
 import { Tally } from '../../tally'
 import { conflict, notFound, validationFailed } from '../../http/errors'
@@ -279,7 +279,7 @@ export class WebhookService {
       if (requeued > 0) this.kick()
       if (last === null) break
       after = last
-      await new Promise((resolve) => setImmediate(resolve))
+      await nextTurn()
     }
     if (total > 0) this.log.info('webhook deliveries sent again', { endpoint_id: id, deliveries: total })
     return total
@@ -340,7 +340,7 @@ export class WebhookService {
       const n = this.deps.writer.now(() => deleteSlice(slice))
       total += n
       if (n < slice) return total
-      await new Promise((resolve) => setImmediate(resolve))
+      await nextTurn()
     }
   }
 
