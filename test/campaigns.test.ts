@@ -307,7 +307,7 @@ describe('the campaign lane (controlled clock)', () => {
       // open 09:00–09:01 New York time (14:00–14:01 UTC in November): room for two releases 40 s apart
       const c = svc.campaigns.create(ws.id, { name: 'Daytime', template_id: tpl.id, connection_id: conn.id, send_window: { from: '09:00', to: '09:01', time_zone: 'America/New_York' } })
       expect(svc.campaigns.toPublic(c).send_window).toEqual({ from: '09:00', to: '09:01', time_zone: 'America/New_York' })
-      svc.campaigns.schedule(ws.id, c.id, null)
+      await svc.campaigns.schedule(ws.id, c.id, null)
       timers.advance(0)
       await settle()
       const counts = () => svc.campaigns.toPublic(svc.campaigns.repo.getAny(c.id)!).counts
@@ -319,7 +319,7 @@ describe('the campaign lane (controlled clock)', () => {
       expect(svc.messages.repo.getAny(order.id)!.status).toBe('sent')
       // the window opens at 14:00 UTC; the minute's sweep wakes the number
       timers.advanceTo(Date.UTC(2026, 10, 21, 14, 0, 0))
-      svc.campaigns.sweep()
+      await svc.campaigns.sweep()
       timers.advance(0)
       await settle()
       timers.advance(40_000)
@@ -327,15 +327,15 @@ describe('the campaign lane (controlled clock)', () => {
       expect(counts().sent).toBe(2)
       // 14:01 UTC: closed again; the third waits for the next day's window
       timers.advance(60_000)
-      svc.campaigns.sweep()
+      await svc.campaigns.sweep()
       await settle()
       expect([counts().sent, counts().queued]).toEqual([2, 1])
       timers.advanceTo(Date.UTC(2026, 10, 22, 13, 59, 0))
-      svc.campaigns.sweep()
+      await svc.campaigns.sweep()
       await settle()
       expect(counts().sent).toBe(2)
       timers.advanceTo(Date.UTC(2026, 10, 22, 14, 0, 0))
-      svc.campaigns.sweep()
+      await svc.campaigns.sweep()
       timers.advance(0)
       await settle()
       expect(counts().sent).toBe(3)
@@ -356,7 +356,7 @@ describe('the campaign lane (controlled clock)', () => {
       for (const phone of phones) await svc.contacts.upsert(ws.id, { phone, consent_status: 'opted_in' }, 'test')
       const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
       const c = svc.campaigns.create(ws.id, { name: 'Big', template_id: tpl.id, connection_id: conn.id })
-      svc.campaigns.schedule(ws.id, c.id, null)
+      await svc.campaigns.schedule(ws.id, c.id, null)
       timers.advance(0)
       await settle()
       // after the first release, everyone opts out before their turn
@@ -383,7 +383,7 @@ describe('the campaign lane (controlled clock)', () => {
       for (let i = 0; i < 4; i++) await svc.contacts.upsert(ws.id, { phone: `+1555600${String(i).padStart(4, '0')}`, consent_status: 'opted_in' }, 'test')
       const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
       const c = svc.campaigns.create(ws.id, { name: 'Rollover', template_id: tpl.id, connection_id: conn.id })
-      svc.campaigns.schedule(ws.id, c.id, null)
+      await svc.campaigns.schedule(ws.id, c.id, null)
       const state = () => {
         const p = svc.campaigns.toPublic(svc.campaigns.repo.getAny(c.id)!)
         return [p.status, p.paused_reason, p.counts.sent, p.counts.skipped]
@@ -422,7 +422,7 @@ describe('the campaign lane (controlled clock)', () => {
       for (let i = 0; i < 20; i++) await svc.contacts.upsert(ws.id, { phone: `+1555300${String(i).padStart(4, '0')}`, consent_status: 'opted_in' }, 'test')
       const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
       const c = svc.campaigns.create(ws.id, { name: 'Big', template_id: tpl.id, connection_id: conn.id })
-      svc.campaigns.schedule(ws.id, c.id, null)
+      await svc.campaigns.schedule(ws.id, c.id, null)
       env.timers.advance(0)
       const orders = []
       for (let i = 0; i < 3; i++) orders.push(await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+1555400${i}000`, body: `order ${i}`, attachments: [] }))
@@ -451,10 +451,10 @@ describe('the campaign lane (controlled clock)', () => {
       const failing = (to: string) => db.run(`CREATE TRIGGER full_disk BEFORE UPDATE OF status ON campaigns WHEN NEW.status = '${to}' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`)
       // launched now, but the start cannot be written: it stays scheduled, due, with nothing armed
       failing('running')
-      expect(() => svc.campaigns.schedule(ws.id, c.id, null)).toThrow('database or disk is full')
+      await expect(svc.campaigns.schedule(ws.id, c.id, null)).rejects.toThrow('database or disk is full')
       expect(status()).toBe('scheduled')
       db.run('DROP TRIGGER full_disk')
-      svc.campaigns.sweep()
+      await svc.campaigns.sweep()
       expect(status()).toBe('running')
       // its one message is sent; marking the campaign completed then cannot be written
       failing('completed')
@@ -463,7 +463,7 @@ describe('the campaign lane (controlled clock)', () => {
       expect(svc.campaigns.repo.counts(c.id)).toMatchObject({ total: 1, sent: 1 })
       expect(status()).toBe('running')
       db.run('DROP TRIGGER full_disk')
-      svc.campaigns.sweep()
+      await svc.campaigns.sweep()
       expect(status()).toBe('completed')
       // announced once, with the completion
       expect(db.query("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE type = 'campaign.completed'").get()).toEqual({ n: 1 })
@@ -617,6 +617,145 @@ describe('audience preview, in process', () => {
       }
     } finally {
       await env.close()
+    }
+  })
+})
+
+describe('audience freeze in slices', () => {
+  const people: [string, string, Record<string, unknown>][] = [
+    ['+15550009001', 'opted_in', { plan: 'pro' }],
+    ['+15550009002', 'opted_in', { plan: 'free' }],
+    ['+15550009003', 'unknown', { plan: 'pro' }],
+    ['+15550009004', 'opted_in', { plan: 'pro' }],
+    ['+15550009005', 'opted_in', { plan: 'pro' }],
+    ['+15550009006', 'opted_out', { plan: 'pro' }],
+    ['+15550009007', 'opted_in', {}],
+  ]
+  async function freezeEnv() {
+    const env = await inProcess()
+    const { svc } = env
+    const ws = svc.workspaces.create({ name: 'Freeze' })
+    const conn = svc.connections.create(ws.id, { phone: '+15550009000', driver: 'sandbox', config: NO_RECEIPTS })
+    // contacts created in another order than their numbers' (the freeze walks numbers)
+    for (const [phone, consent_status, metadata] of [...people].reverse()) await svc.contacts.upsert(ws.id, { phone, consent_status: consent_status as any, metadata: metadata as any }, 'test')
+    svc.suppressions.add(ws.id, '+15550009005', null)
+    const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
+    const campaign = (audience = {}) => svc.campaigns.create(ws.id, { name: 'Sliced', template_id: tpl.id, connection_id: conn.id, audience })
+    const recipients = (id: string) => (env.db.query('SELECT phone FROM campaign_recipients WHERE campaign_id = ? ORDER BY seq').all(id) as { phone: string }[]).map((r) => r.phone)
+    return { env, svc, ws, campaign, recipients }
+  }
+
+  test('every slice boundary: the whole audience, in number order, with the server working between slices; the schedule answers with the full counts', async () => {
+    const { env, svc, ws, campaign, recipients } = await freezeEnv()
+    try {
+      for (const [audience, expected] of [
+        [{}, ['+15550009001', '+15550009002', '+15550009004', '+15550009007']],
+        [{ metadata: { plan: 'pro' } }, ['+15550009001', '+15550009004']],
+        [{ metadata: { plan: 'none' } }, []],
+      ] as const) {
+        for (const slice of [1, 2, 3, 7, 5_000]) {
+          svc.campaigns.freezeSliceSize = slice
+          const c = campaign(audience)
+          let midway: number | null = null
+          setImmediate(() => (midway = svc.campaigns.repo.counts(c.id).total))
+          const started = await svc.campaigns.schedule(ws.id, c.id, null)
+          expect([audience, slice, recipients(c.id)]).toEqual([audience, slice, [...expected]])
+          expect([started.freeze_after, svc.campaigns.toPublic(started).counts.total]).toEqual([null, expected.length])
+          // more than one slice: the event loop turned before the last one, which the answer waited for
+          if (slice < people.length && expected.length > 0) expect(midway!).toBeLessThan(expected.length)
+          expect(started.status).toBe(expected.length ? 'running' : 'completed')
+          if (expected.length) svc.campaigns.cancel(ws.id, c.id)
+        }
+      }
+    } finally {
+      await env.close()
+    }
+  })
+
+  test('a contact created after the start is not in the audience; a cancel between slices stops the freeze; a pause does not', async () => {
+    const { env, svc, ws, campaign, recipients } = await freezeEnv()
+    try {
+      svc.campaigns.freezeSliceSize = 2
+      const c = campaign()
+      const starting = svc.campaigns.schedule(ws.id, c.id, null)
+      // the start and the first slice are one write, done before the schedule yields
+      expect([svc.campaigns.repo.getAny(c.id)!.status, recipients(c.id)]).toEqual(['running', ['+15550009001', '+15550009002']])
+      env.clock.t += 1000
+      await svc.contacts.upsert(ws.id, { phone: '+15550009008', consent_status: 'opted_in' }, 'test')
+      expect(svc.campaigns.repo.getAny(c.id)!.freeze_after).not.toBeNull()
+      svc.campaigns.pause(ws.id, c.id)
+      await starting
+      expect([svc.campaigns.repo.getAny(c.id)!.status, recipients(c.id)]).toEqual(['paused', ['+15550009001', '+15550009002', '+15550009004', '+15550009007']])
+
+      const d = campaign()
+      const cancelled = svc.campaigns.schedule(ws.id, d.id, null)
+      svc.campaigns.cancel(ws.id, d.id)
+      const after = await cancelled
+      expect([after.status, after.freeze_after, recipients(d.id)]).toEqual(['cancelled', null, ['+15550009001', '+15550009002']])
+      expect(svc.campaigns.toPublic(after).counts).toMatchObject({ total: 2, skipped: 2 })
+      // a later campaign has the new contact
+      svc.campaigns.freezeSliceSize = 5_000
+      const e = campaign()
+      await svc.campaigns.schedule(ws.id, e.id, null)
+      expect(recipients(e.id)).toContain('+15550009008')
+    } finally {
+      await env.close()
+    }
+  })
+
+  test('a slice whose write fails (a full disk) leaves the campaign running with what was frozen; the next sweep goes on; it completes only then', async () => {
+    const { env, svc, ws, campaign, recipients } = await freezeEnv()
+    try {
+      svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(0) } })
+      svc.campaigns.freezeSliceSize = 2
+      const c = campaign()
+      const starting = svc.campaigns.schedule(ws.id, c.id, null)
+      env.db.run("CREATE TRIGGER full_disk BEFORE INSERT ON campaign_recipients BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+      const started = await starting
+      expect([started.status, started.freeze_after, recipients(c.id)]).toEqual(['running', '+15550009002', ['+15550009001', '+15550009002']])
+      // the two frozen are sent; with more to come, the campaign is not completed
+      for (let i = 0; i < 3; i++) {
+        env.timers.advance(0)
+        await settle()
+      }
+      expect([svc.campaigns.repo.getAny(c.id)!.status, svc.campaigns.repo.counts(c.id).sent]).toEqual(['running', 2])
+      env.db.run('DROP TRIGGER full_disk')
+      await svc.campaigns.sweep()
+      await waitFor(() => svc.campaigns.repo.getAny(c.id)!.freeze_after === null)
+      for (let i = 0; i < 3; i++) {
+        env.timers.advance(0)
+        await settle()
+      }
+      expect([svc.campaigns.repo.getAny(c.id)!.status, recipients(c.id), svc.campaigns.repo.counts(c.id).sent]).toEqual(['completed', ['+15550009001', '+15550009002', '+15550009004', '+15550009007'], 4])
+    } finally {
+      await env.close()
+    }
+  })
+
+  test('a start cut off by a crash mid-freeze: the server goes on with the rest after a restart; each recipient gets one message', async () => {
+    const own = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const { key, contact, campaign } = await setup(0, own)
+      const phones: string[] = []
+      for (let i = 0; i < 5; i++) phones.push((await contact({ name: `P${i}`, consent_status: 'opted_in', metadata: { plan: 'pro' } })).phone)
+      phones.sort()
+      const c = await campaign()
+      await own.stop('SIGKILL')
+      // as the start's write leaves it (status, body and the first slice of two), the rest not yet frozen
+      const db = new Database(join(own.dataDir, 'capstan.db'))
+      const ids = db.query('SELECT id, phone FROM contacts WHERE phone IN (?, ?)').all(phones[0]!, phones[1]!) as { id: string; phone: string }[]
+      db.query("UPDATE campaigns SET status = 'running', started_at = ?, body = 'Hi {{name}}, {{metadata.plan}} deal: {{1}}', freeze_after = ? WHERE id = ?").run(Date.now(), phones[1]!, c.id)
+      for (const r of ids) db.query("INSERT INTO campaign_recipients (campaign_id, contact_id, phone, status, updated_at) VALUES (?, ?, ?, 'pending', 0)").run(c.id, r.id, r.phone)
+      db.close()
+      await own.boot()
+      await waitFor(async () => (await get(key, c.id, own)).status === 'completed', 20_000)
+      expect((await get(key, c.id, own)).counts).toMatchObject({ total: 5, sent: 5, skipped: 0 })
+      const sent = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
+      const perRecipient = sent.query('SELECT recipient, COUNT(*) AS n FROM messages WHERE campaign_id = ? GROUP BY recipient ORDER BY recipient').all(c.id)
+      sent.close()
+      expect(perRecipient).toEqual(phones.map((p) => ({ recipient: p, n: 1 })))
+    } finally {
+      await own.close()
     }
   })
 })

@@ -412,14 +412,14 @@ describe('retention', () => {
       const unused = await svc.media.upload(ws.id, new File([files.png()], 'other.png'))
       const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Our new menu' })
       const c = svc.campaigns.create(ws.id, { name: 'Menu', template_id: tpl.id, connection_id: conn.id, media_id: used.id })
-      svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 2 * 86_400_000).toISOString())
+      await svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 2 * 86_400_000).toISOString())
       env.clock.t += 86_400_000 + 1
       await svc.media.purgeExpired()
       expect(svc.media.repo.get(ws.id, used.id)?.id).toBe(used.id)
       expect(existsSync(svc.media.store.pathFor(used.sha256))).toBe(true)
       expect(svc.media.repo.get(ws.id, unused.id)).toBeNull()
       // moved to another time, it still holds it
-      svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 86_400_000).toISOString())
+      await svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 86_400_000).toISOString())
       await svc.media.purgeExpired()
       expect(svc.media.repo.get(ws.id, used.id)?.id).toBe(used.id)
       // cancelled, the campaign no longer holds it

@@ -30,6 +30,7 @@ import m0028 from '../../migrations/0028_campaign_send_window.sql' with { type: 
 import m0029 from '../../migrations/0029_contact_counts.sql' with { type: 'text' }
 import m0030 from '../../migrations/0030_campaign_recipients_order.sql' with { type: 'text' }
 import m0031 from '../../migrations/0031_campaign_counts.sql' with { type: 'text' }
+import m0032 from '../../migrations/0032_campaign_freeze_in_slices.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -63,4 +64,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 29, name: '0029_contact_counts', sql: m0029 },
   { version: 30, name: '0030_campaign_recipients_order', sql: m0030 },
   { version: 31, name: '0031_campaign_counts', sql: m0031 },
+  { version: 32, name: '0032_campaign_freeze_in_slices', sql: m0032 },
 ]

@@ -30,6 +30,8 @@ export interface CampaignRow {
   created_at: number
   updated_at: number
   deleted_at: number | null
+  /** While the audience is being frozen: the last phone frozen so far ('' before the first slice); else null. */
+  freeze_after: string | null
 }
 
 export interface RecipientRow {
@@ -140,7 +142,7 @@ export class CampaignRepo {
   }
 
   insert(row: CampaignRow) {
-    const { deleted_at: _, paused_reason: __, ...rest } = row
+    const { deleted_at: _, paused_reason: __, freeze_after: ___, ...rest } = row
     this.insertStmt.run(rest as any)
   }
   update(id: string, fields: Partial<CampaignRow>) {
@@ -213,12 +215,27 @@ export class CampaignRepo {
     return this.db.query<CampaignRow, [string]>("SELECT * FROM campaigns WHERE connection_id = ? AND status IN ('draft', 'scheduled', 'running', 'paused') AND deleted_at IS NULL").all(connectionId)
   }
 
-  /** Freeze the audience into recipients (one statement); returns how many. */
-  freeze(campaignId: string, workspaceId: string, audience: Audience, at: number): number {
+  /**
+   * Freeze the next slice of the audience into recipients: the workspace's next `slice` contacts
+   * after the phone `after`, in phone order through the (workspace_id, phone) index, those of them
+   * in the audience and created by `until` (the start). Returns the last phone of the slice, or
+   * null when it was the last.
+   */
+  freezeSlice(campaignId: string, workspaceId: string, audience: Audience, after: string, until: number, at: number, slice: number): string | null {
+    const edge = this.db.query<{ phone: string }, [string, string, number]>('SELECT phone FROM contacts WHERE workspace_id = ? AND phone > ? ORDER BY phone LIMIT 1 OFFSET ?').get(workspaceId, after, slice - 1)?.phone ?? null
     const { sql, params } = audienceWhere(workspaceId, audience)
-    return this.db
-      .query(`INSERT OR IGNORE INTO campaign_recipients (campaign_id, contact_id, phone, status, updated_at) SELECT ?, c.id, c.phone, 'pending', ? FROM contacts c WHERE ${sql} ORDER BY c.rowid`)
-      .run(campaignId, at, ...params).changes
+    this.db
+      .query(
+        `INSERT OR IGNORE INTO campaign_recipients (campaign_id, contact_id, phone, status, updated_at) SELECT ?, c.id, c.phone, 'pending', ? FROM contacts c
+         WHERE ${sql} AND c.phone > ?${edge === null ? '' : ' AND c.phone <= ?'} AND c.created_at <= ? ORDER BY c.phone`,
+      )
+      .run(campaignId, at, ...params, after, ...(edge === null ? [] : [edge]), until)
+    return edge
+  }
+
+  /** Campaigns whose audience is still being frozen (a start cut off by a restart or a failed write). */
+  freezing() {
+    return this.db.query<CampaignRow, []>('SELECT * FROM campaigns WHERE freeze_after IS NOT NULL').all()
   }
 
   /**
