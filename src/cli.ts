@@ -255,10 +255,14 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
   return res.ok ? 0 : 1
 }
 
-/** An import's outcome: what was created, what was there already, and why the rest was not. */
-function importSummary(data: { created: { id: string; name: string; variables: string[] }[]; existing: { id: string; name: string }[]; skipped: { name: string; language: string; reason: string }[] }): string {
-  const lines = [`created ${data.created.length}, already there ${data.existing.length}, skipped ${data.skipped.length}`]
-  for (const t of data.created) lines.push(`  created  ${t.id}  ${t.name}${t.variables.length ? `  (values: ${t.variables.map((v) => `{{${v}}}`).join(' ')})` : ''}`)
+type Imported = { id: string; name: string; variables: string[] }
+
+/** An import's outcome: what was created or brought up to date, what was there already, and why the rest was not. */
+function importSummary(data: { created: Imported[]; updated: Imported[]; existing: { id: string; name: string }[]; skipped: { name: string; language: string; reason: string }[] }): string {
+  const lines = [`created ${data.created.length}, updated ${data.updated.length}, already there ${data.existing.length}, skipped ${data.skipped.length}`]
+  const values = (t: Imported) => (t.variables.length ? `  (values: ${t.variables.map((v) => `{{${v}}}`).join(' ')})` : '')
+  for (const t of data.created) lines.push(`  created  ${t.id}  ${t.name}${values(t)}`)
+  for (const t of data.updated) lines.push(`  updated  ${t.id}  ${t.name}${values(t)}`)
   for (const t of data.existing) lines.push(`  kept     ${t.id}  ${t.name}`)
   for (const t of data.skipped) lines.push(`  skipped  ${t.name} (${t.language}): ${t.reason}`)
   return lines.join('\n')

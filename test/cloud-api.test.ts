@@ -296,6 +296,57 @@ describe('importing templates from Meta', () => {
     expect((await srv.api(key, 'GET', '/templates')).json.meta.total).toBe(5)
   })
 
+  test('importing again brings a template still as imported up to Meta’s changed text; one edited here, or made by hand, is left as it is', async () => {
+    graph.state.templates = catalogue()
+    const { key, conn } = await setup({ waba_id: WABA })
+    const handMade = (await srv.api(key, 'POST', '/templates', { json: { name: 'Mine', body: 'Hello {{name}}', whatsapp: { name: 'already_linked', language: 'en_US' } } })).json.data
+    const first = (await srv.admin('POST', `/connections/${conn.id}/import-templates`)).json.data
+    const byName = (name: string) => first.created.find((t: any) => t.whatsapp.name === name)
+    const [shipped, welcome, sale] = [byName('order_shipped'), byName('welcome'), byName('spring_sale')]
+    // renamed here (the text as imported), and edited here
+    await srv.api(key, 'PUT', `/templates/${shipped.id}`, { json: { name: 'Shipping update' } })
+    await srv.api(key, 'PUT', `/templates/${welcome.id}`, { json: { body: 'Welcome to Acme, {{name}}!' } })
+    // Meta's text changes for three of them; the sale stays as it was
+    const changed = catalogue().map((t) => {
+      if (t.name === 'order_shipped') return { ...t, components: [metaBody('Hi {{1}}, order {{2}} is on its way.'), { type: 'BUTTONS', buttons: [{ type: 'URL', text: 'Track', url: 'https://shop.example/t/{{1}}' }] }] }
+      if (t.name === 'welcome') return { ...t, components: [metaBody('Welcome to Acme, friend!')] }
+      if (t.name === 'already_linked') return { ...t, components: [metaBody('Hello there {{1}}')] }
+      return t
+    })
+    graph.state.templates = changed
+    const second = (await srv.admin('POST', `/connections/${conn.id}/import-templates`)).json.data
+    expect(second.created).toEqual([])
+    expect(second.updated.map((t: any) => [t.id, t.name, t.body, t.variables, t.whatsapp])).toEqual([
+      [shipped.id, 'Shipping update', 'Hi {{1}}, order {{2}} is on its way.', ['1', '2', '3'], { name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [{ index: 0, value: '{{3}}' }], parameter_names: null, header_parameter_name: null }],
+    ])
+    expect(second.existing.map((t: any) => t.id).sort()).toEqual([sale.id, byName('autumn_sale').id, handMade.id].sort())
+    expect(second.skipped.find((t: any) => t.name === 'welcome')).toEqual({
+      name: 'welcome',
+      language: 'en',
+      reason: `Meta's template has changed since it was imported, and template ${welcome.id} was edited here since: it was left as it is; edit it to match.`,
+    })
+    const now = async (id: string) => (await srv.api(key, 'GET', `/templates/${id}`)).json.data
+    expect((await now(welcome.id)).body).toBe('Welcome to Acme, {{name}}!')
+    expect((await now(handMade.id)).body).toBe('Hello {{name}}')
+    expect((await now(shipped.id)).body).toBe('Hi {{1}}, order {{2}} is on its way.')
+    // the updated one sends as Meta has it now
+    const to = newPhone()
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, template_id: shipped.id, variables: { '1': 'Ann', '2': 'A-7', '3': 'A-7' } } })
+    expect(r.status).toBe(202)
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    expect(graph.seen.filter((x) => x.json?.to === to.slice(1)).at(-1)!.json.template.components).toEqual([
+      { type: 'body', parameters: [{ type: 'text', text: 'Ann' }, { type: 'text', text: 'A-7' }] },
+      { type: 'button', sub_type: 'url', index: '0', parameters: [{ type: 'text', text: 'A-7' }] },
+    ])
+    // edited to match Meta's text again: taken as imported, and kept up to date from then on
+    await srv.api(key, 'PUT', `/templates/${welcome.id}`, { json: { body: 'Welcome to Acme, friend!' } })
+    const third = (await srv.admin('POST', `/connections/${conn.id}/import-templates`)).json.data
+    expect([third.updated, third.existing.map((t: any) => t.id).includes(welcome.id)]).toEqual([[], true])
+    graph.state.templates = changed.map((t) => (t.name === 'welcome' ? { ...t, components: [metaBody('Welcome back to Acme!')] } : t))
+    const fourth = (await srv.admin('POST', `/connections/${conn.id}/import-templates`)).json.data
+    expect(fourth.updated.map((t: any) => [t.id, t.body])).toEqual([[welcome.id, 'Welcome back to Acme!']])
+  })
+
   test('an imported template sends as Meta approved it: header, body and URL button values in place', async () => {
     graph.state.templates = catalogue()
     const { key, conn } = await setup({ waba_id: WABA })
@@ -339,7 +390,7 @@ describe('importing templates from Meta', () => {
     const out = await new Response(p.stdout).text()
     expect(await p.exited).toBe(0)
     const id = (await srv.api((await srv.key(conn.workspace_id)).key, 'GET', '/templates')).json.data[0].id
-    expect(out).toBe(`created 1, already there 0, skipped 1\n  created  ${id}  welcome (en)\n  skipped  pending_one (en): Meta has not approved it (status PENDING).\n`)
+    expect(out).toBe(`created 1, updated 0, already there 0, skipped 1\n  created  ${id}  welcome (en)\n  skipped  pending_one (en): Meta has not approved it (status PENDING).\n`)
   })
 
   test('refusals change nothing: no account id, a number without templates, an unknown account, Meta failing, an unknown number, no admin token', async () => {

@@ -298,7 +298,7 @@ describe('dashboard', () => {
       await srv.admin('PATCH', `/connections/${conn.id}`, { config: { waba_id: '102290129340398' } })
       await page.reload()
       await page.click(`button[data-import="${conn.id}"]`)
-      await page.waitForSelector('text=Templates imported: 1 new, 0 already here, 1 skipped')
+      await page.waitForSelector('text=Templates imported: 1 new, 0 updated, 0 already here, 1 skipped')
       expect(await page.textContent(`#imported-${conn.id}`)).toContain('autumn_sale (en_US): Meta has not approved it (status REJECTED).')
       const templates = (await srv.api(t.key, 'GET', '/templates')).json.data
       expect(templates.map((x: any) => [x.name, x.body])).toEqual([['order_shipped (en_US)', 'Your order {{1}} has shipped.']])

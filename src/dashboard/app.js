@@ -250,8 +250,9 @@ const pages = {
       b.disabled = true
       try {
         const { data: r } = await api('POST', `/connections/${b.dataset.import}/import-templates`)
-        $(`#imported-${CSS.escape(b.dataset.import)}`).innerHTML = `<div class="card"><strong>Templates imported: ${r.created.length} new, ${r.existing.length} already here, ${r.skipped.length} skipped</strong>
+        $(`#imported-${CSS.escape(b.dataset.import)}`).innerHTML = `<div class="card"><strong>Templates imported: ${r.created.length} new, ${r.updated.length} updated, ${r.existing.length} already here, ${r.skipped.length} skipped</strong>
           ${r.created.length ? `<p>New: ${r.created.map((t) => esc(t.name)).join(', ')}</p>` : ''}
+          ${r.updated.length ? `<p>Updated to Meta's text: ${r.updated.map((t) => esc(t.name)).join(', ')}</p>` : ''}
           ${r.skipped.length ? `<ul>${r.skipped.map((t) => `<li>${esc(t.name)} (${esc(t.language)}): ${esc(t.reason)}</li>`).join('')}</ul>` : ''}</div>`
         toast('Templates imported')
       } catch (e) {

@@ -31,6 +31,7 @@ import m0029 from '../../migrations/0029_contact_counts.sql' with { type: 'text'
 import m0030 from '../../migrations/0030_campaign_recipients_order.sql' with { type: 'text' }
 import m0031 from '../../migrations/0031_campaign_counts.sql' with { type: 'text' }
 import m0032 from '../../migrations/0032_campaign_freeze_in_slices.sql' with { type: 'text' }
+import m0033 from '../../migrations/0033_template_imported.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -65,4 +66,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 30, name: '0030_campaign_recipients_order', sql: m0030 },
   { version: 31, name: '0031_campaign_counts', sql: m0031 },
   { version: 32, name: '0032_campaign_freeze_in_slices', sql: m0032 },
+  { version: 33, name: '0033_template_imported', sql: m0033 },
 ]

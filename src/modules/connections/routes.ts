@@ -56,7 +56,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         const workspaceId = conns.getAny(params.id).row.workspace_id
         const r = svc.templates.importFrom(workspaceId, params.id, await conns.networkTemplates(params.id))
         const shown = (rows: typeof r.created) => rows.map((row) => svc.templates.toPublic(row))
-        return { data: { created: shown(r.created), existing: shown(r.existing), skipped: r.skipped } }
+        return { data: { created: shown(r.created), updated: shown(r.updated), existing: shown(r.existing), skipped: r.skipped } }
       },
       { admin: true, detail: hidden },
     )

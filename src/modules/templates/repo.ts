@@ -10,6 +10,8 @@ export interface TemplateRow {
   variables: string
   /** JSON {name, language}: the Meta-approved WhatsApp template this one stands for, or null. */
   whatsapp: string | null
+  /** What the last import wrote (JSON [body, category, whatsapp]); null for a template made by hand. */
+  imported: string | null
   created_at: number
   updated_at: number
   deleted_at: number | null
@@ -27,8 +29,8 @@ export class TemplateRepo {
   private linkedStmt
 
   constructor(db: Database) {
-    this.insertStmt = db.query('INSERT INTO templates (id, workspace_id, name, body, category, variables, whatsapp, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $name, $body, $category, $variables, $whatsapp, $created_at, $updated_at, NULL)')
-    this.updateStmt = db.query('UPDATE templates SET name = $name, body = $body, category = $category, variables = $variables, whatsapp = $whatsapp, updated_at = $updated_at WHERE id = $id')
+    this.insertStmt = db.query('INSERT INTO templates (id, workspace_id, name, body, category, variables, whatsapp, imported, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $name, $body, $category, $variables, $whatsapp, $imported, $created_at, $updated_at, NULL)')
+    this.updateStmt = db.query('UPDATE templates SET name = $name, body = $body, category = $category, variables = $variables, whatsapp = $whatsapp, imported = $imported, updated_at = $updated_at WHERE id = $id')
     this.deleteStmt = db.query('UPDATE templates SET deleted_at = ?, updated_at = ? WHERE id = ?')
     this.getStmt = db.query<TemplateRow, [string, string]>('SELECT * FROM templates WHERE id = ? AND workspace_id = ? AND deleted_at IS NULL')
     this.listStmt = db.query<TemplateRow, [string, number, number]>('SELECT * FROM templates WHERE workspace_id = ? AND deleted_at IS NULL ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?')
@@ -43,7 +45,7 @@ export class TemplateRepo {
     this.insertStmt.run(rest as any)
   }
   update(row: TemplateRow) {
-    this.updateStmt.run({ id: row.id, name: row.name, body: row.body, category: row.category, variables: row.variables, whatsapp: row.whatsapp, updated_at: row.updated_at } as any)
+    this.updateStmt.run({ id: row.id, name: row.name, body: row.body, category: row.category, variables: row.variables, whatsapp: row.whatsapp, imported: row.imported, updated_at: row.updated_at } as any)
   }
   remove(id: string, at: number) {
     this.deleteStmt.run(at, at, id)

@@ -101,7 +101,7 @@ export class TemplateService {
   create(workspaceId: string, input: Required<Pick<TemplateInput, 'name' | 'body'>> & TemplateInput): TemplateRow {
     const variables = this.variablesOf(input.body, input.whatsapp ?? null)
     const now = this.deps.clock.now()
-    const row: TemplateRow = { id: uuid(), workspace_id: workspaceId, name: input.name, body: input.body, category: input.category ?? 'utility', variables: JSON.stringify(variables), whatsapp: whatsappJson(input.whatsapp), created_at: now, updated_at: now, deleted_at: null }
+    const row: TemplateRow = { id: uuid(), workspace_id: workspaceId, name: input.name, body: input.body, category: input.category ?? 'utility', variables: JSON.stringify(variables), whatsapp: whatsappJson(input.whatsapp), imported: null, created_at: now, updated_at: now, deleted_at: null }
     this.deps.writer.now(() => this.repo.insert(row))
     return row
   }
@@ -133,8 +133,10 @@ export class TemplateService {
    * inside a write. The body is the network's text, its numbered variables being the values sent
    * in that order; a text header's variable and each URL button's get the next numbers ("Order
    * {{1}}" in a header of a body with {{1}} and {{2}} takes {{3}}). One the workspace already has
-   * (same name and language) is left as it is; one that cannot be sent is listed with the reason.
-   * Audited as `templates.imported`, naming the number.
+   * (same name and language) is brought up to date when the network's has changed and it is still
+   * as imported (`updated`); one edited here since is left as it is (`existing` while the network's
+   * is unchanged, else listed in `skipped` with the reason), as is one made by hand. One that cannot
+   * be sent is listed with the reason. Audited as `templates.imported`, naming the number.
    */
   importFrom(workspaceId: string, connectionId: string, defs: NetworkTemplateDefinition[]) {
     return this.deps.writer.now(() => {
@@ -148,17 +150,13 @@ export class TemplateService {
     const key = (name: string, language: string) => `${name}\u0000${language}`
     const have = new Map(this.repo.linked(workspaceId).map((r) => [key(...this.linkOf(r)), r]))
     const created: TemplateRow[] = []
+    const updated: TemplateRow[] = []
     const existing: TemplateRow[] = []
     const skipped: { name: string; language: string; reason: string }[] = []
     for (const def of defs) {
       const reason = def.unusable ?? importableBody(def.body)
       if (reason) {
         skipped.push({ name: def.name, language: def.language, reason })
-        continue
-      }
-      const known = have.get(key(def.name, def.language))
-      if (known) {
-        existing.push(known)
         continue
       }
       let next = placeholders(def.body).variables.length + 1
@@ -170,13 +168,46 @@ export class TemplateService {
         parameter_names: def.parameterNames ?? null,
         header_parameter_name: def.headerParameterName ?? null,
       }
+      const fresh = { body: def.body, category: def.category, variables: JSON.stringify(this.variablesOf(def.body, whatsapp)), whatsapp: whatsappJson(whatsapp) }
+      const imported = importStamp(fresh)
       const now = this.deps.clock.now()
-      const row: TemplateRow = { id: uuid(), workspace_id: workspaceId, name: `${def.name} (${def.language})`.slice(0, 120), body: def.body, category: def.category, variables: JSON.stringify(this.variablesOf(def.body, whatsapp)), whatsapp: whatsappJson(whatsapp), created_at: now, updated_at: now, deleted_at: null }
+      const known = have.get(key(def.name, def.language))
+      if (known) {
+        const action = this.reimport(known, imported, fresh.whatsapp)
+        if (action === 'keep') existing.push(known)
+        else if (action === 'adopt') {
+          // already what the import makes (made by hand so, or imported before imports were
+          // recorded): from now on it is as imported
+          this.repo.update({ ...known, imported })
+          existing.push(known)
+        } else if (action === 'update') {
+          const row: TemplateRow = { ...known, ...fresh, imported, updated_at: now }
+          this.repo.update(row)
+          updated.push(row)
+        } else skipped.push({ name: def.name, language: def.language, reason: action })
+        continue
+      }
+      const row: TemplateRow = { id: uuid(), workspace_id: workspaceId, name: `${def.name} (${def.language})`.slice(0, 120), ...fresh, imported, created_at: now, updated_at: now, deleted_at: null }
       this.repo.insert(row)
       have.set(key(def.name, def.language), row)
       created.push(row)
     }
-    return { created, existing, skipped }
+    return { created, updated, existing, skipped }
+  }
+
+  /**
+   * What an import does with a template the workspace already links to the network's template,
+   * which the import now makes into `imported`: keep it as it is, adopt the record (it is exactly
+   * that already), update it (still as last imported, and the network's has changed since), or
+   * the reason it was left as it is. A template made by hand is kept.
+   */
+  private reimport(row: TemplateRow, imported: string, whatsapp: string | null): 'keep' | 'adopt' | 'update' | string {
+    if (importStamp(row) === imported) return row.imported === imported ? 'keep' : 'adopt'
+    if (row.imported === null || row.imported === imported) return 'keep'
+    if (importStamp(row) !== row.imported) return `Meta's template has changed since it was imported, and template ${row.id} was edited here since: it was left as it is; edit it to match.`
+    // as PUT /templates: a campaign waiting to start with media could not send a text header
+    if (this.hasTextHeader({ ...row, whatsapp }) && !this.hasTextHeader(row) && this.repo.scheduledWithMedia(row.id) > 0) return `Meta's template now has a text header, and a scheduled campaign sends template ${row.id} with media: it was left as it is.`
+    return 'update'
   }
 
   private linkOf(row: TemplateRow): [string, string] {
@@ -200,6 +231,9 @@ export class TemplateService {
     return { body: text, variables: JSON.parse(row.variables) as string[], missing }
   }
 }
+
+/** What an import wrote into a template, to tell later whether it is still as imported. */
+const importStamp = (t: Pick<TemplateRow, 'body' | 'category' | 'whatsapp'>) => JSON.stringify([t.body, t.category, t.whatsapp])
 
 /**
  * Why a network template's body cannot be a Capstan body as it is, or null. Capstan sends a body's
