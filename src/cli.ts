@@ -11,7 +11,7 @@ import { parseArgs } from 'node:util'
  * document to keep (an export), printed as indented JSON either way. `summary`: how a successful
  * answer is printed without --json, where a table or key: value lines would not read well.
  */
-type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; options?: string[]; repeated?: string[]; document?: boolean; summary?: (data: any) => string }
+type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; upload?: (a: Args) => Promise<FormData | { json: unknown }>; options?: string[]; repeated?: string[]; document?: boolean; summary?: (data: any) => string }
 type Args = { positionals: string[]; values: Record<string, string | string[] | boolean | undefined> }
 
 const csv = (v: unknown) => (typeof v === 'string' && v.length ? v.split(',').map((x) => x.trim()).filter(Boolean) : undefined)
@@ -27,6 +27,29 @@ const ws = (a: Args) => {
 }
 
 class UsageError extends Error {}
+
+/**
+ * `contacts import FILE`: a CSV file goes up as it is (multipart, field `file`); a `.json` one
+ * holds `{"contacts": [...]}` or the list alone.
+ */
+async function contactsFile(a: Args): Promise<FormData | { json: unknown }> {
+  const path = a.positionals[0]
+  if (!path) throw new UsageError('missing FILE (CSV, or .json)')
+  const file = Bun.file(path)
+  if (!(await file.exists())) throw new UsageError(`cannot read ${path}`)
+  if (path.toLowerCase().endsWith('.json')) {
+    let json: unknown
+    try {
+      json = JSON.parse(await file.text())
+    } catch {
+      throw new UsageError(`${path} is not JSON`)
+    }
+    return { json: Array.isArray(json) ? { contacts: json } : json }
+  }
+  const form = new FormData()
+  form.set('file', new Blob([await file.arrayBuffer()], { type: 'text/csv' }), 'contacts.csv')
+  return form
+}
 
 /**
  * The server started on this machine with the same environment: CAPSTAN_HOST and CAPSTAN_PORT,
@@ -137,6 +160,13 @@ const COMMANDS: Record<string, Route> = {
   'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100`, options: ['workspace'] },
   'suppressions remove': { method: 'DELETE', path: (a) => `/workspaces/${ws(a)}/suppressions/${pos(a, 0, 'phone')}`, options: ['workspace'] },
   'contacts export': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/contacts/export`, body: (a) => ({ phone: a.values.phone }), options: ['workspace', 'phone'], document: true },
+  'contacts import': {
+    method: 'POST',
+    path: (a) => `/workspaces/${ws(a)}/contacts/import`,
+    upload: contactsFile,
+    options: ['workspace'],
+    summary: (d: { created: number; updated: number }) => `created ${d.created}, updated ${d.updated}`,
+  },
   'contacts erase': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/contacts/erase`, body: (a) => ({ phone: a.values.phone }), options: ['workspace', 'phone'] },
 }
 
@@ -158,6 +188,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan suppressions add --workspace ID --phone +E164 [--reason TEXT]
   capstan suppressions list --workspace ID | remove --workspace ID +E164
   capstan contacts export --workspace ID --phone +E164 > FILE   (everything kept about the contact, as JSON)
+  capstan contacts import --workspace ID FILE   (a CSV with a header: phone, name, consent_status, metadata.<key>; or a .json {"contacts": [...]})
   capstan contacts erase --workspace ID --phone +E164   (the contact and its personal data, for good)
   capstan admin METHOD PATH [JSON]      any admin API call, e.g. capstan admin GET /workspaces
 Add --json for the API's JSON on one line.`
@@ -232,9 +263,13 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
   }
   let path: string
   let body: unknown
+  let form: FormData | undefined
   try {
     path = route.path(args)
     body = route.body?.(args)
+    const upload = await route.upload?.(args)
+    if (upload instanceof FormData) form = upload
+    else if (upload) body = upload.json
   } catch (e) {
     console.error(`capstan: ${(e as Error).message}\n\n${CLI_HELP}`)
     return 2
@@ -243,8 +278,9 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
   try {
     res = await fetch(`${base}/admin/api${path}`, {
       method: route.method,
+      // a form sets its own multipart content type
       headers: { authorization: `Bearer ${token}`, accept: 'application/json', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-      body: body !== undefined ? JSON.stringify(body) : undefined,
+      body: form ?? (body !== undefined ? JSON.stringify(body) : undefined),
     })
   } catch (e) {
     console.error(`capstan: cannot reach ${base} (${(e as Error).message})`)

@@ -7,6 +7,7 @@ import { CampaignService } from './modules/campaigns/service'
 import { ConnectionService } from './modules/connections/service'
 import { ContactEraser } from './modules/contacts/erasure'
 import { ContactExport } from './modules/contacts/export'
+import { ContactImport } from './modules/contacts/import'
 import { ContactService } from './modules/contacts/service'
 import { GroupService } from './modules/groups/service'
 import { AuditRepo } from './modules/audit/repo'
@@ -32,6 +33,7 @@ export interface Services {
   contacts: ContactService
   eraser: ContactEraser
   contactExport: ContactExport
+  contactImport: ContactImport
   suppressions: SuppressionService
   connections: ConnectionService
   webhooks: WebhookService
@@ -91,6 +93,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     contacts,
     eraser,
     contactExport: new ContactExport(deps, contacts, messages, media, suppressions, audit),
+    contactImport: new ContactImport(deps, contacts, audit),
     suppressions,
     connections,
     webhooks,

@@ -356,6 +356,30 @@ describe('dashboard', () => {
     await page.close()
   })
 
+  test('contacts: import a CSV file; a file with a bad row imports nothing and lists the rows to fix', async () => {
+    const t = await srv.tenant()
+    const [a, b] = [newPhone(), newPhone()]
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    await signIn(page)
+    await page.goto(`${srv.base}/admin#/w/${t.ws.id}/contacts`)
+    await page.waitForSelector('text=0 contacts')
+    const file = (text: string) => ({ name: 'people.csv', mimeType: 'text/csv', buffer: Buffer.from(text) })
+    await page.setInputFiles('#import input[type=file]', file(`phone,name,consent_status\n${a},Ann,opted_in\nnope,Bob,\n`))
+    await page.click('#import button[type=submit]')
+    await page.waitForSelector('text=Nothing was imported.')
+    expect(await page.textContent('#import-result')).toContain('rows.3.phone: The rows.3.phone field must be an E.164 phone number')
+    expect((await srv.api(t.key, 'GET', '/contacts')).json.meta.total).toBe(0)
+    await page.setInputFiles('#import input[type=file]', file(`phone,name,consent_status\n${a},Ann,opted_in\n${b},Bob,\n`))
+    await page.click('#import button[type=submit]')
+    await page.waitForSelector('text=Contacts imported: 2 new, 0 updated')
+    await page.waitForSelector('text=2 contacts')
+    expect(await page.isVisible('text=Ann')).toBe(true)
+    await shot(page, 'contacts-import')
+    const ann = (await srv.api(t.key, 'GET', `/contacts?phone=${encodeURIComponent(a)}`)).json.data[0]
+    expect([ann.name, ann.consent_status]).toEqual(['Ann', 'opted_in'])
+    await page.close()
+  })
+
   test('the session cookie is HttpOnly and SameSite=Strict; cookie writes need the CSRF header', async () => {
     const login = await fetch(`${srv.base}/admin/session`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-capstan-csrf': '1' }, body: JSON.stringify({ token: ADMIN_TOKEN }) })
     expect(login.status).toBe(204)

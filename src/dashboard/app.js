@@ -25,11 +25,13 @@ class ApiError extends Error {
 }
 
 async function api(method, path, body) {
+  // a form (a file upload) goes as multipart, with the content type the browser gives it
+  const form = body instanceof FormData
   const res = await fetch(`/admin/api${path}`, {
     method,
     credentials: 'same-origin',
-    headers: { accept: 'application/json', 'x-capstan-csrf': '1', ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
+    headers: { accept: 'application/json', 'x-capstan-csrf': '1', ...(body === undefined || form ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : form ? body : JSON.stringify(body),
   })
   const text = await res.text()
   const json = text ? JSON.parse(text) : null
@@ -324,6 +326,7 @@ const pages = {
     const { data, meta, problem } = await listOrProblem(`/workspaces/${ws.id}/contacts?${q}`)
     main.innerHTML = `<h1>Contacts</h1><form id="find" class="inline card"><input name="phone" placeholder="a contact's number" value="${esc(params.phone || '')}"><button type="submit" class="secondary">Find</button>
       <span class="muted">${esc(meta.total)} contacts · page ${esc(meta.page)} of ${esc(meta.last_page)}</span></form>${problem ? `<p class="card">${esc(problem)}</p>` : ''}
+      <form id="import" class="inline card"><label>Import contacts from a CSV file (a header line with phone, and name, consent_status or metadata.&lt;key&gt; if you like; up to 100,000 rows) <input type="file" name="file" accept=".csv,text/csv" required></label><button type="submit" class="secondary">Import</button></form><div id="import-result"></div>
       <p class="muted">Someone who asks for their data: <b>Export</b> downloads everything kept about them as JSON. Someone who asks to be forgotten: <b>Erase</b> deletes their contact, consent history and the files they sent, and leaves their messages in the log without their number, text or attachments — for good. To keep them from being messaged again, suppress the number first.</p>
       <table class="stack"><thead><tr><th>Phone</th><th>Name</th><th>Consent</th><th>Last activity</th><th></th></tr></thead><tbody>
       ${data.map((c) => `<tr>${cell('Phone', esc(c.phone))}${cell('Name', esc(c.name || ''))}${cell('Consent', badge(c.consent_status))}${cell('Last activity', when(c.last_activity_at))}
@@ -334,6 +337,22 @@ const pages = {
       ev.preventDefault()
       const { phone } = formData(ev.target)
       location.hash = `#/w/${ws.id}/contacts${phone ? `?${new URLSearchParams({ phone })}` : ''}`
+    }
+    $('#import').onsubmit = async (ev) => {
+      ev.preventDefault()
+      const button = ev.target.querySelector('button')
+      button.disabled = true
+      try {
+        const { data: r } = await api('POST', `/workspaces/${ws.id}/contacts/import`, new FormData(ev.target))
+        await route()
+        toast(`Contacts imported: ${r.created} new, ${r.updated} updated`)
+      } catch (e) {
+        if (e.status === 401) return
+        // every row was checked and nothing was written: say which rows to fix
+        $('#import-result').innerHTML = `<div class="card"><strong>Nothing was imported. ${esc(e.message)}</strong>${e.body && e.body.errors ? `<ul>${Object.entries(e.body.errors).map(([k, v]) => `<li>${esc(k)}: ${esc(v.join(' '))}</li>`).join('')}</ul>` : ''}</div>`
+      } finally {
+        button.disabled = false
+      }
     }
     main.querySelectorAll('[data-export]').forEach((b) => (b.onclick = () => {
       const phone = b.dataset.export

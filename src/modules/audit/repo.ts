@@ -23,6 +23,7 @@ export type AuditAction =
   | 'suppression.removed'
   | 'contact.exported'
   | 'contact.erased'
+  | 'contacts.imported'
   | 'templates.imported'
 
 export interface AuditRow {

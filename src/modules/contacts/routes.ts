@@ -1,10 +1,11 @@
-/** GET /api/v1/contacts and POST /api/v1/contacts (upsert by phone); the admin API's export and erasure. */
+/** GET /api/v1/contacts and POST /api/v1/contacts (upsert by phone); the admin API's import, export and erasure. */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { paged } from '../../http/format'
 import { hidden } from '../../http/docs'
 import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
+import { importRows } from './import'
 import { CONSENT, listContactsQuery, phoneField, queryPhone, upsertContactBody } from './model'
 
 export const contactDoc = {
@@ -82,6 +83,14 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
       ({ params, body }) => {
         svc.workspaces.get(params.id)
         return new Response(svc.contactExport.export(params.id, validate(byPhone, body).phone), { headers: { 'content-type': 'application/json' } })
+      },
+      { admin: true, detail: hidden },
+    )
+    .post(
+      '/workspaces/:id/contacts/import',
+      async ({ params, body }) => {
+        svc.workspaces.get(params.id)
+        return { data: await svc.contactImport.run(params.id, await importRows(body)) }
       },
       { admin: true, detail: hidden },
     )

@@ -1,0 +1,211 @@
+/** Importing contacts in bulk (admin API and CLI): CSV and JSON, checked whole before anything is written. */
+import { Database } from 'bun:sqlite'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { join } from 'node:path'
+import { parseCsv } from '../src/modules/contacts/import'
+import { inProcess } from './support/inproc'
+import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
+
+setDefaultTimeout(60_000)
+
+let srv: TestServer
+beforeAll(async () => {
+  srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+})
+afterAll(() => srv.close())
+
+const upload = (wsId: string, csv: string | Uint8Array, token = ADMIN_TOKEN) => {
+  const form = new FormData()
+  form.set('file', new Blob([csv], { type: 'text/csv' }), 'contacts.csv')
+  return srv.request('POST', `/admin/api/workspaces/${wsId}/contacts/import`, { bearer: token, multipart: form })
+}
+const contacts = async (key: string) => (await srv.api(key, 'GET', '/contacts?per_page=100')).json.data as any[]
+const byPhone = async (key: string, phone: string) => (await contacts(key)).find((c) => c.phone === phone)
+
+function ledger(phone: string) {
+  const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+  try {
+    return db.query('SELECT l.status, l.source FROM consent_ledger l JOIN contacts c ON c.id = l.contact_id WHERE c.phone = ? ORDER BY l.id').all(phone)
+  } finally {
+    db.close()
+  }
+}
+
+describe('CSV', () => {
+  test('creates and updates by phone like POST /contacts: consent only where given, each change in the ledger as admin:import, metadata columns, quoting', async () => {
+    const { ws, key } = await srv.tenant()
+    const [a, b, c] = [newPhone(), newPhone(), newPhone()]
+    // b exists, opted in through the API, with a name and metadata
+    await srv.api(key, 'POST', '/contacts', { json: { phone: b, name: 'Bea', consent_status: 'opted_in', metadata: { plan: 'free' } } })
+    const hooks = await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: 'http://127.0.0.1:9/hook', events: ['contact.consent_changed'] })
+    expect(hooks.status).toBe(201)
+    const csv = ['\uFEFFPhone,name,consent_status,metadata.plan,metadata.city', `${a},"Lovelace, Ada",Opted_In,pro,"London ""UK"""`, `${b},,,`, `${c},Cy,opted_out,,Paris`, ''].join('\r\n')
+    const r = await upload(ws.id, csv)
+    expect([r.status, r.json]).toEqual([200, { data: { created: 2, updated: 1 } }])
+    const got = await contacts(key)
+    const one = (p: string) => got.find((x) => x.phone === p)
+    expect([one(a).name, one(a).consent_status, one(a).metadata]).toEqual(['Lovelace, Ada', 'opted_in', { plan: 'pro', city: 'London "UK"' }])
+    // empty cells leave a stored value as it was
+    expect([one(b).name, one(b).consent_status, one(b).metadata]).toEqual(['Bea', 'opted_in', { plan: 'free' }])
+    expect([one(c).name, one(c).consent_status, one(c).metadata]).toEqual(['Cy', 'opted_out', { city: 'Paris' }])
+    expect(ledger(a)).toEqual([{ status: 'opted_in', source: 'admin:import' }])
+    expect(ledger(b)).toEqual([{ status: 'opted_in', source: expect.stringMatching(/^api_key:/) }])
+    expect(ledger(c)).toEqual([{ status: 'opted_out', source: 'admin:import' }])
+    // announced like any consent change, and audited
+    const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+    const events = db.query("SELECT payload FROM webhook_deliveries WHERE endpoint_id = ? AND type = 'contact.consent_changed'").all(hooks.json.data.id) as { payload: string }[]
+    db.close()
+    expect(events.map((e) => JSON.parse(e.payload).data.consent_change).sort((x: any, y: any) => x.to.localeCompare(y.to))).toEqual([
+      { from: null, to: 'opted_in', source: 'admin:import' },
+      { from: null, to: 'opted_out', source: 'admin:import' },
+    ])
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/audit-log`)).json.data[0]).toMatchObject({ action: 'contacts.imported', subject_id: ws.id })
+    // the imported opt-ins are a campaign's audience
+    expect((await srv.api(key, 'POST', '/campaigns/audience/preview', { json: { audience: { metadata: { plan: 'pro' } } } })).json.data.count).toBe(1)
+    // the same file again: all updated, nothing new in the ledger
+    expect((await upload(ws.id, csv)).json).toEqual({ data: { created: 0, updated: 3 } })
+    expect(ledger(a)).toHaveLength(1)
+  })
+
+  test('semicolons or tabs as a spreadsheet writes them, LF or CR line ends, a line break inside quotes', async () => {
+    const { ws, key } = await srv.tenant()
+    const [a, b] = [newPhone(), newPhone()]
+    expect((await upload(ws.id, `phone;name\n${a};"Two\nLines"\n`)).json).toEqual({ data: { created: 1, updated: 0 } })
+    expect((await upload(ws.id, `phone\tname\r${b}\tTab\r`)).json).toEqual({ data: { created: 1, updated: 0 } })
+    expect([(await byPhone(key, a)).name, (await byPhone(key, b)).name]).toEqual(['Two\nLines', 'Tab'])
+    expect(parseCsv('a,b\n"x\n""y""",z\n\nq,', ',')).toEqual([
+      { line: 1, cells: ['a', 'b'] },
+      { line: 2, cells: ['x\n"y"', 'z'] },
+      { line: 5, cells: ['q', ''] },
+    ])
+  })
+
+  test('one bad row refuses the whole import and changes nothing: each error names the file line and field; duplicates; bad headers', async () => {
+    const { ws, key } = await srv.tenant()
+    const [a, b] = [newPhone(), newPhone()]
+    const bad = await upload(ws.id, `phone,name,consent_status\n${a},Ann,opted_in\nnot-a-phone,Bob,\n${b},Cy,maybe\n${a},Again,\n${b},x,opted_in,extra`)
+
+    expect(bad.status).toBe(422)
+    expect(bad.json.errors).toEqual({
+      'rows.3.phone': ['The rows.3.phone field must be an E.164 phone number such as +14155550100.'],
+      'rows.4.consent_status': ['The rows.4.consent_status field must be one of: unknown, opted_in, opted_out.'],
+      'rows.5.phone': ['The same phone is on line 2 too; give each number once.'],
+      'rows.6': ['Line 6 has more cells than the header has columns.'],
+    })
+    // nothing was written, not even the good first row; no input is echoed
+    expect(await contacts(key)).toEqual([])
+    expect(bad.text).not.toContain('not-a-phone')
+    expect(bad.text).not.toContain('maybe')
+    const refusals: [string, string][] = [
+      ['', 'The file has no rows: a header line (phone, and name, consent_status or metadata.<key> columns if you like), then one contact per line.'],
+      ['phone,name\n', 'The file has no rows: a header line (phone, and name, consent_status or metadata.<key> columns if you like), then one contact per line.'],
+      [`name\nAnn`, 'The header has no phone column.'],
+      [`phone,email\n${a},a@x`, 'Column 2 of the header is not one of phone, name, consent_status or metadata.<key> (metadata keys: 1 to 64 letters, digits, dots, dashes or underscores).'],
+      [`phone,metadata.bad key\n${a},x`, 'Column 2 of the header is not one of phone, name, consent_status or metadata.<key> (metadata keys: 1 to 64 letters, digits, dots, dashes or underscores).'],
+      [`phone,Phone\n${a},${a}`, 'Column 2 of the header names a column given before.'],
+      [`phone,name\n${a},"Ann`, 'A quoted field opened on line 2 is never closed.'],
+    ]
+    for (const [csv, message] of refusals) {
+      const r = await upload(ws.id, csv)
+      expect([csv, r.status, r.json.errors]).toEqual([csv, 422, { file: [message] }])
+    }
+    const latin1 = await upload(ws.id, new Uint8Array([...new TextEncoder().encode(`phone,name\n${a},Jos`), 0xe9]))
+    expect([latin1.status, latin1.json.errors]).toEqual([422, { file: ['The file must be UTF-8 text (CSV).'] }])
+    expect(await contacts(key)).toEqual([])
+  })
+
+  test('at most 100,000 rows per file; many bad rows list the first 100 errors', async () => {
+    const { ws, key } = await srv.tenant()
+    const rows = Array.from({ length: 100_001 }, (_, i) => `+1999${String(i).padStart(7, '0')}`)
+    const big = await upload(ws.id, `phone\n${rows.join('\n')}`)
+    expect([big.status, big.json.errors]).toEqual([422, { file: ['The file has more than 100000 rows; split it into several imports.'] }])
+    const wrong = await upload(ws.id, `phone\n${Array.from({ length: 150 }, () => 'x').join('\n')}`)
+    expect(wrong.status).toBe(422)
+    expect(Object.keys(wrong.json.errors)).toHaveLength(101)
+    expect(wrong.json.errors.more).toEqual(['50 more fields have errors; the first 100 are listed.'])
+    expect(await contacts(key)).toEqual([])
+  })
+})
+
+describe('JSON', () => {
+  test('{contacts: [...]} as POST /contacts takes them, typed metadata kept; errors name contacts.<index>.<field>', async () => {
+    const { ws, key } = await srv.tenant()
+    const [a, b] = [newPhone(), newPhone()]
+    const ok = await srv.admin('POST', `/workspaces/${ws.id}/contacts/import`, { contacts: [{ phone: a, consent_status: 'opted_in', metadata: { tier: 3, vip: true } }, { phone: b, name: 'Bo' }] })
+    expect([ok.status, ok.json]).toEqual([200, { data: { created: 2, updated: 0 } }])
+    expect((await byPhone(key, a)).metadata).toEqual({ tier: 3, vip: true })
+    expect((await srv.api(key, 'POST', '/campaigns/audience/preview', { json: { audience: { metadata: { tier: 3 } } } })).json.data.count).toBe(1)
+    const bad = await srv.admin('POST', `/workspaces/${ws.id}/contacts/import`, { contacts: [{ phone: b, name: 'New' }, { phone: 'x' }, { phone: b }, { name: 'no phone' }] })
+    expect([bad.status, bad.json.errors]).toEqual([
+      422,
+      {
+        'contacts.1.phone': ['The contacts.1.phone field must be an E.164 phone number such as +14155550100.'],
+        'contacts.2.phone': ['The same phone is on contact 0 too; give each number once.'],
+        'contacts.3.phone': ['The contacts.3.phone field is required.'],
+      },
+    ])
+    expect((await byPhone(key, b)).name).toBe('Bo')
+    for (const [body, errors] of [
+      [{ contacts: [] }, { contacts: ['The contacts field must list at least one contact.'] }],
+      [{ contacts: 'x' }, { contacts: ['The contacts field must be a list.'] }],
+      [{}, { file: ['Send a CSV file as the file field (multipart/form-data), or {"contacts": [...]} as JSON.'] }],
+    ] as const) {
+      const r = await srv.admin('POST', `/workspaces/${ws.id}/contacts/import`, body)
+      expect([r.status, r.json.errors]).toEqual([422, errors])
+    }
+  })
+
+  test('an unknown workspace is 404; without the admin token 401; an API key is no admin token', async () => {
+    const { key } = await srv.tenant()
+    const unknown = await srv.admin('POST', '/workspaces/01a1ff63-0299-755f-b4eb-ab8401901800/contacts/import', { contacts: [{ phone: newPhone() }] })
+    expect([unknown.status, unknown.json.code]).toEqual([404, 'not_found'])
+    const ws = await srv.workspace()
+    expect((await upload(ws.id, `phone\n${newPhone()}`, 'wrong-token')).status).toBe(401)
+    expect((await upload(ws.id, `phone\n${newPhone()}`, key)).status).toBe(401)
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/contacts`)).json.meta.total).toBe(0)
+  })
+})
+
+describe('the CLI and the writes', () => {
+  test('capstan contacts import --workspace ID FILE (CSV, or JSON by its .json name) prints what it did; a refusal prints the errors', async () => {
+    const { ws, key } = await srv.tenant()
+    const dir = srv.dataDir
+    const [a, b] = [newPhone(), newPhone()]
+    await Bun.write(join(dir, 'people.csv'), `phone,consent_status\n${a},opted_in\n`)
+    await Bun.write(join(dir, 'people.json'), JSON.stringify({ contacts: [{ phone: b, metadata: { n: 1 } }] }))
+    await Bun.write(join(dir, 'bad.csv'), `phone\nnope\n`)
+    const run = async (...args: string[]) => {
+      const p = Bun.spawn(['bun', 'src/main.ts', 'contacts', 'import', ...args], { cwd: join(import.meta.dir, '..'), env: { ...hostEnv(), CAPSTAN_URL: srv.base, CAPSTAN_ADMIN_TOKEN: ADMIN_TOKEN }, stdout: 'pipe', stderr: 'pipe' })
+      return { code: await p.exited, out: await new Response(p.stdout).text(), err: await new Response(p.stderr).text() }
+    }
+    expect(await run('--workspace', ws.id, join(dir, 'people.csv'))).toEqual({ code: 0, out: 'created 1, updated 0\n', err: '' })
+    expect(await run('--workspace', ws.id, join(dir, 'people.json'))).toEqual({ code: 0, out: 'created 1, updated 0\n', err: '' })
+    expect((await byPhone(key, b)).metadata).toEqual({ n: 1 })
+    const bad = await run('--workspace', ws.id, join(dir, 'bad.csv'))
+    expect([bad.code, bad.err]).toEqual([1, expect.stringContaining('rows.2.phone')])
+    const missing = await run('--workspace', ws.id, join(dir, 'none.csv'))
+    expect([missing.code, missing.err]).toEqual([2, expect.stringContaining('cannot read')])
+    expect((await run('--workspace', ws.id)).code).toBe(2)
+  })
+
+  test('written in slices with the server working between; counted right across slice boundaries', async () => {
+    const env = await inProcess()
+    try {
+      const { svc } = env
+      const ws = svc.workspaces.create({ name: 'Slices' })
+      await svc.contacts.upsert(ws.id, { phone: '+15550010003', name: 'Old' }, 'test')
+      svc.contactImport.sliceSize = 2
+      const rows = Array.from({ length: 5 }, (_, i) => ({ phone: `+1555001000${i}`, consent_status: 'opted_in' as const }))
+      let turned = 0
+      const tick = setInterval(() => turned++, 0)
+      const done = await svc.contactImport.run(ws.id, rows)
+      clearInterval(tick)
+      expect(done).toEqual({ created: 4, updated: 1 })
+      expect(turned).toBeGreaterThan(0)
+      expect(svc.contacts.repo.count(ws.id)).toBe(5)
+      expect(svc.contacts.repo.getByPhone(ws.id, '+15550010003')!.name).toBe('Old')
+    } finally {
+      await env.close()
+    }
+  })
+})
