@@ -39,7 +39,7 @@ describe('CSV', () => {
     await srv.api(key, 'POST', '/contacts', { json: { phone: b, name: 'Bea', consent_status: 'opted_in', metadata: { plan: 'free' } } })
     const hooks = await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: 'http://127.0.0.1:9/hook', events: ['contact.consent_changed'] })
     expect(hooks.status).toBe(201)
-    const csv = ['\uFEFFPhone,name,consent_status,metadata.plan,metadata.city', `${a},"Lovelace, Ada",Opted_In,pro,"London ""UK"""`, `${b},,,`, `${c},Cy,opted_out,,Paris`, ''].join('\r\n')
+    const csv = ['\uFEFFPhone,name,consent_status,metadata.plan,metadata.city,metadata.__proto__', `${a},"Lovelace, Ada",Opted_In,pro,"London ""UK""",`, `${b},,,`, `${c},Cy,opted_out,,Paris,kept`, ''].join('\r\n')
     const r = await upload(ws.id, csv)
     expect([r.status, r.json]).toEqual([200, { data: { created: 2, updated: 1 } }])
     const got = await contacts(key)
@@ -47,7 +47,7 @@ describe('CSV', () => {
     expect([one(a).name, one(a).consent_status, one(a).metadata]).toEqual(['Lovelace, Ada', 'opted_in', { plan: 'pro', city: 'London "UK"' }])
     // empty cells leave a stored value as it was
     expect([one(b).name, one(b).consent_status, one(b).metadata]).toEqual(['Bea', 'opted_in', { plan: 'free' }])
-    expect([one(c).name, one(c).consent_status, one(c).metadata]).toEqual(['Cy', 'opted_out', { city: 'Paris' }])
+    expect([one(c).name, one(c).consent_status, JSON.stringify(one(c).metadata)]).toEqual(['Cy', 'opted_out', '{"city":"Paris","__proto__":"kept"}'])
     expect(ledger(a)).toEqual([{ status: 'opted_in', source: 'admin:import' }])
     expect(ledger(b)).toEqual([{ status: 'opted_in', source: expect.stringMatching(/^api_key:/) }])
     expect(ledger(c)).toEqual([{ status: 'opted_out', source: 'admin:import' }])
@@ -104,6 +104,7 @@ describe('CSV', () => {
       [`phone,metadata.bad key\n${a},x`, 'Column 2 of the header is not one of phone, name, consent_status or metadata.<key> (metadata keys: 1 to 64 letters, digits, dots, dashes or underscores).'],
       [`phone,Phone\n${a},${a}`, 'Column 2 of the header names a column given before.'],
       [`phone,name\n${a},"Ann`, 'A quoted field opened on line 2 is never closed.'],
+      [`phone,${Array.from({ length: 51 }, (_, i) => `metadata.k${i}`).join(',')}\n${a}`, 'The header has more than 50 metadata columns; a contact keeps at most 50 metadata keys.'],
     ]
     for (const [csv, message] of refusals) {
       const r = await upload(ws.id, csv)

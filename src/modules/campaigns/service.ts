@@ -6,9 +6,9 @@
  * skipped). Scheduled starts are croner jobs, re-armed from the table at every start.
  */
 import { Cron } from 'croner'
+import { nextTurn } from '../../db/writer'
 import type { Deps } from '../../deps'
 import { conflict, notFound, validationFailed } from '../../http/errors'
-import { nextTurn } from '../../db/writer'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
 import { templateHeaderKind } from '../../network/driver'

@@ -125,6 +125,7 @@ export async function csvRows(text: string): Promise<UpsertInput[]> {
     seen.add(key)
   }
   if (!seen.has('phone')) throw refuse('The header has no phone column.')
+  if ([...seen].filter((k) => k.startsWith('metadata.')).length > 50) throw refuse('The header has more than 50 metadata columns; a contact keeps at most 50 metadata keys.')
   const ctx: { errors: FieldErrors } = { errors: {} }
   const rows: UpsertInput[] = []
   const lineOf = new Map<string, number>()
@@ -138,7 +139,8 @@ export async function csvRows(text: string): Promise<UpsertInput[]> {
       continue
     }
     const row: Record<string, unknown> = {}
-    const metadata: Record<string, string> = {}
+    // no prototype: a `metadata.__proto__` column is a key like any other
+    const metadata: Record<string, string> = Object.create(null)
     for (const [i, c] of columns.entries()) {
       const value = cells[i] ?? ''
       const name = c.toLowerCase()
