@@ -3,14 +3,15 @@
  *
  * Backup works while the server runs: `VACUUM INTO` writes a transactionally consistent copy of
  * the database (WAL readers never block the server), then the media files that copy refers to
- * are copied (they are content-addressed and never change), with the key file that decrypts
+ * are copied — or hard-linked from the newest backup beside it, which has the same file (they are
+ * content-addressed and never change) — with the key file that decrypts
  * stored secrets and the sandbox's records. Restore puts a backup into an empty data directory
  * (the server stopped) and checks the database's integrity; forced over an old one, it leaves no
  * media file the restored database does not refer to.
  */
 import { Database } from 'bun:sqlite'
-import { chmodSync, closeSync, copyFileSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { chmodSync, closeSync, copyFileSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { basename, dirname, join } from 'node:path'
 import { LATEST_SCHEMA, migrate, openDatabase, schemaVersion } from './db/open'
 import { VERSION } from './version'
 
@@ -18,7 +19,58 @@ export interface BackupResult {
   dir: string
   messages: number
   media: number
+  /** Of `media`, the files hard-linked from the backup beside it rather than copied. */
+  linked: number
   missing: string[]
+}
+
+/**
+ * The newest complete Capstan backup in the same directory as `dir` (its manifest.json names
+ * Capstan), or null. Its media files can be shared: they are named by their SHA-256, never change,
+ * and nothing Capstan does writes into a backup after it is made (an old one is only ever removed).
+ */
+function newestBeside(dir: string): string | null {
+  const parent = dirname(dir)
+  let best: { path: string; at: string } | null = null
+  let names: string[]
+  try {
+    names = readdirSync(parent)
+  } catch {
+    return null
+  }
+  for (const name of names) {
+    if (name === basename(dir)) continue
+    try {
+      const manifest = JSON.parse(readFileSync(join(parent, name, 'manifest.json'), 'utf8')) as { capstan?: unknown; created_at?: unknown }
+      if (typeof manifest.capstan !== 'string' || typeof manifest.created_at !== 'string') continue
+      if (!best || manifest.created_at > best.at) best = { path: join(parent, name), at: manifest.created_at }
+    } catch {
+      // not a backup, or not a complete one
+    }
+  }
+  return best?.path ?? null
+}
+
+/**
+ * A media file into the backup: a hard link to the same file in the previous backup when it has
+ * it (same size), else a copy. A link costs no space, so a daily backup costs its database and the
+ * files that are new since the last one. Returns whether it was linked.
+ */
+function addMedia(from: string, to: string, previous: string | null, sha: string): boolean {
+  const before = previous === null ? null : join(previous, 'media', sha.slice(0, 2), sha)
+  if (before !== null) {
+    try {
+      if (statSync(before).size === statSync(from).size) {
+        linkSync(before, to)
+        chmodSync(to, 0o600)
+        return true
+      }
+    } catch {
+      // not there, or on another file system: copied below
+    }
+  }
+  copyPrivate(from, to)
+  return false
 }
 
 /** The media files a database refers to, by content hash. */
@@ -76,6 +128,8 @@ function writeBackup(source: string, dataDir: string, dir: string): BackupResult
   const messages = copy.query<{ n: number }, []>('SELECT COUNT(*) AS n FROM messages').get()!.n
   copy.close()
   const missing: string[] = []
+  const previous = newestBeside(dir)
+  let linked = 0
   for (const sha of shas) {
     const from = join(dataDir, 'media', sha.slice(0, 2), sha)
     if (!existsSync(from)) {
@@ -83,12 +137,12 @@ function writeBackup(source: string, dataDir: string, dir: string): BackupResult
       continue
     }
     mkdirSync(join(dir, 'media', sha.slice(0, 2)), { recursive: true, mode: 0o700 })
-    copyPrivate(from, join(dir, 'media', sha.slice(0, 2), sha))
+    if (addMedia(from, join(dir, 'media', sha.slice(0, 2), sha), previous, sha)) linked++
   }
   if (existsSync(join(dataDir, 'secret.key'))) copyPrivate(join(dataDir, 'secret.key'), join(dir, 'secret.key'))
   copyDir(join(dataDir, 'sandbox'), join(dir, 'sandbox'))
-  writeFileSync(join(dir, 'manifest.json'), JSON.stringify({ capstan: VERSION, created_at: new Date().toISOString(), messages, media_files: shas.length - missing.length, missing_media: missing }, null, 2))
-  return { dir, messages, media: shas.length - missing.length, missing }
+  writeFileSync(join(dir, 'manifest.json'), JSON.stringify({ capstan: VERSION, created_at: new Date().toISOString(), messages, media_files: shas.length - missing.length, media_linked: linked, missing_media: missing }, null, 2))
+  return { dir, messages, media: shas.length - missing.length, linked, missing }
 }
 
 /**

@@ -160,6 +160,12 @@ const COMMANDS: Record<string, Route> = {
   'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100`, options: ['workspace'] },
   'suppressions remove': { method: 'DELETE', path: (a) => `/workspaces/${ws(a)}/suppressions/${pos(a, 0, 'phone')}`, options: ['workspace'] },
   'contacts export': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/contacts/export`, body: (a) => ({ phone: a.values.phone }), options: ['workspace', 'phone'], document: true },
+  'backups list': { method: 'GET', path: () => '/backups', summary: backupsSummary },
+  'backups run': {
+    method: 'POST',
+    path: () => '/backups',
+    summary: (d: BackupLine) => `backup written: ${d.name} (${d.messages} messages, ${d.media_files} media files)`,
+  },
   'contacts import': {
     method: 'POST',
     path: (a) => `/workspaces/${ws(a)}/contacts/import`,
@@ -190,6 +196,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan contacts export --workspace ID --phone +E164 > FILE   (everything kept about the contact, as JSON)
   capstan contacts import --workspace ID FILE   (a CSV with a header: phone, name, consent_status, metadata.<key>; or a .json {"contacts": [...]})
   capstan contacts erase --workspace ID --phone +E164   (the contact and its personal data, for good)
+  capstan backups list | run   (the automatic backups in CAPSTAN_BACKUP_DIR; run: one now, through the server)
   capstan admin METHOD PATH [JSON]      any admin API call, e.g. capstan admin GET /workspaces
 Add --json for the API's JSON on one line.`
 
@@ -289,6 +296,17 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
   const out = render(await res.text(), res.ok)
   if (out) (res.ok ? console.log : console.error)(out)
   return res.ok ? 0 : 1
+}
+
+type BackupLine = { name: string; created_at: string | null; complete: boolean; messages: number | null; media_files: number | null }
+
+/** The automatic backups: where and how often, the last outcome, then one line per backup. */
+function backupsSummary(d: { directory: string | null; every_hours: number; keep: number; state: string; last_success_at: string | null; last_failure: { at: string; error: string } | null; backups: BackupLine[] }): string {
+  if (d.directory === null) return 'automatic backups are off: set CAPSTAN_BACKUP_DIR (and restart the server)'
+  const lines = [`every ${d.every_hours} h into ${d.directory}, newest ${d.keep} kept; state ${d.state}; last success ${d.last_success_at ?? 'never'}`]
+  if (d.state === 'failed' && d.last_failure) lines.push(`last failure ${d.last_failure.at}: ${d.last_failure.error}`)
+  for (const b of d.backups) lines.push(`  ${b.name}  ${b.complete ? `${b.created_at}  ${b.messages} messages, ${b.media_files} media files` : 'incomplete'}`)
+  return lines.join('\n')
 }
 
 type Imported = { id: string; name: string; variables: string[] }

@@ -34,6 +34,12 @@ export interface Config {
   driverTimeoutMs: number
   /** Bearer token for GET /metrics (null: the route is not served). */
   metricsToken: string | null
+  /** Where automatic backups go (null: none are made). */
+  backupDir: string | null
+  /** How often an automatic backup is made. */
+  backupEveryMs: number
+  /** How many automatic backups are kept. */
+  backupKeep: number
 }
 
 export class ConfigError extends Error {}
@@ -82,6 +88,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (adminToken !== null && adminToken.length < 16) throw new ConfigError('CAPSTAN_ADMIN_TOKEN must be at least 16 characters')
   const metricsToken = env.CAPSTAN_METRICS_TOKEN?.trim() || null
   if (metricsToken !== null && metricsToken.length < 16) throw new ConfigError('CAPSTAN_METRICS_TOKEN must be at least 16 characters')
+  const backupRaw = env.CAPSTAN_BACKUP_DIR?.trim() || null
+  const backupDir = backupRaw === null ? null : resolve(backupRaw)
+  if (backupDir !== null && (backupDir === dataDir || backupDir.startsWith(`${dataDir}/`))) throw new ConfigError('CAPSTAN_BACKUP_DIR must be outside CAPSTAN_DATA_DIR')
   const secretKey = env.CAPSTAN_SECRET_KEY?.trim()
   if (secretKey && secretKey.length < 32) throw new ConfigError('CAPSTAN_SECRET_KEY must be at least 32 characters')
   return {
@@ -103,5 +112,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     clamdTimeoutMs: int(env, 'CAPSTAN_CLAMD_TIMEOUT_MS', 30_000, 100, 600_000),
     driverTimeoutMs: int(env, 'CAPSTAN_DRIVER_TIMEOUT_MS', 60_000, 100, 600_000),
     metricsToken,
+    backupDir,
+    backupEveryMs: int(env, 'CAPSTAN_BACKUP_HOURS', 24, 1, 720) * 3_600_000,
+    backupKeep: int(env, 'CAPSTAN_BACKUP_KEEP', 7, 1, 100),
   }
 }

@@ -122,7 +122,7 @@ async function main(argv: string[]) {
       try {
         if (command === 'backup') {
           const r = backup(config.dataDir, target)
-          console.log(`backup written to ${r.dir}: ${r.messages} messages, ${r.media} media files${r.missing.length ? ` (${r.missing.length} media files deleted by retention meanwhile)` : ''}`)
+          console.log(`backup written to ${r.dir}: ${r.messages} messages, ${r.media} media files${r.linked ? ` (${r.linked} shared with the backup beside it)` : ''}${r.missing.length ? ` (${r.missing.length} media files deleted by retention meanwhile)` : ''}`)
         } else {
           // held (referenced) until the restore is done: an unreferenced handle may be collected and closed
           const lock = lockOrExit(config.dataDir)

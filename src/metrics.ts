@@ -91,6 +91,11 @@ export class Metrics {
       out.metric('capstan_disk_free_bytes', 'gauge', 'Free space on the data directory’s file system.', [[{}, disk.free_bytes]])
       out.metric('capstan_disk_total_bytes', 'gauge', 'Size of the data directory’s file system.', [[{}, disk.total_bytes]])
     }
+    const backup = svc.backups.status()
+    if (backup.state !== 'off') {
+      out.metric('capstan_backup_last_success_timestamp_seconds', 'gauge', 'When the newest complete automatic backup was made (Unix time; 0 when none is).', [[{}, backup.last_success_at === null ? 0 : Math.round(Date.parse(backup.last_success_at) / 1000)]])
+      out.metric('capstan_backup_failing', 'gauge', 'Whether the last automatic backup failed (1) or not (0).', [[{}, backup.state === 'failed' ? 1 : 0]])
+    }
     if (!databaseUp) return out.text()
     out.metric('capstan_messages', 'gauge', 'Messages in the log, by workspace, direction and status.', sql.messages.all().map((r) => [{ workspace: r.workspace_id, direction: r.direction, status: r.status }, r.n]))
     const queued = new Map(sql.queued.all().map((r) => [r.connection_id, r.n]))

@@ -21,6 +21,7 @@ import { DOC_COMPONENTS, hidden } from './http/docs'
 import { diskFull, payloadTooLarge, toErrorResponse } from './http/errors'
 import { noteOf, peekNote } from './http/log'
 import { Sessions } from './http/session'
+import { backupAdminRoutes } from './modules/backups/routes'
 import { campaignApiRoutes } from './modules/campaigns/routes'
 import { connectionAdminRoutes } from './modules/connections/routes'
 import { contactAdminRoutes, contactApiRoutes } from './modules/contacts/routes'
@@ -92,6 +93,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     .use(connectionAdminRoutes(svc, auth))
     .use(webhookAdminRoutes(svc, auth))
     .use(dashboardAdminRoutes(svc, auth))
+    .use(backupAdminRoutes(svc, auth))
 
   // Bun's own hard cap sits well above ours, so a declared Content-Length over our limit gets the
   // JSON 413 from the parse step (answered before the body is read); only bodies beyond twice the
@@ -195,6 +197,9 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
         // reported, not a reason to be unready: a low disk still serves (a full one answers 507)
         const disk = diskSpace(config.dataDir)
         if (disk) checks.disk = disk
+        // likewise: automatic backups that fail or fall behind (when they are configured)
+        const backup = svc.backups.status()
+        if (backup.state !== 'off') checks.backup = { state: backup.state, last_success_at: backup.last_success_at }
         if (!database) set.status = 503
         return { status: database ? 'ok' : 'unavailable', ...checks }
       },

@@ -85,6 +85,49 @@ describe('backup and restore', () => {
     }
   }, 60_000)
 
+  test('a backup beside an earlier one shares its media files (hard links): no second copy, and removing the earlier leaves it whole', async () => {
+    const clamd = await TestClamd.start()
+    const srv = await TestServer.start({ env: { CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
+    const root = mkdtempSync(join(tmpdir(), 'capstan-backup-links-'))
+    const restoredDir = join(root, 'restored')
+    let restored: TestServer | null = null
+    try {
+      const t = await srv.tenant()
+      const upload = async (bytes: Uint8Array, name: string) => {
+        const fd = new FormData()
+        fd.set('file', new File([bytes], name))
+        return (await srv.api(t.key, 'POST', '/media', { multipart: fd })).json.data
+      }
+      const png = files.png()
+      const first = await upload(png, 'logo.png')
+      const b1 = capstan(['backup', join(root, 'day1')], { CAPSTAN_DATA_DIR: srv.dataDir })
+      expect([b1.code, b1.out]).toEqual([0, expect.not.stringContaining('shared')])
+      const pdf = files.pdf()
+      const second = await upload(pdf, 'receipt.pdf')
+      const b2 = capstan(['backup', join(root, 'day2')], { CAPSTAN_DATA_DIR: srv.dataDir })
+      expect([b2.code, b2.out]).toEqual([0, expect.stringContaining('2 media files (1 shared with the backup beside it)')])
+      const path = (day: string, sha: string) => join(root, day, 'media', sha.slice(0, 2), sha)
+      expect(statSync(path('day2', first.sha256)).ino).toBe(statSync(path('day1', first.sha256)).ino)
+      expect(statSync(path('day2', first.sha256)).nlink).toBe(2)
+      expect(statSync(path('day2', second.sha256)).nlink).toBe(1)
+      expect(JSON.parse(readFileSync(join(root, 'day2', 'manifest.json'), 'utf8'))).toMatchObject({ media_files: 2, media_linked: 1 })
+      expect(notPrivate(join(root, 'day2'))).toEqual([])
+      // the earlier backup removed (as pruning does): the later one restores with both files
+      rmSync(join(root, 'day1'), { recursive: true })
+      expect(capstan(['restore', join(root, 'day2')], { CAPSTAN_DATA_DIR: restoredDir }).code).toBe(0)
+      restored = await TestServer.start({ dataDir: restoredDir, env: { CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
+      for (const [m, bytes] of [[first, png], [second, pdf]] as const) {
+        const dl = await fetch(`${restored.base}/api/v1/media/${m.id}/download`, { headers: { authorization: `Bearer ${t.key}` } })
+        expect(Buffer.from(await dl.arrayBuffer()).equals(Buffer.from(bytes))).toBe(true)
+      }
+    } finally {
+      await restored?.close()
+      await srv.close()
+      await clamd.stop()
+      rmSync(root, { recursive: true, force: true })
+    }
+  })
+
   test('a forced restore of a damaged or incomplete backup, or of one a newer Capstan made, leaves the data directory as it was', () => {
     const root = mkdtempSync(join(tmpdir(), 'capstan-restore-check-'))
     try {

@@ -3,7 +3,8 @@
  * playwright-core). With UPDATE_SCREENSHOTS=1 it also writes docs/screenshots/*.png.
  */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { mkdirSync, readFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { type Browser, chromium, type Page } from 'playwright-core'
 import { ALL_SCOPES } from '../src/modules/keys/model'
@@ -402,6 +403,31 @@ describe('dashboard', () => {
     const page = await fetch(`${srv.base}/admin`)
     expect(page.headers.get('content-security-policy')).toContain("script-src 'self'")
     expect(await page.text()).not.toMatch(/https?:\/\//)
+  })
+
+  test('backups: the page says they are due, one is written with a click and listed; the banner goes', async () => {
+    const backups = mkdtempSync(join(tmpdir(), 'capstan-e2e-backups-'))
+    const own = await TestServer.start({ env: { CAPSTAN_BACKUP_DIR: backups, CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    try {
+      await signIn(page, own)
+      await page.waitForSelector('#health:has-text("No automatic backup yet; see Backups.")')
+      await page.click('#backups-link')
+      await page.waitForSelector('h1:has-text("Backups")')
+      expect(await page.textContent('main')).toContain(`Every 24 h into ${backups}; the newest 7 are kept.`)
+      await page.click('#backup-now')
+      await page.waitForSelector('text=Backup written')
+      await page.waitForSelector('td code:has-text("capstan-")')
+      const listed = (await own.admin('GET', '/backups')).json.data.backups
+      expect(listed).toHaveLength(1)
+      expect(await page.textContent('main')).toContain(listed[0].name)
+      await page.waitForFunction('document.querySelector("#health").hidden')
+      await shot(page, 'backups')
+    } finally {
+      await page.close()
+      await own.close()
+      rmSync(backups, { recursive: true, force: true })
+    }
   })
 
   test('a banner above every page says what is wrong with the appliance: here, clamd unreachable', async () => {

@@ -92,6 +92,7 @@ function formData(form) {
 function showLogin(message) {
   $('#tabs').hidden = true
   $('#sign-out').hidden = true
+  $('#backups-link').hidden = true
   $('#ws-name').textContent = ''
   main.innerHTML = `<div class="card login"><h1>Sign in</h1>
     <p class="muted">Use the admin token printed at Capstan's first start (or CAPSTAN_ADMIN_TOKEN).</p>
@@ -136,6 +137,31 @@ async function workspacesPage() {
     if (name) act(() => api('PATCH', `/workspaces/${b.dataset.rename}`, { name }), 'Renamed')
   }))
   main.querySelectorAll('[data-status]').forEach((b) => (b.onclick = () => act(() => api('PATCH', `/workspaces/${b.dataset.status}`, { status: b.dataset.to }), 'Status changed')))
+}
+
+// ---------------------------------------------------------------- backups
+
+/** The appliance's automatic backups: where, how often, the last outcome, the list; one now. */
+async function backupsPage() {
+  const { data: b } = await api('GET', '/backups')
+  $('#tabs').hidden = true
+  $('#ws-name').textContent = ''
+  if (b.directory === null) {
+    main.innerHTML = `<h1>Backups</h1><p class="card">Automatic backups are off. Set <code>CAPSTAN_BACKUP_DIR</code> to a directory outside the data directory — on another disk if you can — and restart the server: a backup is then written every 24 hours (<code>CAPSTAN_BACKUP_HOURS</code>) and the newest 7 are kept (<code>CAPSTAN_BACKUP_KEEP</code>). <code>capstan backup &lt;dir&gt;</code> writes one by hand.</p>`
+    return
+  }
+  main.innerHTML = `<h1>Backups</h1>
+    <div class="card"><p>Every ${esc(b.every_hours)} h into <code>${esc(b.directory)}</code>; the newest ${esc(b.keep)} are kept. ${b.running ? 'A backup is being written now.' : ''}</p>
+    <button id="backup-now">Back up now</button></div>
+    ${b.state === 'failed' ? `<p class="card">The last backup failed (${esc(when(b.last_failure.at))}): ${esc(b.last_failure.error)}</p>` : ''}
+    <table class="stack"><thead><tr><th>Backup</th><th>Made</th><th>Messages</th><th>Media files</th></tr></thead><tbody>
+    ${b.backups.map((x) => `<tr>${cell('Backup', `<code>${esc(x.name)}</code>`)}${cell('Made', x.complete ? esc(when(x.created_at)) : 'being written (or cut off)')}${cell('Messages', esc(x.messages ?? ''))}${cell('Media files', esc(x.media_files ?? ''))}</tr>`).join('')}
+    </tbody></table>
+    <p class="muted">To restore one, stop the server and run <code>capstan restore ${esc(b.directory)}/&lt;backup&gt;</code> with an empty <code>CAPSTAN_DATA_DIR</code> (or <code>--force</code>); see the README.</p>`
+  $('#backup-now').onclick = (ev) => {
+    ev.target.disabled = true
+    act(() => api('POST', '/backups'), 'Backup written').finally(() => (ev.target.disabled = false))
+  }
 }
 
 // ---------------------------------------------------------------- one workspace
@@ -490,6 +516,8 @@ async function health() {
   const problems = []
   if (r.database !== 'ok') problems.push('The database cannot be read.')
   if (r.scanner && r.scanner !== 'ok') problems.push('The malware scanner (clamd) is unreachable: uploads and sends with a file are refused (503).')
+  if (r.backup && r.backup.state === 'failed') problems.push('The last automatic backup failed; see Backups.')
+  if (r.backup && r.backup.state === 'overdue') problems.push(`No automatic backup ${r.backup.last_success_at ? `since ${new Date(r.backup.last_success_at).toLocaleString()}` : 'yet'}; see Backups.`)
   if (r.disk && r.disk.state !== 'ok') problems.push(`The data directory's disk is nearly full: ${mib(r.disk.free_bytes)} of ${mib(r.disk.total_bytes)} free. Writes are refused (507) once it is full.`)
   const el = $('#health')
   el.innerHTML = problems.map((p) => `<p>${esc(p)}</p>`).join('')
@@ -530,6 +558,7 @@ async function renderLocation() {
     return
   }
   $('#sign-out').hidden = false
+  $('#backups-link').hidden = false
   void health()
   const [path, query] = (location.hash.slice(1) || '/workspaces').split('?')
   const parts = path.split('/').filter(Boolean)
@@ -539,7 +568,8 @@ async function renderLocation() {
       const page = pages[parts[2]] ? parts[2] : 'overview'
       tabs(ws, page)
       await pages[page](ws, Object.fromEntries(new URLSearchParams(query || '')))
-    } else await workspacesPage()
+    } else if (parts[0] === 'backups') await backupsPage()
+    else await workspacesPage()
   } catch (e) {
     if (e.status !== 401) main.innerHTML = `<p class="card">${esc(errorText(e))}</p>`
   }

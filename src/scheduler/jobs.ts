@@ -4,8 +4,8 @@
  * and webhook deliveries finished more than 30 days ago, remove message content past its
  * workspace's retention, let campaigns paused for the monthly allowance go on when a new month
  * gives them room, start or complete a campaign whose step could not be written when it was due
- * (`CampaignService.sweep`), and warn every ten minutes while the data directory's disk is
- * nearly full.
+ * (`CampaignService.sweep`), warn every ten minutes while the data directory's disk is
+ * nearly full, and write an automatic backup when one is due (modules/backups).
  */
 import { Cron } from 'croner'
 import { diskSpace } from '../disk'
@@ -37,5 +37,6 @@ export function startJobs(svc: Services): Cron[] {
     new Cron('20 */10 * * * *', { protect: true }, guard('disk-space', () => warnIfDiskLow(svc))),
     new Cron('0 25 * * * *', { protect: true }, guard('message-retention', () => svc.messageRetention.run())),
     new Cron('0 5 * * * *', { protect: true }, guard('media-retention', () => svc.media.purgeExpired())),
+    new Cron('50 */10 * * * *', { protect: true }, guard('automatic-backup', () => svc.backups.runIfDue())),
   ]
 }
