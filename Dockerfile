@@ -1,5 +1,5 @@
 # Capstan appliance image: build the single binary, run it as a non-root user beside clamd.
-# Build: docker build -t capstan .   Run: docker run -p 8080:8080 -v capstan-data:/data capstan
+# Build: docker build -t capstan .   Run: docker run -p 8080:8080 -v capstan-data:/data -v capstan-backups:/backups capstan
 
 FROM oven/bun:1.4.5 AS build
 WORKDIR /src
@@ -17,14 +17,15 @@ RUN apt-get update \
  && mkdir -p /run/clamav && chown clamav:clamav /run/clamav \
  && useradd --system --uid 10001 --home /data --shell /usr/sbin/nologin capstan \
  && usermod -a -G clamav capstan \
- && mkdir -p /data && chown capstan:capstan /data && chmod 0700 /data
+ && mkdir -p /data /backups && chown capstan:capstan /data /backups && chmod 0700 /data /backups
 COPY --from=build /out/capstan /usr/local/bin/capstan
 COPY docker/entrypoint.sh /usr/local/bin/capstan-entrypoint
 ENV CAPSTAN_DATA_DIR=/data \
+    CAPSTAN_BACKUP_DIR=/backups \
     CAPSTAN_HOST=0.0.0.0 \
     CAPSTAN_PORT=8080 \
     CAPSTAN_CLAMD=unix:/run/clamav/clamd.ctl
-VOLUME ["/data"]
+VOLUME ["/data", "/backups"]
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s CMD ["/usr/local/bin/capstan", "healthcheck"]
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/capstan-entrypoint"]
