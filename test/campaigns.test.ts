@@ -703,6 +703,22 @@ describe('audience freeze in slices', () => {
     }
   })
 
+  test('a start now answers after freezeWaitMs at most, the freeze going on', async () => {
+    const { env, svc, ws, campaign, recipients } = await freezeEnv()
+    try {
+      svc.campaigns.freezeSliceSize = 1
+      svc.campaigns.freezeWaitMs = 0
+      const c = campaign()
+      const answered = await svc.campaigns.schedule(ws.id, c.id, null)
+      expect(answered.status).toBe('running')
+      expect(answered.freeze_after).not.toBeNull()
+      await waitFor(() => svc.campaigns.repo.getAny(c.id)!.freeze_after === null)
+      expect(recipients(c.id)).toEqual(['+15550009001', '+15550009002', '+15550009004', '+15550009007'])
+    } finally {
+      await env.close()
+    }
+  })
+
   test('a slice whose write fails (a full disk) leaves the campaign running with what was frozen; the next sweep goes on; it completes only then', async () => {
     const { env, svc, ws, campaign, recipients } = await freezeEnv()
     try {

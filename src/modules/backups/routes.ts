@@ -25,8 +25,11 @@ export function backupAdminRoutes(svc: Services, auth: ReturnType<typeof authPlu
     )
     .post(
       '/backups',
-      async ({ set }) => {
+      async ({ set, request, server }) => {
         if (!backups.enabled) throw new ApiError(422, 'backups_not_configured', 'Set CAPSTAN_BACKUP_DIR to the directory backups go to, then restart the server.')
+        // a large data directory takes longer to copy than the idle timeout lets a quiet
+        // connection live: this one waits for the backup's outcome
+        server?.timeout(request, 0)
         try {
           const entry = await backups.run()
           set.status = 201

@@ -195,7 +195,8 @@ export class CampaignService {
 
   /**
    * Schedule at a time, or start now when `at` is omitted or not in the future (answered once the
-   * audience is frozen: the row then has its full counts).
+   * audience is frozen — the row then has its full counts — or after `freezeWaitMs`, with the
+   * freeze going on: an answer held longer would meet the server's idle timeout).
    */
   async schedule(workspaceId: string, id: string, at: string | null | undefined): Promise<CampaignRow> {
     const row = this.get(workspaceId, id)
@@ -211,7 +212,15 @@ export class CampaignService {
     const when = at ? Date.parse(at) : (row.scheduled_at ?? now)
     if (when <= now) this.messages.checkAllowance(workspaceId, now)
     this.deps.writer.now(() => this.repo.update(id, { status: 'scheduled', scheduled_at: Math.max(when, now), updated_at: now }))
-    if (when <= now) return this.start(id)
+    if (when <= now) {
+      let timer: Timer | undefined
+      const waited = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), this.freezeWaitMs)))
+      try {
+        return (await Promise.race([this.start(id), waited])) ?? this.repo.getAny(id)!
+      } finally {
+        clearTimeout(timer)
+      }
+    }
     const next = this.repo.getAny(id)!
     this.arm(next)
     return next
@@ -249,6 +258,8 @@ export class CampaignService {
 
   /** Contacts read per slice of an audience freeze (at ~5-8 µs each: ≤ ~40 ms per write). */
   freezeSliceSize = 5_000
+  /** How long a start asked for over the API waits for its freeze (a million contacts: ~5 s). */
+  freezeWaitMs = 20_000
   /** Freezes under way, by campaign: one at a time, and a start waits for its own. */
   private freezes = new Map<string, Promise<void>>()
   private stopped = false
