@@ -195,7 +195,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
       {
         api: {
           summary: 'Schedule or start a campaign',
-          description: 'From draft (or to move a scheduled one). At the time it starts, the audience is frozen (in slices, with other requests served between; a start now answers once it is all frozen) and each recipient becomes one paced message on the campaign’s number, re-checked for consent when released. Each message counts against the monthly allowance; when it is used up the campaign pauses (nobody is skipped). 422 when numbered placeholders lack values, or (allowance_exhausted) when starting now with the allowance used up.',
+          description: 'From draft (or to move a scheduled one). At the time it starts, the audience is frozen (in slices, with other requests served between; a start now answers once it is all frozen, or after 20 s with the freeze going on) and each recipient becomes one paced message on the campaign’s number, re-checked for consent when released. Each message counts against the monthly allowance; when it is used up the campaign pauses (nobody is skipped). 422 when numbered placeholders lack values, or (allowance_exhausted) when starting now with the allowance used up.',
           tag: 'Campaigns',
           scope: 'campaigns:send',
           params: ['id'],
