@@ -29,7 +29,8 @@ describe('over the admin API', () => {
     try {
       const before = (await srv.admin('GET', '/backups')).json.data
       expect(before).toMatchObject({ directory: backups, every_hours: 6, keep: 2, last_success_at: null, last_failure: null, backups: [] })
-      expect((await srv.request('GET', '/readyz')).json.backup).toEqual({ state: 'overdue', last_success_at: null })
+      // none yet, but the server has just started: not overdue (the first comes a minute after the start)
+      expect((await srv.request('GET', '/readyz')).json.backup).toEqual({ state: 'ok', last_success_at: null })
       const { key } = await srv.tenant()
       const phone = newPhone()
       await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Kept', consent_status: 'opted_in' } })
@@ -114,13 +115,20 @@ describe('on the schedule (controlled clock)', () => {
       const auto = new AutoBackups(config, new Logger('silent'), clock, ['bun', join(ROOT, 'src/main.ts')])
       env.svc.workspaces.create({ name: 'Scheduled' })
       expect(auto.due()).toBe(true)
+      // none yet: overdue once the server has run 15 minutes without one
+      expect(auto.status().state).toBe('ok')
+      clock.t += 16 * 60_000
+      expect(auto.status().state).toBe('overdue')
       await auto.runIfDue()
       const first = auto.list()
       expect(first.map((b) => b.complete)).toEqual([true])
       expect(auto.due()).toBe(false)
-      // a day on (the manifest's time is the wall clock's): due again
+      expect(auto.status().state).toBe('ok')
+      // a day on (the manifest's time is the wall clock's): due again; two days on, overdue
       clock.t += 24 * 3_600_000 + 60_000
-      expect(auto.due()).toBe(true)
+      expect([auto.due(), auto.status().state]).toEqual([true, 'ok'])
+      clock.t += 24 * 3_600_000
+      expect(auto.status().state).toBe('overdue')
       // a backup cut off by a stop, and files of the operator's own
       mkdirSync(join(backups, 'capstan-20200101T000000Z'))
       writeFileSync(join(backups, 'notes.txt'), 'mine')

@@ -3,7 +3,7 @@
  * playwright-core). With UPDATE_SCREENSHOTS=1 it also writes docs/screenshots/*.png.
  */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { type Browser, chromium, type Page } from 'playwright-core'
@@ -405,13 +405,16 @@ describe('dashboard', () => {
     expect(await page.text()).not.toMatch(/https?:\/\//)
   })
 
-  test('backups: the page says they are due, one is written with a click and listed; the banner goes', async () => {
-    const backups = mkdtempSync(join(tmpdir(), 'capstan-e2e-backups-'))
+  test('backups: one is written with a click and listed; one that fails says why, on the page and in the banner', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'capstan-e2e-backups-'))
+    const backups = join(root, 'backups')
+    writeFileSync(join(root, 'a-file'), '')
     const own = await TestServer.start({ env: { CAPSTAN_BACKUP_DIR: backups, CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
+    // a directory that cannot be made: a file sits where its parent should be
+    const blocked = await TestServer.start({ env: { CAPSTAN_BACKUP_DIR: join(root, 'a-file', 'backups'), CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
     const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
     try {
       await signIn(page, own)
-      await page.waitForSelector('#health:has-text("No automatic backup yet; see Backups.")')
       await page.click('#backups-link')
       await page.waitForSelector('h1:has-text("Backups")')
       expect(await page.textContent('main')).toContain(`Every 24 h into ${backups}; the newest 7 are kept.`)
@@ -421,12 +424,20 @@ describe('dashboard', () => {
       const listed = (await own.admin('GET', '/backups')).json.data.backups
       expect(listed).toHaveLength(1)
       expect(await page.textContent('main')).toContain(listed[0].name)
-      await page.waitForFunction('document.querySelector("#health").hidden')
+      expect(await page.isHidden('#health')).toBe(true)
       await shot(page, 'backups')
+
+      await signIn(page, blocked)
+      await page.click('#backups-link')
+      await page.click('#backup-now')
+      await page.waitForSelector('#health:has-text("The last automatic backup failed; see Backups.")')
+      await page.waitForSelector('main:has-text("The last backup failed")')
+      expect(await page.textContent('main')).toContain('ENOTDIR: not a directory')
     } finally {
       await page.close()
       await own.close()
-      rmSync(backups, { recursive: true, force: true })
+      await blocked.close()
+      rmSync(root, { recursive: true, force: true })
     }
   })
 

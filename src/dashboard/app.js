@@ -158,9 +158,17 @@ async function backupsPage() {
     ${b.backups.map((x) => `<tr>${cell('Backup', `<code>${esc(x.name)}</code>`)}${cell('Made', x.complete ? esc(when(x.created_at)) : 'being written (or cut off)')}${cell('Messages', esc(x.messages ?? ''))}${cell('Media files', esc(x.media_files ?? ''))}</tr>`).join('')}
     </tbody></table>
     <p class="muted">To restore one, stop the server and run <code>capstan restore ${esc(b.directory)}/&lt;backup&gt;</code> with an empty <code>CAPSTAN_DATA_DIR</code> (or <code>--force</code>); see the README.</p>`
-  $('#backup-now').onclick = (ev) => {
+  $('#backup-now').onclick = async (ev) => {
     ev.target.disabled = true
-    act(() => api('POST', '/backups'), 'Backup written').finally(() => (ev.target.disabled = false))
+    try {
+      await api('POST', '/backups')
+      toast('Backup written')
+    } catch (e) {
+      if (e.status === 401) return
+      toast(errorText(e), true)
+    }
+    // either way the page and the banner show the outcome
+    await route()
   }
 }
 

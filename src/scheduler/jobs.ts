@@ -38,5 +38,7 @@ export function startJobs(svc: Services): Cron[] {
     new Cron('0 25 * * * *', { protect: true }, guard('message-retention', () => svc.messageRetention.run())),
     new Cron('0 5 * * * *', { protect: true }, guard('media-retention', () => svc.media.purgeExpired())),
     new Cron('50 */10 * * * *', { protect: true }, guard('automatic-backup', () => svc.backups.runIfDue())),
+    // and a minute after the start: a new installation has its first backup at once
+    new Cron(new Date(Date.now() + 60_000), { maxRuns: 1 }, guard('automatic-backup', () => svc.backups.runIfDue())),
   ]
 }

@@ -19,6 +19,8 @@ import type { Logger } from '../../http/log'
 const NAME = /^capstan-\d{8}T\d{6}Z(-\d+)?$/
 /** After a failed backup the next automatic one waits this long (a full disk stays full for a while). */
 const RETRY_AFTER_MS = 60 * 60_000
+/** A server with no backup yet is overdue only after this long (the first is made a minute after start). */
+const FIRST_GRACE_MS = 15 * 60_000
 
 export interface BackupEntry {
   name: string
@@ -30,7 +32,10 @@ export interface BackupEntry {
 }
 
 export interface BackupStatus {
-  /** off: no CAPSTAN_BACKUP_DIR; failed: the last try failed; overdue: none complete within twice the interval. */
+  /**
+   * off: no CAPSTAN_BACKUP_DIR; failed: the last try failed; overdue: none complete within twice
+   * the interval (or, with none at all, within 15 minutes of the start).
+   */
   state: 'off' | 'ok' | 'failed' | 'overdue'
   last_success_at: string | null
   last_failure: { at: string; error: string } | null
@@ -43,6 +48,7 @@ const stamp = (ms: number) => new Date(ms).toISOString().replace(/[-:]/g, '').re
 export class AutoBackups {
   private running: Promise<BackupEntry> | null = null
   private lastFailure: { at: number; error: string } | null = null
+  private readonly startedAt: number
 
   /** `self`: the command line that runs this executable (`capstan`, or `bun src/main.ts`). */
   constructor(
@@ -50,7 +56,9 @@ export class AutoBackups {
     private readonly log: Logger,
     private readonly clock: Clock,
     private readonly self: string[],
-  ) {}
+  ) {
+    this.startedAt = clock.now()
+  }
 
   get enabled() {
     return this.config.backupDir !== null
@@ -97,7 +105,7 @@ export class AutoBackups {
     const success = this.lastSuccess()
     const failure = this.lastFailure
     const failed = failure !== null && (success === null || failure.at > success)
-    const overdue = success === null || this.clock.now() - success > 2 * this.config.backupEveryMs
+    const overdue = success === null ? this.clock.now() - this.startedAt > FIRST_GRACE_MS : this.clock.now() - success > 2 * this.config.backupEveryMs
     return {
       state: failed ? 'failed' : overdue && this.running === null ? 'overdue' : 'ok',
       last_success_at: iso(success),
