@@ -1,7 +1,8 @@
 /**
  * Automatic backups: with CAPSTAN_BACKUP_DIR set, the server writes a backup there every
- * CAPSTAN_BACKUP_HOURS (checked every ten minutes, so a restart neither skips nor repeats one) and
- * keeps the newest CAPSTAN_BACKUP_KEEP. An operator can also ask for one now (admin API, CLI,
+ * CAPSTAN_BACKUP_HOURS (checked a minute after the start and every ten minutes, against the newest
+ * backup in the directory, so a restart neither skips nor repeats one) and keeps the newest
+ * CAPSTAN_BACKUP_KEEP. A backup hard-links the media files of the one before (see backup.ts). An operator can also ask for one now (admin API, CLI,
  * dashboard).
  *
  * Each backup is `capstan backup <dir>/capstan-<UTC time>` run as a child process of this same
