@@ -4,27 +4,11 @@
  * server not held for it (the freeze goes in slices; the longest hold is what others waited).
  * Run: bun bench/campaigns.ts [contacts]
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { systemClock } from '../src/clock'
-import { loadConfig } from '../src/config'
-import { migrate, openDatabase } from '../src/db/open'
-import { Writer } from '../src/db/writer'
-import { Logger } from '../src/http/log'
-import { SecretBox } from '../src/secrets'
-import { buildServices, startServices, stopServices } from '../src/services'
-import { timedHold } from './support'
+import { benchServices, rssMiB, timedHold } from './support'
 
 const N = Number(process.argv[2] ?? 100_000)
-const rss = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))![1]) / 1024
 
-const dir = mkdtempSync(join(tmpdir(), 'capstan-campaign-bench-'))
-const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent' })
-const db = openDatabase(config.dbPath)
-migrate(db)
-const svc = buildServices({ config, db, writer: new Writer(db), clock: systemClock }, new Logger('silent'), SecretBox.load(dir, null))
-await startServices(svc)
+const { db, svc, close } = await benchServices('campaign-bench')
 const ws = svc.workspaces.create({ name: 'Bench' })
 // a slow policy: the release itself is not what is measured here
 svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 60, daily_cap: 500, min_gap_seconds: 3, max_gap_seconds: 12 } } })
@@ -38,9 +22,9 @@ const c = svc.campaigns.create(ws.id, { name: 'Spring', template_id: tpl.id, con
 // the set-up's own writes checkpointed first: their WAL is not the freeze's to copy
 db.run('PRAGMA wal_checkpoint(TRUNCATE)')
 Bun.gc(true)
-const before = rss()
+const before = rssMiB()
 const { result: started, ms, heldMs } = await timedHold(() => svc.campaigns.schedule(ws.id, c.id, null))
-const after = rss()
+const after = rssMiB()
 const counts = svc.campaigns.repo.counts(c.id)
 console.log(`\nCampaign start with ${N.toLocaleString('en-US')} contacts (${counts.total.toLocaleString('en-US')} opted in): status ${started.status}`)
 console.log(`| freeze + enqueue | ${ms.toFixed(0)} ms |`)
@@ -58,7 +42,5 @@ for (const page of [1, 1000]) {
   }
   console.log(`| GET /campaigns/{id}/recipients page ${page} (rows and total), three times | ${took.join(', ')} ms |`)
 }
-stopServices(svc)
-db.close()
-rmSync(dir, { recursive: true, force: true })
+close()
 process.exit(0)

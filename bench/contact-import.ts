@@ -4,28 +4,12 @@
  * and the longest the event loop was held meanwhile (what every other request waited).
  * Run: bun bench/contact-import.ts [rows = 100000]
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { systemClock } from '../src/clock'
-import { loadConfig } from '../src/config'
-import { migrate, openDatabase } from '../src/db/open'
-import { Writer } from '../src/db/writer'
-import { Logger } from '../src/http/log'
 import { csvRows } from '../src/modules/contacts/import'
-import { SecretBox } from '../src/secrets'
-import { buildServices, startServices, stopServices } from '../src/services'
-import { timedHold } from './support'
+import { benchServices, rssMiB, timedHold } from './support'
 
 const N = Number(process.argv[2] ?? 100_000)
-const rss = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))![1]) / 1024
 
-const dir = mkdtempSync(join(tmpdir(), 'capstan-import-bench-'))
-const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent' })
-const db = openDatabase(config.dbPath)
-migrate(db)
-const svc = buildServices({ config, db, writer: new Writer(db), clock: systemClock }, new Logger('silent'), SecretBox.load(dir, null))
-await startServices(svc)
+const { db, svc, close } = await benchServices('import-bench')
 const ws = svc.workspaces.create({ name: 'Bench' })
 const lines = ['phone,name,consent_status,metadata.plan,metadata.city']
 for (let i = 0; i < N; i++) lines.push(`+1557${String(i).padStart(8, '0')},"Customer ${i}",${i % 10 === 9 ? '' : 'opted_in'},${i % 2 ? 'pro' : 'free'},City ${i % 100}`)
@@ -37,9 +21,7 @@ for (const pass of ['new contacts', 'the same file again (all updates)']) {
   const check = await timedHold(async () => csvRows(csv))
   const write = await timedHold(() => svc.contactImport.run(ws.id, check.result))
   console.log(`| ${pass}: check the file | ${check.ms.toFixed(0)} ms | ${check.heldMs.toFixed(0)} ms | |`)
-  console.log(`| ${pass}: write (${JSON.stringify(write.result)}) | ${write.ms.toFixed(0)} ms | ${write.heldMs.toFixed(0)} ms | ${rss().toFixed(0)} MiB |`)
+  console.log(`| ${pass}: write (${JSON.stringify(write.result)}) | ${write.ms.toFixed(0)} ms | ${write.heldMs.toFixed(0)} ms | ${rssMiB().toFixed(0)} MiB |`)
 }
-stopServices(svc)
-db.close()
-rmSync(dir, { recursive: true, force: true })
+close()
 process.exit(0)

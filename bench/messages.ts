@@ -11,18 +11,11 @@
  *          whole log, its filters and one contact's conversation. Target: p50 <= 5 ms.
  */
 import { Database } from 'bun:sqlite'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { rmSync } from 'node:fs'
 import { join } from 'node:path'
-import { systemClock } from '../src/clock'
-import { loadConfig } from '../src/config'
-import { migrate, openDatabase } from '../src/db/open'
-import { Writer } from '../src/db/writer'
-import { Logger } from '../src/http/log'
-import { SecretBox } from '../src/secrets'
-import { buildServices, startServices, stopServices } from '../src/services'
+import { startServices } from '../src/services'
 import { hostEnv } from '../test/support/server'
-import { ROOT, fmt, freePort, ratio, rounds, startBare, startBareInsert, startCapstan, wrk } from './support'
+import { ROOT, benchServices, fmt, freePort, ratio, rounds, startBare, startBareInsert, startCapstan, wrk } from './support'
 
 const what = process.argv[2] ?? 'all'
 const seconds = Number(process.argv[3] ?? 8)
@@ -73,12 +66,8 @@ end`
 }
 
 async function release() {
-  const dir = mkdtempSync(join(tmpdir(), 'capstan-release-'))
-  const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent' })
-  const db = openDatabase(config.dbPath)
-  migrate(db)
-  const deps = { config, db, writer: new Writer(db), clock: systemClock }
-  const svc = buildServices(deps, new Logger('silent'), SecretBox.load(dir, null))
+  // started below, once the queues are full
+  const { db, svc, close } = await benchServices('release', false)
   const ws = svc.workspaces.create({ name: 'Release' })
   svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 100_000, daily_cap: 1_000_000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
   const numbers = 1000
@@ -108,9 +97,7 @@ async function release() {
   const used = process.cpuUsage(before)
   const wall = (performance.now() - t1) * 1000
   console.log(`| idle with ${numbers} messages queued, none due (5 s) | CPU ${(((used.user + used.system) / wall) * 100).toFixed(2)}% of one core |`)
-  stopServices(svc)
-  db.close()
-  rmSync(dir, { recursive: true, force: true })
+  close()
 }
 
 async function list() {

@@ -2,10 +2,17 @@
  * Shared benchmark plumbing: start processes on free ports, run wrk (Debian package `wrk`) with
  * latency percentiles, parse its figures. Loads go to 127.0.0.1 only, bounded in time.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
+import { systemClock } from '../src/clock'
+import { loadConfig } from '../src/config'
+import { migrate, openDatabase } from '../src/db/open'
+import { Writer } from '../src/db/writer'
+import { Logger } from '../src/http/log'
+import { SecretBox } from '../src/secrets'
+import { buildServices, startServices, stopServices } from '../src/services'
 import { copyRow } from '../test/support/rows'
 import { hostEnv } from '../test/support/server'
 
@@ -224,3 +231,29 @@ export async function offlineBacklog(env: Awaited<ReturnType<typeof import('../t
   copyRow(db, 'messages', first.id, count - 1, 'queued-', { status: "'queued'" })
   return conn
 }
+
+/**
+ * Capstan's services in this process over a real SQLite file in a fresh directory, on the real
+ * clock, logging nothing; started (drivers, pacer, webhooks) unless `start` is false.
+ */
+export async function benchServices(name: string, start = true) {
+  const dir = mkdtempSync(join(tmpdir(), `capstan-${name}-`))
+  const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent' })
+  const db = openDatabase(config.dbPath)
+  migrate(db)
+  const svc = buildServices({ config, db, writer: new Writer(db), clock: systemClock }, new Logger('silent'), SecretBox.load(dir, null))
+  if (start) await startServices(svc)
+  return {
+    dir,
+    db,
+    svc,
+    close: () => {
+      stopServices(svc)
+      db.close()
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
+
+/** This process's resident memory, in MiB. */
+export const rssMiB = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))![1]) / 1024
