@@ -2,7 +2,7 @@
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { join } from 'node:path'
-import { parseCsv } from '../src/modules/contacts/import'
+import { parseCsv } from '../src/http/bulk'
 import { inProcess } from './support/inproc'
 import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
 
