@@ -29,27 +29,28 @@ const ws = (a: Args) => {
 class UsageError extends Error {}
 
 /**
- * `contacts import FILE`: a CSV file goes up as it is (multipart, field `file`); a `.json` one
- * holds `{"contacts": [...]}` or the list alone.
+ * `contacts import FILE`, `suppressions import FILE`: a CSV file goes up as it is (multipart,
+ * field `file`); a `.json` one holds `{"<list>": [...]}` or the list alone.
  */
-async function contactsFile(a: Args): Promise<FormData | { json: unknown }> {
-  const path = a.positionals[0]
-  if (!path) throw new UsageError('missing FILE (CSV, or .json)')
-  const file = Bun.file(path)
-  if (!(await file.exists())) throw new UsageError(`cannot read ${path}`)
-  if (path.toLowerCase().endsWith('.json')) {
-    let json: unknown
-    try {
-      json = JSON.parse(await file.text())
-    } catch {
-      throw new UsageError(`${path} is not JSON`)
+const listFile = (list: string) =>
+  async function (a: Args): Promise<FormData | { json: unknown }> {
+    const path = a.positionals[0]
+    if (!path) throw new UsageError('missing FILE (CSV, or .json)')
+    const file = Bun.file(path)
+    if (!(await file.exists())) throw new UsageError(`cannot read ${path}`)
+    if (path.toLowerCase().endsWith('.json')) {
+      let json: unknown
+      try {
+        json = JSON.parse(await file.text())
+      } catch {
+        throw new UsageError(`${path} is not JSON`)
+      }
+      return { json: Array.isArray(json) ? { [list]: json } : json }
     }
-    return { json: Array.isArray(json) ? { contacts: json } : json }
+    const form = new FormData()
+    form.set('file', new Blob([await file.arrayBuffer()], { type: 'text/csv' }), `${list}.csv`)
+    return form
   }
-  const form = new FormData()
-  form.set('file', new Blob([await file.arrayBuffer()], { type: 'text/csv' }), 'contacts.csv')
-  return form
-}
 
 /**
  * The server started on this machine with the same environment: CAPSTAN_HOST and CAPSTAN_PORT,
@@ -158,6 +159,13 @@ const COMMANDS: Record<string, Route> = {
   'webhooks deliveries': { method: 'GET', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/deliveries?per_page=100` },
   'suppressions add': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/suppressions`, body: (a) => ({ phone: a.values.phone, reason: a.values.reason }), options: ['workspace', 'phone', 'reason'] },
   'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100`, options: ['workspace'] },
+  'suppressions import': {
+    method: 'POST',
+    path: (a) => `/workspaces/${ws(a)}/suppressions/import`,
+    upload: listFile('suppressions'),
+    options: ['workspace'],
+    summary: (d: { added: number; already: number }) => `added ${d.added}, already on the list ${d.already}`,
+  },
   'suppressions remove': { method: 'DELETE', path: (a) => `/workspaces/${ws(a)}/suppressions/${pos(a, 0, 'phone')}`, options: ['workspace'] },
   'contacts export': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/contacts/export`, body: (a) => ({ phone: a.values.phone }), options: ['workspace', 'phone'], document: true },
   'backups list': { method: 'GET', path: () => '/backups', summary: backupsSummary },
@@ -169,7 +177,7 @@ const COMMANDS: Record<string, Route> = {
   'contacts import': {
     method: 'POST',
     path: (a) => `/workspaces/${ws(a)}/contacts/import`,
-    upload: contactsFile,
+    upload: listFile('contacts'),
     options: ['workspace'],
     summary: (d: { created: number; updated: number }) => `created ${d.created}, updated ${d.updated}`,
   },
@@ -193,6 +201,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan webhooks rotate-secret ID [--keep-previous-hours N]   (new signing secret; the old one also signs for N hours, default 24)
   capstan suppressions add --workspace ID --phone +E164 [--reason TEXT]
   capstan suppressions list --workspace ID | remove --workspace ID +E164
+  capstan suppressions import --workspace ID FILE   (a CSV with a header: phone, reason; or a .json {"suppressions": [...]})
   capstan contacts export --workspace ID --phone +E164 > FILE   (everything kept about the contact, as JSON)
   capstan contacts import --workspace ID FILE   (a CSV with a header: phone, name, consent_status, metadata.<key>; or a .json {"contacts": [...]})
   capstan contacts erase --workspace ID --phone +E164   (the contact and its personal data, for good)

@@ -210,3 +210,43 @@ describe('the CLI and the writes', () => {
     }
   })
 })
+
+describe('a do-not-contact list (suppressions)', () => {
+  const uploadSuppressions = (wsId: string, csv: string) => {
+    const form = new FormData()
+    form.set('file', new Blob([csv], { type: 'text/csv' }), 'dnc.csv')
+    return srv.request('POST', `/admin/api/workspaces/${wsId}/suppressions/import`, { bearer: ADMIN_TOKEN, multipart: form })
+  }
+
+  test('CSV or JSON: numbers added with their reason, one already on the list keeps its entry; a suppressed number is skipped by campaigns; bad rows change nothing', async () => {
+    const { ws, key } = await srv.tenant()
+    const [a, b, c] = [newPhone(), newPhone(), newPhone()]
+    await srv.admin('POST', `/workspaces/${ws.id}/suppressions`, { phone: b, reason: 'complaint' })
+    await srv.api(key, 'POST', '/contacts', { json: { phone: a, consent_status: 'opted_in' } })
+    const r = await uploadSuppressions(ws.id, `Phone,Reason\n${a},"asked us, by phone"\n${b},imported\n${c},\n`)
+    expect([r.status, r.json]).toEqual([200, { data: { added: 2, already: 1 } }])
+    const listed = (await srv.admin('GET', `/workspaces/${ws.id}/suppressions`)).json.data
+    expect(Object.fromEntries(listed.map((x: any) => [x.phone, x.reason]))).toEqual({ [a]: 'asked us, by phone', [b]: 'complaint', [c]: null })
+    expect((await srv.api(key, 'POST', '/campaigns/audience/preview', { json: {} })).json.data.count).toBe(0)
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/audit-log`)).json.data[0]).toMatchObject({ action: 'suppressions.imported', subject_id: ws.id })
+    const d = newPhone()
+    const json = await srv.admin('POST', `/workspaces/${ws.id}/suppressions/import`, { suppressions: [{ phone: d, reason: 'legal' }, { phone: a }] })
+    expect(json.json).toEqual({ data: { added: 1, already: 1 } })
+    const bad = await uploadSuppressions(ws.id, `phone,reason\n${newPhone()},ok\nnope,\n${d},${'x'.repeat(501)}`)
+    expect([bad.status, bad.json.errors]).toEqual([
+      422,
+      { 'rows.3.phone': ['The rows.3.phone field must be an E.164 phone number such as +14155550100.'], 'rows.4.reason': ['The rows.4.reason field must not be longer than 500 characters.'] },
+    ])
+    const wrongColumn = await uploadSuppressions(ws.id, `phone,name\n${newPhone()},x`)
+    expect(wrongColumn.json.errors).toEqual({ file: ['Column 2 of the header is not one of phone or reason.'] })
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/suppressions`)).json.meta.total).toBe(4)
+  })
+
+  test('capstan suppressions import --workspace ID FILE', async () => {
+    const { ws } = await srv.tenant()
+    const file = join(srv.dataDir, 'dnc.csv')
+    await Bun.write(file, `phone\n${newPhone()}\n${newPhone()}\n`)
+    const p = Bun.spawn(['bun', 'src/main.ts', 'suppressions', 'import', '--workspace', ws.id, file], { cwd: join(import.meta.dir, '..'), env: { ...hostEnv(), CAPSTAN_URL: srv.base, CAPSTAN_ADMIN_TOKEN: ADMIN_TOKEN }, stdout: 'pipe', stderr: 'pipe' })
+    expect([await p.exited, await new Response(p.stdout).text()]).toEqual([0, 'added 2, already on the list 0\n'])
+  })
+})

@@ -378,6 +378,13 @@ describe('dashboard', () => {
     await shot(page, 'contacts-import')
     const ann = (await srv.api(t.key, 'GET', `/contacts?phone=${encodeURIComponent(a)}`)).json.data[0]
     expect([ann.name, ann.consent_status]).toEqual(['Ann', 'opted_in'])
+    // the same form on the suppression list
+    await page.goto(`${srv.base}/admin#/w/${t.ws.id}/suppressions`)
+    await page.waitForSelector('h1:has-text("Suppression list")')
+    await page.setInputFiles('#import input[type=file]', file(`phone,reason\n${b},asked\n`))
+    await page.click('#import button[type=submit]')
+    await page.waitForSelector('text=Numbers suppressed: 1 added, 0 already on the list')
+    await page.waitForSelector(`td:has-text("${b}")`)
     await page.close()
   })
 

@@ -139,6 +139,29 @@ async function workspacesPage() {
   main.querySelectorAll('[data-status]').forEach((b) => (b.onclick = () => act(() => api('PATCH', `/workspaces/${b.dataset.status}`, { status: b.dataset.to }), 'Status changed')))
 }
 
+/**
+ * The page's CSV import form (#import, outcome in #import-result): the file goes up as it is; on
+ * success the page is drawn again and `done` says what changed, else the rows to fix are listed.
+ */
+function importForm(path, done) {
+  $('#import').onsubmit = async (ev) => {
+    ev.preventDefault()
+    const button = ev.target.querySelector('button')
+    button.disabled = true
+    try {
+      const { data: r } = await api('POST', path, new FormData(ev.target))
+      await route()
+      toast(done(r))
+    } catch (e) {
+      if (e.status === 401) return
+      // every row was checked and nothing was written: say which rows to fix
+      $('#import-result').innerHTML = `<div class="card"><strong>Nothing was imported. ${esc(e.message)}</strong>${e.body && e.body.errors ? `<ul>${Object.entries(e.body.errors).map(([k, v]) => `<li>${esc(k)}: ${esc(v.join(' '))}</li>`).join('')}</ul>` : ''}</div>`
+    } finally {
+      button.disabled = false
+    }
+  }
+}
+
 // ---------------------------------------------------------------- backups
 
 /** The appliance's automatic backups: where, how often, the last outcome, the list; one now. */
@@ -372,22 +395,7 @@ const pages = {
       const { phone } = formData(ev.target)
       location.hash = `#/w/${ws.id}/contacts${phone ? `?${new URLSearchParams({ phone })}` : ''}`
     }
-    $('#import').onsubmit = async (ev) => {
-      ev.preventDefault()
-      const button = ev.target.querySelector('button')
-      button.disabled = true
-      try {
-        const { data: r } = await api('POST', `/workspaces/${ws.id}/contacts/import`, new FormData(ev.target))
-        await route()
-        toast(`Contacts imported: ${r.created} new, ${r.updated} updated`)
-      } catch (e) {
-        if (e.status === 401) return
-        // every row was checked and nothing was written: say which rows to fix
-        $('#import-result').innerHTML = `<div class="card"><strong>Nothing was imported. ${esc(e.message)}</strong>${e.body && e.body.errors ? `<ul>${Object.entries(e.body.errors).map(([k, v]) => `<li>${esc(k)}: ${esc(v.join(' '))}</li>`).join('')}</ul>` : ''}</div>`
-      } finally {
-        button.disabled = false
-      }
-    }
+    importForm(`/workspaces/${ws.id}/contacts/import`, (r) => `Contacts imported: ${r.created} new, ${r.updated} updated`)
     main.querySelectorAll('[data-export]').forEach((b) => (b.onclick = () => {
       const phone = b.dataset.export
       act(async () => {
@@ -492,6 +500,7 @@ const pages = {
     const { data } = await api('GET', `/workspaces/${ws.id}/suppressions?per_page=100`)
     main.innerHTML = `<h1>Suppression list</h1><p class="muted">Numbers here are never messaged, whatever their consent.</p>
       <div class="card"><form id="new-sup" class="inline"><label>Phone (E.164)<input name="phone" required></label><label style="flex:1">Reason<input name="reason"></label><button type="submit">Suppress</button></form></div>
+      <form id="import" class="inline card"><label>Import a do-not-contact list from a CSV file (a header line with phone, and reason if you like; up to 100,000 rows) <input type="file" name="file" accept=".csv,text/csv" required></label><button type="submit" class="secondary">Import</button></form><div id="import-result"></div>
       <table class="stack"><thead><tr><th>Phone</th><th>Reason</th><th>Since</th><th></th></tr></thead><tbody>
       ${data.map((s) => `<tr>${cell('Phone', esc(s.phone))}${cell('Reason', esc(s.reason || ''))}${cell('Since', when(s.created_at))}${cell('', `<button class="secondary" data-unsup="${esc(s.phone)}">Remove</button>`)}</tr>`).join('')}</tbody></table>`
     $('#new-sup').onsubmit = (ev) => {
@@ -499,6 +508,7 @@ const pages = {
       const f = formData(ev.target)
       act(() => api('POST', `/workspaces/${ws.id}/suppressions`, { phone: f.phone, ...(f.reason ? { reason: f.reason } : {}) }), 'Number suppressed')
     }
+    importForm(`/workspaces/${ws.id}/suppressions/import`, (r) => `Numbers suppressed: ${r.added} added, ${r.already} already on the list`)
     main.querySelectorAll('[data-unsup]').forEach((b) => (b.onclick = () => act(() => api('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(b.dataset.unsup)}`), 'Removed')))
   },
 

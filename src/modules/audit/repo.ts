@@ -24,6 +24,7 @@ export type AuditAction =
   | 'contact.exported'
   | 'contact.erased'
   | 'contacts.imported'
+  | 'suppressions.imported'
   | 'templates.imported'
 
 export interface AuditRow {

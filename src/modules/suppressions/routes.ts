@@ -1,6 +1,7 @@
 /** Admin routes for the suppression list. */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
+import { type BulkSpec, bulkRows } from '../../http/bulk'
 import { hidden } from '../../http/docs'
 import { paged } from '../../http/format'
 import { s, validate } from '../../http/schema'
@@ -9,6 +10,16 @@ import { E164, phoneField } from '../contacts/model'
 import { notFound } from '../../http/errors'
 
 const addBody = s.object({ phone: phoneField(), reason: s.string().length(0, 500).nullable().optional() })
+
+/** An import's rows: phone and reason columns, or `{"suppressions": [{phone, reason?}]}`. */
+const SUPPRESSION_ROWS: BulkSpec<{ phone: string; reason?: string | null }> = {
+  noun: 'number',
+  list: 'suppressions',
+  schema: addBody as unknown as BulkSpec<{ phone: string; reason?: string | null }>['schema'],
+  column: (cell) => (cell.toLowerCase() === 'phone' || cell.toLowerCase() === 'reason' ? [cell.toLowerCase()] : null),
+  columns: 'phone or reason',
+  header: 'phone, and reason if you like',
+}
 
 export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const sup = svc.suppressions
@@ -22,6 +33,14 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
         const [row, created] = sup.add(params.id, input.phone, input.reason ?? null)
         set.status = created ? 201 : 200
         return { data: sup.toPublic(row) }
+      },
+      { admin: true, detail: hidden },
+    )
+    .post(
+      '/workspaces/:id/suppressions/import',
+      async ({ params, body }) => {
+        svc.workspaces.get(params.id)
+        return { data: await sup.importRows(params.id, await bulkRows(body, SUPPRESSION_ROWS)) }
       },
       { admin: true, detail: hidden },
     )
