@@ -8,10 +8,11 @@ import { parseArgs } from 'node:util'
 /**
  * One subcommand: its admin API call and the options it reads (any other option is refused, so a
  * misspelt `--scope` cannot quietly issue a key with every scope). `document`: the answer is a
- * document to keep (an export), printed as indented JSON either way. `summary`: how a successful
+ * document to keep (an export), printed as indented JSON either way; `raw`: a file (a CSV), printed
+ * as it comes. `summary`: how a successful
  * answer is printed without --json, where a table or key: value lines would not read well.
  */
-type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; upload?: (a: Args) => Promise<FormData | { json: unknown }>; options?: string[]; repeated?: string[]; document?: boolean; summary?: (data: any) => string }
+type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => unknown; upload?: (a: Args) => Promise<FormData | { json: unknown }>; options?: string[]; repeated?: string[]; document?: boolean; raw?: boolean; summary?: (data: any) => string }
 type Args = { positionals: string[]; values: Record<string, string | string[] | boolean | undefined> }
 
 const csv = (v: unknown) => (typeof v === 'string' && v.length ? v.split(',').map((x) => x.trim()).filter(Boolean) : undefined)
@@ -174,6 +175,7 @@ const COMMANDS: Record<string, Route> = {
     path: () => '/backups',
     summary: (d: BackupLine) => `backup written: ${d.name} (${d.messages} messages, ${d.media_files} media files)`,
   },
+  'contacts csv': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/contacts.csv`, options: ['workspace'], raw: true },
   'contacts import': {
     method: 'POST',
     path: (a) => `/workspaces/${ws(a)}/contacts/import`,
@@ -203,6 +205,7 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan suppressions list --workspace ID | remove --workspace ID +E164
   capstan suppressions import --workspace ID FILE   (a CSV with a header: phone, reason; or a .json {"suppressions": [...]})
   capstan contacts export --workspace ID --phone +E164 > FILE   (everything kept about the contact, as JSON)
+  capstan contacts csv --workspace ID > FILE   (every contact, as CSV that contacts import reads)
   capstan contacts import --workspace ID FILE   (a CSV with a header: phone, name, consent_status, metadata.<key>; or a .json {"contacts": [...]})
   capstan contacts erase --workspace ID --phone +E164   (the contact and its personal data, for good)
   capstan backups list | run   (the automatic backups in CAPSTAN_BACKUP_DIR; run: one now, through the server)
@@ -301,6 +304,11 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
   } catch (e) {
     console.error(`capstan: cannot reach ${base} (${(e as Error).message})`)
     return 1
+  }
+  // a file is passed through as it arrives (a million contacts need not be held here first)
+  if (route.raw && res.ok) {
+    await Bun.write(Bun.stdout, res)
+    return 0
   }
   const out = render(await res.text(), res.ok)
   if (out) (res.ok ? console.log : console.error)(out)

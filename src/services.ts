@@ -8,6 +8,7 @@ import { ConnectionService } from './modules/connections/service'
 import { ContactEraser } from './modules/contacts/erasure'
 import { ContactExport } from './modules/contacts/export'
 import { ContactImport } from './modules/contacts/import'
+import { ContactListExport } from './modules/contacts/list-export'
 import { AutoBackups, selfCommand } from './modules/backups/service'
 import { ContactService } from './modules/contacts/service'
 import { GroupService } from './modules/groups/service'
@@ -35,6 +36,7 @@ export interface Services {
   eraser: ContactEraser
   contactExport: ContactExport
   contactImport: ContactImport
+  contactList: ContactListExport
   backups: AutoBackups
   suppressions: SuppressionService
   connections: ConnectionService
@@ -96,6 +98,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     eraser,
     contactExport: new ContactExport(deps, contacts, messages, media, suppressions, audit),
     contactImport: new ContactImport(deps, contacts, audit),
+    contactList: new ContactListExport(deps, audit),
     backups: new AutoBackups(deps.config, log, deps.clock, selfCommand()),
     suppressions,
     connections,

@@ -250,3 +250,55 @@ describe('a do-not-contact list (suppressions)', () => {
     expect([await p.exited, await new Response(p.stdout).text()]).toEqual([0, 'added 2, already on the list 0\n'])
   })
 })
+
+describe('every contact as CSV', () => {
+  test('the columns the import reads, one per metadata key; quoted and formula-guarded cells; imported into another workspace it gives the same contacts', async () => {
+    const { ws, key } = await srv.tenant()
+    const [a, b, c] = [newPhone(), newPhone(), newPhone()].sort()
+    await srv.api(key, 'POST', '/contacts', { json: { phone: b, name: '=HYPERLINK("x")', consent_status: 'opted_in', metadata: { plan: 'pro', note: 'says "hi", twice\nand again' } } })
+    await srv.api(key, 'POST', '/contacts', { json: { phone: a, name: 'Ada', consent_status: 'opted_out', metadata: { city: '-Paris' } } })
+    await srv.api(key, 'POST', '/contacts', { json: { phone: c } })
+    const r = await fetch(`${srv.base}/admin/api/workspaces/${ws.id}/contacts.csv`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })
+    expect([r.status, r.headers.get('content-type'), r.headers.get('content-disposition')]).toEqual([200, 'text/csv; charset=utf-8', `attachment; filename="contacts-${ws.slug}.csv"`])
+    const text = await r.text()
+    expect(text).toBe(
+      [
+        'phone,name,consent_status,metadata.city,metadata.note,metadata.plan',
+        `${a},Ada,opted_out,'-Paris,,`,
+        `${b},"'=HYPERLINK(""x"")",opted_in,,"says ""hi"", twice\nand again",pro`,
+        `${c},,unknown,,,`,
+        '',
+      ].join('\r\n'),
+    )
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/audit-log`)).json.data[0]).toMatchObject({ action: 'contacts.exported', subject_id: ws.id })
+    // into another workspace, as it is
+    const other = await srv.tenant()
+    expect((await upload(other.ws.id, text)).json).toEqual({ data: { created: 3, updated: 0 } })
+    const pick = (list: any[]) => list.map((x) => [x.phone, x.name, x.consent_status, x.metadata]).sort((x, y) => x[0].localeCompare(y[0]))
+    expect(pick(await contacts(other.key))).toEqual(pick(await contacts(key)))
+    // the CLI writes the file as it arrives
+    const p = Bun.spawn(['bun', 'src/main.ts', 'contacts', 'csv', '--workspace', ws.id], { cwd: join(import.meta.dir, '..'), env: { ...hostEnv(), CAPSTAN_URL: srv.base, CAPSTAN_ADMIN_TOKEN: ADMIN_TOKEN }, stdout: 'pipe', stderr: 'pipe' })
+    expect([await p.exited, await new Response(p.stdout).text()]).toEqual([0, text])
+    expect((await srv.request('GET', `/admin/api/workspaces/${ws.id}/contacts.csv`, { bearer: key })).status).toBe(401)
+  })
+
+  test('both walks go a slice at a time with the server working between', async () => {
+    const env = await inProcess()
+    try {
+      const { svc } = env
+      const ws = svc.workspaces.create({ name: 'Walk' })
+      const rows = Array.from({ length: 4_500 }, (_, i) => ({ phone: `+1555002${String(i).padStart(4, '0')}`, metadata: i === 4_499 ? { last: 'yes' } : {} }))
+      await svc.contactImport.run(ws.id, rows)
+      let turned = 0
+      const tick = setInterval(() => turned++, 0)
+      const csv = await new Response(await svc.contactList.export(ws.id)).text()
+      clearInterval(tick)
+      const lines = csv.trim().split('\r\n')
+      // the key of the last contact only, found by the first walk
+      expect([lines.length, lines[0], lines.at(-1)]).toEqual([4_501, 'phone,name,consent_status,metadata.last', '+15550024499,,unknown,yes'])
+      expect(turned).toBeGreaterThan(2)
+    } finally {
+      await env.close()
+    }
+  })
+})

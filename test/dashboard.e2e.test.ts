@@ -378,6 +378,10 @@ describe('dashboard', () => {
     await shot(page, 'contacts-import')
     const ann = (await srv.api(t.key, 'GET', `/contacts?phone=${encodeURIComponent(a)}`)).json.data[0]
     expect([ann.name, ann.consent_status]).toEqual(['Ann', 'opted_in'])
+    // and back out, every contact as CSV
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click('text=Download all as CSV')])
+    expect(download.suggestedFilename()).toBe(`contacts-${t.ws.slug}.csv`)
+    expect(readFileSync((await download.path())!, 'utf8')).toBe(`phone,name,consent_status\r\n${[a, b].sort()[0] === a ? `${a},Ann,opted_in\r\n${b},Bob,unknown` : `${b},Bob,unknown\r\n${a},Ann,opted_in`}\r\n`)
     // the same form on the suppression list
     await page.goto(`${srv.base}/admin#/w/${t.ws.id}/suppressions`)
     await page.waitForSelector('h1:has-text("Suppression list")')

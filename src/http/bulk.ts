@@ -91,6 +91,12 @@ function delimiterOf(text: string): string {
   return first.includes('\t') ? '\t' : ','
 }
 
+/**
+ * A cell as written before a spreadsheet guard: a leading apostrophe before =, +, -, @, a tab or a
+ * carriage return (how Capstan's CSV export, and spreadsheets, keep a cell from running as a formula).
+ */
+const unguard = (cell: string) => (/^'[=+\-@\t\r]/.test(cell) ? cell.slice(1) : cell)
+
 export interface BulkSpec<T extends { phone: string }> {
   /** What one row is, for messages: `contact`. */
   noun: string
@@ -143,7 +149,7 @@ export async function csvRows<T extends { phone: string }>(text: string, spec: B
     }
     const row: Record<string, unknown> = {}
     for (const [i, [field, key]] of columns.entries()) {
-      const value = cells[i] ?? ''
+      const value = unguard(cells[i] ?? '')
       if (key !== undefined) {
         // a cell of an object field (metadata): kept as written; no prototype, so a
         // `metadata.__proto__` column is a key like any other

@@ -24,6 +24,7 @@ export type AuditAction =
   | 'contact.exported'
   | 'contact.erased'
   | 'contacts.imported'
+  | 'contacts.exported'
   | 'suppressions.imported'
   | 'templates.imported'
 

@@ -86,6 +86,16 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
       },
       { admin: true, detail: hidden },
     )
+    .get(
+      '/workspaces/:id/contacts.csv',
+      async ({ params }) => {
+        const ws = svc.workspaces.get(params.id)
+        return new Response(await svc.contactList.export(params.id), {
+          headers: { 'content-type': 'text/csv; charset=utf-8', 'content-disposition': `attachment; filename="contacts-${ws.slug}.csv"`, 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' },
+        })
+      },
+      { admin: true, detail: hidden },
+    )
     .post(
       '/workspaces/:id/contacts/import',
       async ({ params, body }) => {

@@ -1,0 +1,78 @@
+/**
+ * A workspace's contacts as a CSV file (admin API, CLI, dashboard): the columns the contact import
+ * reads — phone, name, consent_status and one metadata.<key> column per key any contact has — so
+ * the file goes into a spreadsheet, a CRM, or another Capstan as it is. Metadata values come out
+ * as text (the import reads them so).
+ *
+ * Two walks through the (workspace_id, phone) index, a slice at a time with requests served
+ * between: the first collects the metadata keys for the header, the second is streamed as the
+ * client reads it. A cell a spreadsheet would run as a formula (one starting with =, +, -, @, a
+ * tab or a carriage return) is written with a leading apostrophe, which the import takes off again.
+ */
+import type { Database } from 'bun:sqlite'
+import { nextTurn } from '../../db/writer'
+import type { Deps } from '../../deps'
+import type { AuditRepo } from '../audit/repo'
+import type { ContactRow } from './repo'
+
+/** Contacts read per step of either walk. */
+const SLICE = 2_000
+
+/** A CSV cell: quoted when it must be, guarded when a spreadsheet would take it for a formula. */
+export function csvCell(value: string, guard = true): string {
+  const v = guard && /^[=+\-@\t\r]/.test(value) ? `'${value}` : value
+  return /[",\r\n]|^\s|\s$/.test(v) ? `"${v.replace(/"/g, '""')}"` : v
+}
+
+export class ContactListExport {
+  private readonly page
+
+  constructor(
+    private readonly deps: Deps,
+    private readonly audit: AuditRepo,
+  ) {
+    const db: Database = deps.db
+    this.page = db.query<ContactRow, [string, string, number]>('SELECT * FROM contacts WHERE workspace_id = ? AND phone > ? ORDER BY phone LIMIT ?')
+  }
+
+  /** The metadata keys of the workspace's contacts, sorted; one slice per turn of the event loop. */
+  private async keys(workspaceId: string): Promise<string[]> {
+    const keys = new Set<string>()
+    for (let after = ''; ; ) {
+      const rows = this.page.all(workspaceId, after, SLICE)
+      for (const r of rows) for (const k of Object.keys(JSON.parse(r.metadata) as object)) keys.add(k)
+      if (rows.length < SLICE) break
+      after = rows.at(-1)!.phone
+      await nextTurn()
+    }
+    return [...keys].sort()
+  }
+
+  /** The CSV, header first, streamed a slice at a time as it is read; audited as `contacts.exported`. */
+  async export(workspaceId: string): Promise<ReadableStream<Uint8Array>> {
+    const keys = await this.keys(workspaceId)
+    this.deps.writer.now(() => this.audit.add(workspaceId, 'contacts.exported', null, this.deps.clock.now(), workspaceId))
+    const encoder = new TextEncoder()
+    const header = ['phone', 'name', 'consent_status', ...keys.map((k) => `metadata.${k}`)].map((c) => csvCell(c)).join(',')
+    let after: string | null = null // null: the header is not written yet
+    return new ReadableStream<Uint8Array>({
+      pull: async (out) => {
+        if (after === null) {
+          after = ''
+          return out.enqueue(encoder.encode(`${header}\r\n`))
+        }
+        if (after !== '') await nextTurn()
+        const rows = this.page.all(workspaceId, after, SLICE)
+        if (rows.length) {
+          const lines = rows.map((r) => {
+            const metadata = JSON.parse(r.metadata) as Record<string, unknown>
+            return [csvCell(r.phone, false), csvCell(r.name ?? ''), r.consent_status, ...keys.map((k) => csvCell(metadata[k] === undefined ? '' : String(metadata[k])))].join(',')
+          })
+          out.enqueue(encoder.encode(`${lines.join('\r\n')}\r\n`))
+          after = rows.at(-1)!.phone
+        }
+        if (rows.length < SLICE) out.close()
+      },
+    })
+  }
+}
