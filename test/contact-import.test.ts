@@ -287,7 +287,7 @@ describe('every contact as CSV', () => {
     try {
       const { svc } = env
       const ws = svc.workspaces.create({ name: 'Walk' })
-      const rows = Array.from({ length: 4_500 }, (_, i) => ({ phone: `+1555002${String(i).padStart(4, '0')}`, metadata: i === 4_499 ? { last: 'yes' } : {} }))
+      const rows = Array.from({ length: 4_500 }, (_, i) => ({ phone: `+1555002${String(i).padStart(4, '0')}`, metadata: (i === 4_499 ? { last: 'yes' } : {}) as Record<string, string> }))
       await svc.contactImport.run(ws.id, rows)
       let turned = 0
       const tick = setInterval(() => turned++, 0)
