@@ -13,6 +13,7 @@ import { Database } from 'bun:sqlite'
 import { chmodSync, closeSync, copyFileSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { basename, dirname, join } from 'node:path'
 import { LATEST_SCHEMA, migrate, openDatabase, schemaVersion } from './db/open'
+import { carryOver, JOURNAL } from './modules/contacts/erasure-journal'
 import { VERSION } from './version'
 
 export interface BackupResult {
@@ -104,7 +105,7 @@ export function backup(dataDir: string, dir: string): BackupResult {
   if (existsSync(join(dir, 'capstan.db'))) throw new Error(`${dir} already holds a backup`)
   // what this backup adds to `dir`, removed again if it cannot be finished (a full disk): a half
   // backup must neither pass for one nor stop the next try as "already holds a backup"
-  const added = ['capstan.db', 'media', 'secret.key', 'sandbox', 'manifest.json'].filter((f) => !existsSync(join(dir, f))).map((f) => join(dir, f))
+  const added = ['capstan.db', 'media', 'secret.key', JOURNAL, 'sandbox', 'manifest.json'].filter((f) => !existsSync(join(dir, f))).map((f) => join(dir, f))
   const made = !existsSync(dir)
   mkdirSync(dir, { recursive: true, mode: 0o700 })
   try {
@@ -140,6 +141,7 @@ function writeBackup(source: string, dataDir: string, dir: string): BackupResult
     if (addMedia(from, join(dir, 'media', sha.slice(0, 2), sha), previous, sha)) linked++
   }
   if (existsSync(join(dataDir, 'secret.key'))) copyPrivate(join(dataDir, 'secret.key'), join(dir, 'secret.key'))
+  if (existsSync(join(dataDir, JOURNAL))) copyPrivate(join(dataDir, JOURNAL), join(dir, JOURNAL))
   copyDir(join(dataDir, 'sandbox'), join(dir, 'sandbox'))
   writeFileSync(join(dir, 'manifest.json'), JSON.stringify({ capstan: VERSION, created_at: new Date().toISOString(), messages, media_files: shas.length - missing.length, media_linked: linked, missing_media: missing }, null, 2))
   return { dir, messages, media: shas.length - missing.length, linked, missing }
@@ -169,7 +171,7 @@ function checkBackup(from: string) {
   if (version > LATEST_SCHEMA) throw new Error(`the backup was made by a newer Capstan (database schema version ${version}; this binary knows up to ${LATEST_SCHEMA})`)
 }
 
-export function restore(dir: string, dataDir: string, force = false): { messages: number } {
+export function restore(dir: string, dataDir: string, force = false): { messages: number; erasures: number } {
   const from = join(dir, 'capstan.db')
   if (!existsSync(from)) throw new Error(`no backup at ${dir} (capstan.db missing)`)
   if (existsSync(join(dataDir, 'capstan.db')) && !force) throw new Error(`${dataDir} already holds a database; stop the server and move it away (or pass --force)`)
@@ -204,7 +206,9 @@ export function restore(dir: string, dataDir: string, force = false): { messages
   try {
     migrate(db)
     removeUnreferencedMedia(join(dataDir, 'media'), new Set(mediaShas(db)))
-    return { messages: db.query<{ n: number }, []>('SELECT COUNT(*) AS n FROM messages').get()!.n }
+    // erasures recorded since (in this data directory, in the backup, beside it): done again at the next start
+    const erasures = carryOver(dataDir, [join(dir, JOURNAL), join(dirname(dir), JOURNAL)])
+    return { messages: db.query<{ n: number }, []>('SELECT COUNT(*) AS n FROM messages').get()!.n, erasures }
   } finally {
     db.close()
   }

@@ -128,7 +128,7 @@ async function main(argv: string[]) {
           const lock = lockOrExit(config.dataDir)
           const r = restore(target, config.dataDir, force)
           lock.release()
-          console.log(`restored into ${config.dataDir}: ${r.messages} messages; start the server with this CAPSTAN_DATA_DIR`)
+          console.log(`restored into ${config.dataDir}: ${r.messages} messages${r.erasures ? `; ${r.erasures} recorded erasures are done again when the server starts` : ''}; start the server with this CAPSTAN_DATA_DIR`)
         }
       } catch (e) {
         fail((e as Error).message)

@@ -20,6 +20,16 @@ export class SecretBox {
     return new SecretBox(key)
   }
 
+  /**
+   * A keyed digest of `text` for `purpose` (hex HMAC-SHA256 under a key derived from this box's):
+   * lets a value be recognised later without being kept — a phone number's digest cannot be
+   * turned back into the number by trying every number without the key.
+   */
+  digest(purpose: string, text: string): string {
+    const key = new Bun.CryptoHasher('sha256', this.key).update(purpose).digest()
+    return new Bun.CryptoHasher('sha256', key).update(text).digest('hex')
+  }
+
   seal(plain: string): string {
     const iv = randomBytes(12)
     const c = createCipheriv('aes-256-gcm', this.key, iv)

@@ -78,7 +78,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   messages.onTemplateRefused = (row, code) => {
     if (row.campaign_id) campaigns.templateRefused(row.campaign_id, code)
   }
-  const eraser = new ContactEraser(deps, contacts, messages, media, audit, log)
+  const eraser = new ContactEraser(deps, contacts, messages, media, audit, log, box)
   eraser.onCampaignChanged = (id) => campaigns.checkComplete(id)
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   connections.onChange = (id) => pacer.wake(id)
@@ -132,6 +132,8 @@ export async function startServices(svc: Services) {
     marketingStopped: (connectionId, phone, source) => keep('consent change', () => svc.messages.marketingStopped(connectionId, phone, source)),
   })
   await svc.messages.recoverInterrupted()
+  // after a restore: erasures recorded since that backup was made are done again, before anything is sent or served
+  await svc.eraser.reapply()
   await svc.messages.expireQueued()
   await svc.messages.failQueuedOfRemoved((id) => !svc.connections.has(id))
   await svc.media.purgeExpired()

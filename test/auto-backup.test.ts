@@ -1,6 +1,6 @@
 /** Automatic backups (CAPSTAN_BACKUP_DIR): on a schedule and on request, kept to a number, restorable; a failure is reported. */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { loadConfig } from '../src/config'
@@ -149,6 +149,70 @@ describe('on the schedule (controlled clock)', () => {
       expect(existsSync(join(backups, 'notes.txt'))).toBe(true)
     } finally {
       await env.close()
+    }
+  })
+})
+
+describe('erasures outlive a restore', () => {
+  test('a contact erased after a backup stays erased when that backup is restored — into a new data directory or over the old one; one who came back after the erasure stays', async () => {
+    const backups = join(dir, 'erasures')
+    const srv = await TestServer.start({ env: { CAPSTAN_BACKUP_DIR: backups, CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    let restored: TestServer | null = null
+    try {
+      const { ws, key } = await srv.tenant()
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+      const [gone, kept, back] = [newPhone(), newPhone(), newPhone()]
+      for (const phone of [gone, kept, back]) await srv.api(key, 'POST', '/contacts', { json: { phone, name: `N${phone}`, consent_status: 'opted_in' } })
+      const sent = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: gone, body: 'ERASE-ME-body' } })).json.data
+      const before = (await srv.admin('POST', '/backups')).json.data.name
+      // erased after that backup; `back` is erased and then writes again (a new contact)
+      for (const phone of [gone, back]) expect((await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone })).status).toBe(200)
+      await Bun.sleep(1000) // (and one backup name per second)
+      await srv.api(key, 'POST', '/contacts', { json: { phone: back, name: 'Came back' } })
+      const after = (await srv.admin('POST', '/backups')).json.data.name
+      // recorded in the data directory and beside the backups, without the number
+      for (const journal of [join(srv.dataDir, 'erasures.log'), join(backups, 'erasures.log')]) {
+        const text = readFileSync(journal, 'utf8')
+        expect(text.trim().split('\n')).toHaveLength(2)
+        for (const phone of [gone, back]) expect(text).not.toContain(phone.slice(1))
+      }
+      await srv.stop()
+
+      // the data directory lost: the backup restored into a new one
+      const fresh = join(dir, 'fresh')
+      const r = Bun.spawnSync(['bun', 'src/main.ts', 'restore', join(backups, before)], { cwd: ROOT, env: { ...hostEnv(), CAPSTAN_DATA_DIR: fresh } })
+      expect([r.exitCode, r.stdout.toString()]).toEqual([0, expect.stringContaining('2 recorded erasures are done again when the server starts')])
+      restored = await TestServer.start({ dataDir: fresh })
+      const has = async (on: TestServer, phone: string) => (await on.api(key, 'GET', `/contacts?phone=${encodeURIComponent(phone)}`)).json.data.map((c: any) => c.name)
+      expect(await has(restored, gone)).toEqual([])
+      expect(await has(restored, kept)).toEqual([`N${kept}`])
+      // in that backup `back` is the contact from before its erasure: erased too
+      expect(await has(restored, back)).toEqual([])
+      const m = (await restored.api(key, 'GET', `/messages/${sent.id}`)).json.data
+      expect([m.recipient, m.body, m.contact_id]).toEqual([null, null, null])
+      expect(existsSync(join(fresh, 'erasures.pending'))).toBe(false)
+      await restored.close()
+      restored = null
+
+      // over the old data directory, with only its own record of the erasures
+      rmSync(join(backups, 'erasures.log'))
+      const again = Bun.spawnSync(['bun', 'src/main.ts', 'restore', '--force', join(backups, before)], { cwd: ROOT, env: { ...hostEnv(), CAPSTAN_DATA_DIR: srv.dataDir } })
+      expect(again.exitCode).toBe(0)
+      await srv.boot()
+      expect(await has(srv, gone)).toEqual([])
+      expect(await has(srv, kept)).toEqual([`N${kept}`])
+
+      await srv.stop()
+      // a backup made after `back` came back: the new contact stays (it is newer than the erasure)
+      const third = join(dir, 'third')
+      expect(Bun.spawnSync(['bun', 'src/main.ts', 'restore', join(backups, after)], { cwd: ROOT, env: { ...hostEnv(), CAPSTAN_DATA_DIR: third } }).stdout.toString()).toContain('2 recorded erasures')
+      restored = await TestServer.start({ dataDir: third })
+      expect(await has(restored, back)).toEqual(['Came back'])
+      expect(await has(restored, gone)).toEqual([])
+      expect(await has(restored, kept)).toEqual([`N${kept}`])
+    } finally {
+      await restored?.close()
+      await srv.close()
     }
   })
 })

@@ -13,7 +13,8 @@
  * - `webhook_deliveries` whose event names the contact, delivered or not, and stored
  *   Idempotency-Key responses that do: deleted.
  * The suppression list is left alone: a number kept there is the operator's choice, so that
- * it is never messaged again. Nothing is erased from backups already taken.
+ * it is never messaged again. Nothing is erased from backups already taken, but the erasure is
+ * recorded (erasure-journal.ts) and done again after one of them is restored.
  *
  * The database zeroes what it deletes or overwrites (`secure_delete`, see db/open.ts), and the
  * erasure ends with a TRUNCATE checkpoint, which writes the WAL into the database and empties it:
@@ -29,6 +30,9 @@ import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
 import type { ContactService } from './service'
 import { nextTurn } from '../../db/writer'
+import type { SecretBox } from '../../secrets'
+import { appendRecord, done, JOURNAL, pending, PURPOSE, readRecords } from './erasure-journal'
+import { join } from 'node:path'
 
 export interface ErasureReport {
   contact_id: string
@@ -58,6 +62,7 @@ export class ContactEraser {
     private readonly media: MediaService,
     private readonly audit: AuditRepo,
     private readonly log: Logger,
+    private readonly box: SecretBox,
   ) {
     const db: Database = deps.db
     this.sql = {
@@ -78,6 +83,7 @@ export class ContactEraser {
       addresses: db.query('DELETE FROM network_addresses WHERE workspace_id = ? AND phone = ?'),
       expireMedia: db.query('UPDATE media SET expires_at = ? WHERE workspace_id = ? AND id = ? AND expires_at > ?'),
       contact: db.query('DELETE FROM contacts WHERE id = ?'),
+      numbers: db.query<{ phone: string; created_at: number }, [string, string, number]>('SELECT phone, created_at FROM contacts WHERE workspace_id = ? AND phone > ? ORDER BY phone LIMIT ?'),
     }
   }
 
@@ -86,7 +92,7 @@ export class ContactEraser {
    * 404 when there is none, 409 `contact_busy` while a message to it is being handed to its
    * network (seconds; try again).
    */
-  async erase(workspaceId: string, phone: string): Promise<ErasureReport> {
+  async erase(workspaceId: string, phone: string, { record = true } = {}): Promise<ErasureReport> {
     const { db, writer } = this.deps
     const sql = this.sql
     // the contact, and its messages — unless one is being handed to its network right now
@@ -106,7 +112,7 @@ export class ContactEraser {
       events += writer.now(() => sql.events.run(from, Math.min(from + this.eventSlice - 1, scanned), workspaceId, first.id).changes)
       await nextTurn()
     }
-    const { report, campaigns } = writer.now(() => {
+    const { report, campaigns, number } = writer.now(() => {
       const { contact, rows } = find()
       const now = this.deps.clock.now()
       // (a contact made anew under the number meanwhile has had none of its events read yet)
@@ -125,8 +131,9 @@ export class ContactEraser {
       for (const m of rows) if (m.direction === 'inbound') for (const id of JSON.parse(m.attachments) as string[]) media += sql.expireMedia.run(now - 1, workspaceId, id, now - 1).changes
       sql.contact.run(contact.id)
       this.audit.add(workspaceId, 'contact.erased', null, now)
-      return { report: { contact_id: contact.id, messages: rows.length, queued_failed: queued.length, media, events } as ErasureReport, campaigns }
+      return { report: { contact_id: contact.id, messages: rows.length, queued_failed: queued.length, media, events } as ErasureReport, campaigns, number: contact.phone }
     })
+    if (record) this.record(workspaceId, number)
     for (const id of campaigns) this.onCampaignChanged(id)
     // the expired media goes now (rows and, when no other row shares them, files)
     if (report.media > 0) await this.media.purgeExpired()
@@ -134,5 +141,68 @@ export class ContactEraser {
     if (!emptyWal(db)) this.log.warn('erased contact: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint', { workspace_id: workspaceId })
     this.log.info('contact erased', { workspace_id: workspaceId, messages: report.messages, queued_failed: report.queued_failed, media: report.media, events: report.events })
     return report
+  }
+
+  /** The journals an erasure is recorded in: the data directory's and, with automatic backups, the backup directory's. */
+  private journalDirs() {
+    const { dataDir, backupDir } = this.deps.config
+    return backupDir === null ? [dataDir] : [dataDir, backupDir]
+  }
+
+  /** The erasure recorded (the workspace and a keyed digest of the number), so a restore cannot undo it. */
+  private record(workspaceId: string, phone: string) {
+    const entry = { workspace_id: workspaceId, number_digest: this.box.digest(PURPOSE, phone), erased_at: new Date(this.deps.clock.now()).toISOString() }
+    for (const dir of this.journalDirs()) {
+      try {
+        appendRecord(dir, entry)
+      } catch (e) {
+        this.log.error('an erasure could not be recorded; a restore of an older backup would bring the contact back', { directory: dir, error: String((e as Error)?.message ?? e) })
+      }
+    }
+  }
+
+  /**
+   * At start, after a restore (`capstan restore` marks it): every contact of the restored database
+   * that an erasure record names is erased again, its workspace's numbers walked a slice at a
+   * time — if it was made before that erasure: a contact made later under the number (the person
+   * wrote again) is a new one and stays. The mark is cleared once all are; a failure leaves it for the next start. Returns how
+   * many were erased.
+   */
+  async reapply(slice = 2_000): Promise<number> {
+    const { dataDir } = this.deps.config
+    if (!pending(dataDir)) return 0
+    // per workspace: number digest → when it was last erased
+    const byWorkspace = new Map<string, Map<string, number>>()
+    for (const r of readRecords([join(dataDir, JOURNAL)])) {
+      if (!byWorkspace.has(r.workspace_id)) byWorkspace.set(r.workspace_id, new Map())
+      const at = Date.parse(r.erased_at)
+      const digests = byWorkspace.get(r.workspace_id)!
+      if (!(digests.get(r.number_digest)! >= at)) digests.set(r.number_digest, at)
+    }
+    let erased = 0
+    let failed = 0
+    for (const [workspaceId, digests] of byWorkspace) {
+      const found: string[] = []
+      for (let after = ''; ; ) {
+        const rows = this.sql.numbers.all(workspaceId, after, slice)
+        for (const { phone, created_at } of rows) if (created_at <= (digests.get(this.box.digest(PURPOSE, phone)) ?? -Infinity)) found.push(phone)
+        if (rows.length < slice) break
+        after = rows.at(-1)!.phone
+        await nextTurn()
+      }
+      for (const phone of found) {
+        try {
+          await this.erase(workspaceId, phone, { record: false })
+          erased++
+        } catch (e) {
+          // (a message to them still being handed to a network): the next start tries again
+          failed++
+          this.log.error('an erasure could not be done again after the restore; the next start tries again', { workspace_id: workspaceId, error: String((e as Error)?.message ?? e) })
+        }
+      }
+    }
+    if (failed === 0) done(dataDir)
+    this.log.info('erasures done again after a restore', { contacts: erased })
+    return erased
   }
 }

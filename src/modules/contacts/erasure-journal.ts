@@ -1,0 +1,67 @@
+/**
+ * Erasures outlive a restore. Each erasure is recorded in `erasures.log` — one JSON line naming the
+ * workspace and a keyed digest of the number, never the number — in the data directory and, with
+ * automatic backups, in CAPSTAN_BACKUP_DIR, so the record is there even when the data directory
+ * is lost. `capstan restore` gathers the records it finds (the data directory's, the backup's own,
+ * and those beside the backup), keeps them in the restored data directory and marks them pending;
+ * the next start erases again every contact of the restored database that a record names (made
+ * before that erasure: one made later is a new contact), before the server answers a request. A backup made before an erasure then never brings the person back.
+ */
+import { appendFileSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+
+export const JOURNAL = 'erasures.log'
+/** Written by a restore: the journal's records are to be applied at the next start. */
+export const PENDING = 'erasures.pending'
+/** What the digest is for (see SecretBox.digest). */
+export const PURPOSE = 'erased-number'
+
+export interface ErasureRecord {
+  workspace_id: string
+  /** SecretBox.digest(PURPOSE, phone). */
+  number_digest: string
+  erased_at: string
+}
+
+/** Append a record to the journal in `dir` (made if missing), durably. */
+export function appendRecord(dir: string, record: ErasureRecord) {
+  mkdirSync(dir, { recursive: true, mode: 0o700 })
+  const path = join(dir, JOURNAL)
+  appendFileSync(path, `${JSON.stringify(record)}\n`, { mode: 0o600 })
+  const fd = openSync(path, 'r')
+  try {
+    fsyncSync(fd)
+  } finally {
+    closeSync(fd)
+  }
+}
+
+/** The records of the journals at `paths` that exist, each once (a torn last line is skipped). */
+export function readRecords(paths: string[]): ErasureRecord[] {
+  const seen = new Map<string, ErasureRecord>()
+  for (const path of paths) {
+    if (!existsSync(path)) continue
+    for (const line of readFileSync(path, 'utf8').split('\n')) {
+      try {
+        const r = JSON.parse(line) as ErasureRecord
+        if (typeof r.workspace_id === 'string' && typeof r.number_digest === 'string' && typeof r.erased_at === 'string') seen.set(`${r.workspace_id} ${r.number_digest} ${r.erased_at}`, r)
+      } catch {
+        // empty, or cut off by a crash while it was written
+      }
+    }
+  }
+  return [...seen.values()]
+}
+
+/** After a restore: the journals gathered into the data directory's, and marked to be applied. */
+export function carryOver(dataDir: string, sources: string[]) {
+  const records = readRecords([join(dataDir, JOURNAL), ...sources])
+  if (records.length === 0) return 0
+  writeFileSync(join(dataDir, JOURNAL), records.map((r) => `${JSON.stringify(r)}\n`).join(''), { mode: 0o600 })
+  writeFileSync(join(dataDir, PENDING), '', { mode: 0o600 })
+  return records.length
+}
+
+/** Whether a restore left records to apply; `done()` clears the mark. */
+export const pending = (dataDir: string) => existsSync(join(dataDir, PENDING))
+export const done = (dataDir: string) => rmSync(join(dataDir, PENDING), { force: true })
