@@ -8,7 +8,7 @@ RUN bun install --frozen-lockfile --production
 COPY tsconfig.json ./
 COPY src ./src
 COPY migrations ./migrations
-RUN bun build --compile --no-compile-autoload-dotenv --no-compile-autoload-bunfig src/main.ts --outfile /out/capstan
+RUN bun build --compile --no-compile-autoload-dotenv --no-compile-autoload-bunfig src/main.ts src/db/checkpointer.ts --outfile /out/capstan
 
 FROM debian:bookworm-slim
 RUN apt-get update \

@@ -605,3 +605,25 @@ describe('configuration and start-up', () => {
     expect([raw.code, JSON.parse(raw.out).data.name]).toEqual([0, 'Policy CLI'])
   })
 })
+
+describe('checkpoints off the event loop', () => {
+  test('writes reach the database file within moments, long before the WAL reaches the automatic checkpoint; the server stops cleanly', async () => {
+    const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const { key } = await srv.tenant()
+      const size = (f: string) => Bun.file(join(srv.dataDir, f)).size
+      await Bun.sleep(300)
+      const before = size('capstan.db')
+      // ~300 KB of contacts: a WAL of well under the ~40 MiB at which the automatic checkpoint runs
+      for (let i = 0; i < 300; i++) await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), metadata: { note: 'x'.repeat(700) } } })
+      expect(size('capstan.db-wal')).toBeLessThan(8 * 1024 * 1024)
+      // copied into the database by the checkpointer, a few times a second
+      await waitFor(() => size('capstan.db') > before + 200_000, 5_000)
+      await srv.stop()
+      expect(srv.output).toContain('"msg":"capstan stopped"')
+      expect(srv.output).not.toContain('checkpointer')
+    } finally {
+      await srv.close()
+    }
+  })
+})
