@@ -40,6 +40,8 @@ export interface Config {
   backupEveryMs: number
   /** How many automatic backups are kept. */
   backupKeep: number
+  /** WAL checkpoints from a worker thread (false: only SQLite's automatic one, inside writes). */
+  walCheckpointer: boolean
 }
 
 export class ConfigError extends Error {}
@@ -115,5 +117,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     backupDir,
     backupEveryMs: int(env, 'CAPSTAN_BACKUP_HOURS', 24, 1, 720) * 3_600_000,
     backupKeep: int(env, 'CAPSTAN_BACKUP_KEEP', 7, 1, 100),
+    walCheckpointer: bool(env, 'CAPSTAN_WAL_CHECKPOINTER', true),
   }
 }

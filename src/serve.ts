@@ -52,7 +52,7 @@ export async function serve() {
   const unexpected = (e: unknown) => log.error('background task failed', { error: String((e as Error)?.stack ?? e) })
   process.on('uncaughtException', unexpected)
   process.on('unhandledRejection', unexpected)
-  const checkpointer = startCheckpointer(config.dbPath, log)
+  const checkpointer = config.walCheckpointer ? startCheckpointer(config.dbPath, log) : null
   const deps = { config, db, writer: new Writer(db), clock: systemClock }
   const svc = buildServices(deps, log, SecretBox.load(config.dataDir, config.secretKey))
   await startServices(svc)
@@ -85,7 +85,7 @@ export async function serve() {
     }
     if (left.sends > 0) log.warn('stopping with sends in flight; the next start settles them', { in_flight: left.sends })
     if (left.deliveries > 0) log.warn('stopping with webhook deliveries in flight; the next start retries them', { in_flight: left.deliveries })
-    await checkpointer.stop()
+    await checkpointer?.stop()
     log.info('capstan stopped', { signal })
     log.flush()
     db.close()

@@ -241,7 +241,7 @@ describe('configuration and start-up', () => {
   })
 
   test('a bad value stops the start with one line naming the variable', async () => {
-    for (const [name, value] of [['CAPSTAN_PORT', 'eighty'], ['CAPSTAN_CLAMD', 'clamd.sock'], ['CAPSTAN_TRUST_PROXY', 'maybe'], ['CAPSTAN_LOG_LEVEL', 'loud'], ['CAPSTAN_KEY_RATE_LIMIT', '0'], ['CAPSTAN_METRICS_TOKEN', 'short'], ['CAPSTAN_BACKUP_HOURS', '0'], ['CAPSTAN_BACKUP_KEEP', 'all'], ['CAPSTAN_BACKUP_DIR', join(tmpdir(), 'capstan-never', 'backups')]]) {
+    for (const [name, value] of [['CAPSTAN_PORT', 'eighty'], ['CAPSTAN_CLAMD', 'clamd.sock'], ['CAPSTAN_TRUST_PROXY', 'maybe'], ['CAPSTAN_LOG_LEVEL', 'loud'], ['CAPSTAN_KEY_RATE_LIMIT', '0'], ['CAPSTAN_METRICS_TOKEN', 'short'], ['CAPSTAN_BACKUP_HOURS', '0'], ['CAPSTAN_BACKUP_KEEP', 'all'], ['CAPSTAN_WAL_CHECKPOINTER', 'sometimes'], ['CAPSTAN_BACKUP_DIR', join(tmpdir(), 'capstan-never', 'backups')]]) {
       const r = await runCapstan(['serve'], { [name]: value!, CAPSTAN_DATA_DIR: join(tmpdir(), 'capstan-never') })
       expect(r.code).toBe(2)
       expect(r.err.trim().split('\n')).toHaveLength(1)
@@ -622,6 +622,22 @@ describe('checkpoints off the event loop', () => {
       await srv.stop()
       expect(srv.output).toContain('"msg":"capstan stopped"')
       expect(srv.output).not.toContain('checkpointer')
+    } finally {
+      await srv.close()
+    }
+  })
+
+  test('CAPSTAN_WAL_CHECKPOINTER=false leaves the copying to SQLite: the same writes stay in the WAL', async () => {
+    const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_WAL_CHECKPOINTER: 'false' } })
+    try {
+      const { key } = await srv.tenant()
+      const size = (f: string) => Bun.file(join(srv.dataDir, f)).size
+      await Bun.sleep(300)
+      const before = size('capstan.db')
+      for (let i = 0; i < 300; i++) await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), metadata: { note: 'x'.repeat(700) } } })
+      await Bun.sleep(1_500)
+      expect(size('capstan.db-wal')).toBeGreaterThan(200_000)
+      expect(size('capstan.db')).toBeLessThan(before + 200_000)
     } finally {
       await srv.close()
     }
