@@ -80,6 +80,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   }
   const eraser = new ContactEraser(deps, contacts, messages, media, audit, log, box)
   eraser.onCampaignChanged = (id) => campaigns.checkComplete(id)
+  eraser.onErased = (workspaceId, number) => connections.forgetNumber(workspaceId, number)
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   connections.onChange = (id) => pacer.wake(id)
   connections.onStatusChangedInTx = (row, from) => webhooks.enqueueInTx(row.workspace_id, 'connection.status_changed', connections.toEvent(row, from))

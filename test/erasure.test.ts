@@ -64,6 +64,10 @@ describe('exporting and erasing a contact', () => {
     expect((await srv.api(key, 'GET', `/campaigns/${campaign.id}`)).json.data.counts.total).toBe(2)
     await waitFor(async () => (await srv.admin('GET', `/webhooks/${(await srv.admin('GET', `/workspaces/${ws.id}/webhooks`)).json.data[0].id}/deliveries`)).json.meta.total >= 3)
     expect(inDatabaseFiles(marks)).toEqual(marks)
+    // the sandbox network's own record of the sends holds her number and texts too
+    const record = join(srv.dataDir, 'sandbox', `${conn.id}.jsonl`)
+    const recordBefore = readFileSync(record)
+    expect([ada, 'MARK-OUT-7f3a', bob, 'For Bob'].map((n) => recordBefore.includes(Buffer.from(n)))).toEqual([true, true, true, true])
     const former = ['Ada Former-7f3a', 'MARK-OLDMETA-7f3a']
 
     // first what she may ask for: everything kept about her, in one document
@@ -89,6 +93,18 @@ describe('exporting and erasing a contact', () => {
 
     // nothing of Ada in any database file, the WAL included, nor of what her row held before
     expect(inDatabaseFiles([...marks, ...former])).toEqual([])
+    // nor in the sandbox's record, overwritten in place: each send's line keeps its ids (what crash
+    // recovery asks for) without her number or text; Bob's stays as it was
+    const recordAfter = readFileSync(record)
+    expect(recordAfter.length).toBe(recordBefore.length)
+    expect([ada, 'MARK-OUT-7f3a', 'Second try', bob, 'For Bob'].map((n) => recordAfter.includes(Buffer.from(n)))).toEqual([false, false, false, true, true])
+    const lines = recordAfter.toString().trim().split('\n').map((l) => JSON.parse(l))
+    expect(Object.fromEntries(lines.map((l) => [l.message_id, [l.recipient, l.body]]))).toEqual({
+      [out.id]: [null, null],
+      [toBob.id]: [bob, 'For Bob'],
+      [bounced.id]: [null, null],
+    })
+    expect(lines.every((l) => typeof l.external_id === 'string' && l.external_id.startsWith('sbx_'))).toBe(true)
     // the contact is gone; its messages stay in the log without her
     expect((await srv.api(key, 'GET', `/contacts?phone=${encodeURIComponent(ada)}`)).json.meta.total).toBe(0)
     expect((await srv.api(key, 'GET', `/messages?contact_id=${out.contact_id}`)).status).toBe(404)

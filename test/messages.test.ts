@@ -1,7 +1,7 @@
 /** POST/GET /messages over HTTP against a real server with sandbox numbers (spec §4, CONTRACT §2-3). */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs'
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { SandboxLedger } from '../src/network/sandbox'
@@ -516,6 +516,45 @@ describe('connections (admin)', () => {
       expect(again.find('m-0')).toBeNull()
       again.discard()
       expect([existsSync(path), existsSync(join(dir, 'sandbox', 'conn.1.jsonl'))]).toEqual([false, false])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test("an erased number leaves the sandbox's record, in both files and in place; the sends stay findable", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ledger-'))
+    try {
+      const path = join(dir, 'sandbox', 'conn.jsonl')
+      const older = join(dir, 'sandbox', 'conn.1.jsonl')
+      const ledger = new SandboxLedger(path, 2000)
+      const gone = '+15550001111'
+      const stays = '+15550001112'
+      for (let i = 0; i < 30; i++) {
+        ledger.record({ message_id: `m-${i}`, external_id: `x-${i}`, recipient: i % 3 ? gone : stays, group: null, body: `Order ${i} "shipped"`, attachments: 0, at: new Date().toISOString() })
+      }
+      // a line cut by a crash, naming the number
+      appendFileSync(path, `{"message_id":"m-cut","external_id":"x-cut","recipient":"${gone}","body":"Order cu`)
+      const sizes = () => [statSync(path).size, statSync(older).size]
+      const before = sizes()
+      const naming = (readFileSync(older, 'utf8') + readFileSync(path, 'utf8')).split('\n').filter((l) => l.includes(gone)).length
+      expect(naming).toBeGreaterThan(5)
+      expect(ledger.forget(gone)).toBe(naming)
+      expect(sizes()).toEqual(before)
+      const text = readFileSync(older, 'utf8') + readFileSync(path, 'utf8')
+      expect(text).not.toContain(gone)
+      expect(text).toContain(stays)
+      const lines = text.split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l))
+      for (const l of lines) expect(l.recipient === null ? l.body : l.recipient).toBe(l.recipient === null ? null : stays)
+      expect(lines.filter((l) => l.recipient === stays).every((l) => /^Order \d+ "shipped"$/.test(l.body))).toBe(true)
+      // crash recovery still finds each send by its id (a fresh ledger reads the files)
+      const again = new SandboxLedger(path, 2000)
+      expect([again.find('m-29'), again.find('m-28'), again.find(lines[0].message_id)]).toEqual(['x-29', 'x-28', lines[0].external_id])
+      expect(again.forget(gone)).toBe(0)
+      // after a crash cut a line, the next send starts a line of its own, so it is found after another crash
+      const cut = join(dir, 'sandbox', 'cut.jsonl')
+      appendFileSync(cut, `{"message_id":"m-cut","external_id":"x-cut","recipient":"${stays}","body":"Order cu`)
+      new SandboxLedger(cut).record({ message_id: 'm-30', external_id: 'x-30', recipient: stays, group: null, body: 'next', attachments: 0, at: new Date().toISOString() })
+      expect([new SandboxLedger(cut).find('m-30'), new SandboxLedger(cut).find('m-cut')]).toEqual(['x-30', null])
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }

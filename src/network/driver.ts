@@ -177,6 +177,8 @@ export interface ConnectionDriver {
   close(): void
   /** The connection was removed for good (after `close`): delete what the driver keeps on disk. */
   discard?(): void
+  /** A contact with this number was erased: remove the number, and what was sent to it, from what the driver keeps on disk. */
+  forget?(number: string): void
 }
 
 export interface DriverContext {

@@ -5,7 +5,7 @@
  * refuses posts into a group it reports as admins-only (the number not an admin), and refuses when
  * offline. Its groups live in memory only, so participant numbers never reach disk.
  */
-import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs'
+import { appendFileSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import type { ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
 import { DriverError } from './driver'
@@ -19,6 +19,19 @@ import { DriverError } from './driver'
  * one before), so a number keeps at most about twice that. Crash recovery only asks about the
  * sends in flight when the server stopped, which are the newest. Removing the number deletes both.
  */
+const NEWLINE = Buffer.from('\n')
+
+function lastByte(path: string, size: number): Buffer {
+  const fd = openSync(path, 'r')
+  try {
+    const b = Buffer.alloc(1)
+    readSync(fd, b, 0, 1, size - 1)
+    return b
+  } finally {
+    closeSync(fd)
+  }
+}
+
 export class SandboxLedger {
   /** The most recent sends, in memory; older ones are looked up in the files (rarely needed). */
   private recent = new Map<string, string>()
@@ -42,7 +55,14 @@ export class SandboxLedger {
       mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 })
       this.dirReady = true
     }
-    if (this.size < 0) this.size = existsSync(this.path) ? statSync(this.path).size : 0
+    if (this.size < 0) {
+      this.size = existsSync(this.path) ? statSync(this.path).size : 0
+      // a crash cut the last line: the next one starts on a line of its own, or it could not be read back
+      if (this.size > 0 && !lastByte(this.path, this.size).equals(NEWLINE)) {
+        appendFileSync(this.path, NEWLINE)
+        this.size++
+      }
+    }
     if (this.size >= this.maxBytes) {
       renameSync(this.path, this.older)
       this.size = 0
@@ -71,6 +91,47 @@ export class SandboxLedger {
       }
     }
     return null
+  }
+
+  /**
+   * A contact was erased: every line naming this number loses the number and the text, in place
+   * — the line is overwritten with the same length (the rest padded with spaces, which JSON.parse
+   * allows), so the bytes that held them are replaced on disk rather than left in a freed block.
+   * What crash recovery needs (message id, network id) stays. Returns how many lines changed.
+   */
+  forget(number: string): number {
+    const needle = Buffer.from(`"recipient":${JSON.stringify(number)}`)
+    let changed = 0
+    for (const file of [this.path, this.older]) {
+      if (!existsSync(file)) continue
+      const data = readFileSync(file)
+      let fd: number | null = null
+      try {
+        for (let at = data.indexOf(needle); at >= 0; at = data.indexOf(needle, at + needle.length)) {
+          const start = data.lastIndexOf(10, at) + 1
+          let end = data.indexOf(10, at)
+          if (end < 0) end = data.length
+          let entry: Record<string, unknown>
+          try {
+            entry = JSON.parse(data.subarray(start, end).toString('utf8'))
+          } catch {
+            // a line cut by a crash (never acknowledged): blanked whole
+            entry = {}
+          }
+          if (entry.recipient !== undefined && entry.recipient !== number) continue
+          const redacted = Object.keys(entry).length ? JSON.stringify({ ...entry, recipient: null, body: null }) : ''
+          const line = Buffer.alloc(end - start, 0x20)
+          line.write(redacted, 0, 'utf8')
+          fd ??= openSync(file, 'r+')
+          writeSync(fd, line, 0, line.length, start)
+          changed++
+        }
+        if (fd !== null) fsyncSync(fd)
+      } finally {
+        if (fd !== null) closeSync(fd)
+      }
+    }
+    return changed
   }
 
   /** The number was removed: its record (recipients and texts) goes with it. */
@@ -167,6 +228,10 @@ export class SandboxConnection implements ConnectionDriver {
   discard() {
     this.removed = true
     this.ledger.discard()
+  }
+
+  forget(number: string) {
+    this.ledger.forget(number)
   }
 
   private later(ms: number | null, fn: () => void) {

@@ -293,6 +293,18 @@ export class ConnectionService {
     return next
   }
 
+  /** A contact of the workspace was erased: each of its numbers' drivers forgets the person's number. */
+  forgetNumber(workspaceId: string, number: string) {
+    for (const c of this.live.values()) {
+      if (c.row.workspace_id !== workspaceId || !c.driver.forget) continue
+      try {
+        c.driver.forget(number)
+      } catch (e) {
+        this.log.error('an erased contact could not be removed from a network driver\'s record', { connection_id: c.row.id, error: String((e as Error)?.message ?? e) })
+      }
+    }
+  }
+
   /** Remove a connection; its queued messages are failed by the caller in the same step. */
   remove(id: string, inTx: () => void) {
     const c = this.getAny(id)

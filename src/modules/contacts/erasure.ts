@@ -54,6 +54,8 @@ export class ContactEraser {
   eventSlice = 10_000
   /** A campaign lost a recipient or had one's message failed: it may be complete now. */
   onCampaignChanged: (campaignId: string) => void = () => {}
+  /** The contact's number is gone from the database: what the workspace's network drivers keep on disk loses it too. */
+  onErased: (workspaceId: string, number: string) => void = () => {}
 
   constructor(
     private readonly deps: Deps,
@@ -134,6 +136,7 @@ export class ContactEraser {
       return { report: { contact_id: contact.id, messages: rows.length, queued_failed: queued.length, media, events } as ErasureReport, campaigns, number: contact.phone }
     })
     if (record) this.record(workspaceId, number)
+    this.onErased(workspaceId, number)
     for (const id of campaigns) this.onCampaignChanged(id)
     // the expired media goes now (rows and, when no other row shares them, files)
     if (report.media > 0) await this.media.purgeExpired()
