@@ -1,8 +1,11 @@
 /** Webhooks (CONTRACT §5): Standard Webhooks signing, outbox retries, restarts, disabling. */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { Database } from 'bun:sqlite'
-import { readdirSync, readFileSync } from 'node:fs'
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { migrate } from '../src/db/open'
+import { databaseAtSchema } from './support/schema'
 import { Webhook } from 'standardwebhooks'
 import { EVENT_TYPES, RETRY_SCHEDULE_S } from '../src/modules/webhooks/service'
 import { inProcess } from './support/inproc'
@@ -715,6 +718,56 @@ describe('durability and administration', () => {
       clock.t = t0 + 51 * 86_400_000
       expect(await svc.webhooks.pruneFinished()).toBe(1)
       expect(repo.deliveries(hook.id, 10, 0).rows.map((d) => d.id)).toEqual(['msg_oldpending'])
+    } finally {
+      await env.close()
+    }
+  })
+
+  test("the history's meta.total is kept per endpoint as deliveries are added and deleted (prune, retention, any delete); an upgraded database starts from the rows it has", async () => {
+    const env = await inProcess()
+    try {
+      const { svc, clock, db } = env
+      svc.webhooks.stop()
+      const ws = svc.workspaces.create({ name: 'Counts' })
+      const [a, b] = [svc.webhooks.create(ws.id, 'http://127.0.0.1:9/a', undefined), svc.webhooks.create(ws.id, 'http://127.0.0.1:9/b', undefined)]
+      const repo = svc.webhooks.repo
+      const total = (id: string) => repo.deliveries(id, 1, 0).total
+      const rows = (id: string) => (db.query('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE endpoint_id = ?').get(id) as { n: number }).n
+      const both = () => [total(a.id), total(b.id)]
+      expect(both()).toEqual([0, 0])
+      const t0 = clock.t
+      db.transaction(() => {
+        for (let i = 0; i < 30; i++) {
+          repo.enqueue(`a${i}`, a.id, ws.id, i % 2 ? 'message.sent' : 'connection.status_changed', '{}', t0)
+          repo.delivered(`a${i}`, 200, t0)
+        }
+        for (let i = 0; i < 7; i++) repo.enqueue(`b${i}`, b.id, ws.id, 'message.sent', '{}', t0)
+      })()
+      expect(both()).toEqual([30, 7])
+      // retention takes a's finished message events; the 30-day prune the rest of its finished ones
+      clock.t = t0 + 86_400_000
+      expect(await svc.webhooks.pruneMessageEvents(ws.id, clock.t)).toBe(15)
+      expect(both()).toEqual([15, 7])
+      clock.t = t0 + 31 * 86_400_000
+      expect(await svc.webhooks.pruneFinished()).toBe(15)
+      db.run("DELETE FROM webhook_deliveries WHERE id = 'b3'")
+      expect(both()).toEqual([0, 6])
+      expect(both()).toEqual([rows(a.id), rows(b.id)])
+
+      // a database at schema 33 with deliveries: migrating counts what it holds
+      const dir = mkdtempSync(join(tmpdir(), 'capstan-delivery-counts-'))
+      const old = databaseAtSchema(join(dir, 'capstan.db'), 33)
+      try {
+        old.run("INSERT INTO webhook_endpoints (id, workspace_id, url, events, secret_enc, status, created_at, updated_at) VALUES ('e1', 'w', 'http://x/', '[]', 's', 'active', 0, 0), ('e2', 'w', 'http://y/', '[]', 's', 'active', 0, 0)")
+        const add = old.query("INSERT INTO webhook_deliveries (id, endpoint_id, workspace_id, type, payload, status, attempts, created_at, updated_at) VALUES (?, ?, 'w', 'message.sent', '{}', 'delivered', 1, 0, 0)")
+        for (let i = 0; i < 3; i++) add.run(`x${i}`, 'e1')
+        add.run('y0', 'e2')
+        expect(migrate(old)[0]).toBe(34)
+        expect(old.query('SELECT endpoint_id, n FROM webhook_delivery_counts ORDER BY endpoint_id').all()).toEqual([{ endpoint_id: 'e1', n: 3 }, { endpoint_id: 'e2', n: 1 }])
+      } finally {
+        old.close()
+        rmSync(dir, { recursive: true, force: true })
+      }
     } finally {
       await env.close()
     }
