@@ -81,6 +81,8 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   const eraser = new ContactEraser(deps, contacts, messages, media, audit, log, box)
   eraser.onCampaignChanged = (id) => campaigns.checkComplete(id)
   eraser.onErased = (workspaceId, number) => connections.forgetNumber(workspaceId, number)
+  const messageRetention = new MessageRetention(deps, workspaces, webhooks, log)
+  messageRetention.onContentExpired = (workspaceId, cutoff) => connections.forgetContentBefore(workspaceId, cutoff)
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   connections.onChange = (id) => pacer.wake(id)
   connections.onStatusChangedInTx = (row, from) => webhooks.enqueueInTx(row.workspace_id, 'connection.status_changed', connections.toEvent(row, from))
@@ -105,7 +107,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     connections,
     webhooks,
     messages,
-    messageRetention: new MessageRetention(deps, workspaces, webhooks, log),
+    messageRetention,
     media,
     groups,
     templates,

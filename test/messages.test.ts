@@ -521,6 +521,51 @@ describe('connections (admin)', () => {
     }
   })
 
+  test("retention takes the texts of older sends from the sandbox's record, piece by piece through both files, and resumes where it stopped; erasures meanwhile are not undone", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ledger-'))
+    try {
+      const path = join(dir, 'sandbox', 'conn.jsonl')
+      const older = join(dir, 'sandbox', 'conn.1.jsonl')
+      // ~1.1 KB a line, 3 MiB a file: several pieces of 1 MiB each, and a rollover
+      const ledger = new SandboxLedger(path, 3 * 1024 * 1024)
+      const numberOf = (i: number) => `+1555000${String(2000 + (i % 40)).padStart(4, '0')}`
+      const t0 = Date.parse('2026-01-01T00:00:00Z')
+      const at = (i: number) => new Date(t0 + i * 1000).toISOString()
+      for (let i = 0; i < 4000; i++) {
+        ledger.record({ message_id: `m-${i}`, external_id: `x-${i}`, recipient: numberOf(i), group: null, body: `Text ${i} ${'y'.repeat(1000)}`, attachments: 0, at: at(i) })
+      }
+      const lines = () => (readFileSync(older, 'utf8') + readFileSync(path, 'utf8')).split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l))
+      const kept = lines().map((l) => Number(l.message_id.slice(2)))
+      const sizes = [statSync(older).size, statSync(path).size]
+      // sends before #3000 lose their text, while ten numbers are erased one per turn of the event loop
+      const erased = Array.from({ length: 10 }, (_, k) => numberOf(k * 3))
+      let scanning = true
+      const running = ledger.forgetContent(at(3000)).finally(() => (scanning = false))
+      for (const n of erased) {
+        await new Promise((r) => setImmediate(r))
+        ledger.forget(n)
+      }
+      expect(scanning).toBe(true)
+      const changed = await running
+      expect([statSync(older).size, statSync(path).size]).toEqual(sizes)
+      const after = lines()
+      expect(after.filter((l) => erased.includes(l.recipient))).toEqual([])
+      for (const l of after) {
+        const i = Number(l.message_id.slice(2))
+        expect([l.external_id, l.body === null]).toEqual([`x-${i}`, i < 3000 || erased.includes(numberOf(i))])
+      }
+      expect(changed).toBeGreaterThan(0)
+      expect(changed).toBeLessThanOrEqual(kept.filter((i) => i < 3000).length)
+      // the next run starts where this one stopped: only what aged out since (none of the ten erased numbers among them)
+      const since = kept.filter((i) => i >= 3000 && i < 3010 && !erased.includes(numberOf(i))).length
+      expect(await ledger.forgetContent(at(3010))).toBe(since)
+      expect(await ledger.forgetContent(at(3010))).toBe(0)
+      expect(new SandboxLedger(path).find('m-3005')).toBe('x-3005')
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   test("an erased number leaves the sandbox's record, in both files and in place; the sends stay findable", () => {
     const dir = mkdtempSync(join(tmpdir(), 'ledger-'))
     try {

@@ -40,9 +40,23 @@ describe('message content retention', () => {
       const otherOld = await svc.messages.inbound(otherConn.id, '+15550005101', 'MARK-OTHER-OLD-51c2')
       clock.t += 31 * DAY
       const fresh = await svc.messages.inbound(conn.id, '+15550005001', 'MARK-IN-NEW-51c2')
+      const newOut = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550005004', body: 'MARK-OUT-NEW-51c2', attachments: [] })
+      timers.advance(1000)
+      await waitFor(() => get(newOut.id).status === 'sent')
       expect(inDatabaseFiles(dir, ['MARK-IN-OLD-51c2', 'MARK-OUT-OLD-51c2'])).toHaveLength(2)
+      const record = join(dir, 'sandbox', `${conn.id}.jsonl`)
+      const recordBefore = readFileSync(record)
+      expect(recordBefore.includes('MARK-OUT-OLD-51c2')).toBe(true)
 
       expect(await svc.messageRetention.run()).toBe(2)
+      // the sandbox's record of sends loses the old text too, in place; the numbers and the newer text stay
+      const recordAfter = readFileSync(record)
+      expect(recordAfter.length).toBe(recordBefore.length)
+      expect(['MARK-OUT-OLD-51c2', '+15550005002', 'MARK-OUT-NEW-51c2'].map((n) => recordAfter.includes(n))).toEqual([false, true, true])
+      expect(recordAfter.toString().trim().split('\n').map((l) => JSON.parse(l)).map((l) => [l.message_id, l.body])).toEqual([
+        [oldOut.id, null],
+        [newOut.id, 'MARK-OUT-NEW-51c2'],
+      ])
       for (const [id, status] of [[oldIn.id, 'delivered'], [oldOut.id, 'sent']] as const) {
         const m = svc.messages.toPublic(get(id))
         expect(m).toMatchObject({ body: null, attachments: [], status })
@@ -59,8 +73,9 @@ describe('message content retention', () => {
       expect(get(handing.id)).toMatchObject({ body: null, status: 'sent' })
       // thirty days after it came in, the newer one goes too; with the retention lifted, nothing more would
       clock.t += 30 * DAY + 1
-      expect(await svc.messageRetention.run()).toBe(1)
-      expect(get(fresh.id).body).toBeNull()
+      expect(await svc.messageRetention.run()).toBe(2)
+      expect([get(fresh.id).body, get(newOut.id).body]).toEqual([null, null])
+      expect(readFileSync(record).includes('MARK-OUT-NEW-51c2')).toBe(false)
       svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: null } } })
       const kept = await svc.messages.inbound(conn.id, '+15550005001', 'MARK-KEPT-51c2')
       clock.t += 365 * DAY

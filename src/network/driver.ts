@@ -179,6 +179,8 @@ export interface ConnectionDriver {
   discard?(): void
   /** A contact with this number was erased: remove the number, and what was sent to it, from what the driver keeps on disk. */
   forget?(number: string): void
+  /** Message content retention: drop the texts of sends accepted before this time (ms) from what the driver keeps on disk; how many. */
+  forgetContent?(before: number): Promise<number>
 }
 
 export interface DriverContext {
@@ -193,6 +195,8 @@ export interface DriverContext {
   log: { warn(msg: string, fields?: Record<string, unknown>): void }
   /** CAPSTAN_DATA_DIR, for drivers that keep state on disk (the sandbox's record of sends). */
   dataDir: string
+  /** The core's clock (ms): what a driver records times with, so retention compares like with like. */
+  now: () => number
 }
 
 export interface DriverFactory {

@@ -6,6 +6,7 @@
  * offline. Its groups live in memory only, so participant numbers never reach disk.
  */
 import { appendFileSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeSync } from 'node:fs'
+import { open } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import type { ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
 import { DriverError } from './driver'
@@ -124,6 +125,7 @@ export class SandboxLedger {
           line.write(redacted, 0, 'utf8')
           fd ??= openSync(file, 'r+')
           writeSync(fd, line, 0, line.length, start)
+          this.rewrites++
           changed++
         }
         if (fd !== null) fsyncSync(fd)
@@ -132,6 +134,84 @@ export class SandboxLedger {
       }
     }
     return changed
+  }
+
+  /** Rewrites in place since the ledger was made (see forgetContent). */
+  private rewrites = 0
+  /** Per file (by inode): every line before this offset is older than the last cutoff applied. */
+  private contentGone = new Map<number, number>()
+
+  /**
+   * Message content retention: every line of a send accepted before `before` (an ISO time) loses
+   * its text, in place as in `forget`; the number stays, as in the message log. Lines are in time
+   * order, so the walk stops at the first newer one, and the next run starts there. Read in pieces
+   * of 1 MiB with the event loop free between them.
+   */
+  async forgetContent(before: string): Promise<number> {
+    let changed = 0
+    for (const file of [this.older, this.path]) {
+      const r = await this.forgetContentIn(file, before)
+      changed += r.changed
+      if (r.reachedNewer) break
+    }
+    return changed
+  }
+
+  private async forgetContentIn(file: string, before: string): Promise<{ changed: number; reachedNewer: boolean }> {
+    const fh = await open(file, 'r+').catch(() => null)
+    if (!fh) return { changed: 0, reachedNewer: false }
+    try {
+      const { ino, size } = await fh.stat()
+      let offset = this.contentGone.get(ino) ?? 0
+      let changed = 0
+      const chunk = Buffer.alloc(1 << 20)
+      while (offset < size) {
+        const seen = this.rewrites
+        const { bytesRead } = await fh.read(chunk, 0, chunk.length, offset)
+        // an erasure rewrote lines while this piece was read: read it again
+        if (seen !== this.rewrites) continue
+        const data = chunk.subarray(0, bytesRead)
+        const last = data.lastIndexOf(10)
+        // nothing more but a line cut by a crash (or longer than a piece): done
+        if (last < 0) break
+        let writes = false
+        for (let start = 0; start <= last; ) {
+          const end = data.indexOf(10, start)
+          let entry: { at?: unknown; body?: unknown } | null = null
+          try {
+            entry = JSON.parse(data.subarray(start, end).toString('utf8'))
+          } catch {
+            // blank or cut by a crash: nothing to read
+          }
+          if (entry && typeof entry.at === 'string' && entry.at >= before) {
+            this.remember(ino, offset + start)
+            if (writes) await fh.sync()
+            return { changed, reachedNewer: true }
+          }
+          if (entry && entry.body != null) {
+            const line = Buffer.alloc(end - start, 0x20)
+            line.write(JSON.stringify({ ...entry, body: null }), 0, 'utf8')
+            // written at once, before anything else can run: the piece read is still what is on disk
+            writeSync(fh.fd, line, 0, line.length, offset + start)
+            writes = true
+            changed++
+          }
+          start = end + 1
+        }
+        if (writes) await fh.sync()
+        offset += last + 1
+      }
+      this.remember(ino, offset)
+      return { changed, reachedNewer: false }
+    } finally {
+      await fh.close()
+    }
+  }
+
+  private remember(ino: number, offset: number) {
+    this.contentGone.set(ino, offset)
+    // two files at most: an inode no longer either of them is forgotten
+    if (this.contentGone.size > 2) this.contentGone.delete(this.contentGone.keys().next().value!)
   }
 
   /** The number was removed: its record (recipients and texts) goes with it. */
@@ -191,7 +271,7 @@ export class SandboxConnection implements ConnectionDriver {
       throw new DriverError('recipient_unreachable', 'The network could not deliver to this recipient.')
     }
     const externalId = `sbx_${crypto.randomUUID()}`
-    this.ledger.record({ message_id: message.id, external_id: externalId, recipient: message.recipient, group: message.groupExternalId, body: message.body, attachments: message.attachments.length, at: new Date().toISOString() })
+    this.ledger.record({ message_id: message.id, external_id: externalId, recipient: message.recipient, group: message.groupExternalId, body: message.body, attachments: message.attachments.length, at: new Date(this.ctx.now()).toISOString() })
     if (message.groupExternalId === null) {
       this.later(this.config.delivered_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, message.id, 'delivered'))
       this.later(this.config.read_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, message.id, 'read'))
@@ -232,6 +312,10 @@ export class SandboxConnection implements ConnectionDriver {
 
   forget(number: string) {
     this.ledger.forget(number)
+  }
+
+  forgetContent(before: number) {
+    return this.ledger.forgetContent(new Date(before).toISOString())
   }
 
   private later(ms: number | null, fn: () => void) {

@@ -99,6 +99,7 @@ export class ConnectionService {
       events: this.events!,
       log: this.log,
       dataDir: this.deps.config.dataDir,
+      now: () => this.deps.clock.now(),
     })
     this.live.set(row.id, entry)
     return entry
@@ -303,6 +304,20 @@ export class ConnectionService {
         this.log.error('an erased contact could not be removed from a network driver\'s record', { connection_id: c.row.id, error: String((e as Error)?.message ?? e) })
       }
     }
+  }
+
+  /** Message content retention for the workspace: its numbers' drivers drop the texts of sends before `before`; how many. */
+  async forgetContentBefore(workspaceId: string, before: number): Promise<number> {
+    let n = 0
+    for (const c of [...this.live.values()]) {
+      if (c.row.workspace_id !== workspaceId || !c.driver.forgetContent) continue
+      try {
+        n += await c.driver.forgetContent(before)
+      } catch (e) {
+        this.log.error('message content past its retention could not be removed from a network driver\'s record', { connection_id: c.row.id, error: String((e as Error)?.message ?? e) })
+      }
+    }
+    return n
   }
 
   /** Remove a connection; its queued messages are failed by the caller in the same step. */

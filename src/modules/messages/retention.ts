@@ -4,7 +4,8 @@
  * template — while the log keeps the rest (direction, numbers, status, timeline, error), so
  * counts, statistics and delivery history stay whole. Queued and sending messages are left
  * alone until they settle. The finished webhook deliveries of message events that old go too (their
- * payloads are copies of the messages); pending ones are still delivered. Run hourly
+ * payloads are copies of the messages); pending ones are still delivered; so do the texts in the
+ * sandbox network's record of sends. Run hourly
  * (scheduler/jobs.ts); with secure_delete on, the removed text is zeroed in the database file.
  *
  * Each workspace's messages are walked in `seq` order (creation order) through its log index, in
@@ -23,6 +24,8 @@ const DAY_MS = 86_400_000
 
 export class MessageRetention {
   slice = 5000
+  /** The texts the workspace's network drivers keep on disk (the sandbox's record) go too; returns how many. */
+  onContentExpired: (workspaceId: string, cutoff: number) => Promise<number> = async () => 0
   /** Per workspace: every message up to this seq has been dealt with. */
   private readonly done = new Map<string, number>()
   private readonly sql
@@ -56,7 +59,8 @@ export class MessageRetention {
       const cutoff = this.deps.clock.now() - days * DAY_MS
       const n = await this.runFor(ws.id, cutoff)
       const e = await this.webhooks.pruneMessageEvents(ws.id, cutoff)
-      if (n > 0 || e > 0) this.log.info('message content past its retention removed', { workspace_id: ws.id, messages: n, webhook_deliveries: e })
+      const d = await this.onContentExpired(ws.id, cutoff)
+      if (n > 0 || e > 0 || d > 0) this.log.info('message content past its retention removed', { workspace_id: ws.id, messages: n, webhook_deliveries: e, network_records: d })
       total += n
       events += e
     }
