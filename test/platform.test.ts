@@ -607,15 +607,25 @@ describe('configuration and start-up', () => {
 })
 
 describe('checkpoints off the event loop', () => {
-  test('writes reach the database file within moments, long before the WAL reaches the automatic checkpoint; the server stops cleanly', async () => {
-    const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+  /** ~300 KB of contacts written to a fresh server: a WAL well under the ~40 MiB at which SQLite's own checkpoint runs. */
+  async function written(env: Record<string, string>) {
+    const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000', ...env } })
+    const size = (f: string) => Bun.file(join(srv.dataDir, f)).size
     try {
       const { key } = await srv.tenant()
-      const size = (f: string) => Bun.file(join(srv.dataDir, f)).size
       await Bun.sleep(300)
       const before = size('capstan.db')
-      // ~300 KB of contacts: a WAL of well under the ~40 MiB at which the automatic checkpoint runs
       for (let i = 0; i < 300; i++) await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), metadata: { note: 'x'.repeat(700) } } })
+      return { srv, size, before }
+    } catch (e) {
+      await srv.close()
+      throw e
+    }
+  }
+
+  test('writes reach the database file within moments, long before the WAL reaches the automatic checkpoint; the server stops cleanly', async () => {
+    const { srv, size, before } = await written({})
+    try {
       expect(size('capstan.db-wal')).toBeLessThan(8 * 1024 * 1024)
       // copied into the database by the checkpointer, a few times a second
       await waitFor(() => size('capstan.db') > before + 200_000, 5_000)
@@ -628,13 +638,8 @@ describe('checkpoints off the event loop', () => {
   })
 
   test('CAPSTAN_WAL_CHECKPOINTER=false leaves the copying to SQLite: the same writes stay in the WAL', async () => {
-    const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_WAL_CHECKPOINTER: 'false' } })
+    const { srv, size, before } = await written({ CAPSTAN_WAL_CHECKPOINTER: 'false' })
     try {
-      const { key } = await srv.tenant()
-      const size = (f: string) => Bun.file(join(srv.dataDir, f)).size
-      await Bun.sleep(300)
-      const before = size('capstan.db')
-      for (let i = 0; i < 300; i++) await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone(), metadata: { note: 'x'.repeat(700) } } })
       await Bun.sleep(1_500)
       expect(size('capstan.db-wal')).toBeGreaterThan(200_000)
       expect(size('capstan.db')).toBeLessThan(before + 200_000)
