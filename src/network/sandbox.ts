@@ -22,6 +22,13 @@ import { DriverError } from './driver'
  */
 const NEWLINE = Buffer.from('\n')
 
+/** A shorter line in place of one `length` bytes long: the rest spaces, which JSON.parse allows. */
+function sameLength(json: string, length: number): Buffer {
+  const line = Buffer.alloc(length, 0x20)
+  line.write(json, 0, 'utf8')
+  return line
+}
+
 function lastByte(path: string, size: number): Buffer {
   const fd = openSync(path, 'r')
   try {
@@ -121,8 +128,7 @@ export class SandboxLedger {
           }
           if (entry.recipient !== undefined && entry.recipient !== number) continue
           const redacted = Object.keys(entry).length ? JSON.stringify({ ...entry, recipient: null, body: null }) : ''
-          const line = Buffer.alloc(end - start, 0x20)
-          line.write(redacted, 0, 'utf8')
+          const line = sameLength(redacted, end - start)
           fd ??= openSync(file, 'r+')
           writeSync(fd, line, 0, line.length, start)
           this.rewrites++
@@ -189,8 +195,7 @@ export class SandboxLedger {
             return { changed, reachedNewer: true }
           }
           if (entry && entry.body != null) {
-            const line = Buffer.alloc(end - start, 0x20)
-            line.write(JSON.stringify({ ...entry, body: null }), 0, 'utf8')
+            const line = sameLength(JSON.stringify({ ...entry, body: null }), end - start)
             // written at once, before anything else can run: the piece read is still what is on disk
             writeSync(fh.fd, line, 0, line.length, offset + start)
             writes = true
