@@ -11,15 +11,6 @@ import { dirname, join } from 'node:path'
 import type { ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
 import { DriverError } from './driver'
 
-/**
- * The simulated network's durable record of every send it accepted: one JSON line per send in
- * CAPSTAN_DATA_DIR/sandbox/<connection id>.jsonl, written before the send is acknowledged. Tests
- * compare it with what the API accepted; crash recovery asks it whether a send got through.
- *
- * Bounded: when the file passes `maxBytes` it becomes `<connection id>.1.jsonl` (replacing the
- * one before), so a number keeps at most about twice that. Crash recovery only asks about the
- * sends in flight when the server stopped, which are the newest. Removing the number deletes both.
- */
 const NEWLINE = Buffer.from('\n')
 
 /** A shorter line in place of one `length` bytes long: the rest spaces, which JSON.parse allows. */
@@ -40,6 +31,16 @@ function lastByte(path: string, size: number): Buffer {
   }
 }
 
+/**
+ * The simulated network's durable record of every send it accepted: one JSON line per send in
+ * CAPSTAN_DATA_DIR/sandbox/<connection id>.jsonl, written before the send is acknowledged. Tests
+ * compare it with what the API accepted; crash recovery asks it whether a send got through.
+ *
+ * Bounded: when the file passes `maxBytes` it becomes `<connection id>.1.jsonl` (replacing the
+ * one before), so a number keeps at most about twice that. Crash recovery only asks about the
+ * sends in flight when the server stopped, which are the newest. Removing the number deletes both;
+ * erasing a contact and message content retention overwrite lines in place (forget, forgetContent).
+ */
 export class SandboxLedger {
   /** The most recent sends, in memory; older ones are looked up in the files (rarely needed). */
   private recent = new Map<string, string>()
@@ -50,6 +51,10 @@ export class SandboxLedger {
   /** Bytes in the current file; read from disk at the first write. */
   private size = -1
   private readonly older: string
+  /** Rewrites in place since the ledger was made (see forgetContent). */
+  private rewrites = 0
+  /** Per file (by inode): every line before this offset is older than the last cutoff applied. */
+  private contentGone = new Map<number, number>()
 
   constructor(
     private readonly path: string,
@@ -142,10 +147,6 @@ export class SandboxLedger {
     return changed
   }
 
-  /** Rewrites in place since the ledger was made (see forgetContent). */
-  private rewrites = 0
-  /** Per file (by inode): every line before this offset is older than the last cutoff applied. */
-  private contentGone = new Map<number, number>()
 
   /**
    * Message content retention: every line of a send accepted before `before` (an ISO time) loses
