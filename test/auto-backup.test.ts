@@ -1,6 +1,6 @@
 /** Automatic backups (CAPSTAN_BACKUP_DIR): on a schedule and on request, kept to a number, restorable; a failure is reported. */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { loadConfig } from '../src/config'
@@ -212,6 +212,50 @@ describe('erasures outlive a restore', () => {
       expect(await has(restored, kept)).toEqual([`N${kept}`])
     } finally {
       await restored?.close()
+      await srv.close()
+    }
+  })
+  test('a backup put back by hand (its files copied in, not `capstan restore`) does not bring an erased contact back either; an ordinary restart walks nothing', async () => {
+    const backups = join(dir, 'by-hand')
+    const srv = await TestServer.start({ env: { CAPSTAN_BACKUP_DIR: backups } })
+    let copied: TestServer | null = null
+    try {
+      const { ws, key } = await srv.tenant()
+      const [gone, kept] = [newPhone(), newPhone()]
+      for (const phone of [gone, kept]) await srv.api(key, 'POST', '/contacts', { json: { phone, name: `N${phone}` } })
+      const before = join(backups, (await srv.admin('POST', '/backups')).json.data.name)
+      expect((await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: gone })).status).toBe(200)
+      const has = async (on: TestServer, phone: string) => (await on.api(key, 'GET', `/contacts?phone=${encodeURIComponent(phone)}`)).json.data.length
+      const doneAgain = '"msg":"erasures done again after a restore"'
+      // restarted as it is: the database has seen every erasure recorded, nothing is walked
+      await srv.stop()
+      await srv.boot()
+      expect(srv.output).not.toContain(doneAgain)
+      await srv.stop()
+
+      // the backup's database copied over the data directory's
+      for (const f of ['capstan.db-wal', 'capstan.db-shm']) rmSync(join(srv.dataDir, f), { force: true })
+      cpSync(join(before, 'capstan.db'), join(srv.dataDir, 'capstan.db'))
+      srv.output = ''
+      await srv.boot()
+      expect(srv.output).toContain('erasures recorded beside the database are newer than any it has seen')
+      expect(srv.output).toContain(doneAgain)
+      expect([await has(srv, gone), await has(srv, kept)]).toEqual([0, 1])
+      // and only once
+      await srv.stop()
+      srv.output = ''
+      await srv.boot()
+      expect(srv.output).not.toContain(doneAgain)
+      await srv.stop()
+
+      // the data directory lost, the whole backup copied into a new one: the record beside the backups is read
+      const fresh = join(dir, 'by-hand-fresh')
+      cpSync(before, fresh, { recursive: true })
+      copied = await TestServer.start({ dataDir: fresh, env: { CAPSTAN_BACKUP_DIR: backups } })
+      expect(copied.output).toContain(doneAgain)
+      expect([await has(copied, gone), await has(copied, kept)]).toEqual([0, 1])
+    } finally {
+      await copied?.close()
       await srv.close()
     }
   })

@@ -6,6 +6,9 @@
  * and those beside the backup), keeps them in the restored data directory and marks them pending;
  * the next start erases again every contact of the restored database that a record names (made
  * before that erasure: one made later is a new contact), before the server answers a request. A backup made before an erasure then never brings the person back.
+ * A database put back by hand is caught as well: it remembers the time of the newest erasure it
+ * has seen (system_settings `erasures_applied_through`), and a start that finds a newer record
+ * here or beside the backups does the same as after a restore (ContactEraser.reapply).
  */
 import { appendFileSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'

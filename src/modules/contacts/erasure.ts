@@ -31,7 +31,7 @@ import type { MessageService } from '../messages/service'
 import type { ContactService } from './service'
 import { nextTurn } from '../../db/writer'
 import type { SecretBox } from '../../secrets'
-import { appendRecord, done, JOURNAL, pending, PURPOSE, readRecords } from './erasure-journal'
+import { appendRecord, carryOver, done, type ErasureRecord, JOURNAL, pending, PURPOSE, readRecords } from './erasure-journal'
 import { join } from 'node:path'
 
 export interface ErasureReport {
@@ -45,6 +45,9 @@ export interface ErasureReport {
   /** Webhook events naming the contact, removed (delivered or not). */
   events: number
 }
+
+/** When the newest of these erasures was made (ms; 0 for none). */
+const newestOf = (records: ErasureRecord[]) => records.reduce((m, r) => Math.max(m, Date.parse(r.erased_at)), 0)
 
 const ERASED = { error_code: 'contact_erased', error_message: 'The contact was erased before the message was sent.' }
 
@@ -86,6 +89,12 @@ export class ContactEraser {
       expireMedia: db.query('UPDATE media SET expires_at = ? WHERE workspace_id = ? AND id = ? AND expires_at > ?'),
       contact: db.query('DELETE FROM contacts WHERE id = ?'),
       numbers: db.query<{ phone: string; created_at: number }, [string, string, number]>('SELECT phone, created_at FROM contacts WHERE workspace_id = ? AND phone > ? ORDER BY phone LIMIT ?'),
+      // the time of the newest erasure this database has seen (ms): a journal naming a newer one
+      // means the database was put back from before it
+      appliedThrough: db.query<{ value: string }, []>("SELECT value FROM system_settings WHERE name = 'erasures_applied_through'"),
+      setAppliedThrough: db.query(
+        "INSERT INTO system_settings (name, value) VALUES ('erasures_applied_through', ?1) ON CONFLICT (name) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), CAST(?1 AS INTEGER)) AS TEXT)",
+      ),
     }
   }
 
@@ -114,7 +123,7 @@ export class ContactEraser {
       events += writer.now(() => sql.events.run(from, Math.min(from + this.eventSlice - 1, scanned), workspaceId, first.id).changes)
       await nextTurn()
     }
-    const { report, campaigns, number } = writer.now(() => {
+    const { report, campaigns, number, now } = writer.now(() => {
       const { contact, rows } = find()
       const now = this.deps.clock.now()
       // (a contact made anew under the number meanwhile has had none of its events read yet)
@@ -133,9 +142,10 @@ export class ContactEraser {
       for (const m of rows) if (m.direction === 'inbound') for (const id of JSON.parse(m.attachments) as string[]) media += sql.expireMedia.run(now - 1, workspaceId, id, now - 1).changes
       sql.contact.run(contact.id)
       this.audit.add(workspaceId, 'contact.erased', null, now)
-      return { report: { contact_id: contact.id, messages: rows.length, queued_failed: queued.length, media, events } as ErasureReport, campaigns, number: contact.phone }
+      sql.setAppliedThrough.run(String(now))
+      return { report: { contact_id: contact.id, messages: rows.length, queued_failed: queued.length, media, events } as ErasureReport, campaigns, number: contact.phone, now }
     })
-    if (record) this.record(workspaceId, number)
+    if (record) this.record(workspaceId, number, now)
     this.onErased(workspaceId, number)
     for (const id of campaigns) this.onCampaignChanged(id)
     // the expired media goes now (rows and, when no other row shares them, files)
@@ -153,8 +163,8 @@ export class ContactEraser {
   }
 
   /** The erasure recorded (the workspace and a keyed digest of the number), so a restore cannot undo it. */
-  private record(workspaceId: string, phone: string) {
-    const entry = { workspace_id: workspaceId, number_digest: this.box.digest(PURPOSE, phone), erased_at: new Date(this.deps.clock.now()).toISOString() }
+  private record(workspaceId: string, phone: string, at: number) {
+    const entry = { workspace_id: workspaceId, number_digest: this.box.digest(PURPOSE, phone), erased_at: new Date(at).toISOString() }
     for (const dir of this.journalDirs()) {
       try {
         appendRecord(dir, entry)
@@ -165,18 +175,27 @@ export class ContactEraser {
   }
 
   /**
-   * At start, after a restore (`capstan restore` marks it): every contact of the restored database
+   * At start, after a restore (`capstan restore` marks it, or the database is older than the
+   * newest erasure recorded in the data directory or beside the backups): every contact of the restored database
    * that an erasure record names is erased again, its workspace's numbers walked a slice at a
    * time — if it was made before that erasure: a contact made later under the number (the person
    * wrote again) is a new one and stays. The mark is cleared once all are; a failure leaves it for the next start. Returns how
    * many were erased.
    */
   async reapply(slice = 2_000): Promise<number> {
-    const { dataDir } = this.deps.config
-    if (!pending(dataDir)) return 0
+    const { dataDir, backupDir } = this.deps.config
+    const beside = backupDir === null ? [] : [join(backupDir, JOURNAL)]
+    if (!pending(dataDir)) {
+      // a database put back by hand (its file copied in, not by `capstan restore`) is older than
+      // the newest erasure recorded beside it: the same as after a restore
+      if (newestOf(readRecords([join(dataDir, JOURNAL), ...beside])) <= Number(this.sql.appliedThrough.get()?.value ?? 0)) return 0
+      carryOver(dataDir, beside)
+      this.log.warn('erasures recorded beside the database are newer than any it has seen (put back from a backup, or its first start with this version): they are done again before serving')
+    }
+    const records = readRecords([join(dataDir, JOURNAL)])
     // per workspace: number digest → when it was last erased
     const byWorkspace = new Map<string, Map<string, number>>()
-    for (const r of readRecords([join(dataDir, JOURNAL)])) {
+    for (const r of records) {
       if (!byWorkspace.has(r.workspace_id)) byWorkspace.set(r.workspace_id, new Map())
       const at = Date.parse(r.erased_at)
       const digests = byWorkspace.get(r.workspace_id)!
@@ -204,7 +223,10 @@ export class ContactEraser {
         }
       }
     }
-    if (failed === 0) done(dataDir)
+    if (failed === 0) {
+      this.deps.writer.now(() => this.sql.setAppliedThrough.run(String(newestOf(records))))
+      done(dataDir)
+    }
     this.log.info('erasures done again after a restore', { contacts: erased })
     return erased
   }
