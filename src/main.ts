@@ -104,7 +104,7 @@ async function main(argv: string[]) {
       const before = size()
       try {
         db.run('VACUUM')
-        emptyWal(db)
+        await emptyWal(db, 1)
       } catch (e) {
         db.close()
         fail(`the database could not be rewritten and was left as it was: ${reasonOf(e)}`)

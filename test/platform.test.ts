@@ -4,6 +4,9 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { networkInterfaces, tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { startCheckpointer } from '../src/db/checkpoint'
+import { emptyWal, openDatabase } from '../src/db/open'
+import { Logger } from '../src/http/log'
 import { loadDotEnv } from '../src/main'
 import { Metrics, ResponseCounts } from '../src/metrics'
 import { inProcess } from './support/inproc'
@@ -634,6 +637,30 @@ describe('checkpoints off the event loop', () => {
       expect(srv.output).not.toContain('checkpointer')
     } finally {
       await srv.close()
+    }
+  })
+
+  test('emptying the WAL after an erasure waits out the checkpointer thread (SQLite answers busy at once while it runs)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-empty-wal-'))
+    const db = openDatabase(join(dir, 'capstan.db'))
+    // the real checkpointer, every millisecond instead of every 100: a truncation tried once right
+    // after a write collides with one of its checkpoints more often than not
+    const checkpointer = startCheckpointer(join(dir, 'capstan.db'), new Logger('silent'), 1)
+    try {
+      db.run('CREATE TABLE t (x TEXT)')
+      const add = db.query('INSERT INTO t VALUES (?)')
+      for (let i = 0; i < 50; i++) {
+        db.transaction(() => {
+          for (let j = 0; j < 100; j++) add.run('x'.repeat(1000))
+        })()
+        await Bun.sleep(1)
+        expect(await emptyWal(db)).toBe(true)
+        expect(Bun.file(join(dir, 'capstan.db-wal')).size).toBe(0)
+      }
+    } finally {
+      await checkpointer.stop()
+      db.close()
+      rmSync(dir, { recursive: true, force: true })
     }
   })
 

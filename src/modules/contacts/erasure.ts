@@ -151,7 +151,7 @@ export class ContactEraser {
     // the expired media goes now (rows and, when no other row shares them, files)
     if (report.media > 0) await this.media.purgeExpired()
     // the WAL holds the pages as they were before; written into the database and emptied now
-    if (!emptyWal(db)) this.log.warn('erased contact: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint', { workspace_id: workspaceId })
+    if (!(await emptyWal(db))) this.log.warn('erased contact: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint', { workspace_id: workspaceId })
     this.log.info('contact erased', { workspace_id: workspaceId, messages: report.messages, queued_failed: report.queued_failed, media: report.media, events: report.events })
     return report
   }

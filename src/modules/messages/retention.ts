@@ -65,7 +65,7 @@ export class MessageRetention {
       events += e
     }
     // the WAL holds the pages as they were before
-    if (total + events > 0 && !emptyWal(this.deps.db)) this.log.warn('message retention: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint')
+    if (total + events > 0 && !(await emptyWal(this.deps.db))) this.log.warn('message retention: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint')
     return total
   }
 
