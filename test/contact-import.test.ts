@@ -1,8 +1,12 @@
 /** Importing contacts in bulk (admin API and CLI): CSV and JSON, checked whole before anything is written. */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { migrate } from '../src/db/open'
 import { parseCsv } from '../src/http/bulk'
+import { databaseAtSchema } from './support/schema'
 import { inProcess } from './support/inproc'
 import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
 
@@ -248,6 +252,44 @@ describe('a do-not-contact list (suppressions)', () => {
     await Bun.write(file, `phone\n${newPhone()}\n${newPhone()}\n`)
     const p = Bun.spawn(['bun', 'src/main.ts', 'suppressions', 'import', '--workspace', ws.id, file], { cwd: join(import.meta.dir, '..'), env: { ...hostEnv(), CAPSTAN_URL: srv.base, CAPSTAN_ADMIN_TOKEN: ADMIN_TOKEN }, stdout: 'pipe', stderr: 'pipe' })
     expect([await p.exited, await new Response(p.stdout).text()]).toEqual([0, 'added 2, already on the list 0\n'])
+  })
+
+  test("a page of the list, newest first, reads its index and the count kept per workspace (added, imported, removed); an upgraded database starts from the rows it has", async () => {
+    const env = await inProcess()
+    try {
+      const { svc, db, clock } = env
+      const [a, b] = [svc.workspaces.create({ name: 'A' }), svc.workspaces.create({ name: 'B' })]
+      const page = (ws: string) => svc.suppressions.repo.list(ws, 3, 0)
+      const rows = (ws: string) => (db.query('SELECT COUNT(*) AS n FROM suppressions WHERE workspace_id = ?').get(ws) as { n: number }).n
+      expect(page(a.id).total).toBe(0)
+      svc.suppressions.add(a.id, '+15550007001', null)
+      clock.t += 1000
+      svc.suppressions.add(a.id, '+15550007001', 'again') // already there: no new row
+      expect(await svc.suppressions.importRows(a.id, [{ phone: '+15550007003' }, { phone: '+15550007002' }, { phone: '+15550007001' }])).toEqual({ added: 2, already: 1 })
+      svc.suppressions.add(b.id, '+15550007001', null)
+      svc.suppressions.remove(a.id, '+15550007003')
+      const p = page(a.id)
+      expect([p.total, page(b.id).total]).toEqual([2, 1])
+      expect([p.total, page(b.id).total]).toEqual([rows(a.id), rows(b.id)])
+      expect(p.rows.map((r) => r.phone)).toEqual(['+15550007002', '+15550007001'])
+      const plan = db.query('EXPLAIN QUERY PLAN SELECT * FROM suppressions WHERE workspace_id = ? ORDER BY created_at DESC, phone LIMIT 3 OFFSET 0').all('x') as { detail: string }[]
+      expect(plan.map((r) => r.detail)).toEqual(['SEARCH suppressions USING INDEX suppressions_newest (workspace_id=?)'])
+
+      const dir = mkdtempSync(join(tmpdir(), 'capstan-suppression-counts-'))
+      const old = databaseAtSchema(join(dir, 'capstan.db'), 34)
+      try {
+        const add = old.query("INSERT INTO suppressions (workspace_id, phone, created_at) VALUES (?, ?, 0)")
+        for (let i = 0; i < 3; i++) add.run('w1', `+1555000800${i}`)
+        add.run('w2', '+15550008000')
+        expect(migrate(old)[0]).toBe(35)
+        expect(old.query('SELECT workspace_id, n FROM suppression_counts ORDER BY workspace_id').all()).toEqual([{ workspace_id: 'w1', n: 3 }, { workspace_id: 'w2', n: 1 }])
+      } finally {
+        old.close()
+        rmSync(dir, { recursive: true, force: true })
+      }
+    } finally {
+      await env.close()
+    }
   })
 })
 

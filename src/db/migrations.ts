@@ -33,6 +33,7 @@ import m0031 from '../../migrations/0031_campaign_counts.sql' with { type: 'text
 import m0032 from '../../migrations/0032_campaign_freeze_in_slices.sql' with { type: 'text' }
 import m0033 from '../../migrations/0033_template_imported.sql' with { type: 'text' }
 import m0034 from '../../migrations/0034_webhook_delivery_counts.sql' with { type: 'text' }
+import m0035 from '../../migrations/0035_suppressions_page.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -69,4 +70,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 32, name: '0032_campaign_freeze_in_slices', sql: m0032 },
   { version: 33, name: '0033_template_imported', sql: m0033 },
   { version: 34, name: '0034_webhook_delivery_counts', sql: m0034 },
+  { version: 35, name: '0035_suppressions_page', sql: m0035 },
 ]
