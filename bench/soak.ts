@@ -1,14 +1,16 @@
 /**
  * Soak: a steady mixed load for N minutes (default 60, run by hand, not in CI) — 60% GET
  * /messages, 25% POST /messages, 15% POST /contacts at a fixed rate — sampling the server's RSS and
- * the p99 latency of each 10-second window. Run: bun bench/soak.ts [minutes] [requests/s]
+ * the p99 latency of each 10-second window. Run: bun bench/soak.ts [minutes] [requests/s] [CAPSTAN_X=value ...]
+ * (settings after the rate go to the server, e.g. CAPSTAN_WAL_CHECKPOINTER=false).
  */
 import { readFileSync } from 'node:fs'
 import { startCapstan } from './support'
 
 const minutes = Number(process.argv[2] ?? 60)
 const rate = Number(process.argv[3] ?? 300)
-const cap = await startCapstan({ CAPSTAN_LOG_LEVEL: 'info' })
+const settings = Object.fromEntries(process.argv.slice(4).map((a) => [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)]))
+const cap = await startCapstan({ CAPSTAN_LOG_LEVEL: 'info', ...settings })
 const rss = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${cap.proc.pid}/status`, 'utf8'))![1]) / 1024
 try {
   const ws = (await cap.admin('POST', '/workspaces', { name: 'Soak' })).data
