@@ -160,7 +160,7 @@ export interface RoundsResult {
   median: WrkResult
 }
 
-const median = (xs: number[]) => {
+export const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b)
   const m = s.length >> 1
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2
@@ -257,3 +257,22 @@ export async function benchServices(name: string, start = true) {
 
 /** This process's resident memory, in MiB. */
 export const rssMiB = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))![1]) / 1024
+
+/**
+ * Time two synchronous calls in turns, `times` times each, and give each one's median in ms: the
+ * new way against the old, in the same database and the same minutes.
+ */
+export function pairedMedians(times: number, a: () => unknown, b: () => unknown): [number, number] {
+  const time = (f: () => unknown) => {
+    const t = performance.now()
+    f()
+    return performance.now() - t
+  }
+  const as: number[] = []
+  const bs: number[] = []
+  for (let i = 0; i < times; i++) {
+    as.push(time(a))
+    bs.push(time(b))
+  }
+  return [median(as), median(bs)]
+}

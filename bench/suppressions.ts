@@ -7,9 +7,9 @@
  *     them and with them dropped, in the same run.
  */
 import { inProcess } from '../test/support/inproc'
+import { pairedMedians } from './support'
 
 const N = Number(process.argv[2] ?? 1_000_000)
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!
 const numbers = (from: number, n: number) => Array.from({ length: n }, (_, i) => ({ phone: `+1555${String(from + i).padStart(7, '0')}` }))
 
 async function list(extras: boolean) {
@@ -29,18 +29,12 @@ async function list(extras: boolean) {
   const { env, svc, db, ws } = await list(true)
   const oldPage = db.query('SELECT * FROM suppressions NOT INDEXED WHERE workspace_id = ? ORDER BY created_at DESC, phone LIMIT 50 OFFSET 0')
   const oldCount = db.query('SELECT COUNT(*) AS n FROM suppressions WHERE workspace_id = ?')
-  const time = (f: () => unknown) => {
-    const t = performance.now()
-    f()
-    return performance.now() - t
-  }
-  const now: number[] = []
-  const before: number[] = []
-  for (let i = 0; i < 11; i++) {
-    now.push(time(() => svc.suppressions.repo.list(ws.id, 50, 0)))
-    before.push(time(() => ({ rows: oldPage.all(ws.id), total: oldCount.get(ws.id) })))
-  }
-  console.log(`a page of 50 of ${N} suppressions, median of 11: ${median(now).toFixed(2)} ms now, ${median(before).toFixed(2)} ms reading, sorting and counting them all`)
+  const [now, before] = pairedMedians(
+    11,
+    () => svc.suppressions.repo.list(ws.id, 50, 0),
+    () => ({ rows: oldPage.all(ws.id), total: oldCount.get(ws.id) }),
+  )
+  console.log(`a page of 50 of ${N} suppressions, median of 11: ${now.toFixed(2)} ms now, ${before.toFixed(2)} ms reading, sorting and counting them all`)
   await env.close()
 }
 

@@ -8,10 +8,9 @@
  */
 import { inProcess } from '../test/support/inproc'
 import { copyRow } from '../test/support/rows'
-import { timedHold } from './support'
+import { pairedMedians, timedHold } from './support'
 
 const N = Number(process.argv[2] ?? 300_000)
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!
 
 async function history(triggers: boolean) {
   const env = await inProcess()
@@ -32,18 +31,12 @@ async function history(triggers: boolean) {
 {
   const { env, svc, db, hook } = await history(true)
   const count = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE endpoint_id = ?')
-  const time = (f: () => unknown) => {
-    const t = performance.now()
-    f()
-    return performance.now() - t
-  }
-  const kept: number[] = []
-  const counted: number[] = []
-  for (let i = 0; i < 21; i++) {
-    kept.push(time(() => svc.webhooks.repo.deliveries(hook.id, 50, 0)))
-    counted.push(time(() => ({ rows: svc.webhooks.repo.deliveries(hook.id, 50, 0).rows, total: count.get(hook.id)!.n })))
-  }
-  console.log(`a page of 50 of ${N} deliveries, median of 21: kept count ${median(kept).toFixed(2)} ms, counting the rows ${median(counted).toFixed(2)} ms`)
+  const [kept, counted] = pairedMedians(
+    21,
+    () => svc.webhooks.repo.deliveries(hook.id, 50, 0),
+    () => ({ rows: svc.webhooks.repo.deliveries(hook.id, 50, 0).rows, total: count.get(hook.id)!.n }),
+  )
+  console.log(`a page of 50 of ${N} deliveries, median of 21: kept count ${kept.toFixed(2)} ms, counting the rows ${counted.toFixed(2)} ms`)
   await env.close()
 }
 
