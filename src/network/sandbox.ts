@@ -20,6 +20,15 @@ function sameLength(json: string, length: number): Buffer {
   return line
 }
 
+/** One line of the record as written, or null: blank, or cut by a crash (never acknowledged). */
+function parseLine(bytes: Buffer): Record<string, unknown> | null {
+  try {
+    return JSON.parse(bytes.toString('utf8'))
+  } catch {
+    return null
+  }
+}
+
 function lastByte(path: string, size: number): Buffer {
   const fd = openSync(path, 'r')
   try {
@@ -124,15 +133,10 @@ export class SandboxLedger {
           const start = data.lastIndexOf(10, at) + 1
           let end = data.indexOf(10, at)
           if (end < 0) end = data.length
-          let entry: Record<string, unknown>
-          try {
-            entry = JSON.parse(data.subarray(start, end).toString('utf8'))
-          } catch {
-            // a line cut by a crash (never acknowledged): blanked whole
-            entry = {}
-          }
-          if (entry.recipient !== undefined && entry.recipient !== number) continue
-          const redacted = Object.keys(entry).length ? JSON.stringify({ ...entry, recipient: null, body: null }) : ''
+          const entry = parseLine(data.subarray(start, end))
+          if (entry && entry.recipient !== number) continue
+          // (a line cut by a crash is blanked whole)
+          const redacted = entry ? JSON.stringify({ ...entry, recipient: null, body: null }) : ''
           const line = sameLength(redacted, end - start)
           fd ??= openSync(file, 'r+')
           writeSync(fd, line, 0, line.length, start)
@@ -146,7 +150,6 @@ export class SandboxLedger {
     }
     return changed
   }
-
 
   /**
    * Message content retention: every line of a send accepted before `before` (an ISO time) loses
@@ -184,12 +187,7 @@ export class SandboxLedger {
         let writes = false
         for (let start = 0; start <= last; ) {
           const end = data.indexOf(10, start)
-          let entry: { at?: unknown; body?: unknown } | null = null
-          try {
-            entry = JSON.parse(data.subarray(start, end).toString('utf8'))
-          } catch {
-            // blank or cut by a crash: nothing to read
-          }
+          const entry = parseLine(data.subarray(start, end))
           if (entry && typeof entry.at === 'string' && entry.at >= before) {
             this.remember(ino, offset + start)
             if (writes) await fh.sync()

@@ -296,10 +296,9 @@ export class ConnectionService {
 
   /** A contact of the workspace was erased: each of its numbers' drivers forgets the person's number. */
   forgetNumber(workspaceId: string, number: string) {
-    for (const c of this.live.values()) {
-      if (c.row.workspace_id !== workspaceId || !c.driver.forget) continue
+    for (const c of this.liveOf(workspaceId)) {
       try {
-        c.driver.forget(number)
+        c.driver.forget?.(number)
       } catch (e) {
         this.log.error('an erased contact could not be removed from a network driver\'s record', { connection_id: c.row.id, error: String((e as Error)?.message ?? e) })
       }
@@ -309,15 +308,19 @@ export class ConnectionService {
   /** Message content retention for the workspace: its numbers' drivers drop the texts of sends before `before`; how many. */
   async forgetContentBefore(workspaceId: string, before: number): Promise<number> {
     let n = 0
-    for (const c of [...this.live.values()]) {
-      if (c.row.workspace_id !== workspaceId || !c.driver.forgetContent) continue
+    for (const c of this.liveOf(workspaceId)) {
       try {
-        n += await c.driver.forgetContent(before)
+        n += (await c.driver.forgetContent?.(before)) ?? 0
       } catch (e) {
         this.log.error('message content past its retention could not be removed from a network driver\'s record', { connection_id: c.row.id, error: String((e as Error)?.message ?? e) })
       }
     }
     return n
+  }
+
+  /** The workspace's numbers with their drivers, as they are now (a list: callers may wait between them). */
+  private liveOf(workspaceId: string): LiveConnection[] {
+    return [...this.live.values()].filter((c) => c.row.workspace_id === workspaceId)
   }
 
   /** Remove a connection; its queued messages are failed by the caller in the same step. */

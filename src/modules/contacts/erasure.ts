@@ -185,14 +185,16 @@ export class ContactEraser {
   async reapply(slice = 2_000): Promise<number> {
     const { dataDir, backupDir } = this.deps.config
     const beside = backupDir === null ? [] : [join(backupDir, JOURNAL)]
-    if (!pending(dataDir)) {
+    let records: ErasureRecord[]
+    if (pending(dataDir)) records = readRecords([join(dataDir, JOURNAL)])
+    else {
       // a database put back by hand (its file copied in, not by `capstan restore`) is older than
       // the newest erasure recorded beside it: the same as after a restore
-      if (newestOf(readRecords([join(dataDir, JOURNAL), ...beside])) <= Number(this.sql.appliedThrough.get()?.value ?? 0)) return 0
+      records = readRecords([join(dataDir, JOURNAL), ...beside])
+      if (newestOf(records) <= Number(this.sql.appliedThrough.get()?.value ?? 0)) return 0
       carryOver(dataDir, beside)
       this.log.warn('erasures recorded beside the database are newer than any it has seen (put back from a backup, or its first start with this version): they are done again before serving')
     }
-    const records = readRecords([join(dataDir, JOURNAL)])
     // per workspace: number digest → when it was last erased
     const byWorkspace = new Map<string, Map<string, number>>()
     for (const r of records) {

