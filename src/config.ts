@@ -6,6 +6,7 @@
  * never by Bun's compile-time autoload.
  */
 import { join, resolve } from 'node:path'
+import { isIpRange } from './http/ip-ranges'
 
 export type ClamdAddress = { kind: 'unix'; path: string } | { kind: 'tcp'; host: string; port: number }
 
@@ -22,7 +23,8 @@ export interface Config {
   keyRateLimit: number
   authFailLimit: number
   rateWindowMs: number
-  trustProxy: boolean
+  /** Addresses/CIDR ranges of the reverse proxies in front (CAPSTAN_TRUSTED_PROXIES); empty: none. */
+  trustedProxies: string[]
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent'
   /** Largest non-multipart request body accepted, in bytes (413 above). */
   maxJsonBytes: number
@@ -77,6 +79,20 @@ export function parseClamd(raw: string): ClamdAddress {
   throw new ConfigError('CAPSTAN_CLAMD must be unix:/path or tcp://host:port')
 }
 
+/**
+ * CAPSTAN_TRUSTED_PROXIES (comma-separated addresses/CIDRs), plus loopback for the older
+ * CAPSTAN_TRUST_PROXY=true.
+ */
+function trustedProxies(env: Record<string, string | undefined>): string[] {
+  const list = (env.CAPSTAN_TRUSTED_PROXIES ?? '')
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean)
+  for (const r of list) if (!isIpRange(r)) throw new ConfigError('CAPSTAN_TRUSTED_PROXIES must be a comma-separated list of IP addresses or CIDR ranges')
+  if (bool(env, 'CAPSTAN_TRUST_PROXY', false)) list.push('127.0.0.0/8', '::1')
+  return list
+}
+
 /** Build the config from an environment map (process.env by default). Throws ConfigError. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const dataDir = resolve(env.CAPSTAN_DATA_DIR || './data')
@@ -107,7 +123,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     keyRateLimit: int(env, 'CAPSTAN_KEY_RATE_LIMIT', 60, 1, 10_000_000),
     authFailLimit: int(env, 'CAPSTAN_AUTH_FAIL_LIMIT', 120, 1, 10_000_000),
     rateWindowMs: int(env, 'CAPSTAN_RATE_WINDOW_SECONDS', 60, 1, 86_400) * 1000,
-    trustProxy: bool(env, 'CAPSTAN_TRUST_PROXY', false),
+    trustedProxies: trustedProxies(env),
     logLevel: logLevel as Config['logLevel'],
     maxJsonBytes: int(env, 'CAPSTAN_MAX_JSON_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
     maxUploadBytes: int(env, 'CAPSTAN_MAX_UPLOAD_BYTES', 64 * 1024 * 1024, 1024, 1024 * 1024 * 1024),

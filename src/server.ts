@@ -15,10 +15,12 @@ import { fileTooLarge } from './modules/media/service'
 import { docsUi } from './docs/ui'
 import { handleCloudApiWebhook } from './network/cloud-api-webhook'
 import { parseBody, TOO_LARGE } from './http/body'
-import { SECURITY_HEADERS, authPlugin, clientIp } from './http/auth'
+import { SECURITY_HEADERS, SIGN_IN, authPlugin } from './http/auth'
+import { ClientAddresses } from './http/client'
+import { ipRanges } from './http/ip-ranges'
 import { WindowCounter } from './http/limits'
 import { DOC_COMPONENTS, hidden } from './http/docs'
-import { diskFull, payloadTooLarge, toErrorResponse } from './http/errors'
+import { ApiError, diskFull, payloadTooLarge, toErrorResponse } from './http/errors'
 import { noteOf, peekNote } from './http/log'
 import { Sessions } from './http/session'
 import { backupAdminRoutes } from './modules/backups/routes'
@@ -55,6 +57,9 @@ const UPLOADS = new Map<string, Scope>([
   ['/api/v1/messages', 'messages:write'],
 ])
 const FORM_ROOM = 1024 * 1024
+/** The dashboard's sign-in body: a token of at most a few hundred bytes, as JSON or a form. */
+const SIGN_IN_MAX_BYTES = 4096
+const signInForm = () => new ApiError(415, 'unsupported_media_type', 'Sign in with a JSON or urlencoded body.')
 
 /** The body size a request declares (Content-Length; 0 when absent), read before the body is. */
 const declaredLength = (request: Request) => Number(request.headers.get('content-length') ?? 0)
@@ -63,8 +68,9 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const { config } = svc.deps
   const sessions = new Sessions(adminTokenHash, svc.deps.db, svc.deps.writer, () => svc.deps.clock.now())
   let root: Elysia<any, any, any, any, any, any, any> | null = null
-  const ipOf = (request: Request) => clientIp(request, root?.server ?? null, config.trustProxy)
-  const auth = authPlugin({ config, ipOf, keys: svc.keys, adminTokenHash, sessions })
+  const clients = new ClientAddresses(config.trustedProxies.length ? ipRanges(config.trustedProxies) : null, (request) => root?.server?.requestIP(request) ?? null)
+  const ipOf = (request: Request) => clients.ip(request)
+  const auth = authPlugin({ config, clients, keys: svc.keys, adminTokenHash, sessions })
   const log = svc.log
   const webhookGuard = { failures: new WindowCounter(config.authFailLimit, config.rateWindowMs), clientIp: ipOf }
   const responses = new ResponseCounts()
@@ -128,7 +134,20 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
       noteOf(set)
       // 413 before the body is read when its declared length is over the limit for its type
       const multipart = contentType.toLowerCase().startsWith('multipart/form-data')
-      const max = multipart ? config.maxUploadBytes : config.maxJsonBytes
+      const signIn = path === SIGN_IN
+      // the dashboard's sign-in takes its token in the body, so nothing can be checked before the
+      // body is read: an address over the failed-auth limit is refused first, and the body is held
+      // to a few KiB of JSON or form (nobody signs in with a file)
+      if (signIn) {
+        try {
+          auth.admitBody(request, path)
+          if (multipart) throw signInForm()
+        } catch (e) {
+          set.headers['connection'] = 'close'
+          throw e
+        }
+      }
+      const max = signIn ? SIGN_IN_MAX_BYTES : multipart ? config.maxUploadBytes : config.maxJsonBytes
       if (declaredLength(request) > max) throw payloadTooLarge()
       // and 401 (or 429) before it is read when the request has no valid credentials; the unread
       // rest of the body means the connection cannot carry another request
@@ -183,7 +202,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
       }),
     )
     .use(docsUi)
-    .use(dashboardRoutes(config, sessions, auth))
+    .use(dashboardRoutes(sessions, auth, clients))
     .get('/healthz', ({ set }) => {
       Object.assign(set.headers, SECURITY_HEADERS)
       return { status: 'ok' }

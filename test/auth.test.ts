@@ -86,6 +86,31 @@ describe('bodies without credentials', () => {
     const { reply } = await srv.partialRequest(`POST /api/v1/media HTTP/1.1\r\nAuthorization: Bearer ${key}\r\nContent-Type: multipart/form-data; boundary=b`, 10_000_000, 1000)
     expect(reply).toBe('')
   })
+
+  test('the dashboard sign-in reads a few KiB at most, never a multipart body, and nothing from an address over the failed-auth limit', async () => {
+    for (const [head, declared, status] of [
+      [`POST /admin/session HTTP/1.1\r\nX-Capstan-CSRF: 1\r\nContent-Type: multipart/form-data; boundary=b`, 50_000_000, '415 Unsupported Media Type'],
+      [`POST /admin/session HTTP/1.1\r\nX-Capstan-CSRF: 1\r\nContent-Type: multipart/form-data; boundary=b`, 2_000, '415 Unsupported Media Type'],
+      [`POST /admin/session HTTP/1.1\r\nX-Capstan-CSRF: 1\r\nContent-Type: application/json`, 900_000, '413 Payload Too Large'],
+      [`POST /admin/session HTTP/1.1\r\nX-Capstan-CSRF: 1\r\nContent-Type: application/x-www-form-urlencoded`, 5_000, '413 Payload Too Large'],
+    ] as const) {
+      const { reply, closed } = await srv.partialRequest(head, declared)
+      expect(reply.split('\r\n')[0]).toBe(`HTTP/1.1 ${status}`)
+      expect(closed).toBe(true)
+    }
+    // a sign-in of an ordinary size is read and answered
+    const wrong = await srv.request('POST', '/admin/session', { json: { token: 'not-the-admin-token' }, headers: { 'x-capstan-csrf': '1' } })
+    expect(wrong.status).toBe(401)
+    const limited = await TestServer.start({ env: { CAPSTAN_AUTH_FAIL_LIMIT: '1', CAPSTAN_RATE_WINDOW_SECONDS: '5' } })
+    try {
+      expect((await limited.request('POST', '/admin/session', { json: { token: 'not-the-admin-token' }, headers: { 'x-capstan-csrf': '1' } })).status).toBe(401)
+      const { reply, closed } = await limited.partialRequest(`POST /admin/session HTTP/1.1\r\nX-Capstan-CSRF: 1\r\nContent-Type: application/json`, 3_000)
+      expect(reply.split('\r\n')[0]).toBe('HTTP/1.1 429 Too Many Requests')
+      expect(closed).toBe(true)
+    } finally {
+      await limited.close()
+    }
+  })
 })
 
 describe('workspace status and scopes', () => {
@@ -166,19 +191,26 @@ describe('limits (a server with small limits and a short window)', () => {
     expect((await small.api(k, 'GET', '/workspace')).status).toBe(200)
   }, 30_000)
 
-  test('failed-auth limit per IP: 429 without looking the key up, then recovers', async () => {
+  test('failed-auth limit per IP: invalid bearers get 429 past it, valid keys and the admin token are still served, then it recovers', async () => {
     const { key } = await small.tenant()
     for (let i = 0; i < 4; i++) expect((await small.api('cap_nothere.x', 'GET', '/workspace')).status).toBe(401)
-    const blocked = await small.api(key, 'GET', '/workspace')
+    const blocked = await small.api('cap_nothere.x', 'GET', '/workspace')
     expect(blocked.status).toBe(429)
     expect(blocked.json).toEqual({ message: 'Too many invalid API bearer attempts.', code: 'auth_rate_limited' })
     expect(blocked.headers.get('retry-after')).toBeNull()
-    // wrong admin tokens are refused the same way while the IP is blocked
-    expect((await small.request('GET', '/admin/api/workspaces', { bearer: 'wrong' })).status).toBe(429)
-    await Bun.sleep(3100)
+    expect((await small.request('GET', '/api/v1/workspace')).status).toBe(429)
+    // a valid key from the same address is served: one abuser behind a shared NAT locks nobody out
     expect((await small.api(key, 'GET', '/workspace')).status).toBe(200)
-    for (let i = 0; i < 4; i++) expect((await small.request('GET', '/admin/api/workspaces', { bearer: 'wrong-admin' })).status).toBe(401)
-    expect((await small.api(key, 'GET', '/workspace')).status).toBe(429)
+    // wrong admin tokens are refused the same way while the IP is over; the right one is served
+    expect((await small.request('GET', '/admin/api/workspaces', { bearer: 'wrong' })).status).toBe(429)
+    expect((await small.admin('GET', '/workspaces')).status).toBe(200)
+    // so is a sign-in with the right token (a wrong one is refused before its body is read)
+    const signIn = (token: string) => small.request('POST', '/admin/session', { json: { token }, headers: { 'x-capstan-csrf': '1' } })
+    expect((await signIn('wrong-admin-token')).status).toBe(429)
+    await Bun.sleep(3100)
+    expect((await small.api('cap_nothere.x', 'GET', '/workspace')).status).toBe(401)
+    for (let i = 0; i < 3; i++) expect((await small.request('GET', '/admin/api/workspaces', { bearer: 'wrong-admin' })).status).toBe(401)
+    expect((await small.api('cap_nothere.x', 'GET', '/workspace')).status).toBe(429)
     await Bun.sleep(3100)
   }, 30_000)
 })
@@ -222,19 +254,40 @@ describe('keys limited to addresses (allowed_ips)', () => {
     expect((await srv.admin('GET', `/workspaces/${ws.id}/keys`)).json.data).toEqual([])
   })
 
-  test('behind a trusted proxy the forwarded address counts, and refusals count toward the failed-auth limit of that address', async () => {
-    const proxied = await TestServer.start({ env: { CAPSTAN_TRUST_PROXY: 'true', CAPSTAN_AUTH_FAIL_LIMIT: '3', CAPSTAN_RATE_WINDOW_SECONDS: '3' } })
+  test('behind a trusted proxy the right-most untrusted forwarded address counts, and refusals count toward the failed-auth limit of that address', async () => {
+    const proxied = await TestServer.start({ env: { CAPSTAN_TRUSTED_PROXIES: '127.0.0.1, 10.0.0.0/8', CAPSTAN_AUTH_FAIL_LIMIT: '3', CAPSTAN_RATE_WINDOW_SECONDS: '3' } })
     try {
-      const { ws, key: open } = await proxied.tenant()
+      const { ws } = await proxied.tenant()
       const office = (await proxied.key(ws.id, undefined, { allowed_ips: ['203.0.113.0/24'] })).key
-      const from = (ip: string, key: string) => proxied.request('GET', '/api/v1/workspace', { bearer: key, headers: { 'x-forwarded-for': `${ip}, 10.0.0.1` } })
+      const from = (forwarded: string, key: string) => proxied.request('GET', '/api/v1/workspace', { bearer: key, headers: { 'x-forwarded-for': forwarded } })
+      // the client, then a proxy of ours that appended what it saw
+      expect((await from('203.0.113.9, 10.0.0.1', office)).status).toBe(200)
+      // what the client wrote itself (left of what our proxies saw) is not believed; non-IP values are skipped
+      expect((await from('203.0.113.9, 198.51.100.1', office)).status).toBe(401)
+      expect((await from('203.0.113.9, not-an-ip, 10.0.0.1', office)).status).toBe(200)
+      for (let i = 0; i < 2; i++) expect((await from('203.0.113.9, 198.51.100.1, 10.0.0.1', office)).status).toBe(401)
+      // 198.51.100.1 is now over the limit: its invalid attempts get 429, however it dresses them up
+      expect((await from('203.0.113.9, 198.51.100.1', office)).status).toBe(429)
+      expect((await from('198.51.100.1', 'cap_nothere.x')).status).toBe(429)
+      // the office is not
       expect((await from('203.0.113.9', office)).status).toBe(200)
-      for (let i = 0; i < 3; i++) expect((await from('198.51.100.1', office)).status).toBe(401)
-      // that address is now blocked for every key; the office is not
-      expect((await from('198.51.100.1', open)).status).toBe(429)
-      expect((await from('203.0.113.9', office)).status).toBe(200)
+      expect((await from('203.0.113.10', 'cap_nothere.x')).status).toBe(401)
+      // IPv6 clients are counted per /64: other addresses of the same /64 share the count
+      for (const ip of ['2001:db8:1:2::1', '2001:db8:1:2::2', '2001:db8:1:2:ffff::9']) expect((await from(ip, 'cap_nothere.x')).status).toBe(401)
+      expect((await from('2001:0db8:0001:0002:0:0:0:abcd', 'cap_nothere.x')).status).toBe(429)
+      expect((await from('2001:db8:1:3::1', 'cap_nothere.x')).status).toBe(401)
     } finally {
       await proxied.close()
+    }
+  }, 30_000)
+
+  test('without trusted proxies X-Forwarded-For is ignored', async () => {
+    const direct = await TestServer.start({ env: { CAPSTAN_AUTH_FAIL_LIMIT: '2', CAPSTAN_RATE_WINDOW_SECONDS: '3' } })
+    try {
+      for (const ip of ['198.51.100.1', '198.51.100.2']) expect((await direct.request('GET', '/api/v1/workspace', { bearer: 'cap_x.y', headers: { 'x-forwarded-for': ip } })).status).toBe(401)
+      expect((await direct.request('GET', '/api/v1/workspace', { bearer: 'cap_x.y', headers: { 'x-forwarded-for': '198.51.100.3' } })).status).toBe(429)
+    } finally {
+      await direct.close()
     }
   }, 30_000)
 })

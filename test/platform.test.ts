@@ -244,7 +244,7 @@ describe('configuration and start-up', () => {
   })
 
   test('a bad value stops the start with one line naming the variable', async () => {
-    for (const [name, value] of [['CAPSTAN_PORT', 'eighty'], ['CAPSTAN_CLAMD', 'clamd.sock'], ['CAPSTAN_TRUST_PROXY', 'maybe'], ['CAPSTAN_LOG_LEVEL', 'loud'], ['CAPSTAN_KEY_RATE_LIMIT', '0'], ['CAPSTAN_METRICS_TOKEN', 'short'], ['CAPSTAN_BACKUP_HOURS', '0'], ['CAPSTAN_BACKUP_KEEP', 'all'], ['CAPSTAN_WAL_CHECKPOINTER', 'sometimes'], ['CAPSTAN_BACKUP_DIR', join(tmpdir(), 'capstan-never', 'backups')]]) {
+    for (const [name, value] of [['CAPSTAN_PORT', 'eighty'], ['CAPSTAN_CLAMD', 'clamd.sock'], ['CAPSTAN_TRUST_PROXY', 'maybe'], ['CAPSTAN_TRUSTED_PROXIES', '10.0.0.0/33'], ['CAPSTAN_LOG_LEVEL', 'loud'], ['CAPSTAN_KEY_RATE_LIMIT', '0'], ['CAPSTAN_METRICS_TOKEN', 'short'], ['CAPSTAN_BACKUP_HOURS', '0'], ['CAPSTAN_BACKUP_KEEP', 'all'], ['CAPSTAN_WAL_CHECKPOINTER', 'sometimes'], ['CAPSTAN_BACKUP_DIR', join(tmpdir(), 'capstan-never', 'backups')]]) {
       const r = await runCapstan(['serve'], { [name]: value!, CAPSTAN_DATA_DIR: join(tmpdir(), 'capstan-never') })
       expect(r.code).toBe(2)
       expect(r.err.trim().split('\n')).toHaveLength(1)

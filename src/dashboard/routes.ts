@@ -3,7 +3,7 @@
  * sign-in/out that exchanges the admin token for a session cookie.
  */
 import { Elysia } from 'elysia'
-import type { Config } from '../config'
+import type { ClientAddresses } from '../http/client'
 import { type authPlugin, SECURITY_HEADERS } from '../http/auth'
 import { hidden } from '../http/docs'
 import { type Sessions, sessionCookie } from '../http/session'
@@ -24,8 +24,8 @@ const PAGE_HEADERS = {
   'content-security-policy': "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
 }
 
-export function dashboardRoutes(config: Config, sessions: Sessions, auth: ReturnType<typeof authPlugin>) {
-  const secure = (request: Request) => new URL(request.url).protocol === 'https:' || (config.trustProxy && request.headers.get('x-forwarded-proto') === 'https')
+export function dashboardRoutes(sessions: Sessions, auth: ReturnType<typeof authPlugin>, clients: ClientAddresses) {
+  const secure = (request: Request) => clients.overTls(request)
   return new Elysia()
     .use(auth)
     .get('/admin', () => new Response(page, { headers: { ...PAGE_HEADERS, 'content-type': 'text/html; charset=utf-8' } }), { detail: hidden })

@@ -14,7 +14,8 @@ import type { Scope } from '../modules/keys/model'
 import { type AuthenticatedKey, type KeyService, sha256 } from '../modules/keys/service'
 import type { WorkspaceRow } from '../modules/workspaces/repo'
 import { UNREADABLE } from './body'
-import { inRanges } from './ip-ranges'
+import type { ClientAddresses } from './client'
+import { inRanges, limitName } from './ip-ranges'
 import { UUID } from './schema'
 import { ApiError, adminUnauthenticated, authRateLimited, badRequest, insufficientScope, rateLimited, unauthenticated, workspaceUnavailable } from './errors'
 import { WindowCounter } from './limits'
@@ -45,6 +46,9 @@ function bearerToken(header: string | null): string | null {
   return BEARER.exec(header)?.[1] ?? null
 }
 
+/** The dashboard's sign-in: its credential comes in the body. */
+export const SIGN_IN = '/admin/session'
+
 const csrfFailed = () => new ApiError(403, 'csrf_failed', 'This request needs the X-Capstan-CSRF header.')
 
 /**
@@ -56,41 +60,47 @@ export const SECURITY_HEADERS = {
   'cache-control': 'no-store',
 }
 
-/** The client address: the socket peer, or the left-most X-Forwarded-For entry behind a trusted proxy. */
-export function clientIp(request: Request, server: { requestIP(r: Request): { address: string } | null } | null, trustProxy: boolean): string {
-  if (trustProxy) {
-    const fwd = request.headers.get('x-forwarded-for')
-    const first = fwd?.split(',')[0]?.trim()
-    if (first) return first
-  }
-  return server?.requestIP(request)?.address ?? 'unknown'
-}
-
-/** A request's client address (see `clientIp`); the listening server is kept out of Elysia's per-request context. */
+/** A request's client address (see ClientAddresses.ip). */
 export type ClientAddress = (request: Request) => string
 
 export interface AuthOptions {
   config: Config
-  ipOf: ClientAddress
+  clients: ClientAddresses
   keys: KeyService
   /** SHA-256 of the admin token. */
   adminTokenHash: Uint8Array
   sessions: Sessions
 }
 
-export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: AuthOptions) {
+export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: AuthOptions) {
+  const ipOf = (request: Request) => clients.ip(request)
   const failures = new WindowCounter(config.authFailLimit, config.rateWindowMs)
   const perKey = new WindowCounter(config.keyRateLimit, config.rateWindowMs)
   const limitHeader = String(config.keyRateLimit)
 
   const matches = (token: unknown, hash: Uint8Array) => typeof token === 'string' && timingSafeEqual(sha256(token), hash)
   const isAdminToken = (token: unknown) => matches(token, adminTokenHash)
-  /** A presented token against a stored hash, on the per-IP failed-auth limit (429 past it). */
+  /**
+   * A failed credential from the request's client: counted against its address (an IPv6 client by
+   * its /64); 429 in place of the 401 while that address is over the failed-auth limit.
+   */
+  const failed = (request: Request, ip: string = ipOf(request)) => {
+    const name = limitName(ip)
+    if (failures.exceeded(name)) throw authRateLimited()
+    failures.hit(name)
+  }
+  /** Before a body is read where the credential is in the body (sign-in): 429 past the limit. */
+  const refuseIfOverLimit = (request: Request) => {
+    if (failures.active() && failures.exceeded(limitName(ipOf(request)))) throw authRateLimited()
+  }
+  /**
+   * A presented token against a stored hash. A token that verifies is accepted even from an
+   * address over the failed-auth limit (spec §8: the limit is for invalid bearers, so one abuser
+   * behind a shared address locks nobody out); one that does not is counted, and 429 past it.
+   */
   const checkToken = (request: Request, token: unknown, hash: Uint8Array): boolean => {
-    const ip = ipOf(request)
-    if (failures.exceeded(ip)) throw authRateLimited()
     if (matches(token, hash)) return true
-    failures.hit(ip)
+    failed(request)
     return false
   }
   /** Dashboard sign-in: the admin token. */
@@ -103,22 +113,23 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
     }
   }
 
-  /** The API key a request presents: 429 past the failed-auth limit, else 401 (counted) without a valid one. */
+  /**
+   * The API key a request presents; without a valid one 401, counted against the client address
+   * (429 in its place while the address is over the failed-auth limit). A valid key is served
+   * whatever its address's count: the address is only looked at for a key with `allowed_ips`.
+   */
   const keyHolder = (request: Request) => {
-    // the IP is only looked at when some address has failed recently (the common case costs nothing)
-    const ip = failures.active() ? ipOf(request) : null
-    if (ip !== null && failures.exceeded(ip)) throw authRateLimited()
     const token = bearerToken(request.headers.get('authorization'))
     const found = token ? keys.authenticate(token) : null
     if (!found) {
-      failures.hit(ip ?? ipOf(request))
+      failed(request)
       throw unauthenticated()
     }
     // a key limited to some addresses is, from any other, no valid key (the same 401, counted)
     if (found.key.allowedFrom !== null) {
-      const from = ip ?? ipOf(request)
+      const from = ipOf(request)
       if (!inRanges(found.key.allowedFrom, from)) {
-        failures.hit(from)
+        failed(request, from)
         throw unauthenticated()
       }
     }
@@ -127,12 +138,10 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
 
   /** How an operator signed a request — the admin token, or a dashboard session — else 429/401 like keyHolder. */
   const operatorVia = (request: Request): 'token' | 'session' => {
-    const ip = ipOf(request)
-    if (failures.exceeded(ip)) throw authRateLimited()
     const header = request.headers.get('authorization')
     if (isAdminToken(bearerToken(header))) return 'token'
     if (!header && sessions.valid(request.headers.get('cookie'))) return 'session'
-    failures.hit(ip)
+    failed(request)
     throw adminUnauthenticated()
   }
 
@@ -145,6 +154,7 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
   const admitBody = (request: Request, path: string) => {
     if (path.startsWith('/api/v1/')) return keyHolder(request)
     if (path.startsWith('/admin/api/')) operatorVia(request)
+    else if (path === SIGN_IN) refuseIfOverLimit(request)
     return null
   }
 
@@ -192,5 +202,5 @@ export function authPlugin({ config, ipOf, keys, adminTokenHash, sessions }: Aut
   })
   // the body-parsing step (server.ts) is not a route of this plugin: it gets the checks as such —
   // the early one, and a route's full one for refusing a body it will not read
-  return Object.assign(plugin, { admitBody, resolveCaller, checkMetricsToken })
+  return Object.assign(plugin, { admitBody, resolveCaller, checkMetricsToken, failed })
 }

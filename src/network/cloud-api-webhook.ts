@@ -14,6 +14,7 @@
  * log line per request, and a misconfigured app secret on one number cannot hold up another's).
  */
 import { timingSafeEqual } from 'node:crypto'
+import { limitName } from '../http/ip-ranges'
 import { readBody, TOO_LARGE } from '../http/body'
 import { ApiError, authRateLimited, payloadTooLarge } from '../http/errors'
 import type { ClientAddress } from '../http/auth'
@@ -53,7 +54,7 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
     return ok ? new Response(challenge, { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' } }) : json(403, { message: 'The verify token does not match.', code: 'forbidden' })
   }
   if (request.method !== 'POST') return json(405, { message: 'Only GET and POST are accepted here.', code: 'method_not_allowed' })
-  const caller = `${connectionId} ${guard.clientIp(request)}`
+  const caller = `${connectionId} ${limitName(guard.clientIp(request))}`
   if (guard.failures.exceeded(caller)) return json(429, authRateLimited().toBody())
   // held to the JSON limit while it is read: a chunked body has no length to check beforehand
   const raw = await readBody(request, svc.deps.config.maxJsonBytes)
