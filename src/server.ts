@@ -21,7 +21,7 @@ import { ipRanges } from './http/ip-ranges'
 import { WindowCounter } from './http/limits'
 import { DOC_COMPONENTS, hidden } from './http/docs'
 import { ApiError, diskFull, payloadTooLarge, toErrorResponse } from './http/errors'
-import { noteOf, peekNote } from './http/log'
+import { noteOf, peekNote, requestIdOf } from './http/log'
 import { Sessions } from './http/session'
 import { backupAdminRoutes } from './modules/backups/routes'
 import { campaignApiRoutes } from './modules/campaigns/routes'
@@ -57,6 +57,10 @@ const UPLOADS = new Map<string, Scope>([
   ['/api/v1/messages', 'messages:write'],
 ])
 const FORM_ROOM = 1024 * 1024
+/** The route logged for a path no route matched (the path itself is never logged). */
+const UNMATCHED = '(unmatched)'
+/** Sent on responses to clients that came over TLS (through a trusted proxy): a year. */
+const HSTS = 'max-age=31536000'
 /** The dashboard's sign-in body: a token of at most a few hundred bytes, as JSON or a form. */
 const SIGN_IN_MAX_BYTES = 4096
 const signInForm = () => new ApiError(415, 'unsupported_media_type', 'Sign in with a JSON or urlencoded body.')
@@ -75,11 +79,13 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const webhookGuard = { failures: new WindowCounter(config.authFailLimit, config.rateWindowMs), clientIp: ipOf }
   const responses = new ResponseCounts()
   const metrics = new Metrics(svc, responses, probes)
-  const logRequest = (request: Request, set: object, route: string, status: unknown) => {
-    const code = typeof status === 'number' ? status : 200
-    responses.add(code)
+  const fromProxy = clients.proxied ? (request: Request) => clients.viaProxy(request) : null
+  const requestId = (request: Request, set: object) => requestIdOf(request, set, fromProxy)
+  const logRequest = (request: Request, set: object, route: string, status: number, id: string) => {
+    responses.add(status)
     if (!log.enabled('info')) return
-    log.request(request.method, route || new URL(request.url).pathname.slice(0, 200), code, peekNote(set))
+    // the route's pattern, never the path: a path can hold a phone number (…/suppressions/{phone})
+    log.request(request.method, route || UNMATCHED, status, peekNote(set), id)
   }
 
   const api = new Elysia({ prefix: '/api/v1' })
@@ -109,10 +115,10 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   // silently share the port and split the traffic between two processes and two databases.
   root = new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes * 2, idleTimeout: 30, reusePort: false, development: false } })
   return root
-    .onError(({ code, error, set, request }) => {
+    .onError(({ code, error, set, request, route }) => {
       const { status, body } = toErrorResponse(error, code)
-      if (status === 500) svc.log.error('request failed', { method: request.method, path: new URL(request.url).pathname, error: String((error as Error)?.stack ?? error) })
-      else if (diskFull(error)) svc.log.error('request refused: the disk of the data directory is full', { method: request.method, path: new URL(request.url).pathname })
+      if (status === 500) svc.log.error('request failed', { method: request.method, route: route || UNMATCHED, request_id: requestId(request, set), error: String((error as Error)?.stack ?? error) })
+      else if (diskFull(error)) svc.log.error('request refused: the disk of the data directory is full', { method: request.method, route: route || UNMATCHED, request_id: requestId(request, set) })
       set.status = status
       Object.assign(set.headers, SECURITY_HEADERS)
       set.headers['content-type'] = 'application/json; charset=utf-8'
@@ -121,8 +127,20 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     })
     // the request log line, written as the response is mapped — errors and unknown routes
     // included. It hands the value back unchanged: Elysia's not-found path uses what this returns.
+    // It also stamps every response with the request's id (and, reached over TLS through a trusted
+    // proxy, HSTS).
     .mapResponse(({ request, route, set, responseValue }) => {
-      logRequest(request, set, route, responseValue instanceof Response ? responseValue.status : set.status)
+      const id = requestId(request, set)
+      const hsts = fromProxy !== null && clients.overTls(request)
+      if (responseValue instanceof Response) {
+        responseValue.headers.set('x-request-id', id)
+        if (hsts) responseValue.headers.set('strict-transport-security', HSTS)
+        logRequest(request, set, route, responseValue.status, id)
+      } else {
+        set.headers['x-request-id'] = id
+        if (hsts) set.headers['strict-transport-security'] = HSTS
+        logRequest(request, set, route, typeof set.status === 'number' ? set.status : 200, id)
+      }
       return responseValue as Response
     })
     // network webhooks need the raw body (their signatures cover it): no body parsing here

@@ -11,7 +11,7 @@ import { loadDotEnv } from '../src/main'
 import { Metrics, ResponseCounts } from '../src/metrics'
 import { inProcess } from './support/inproc'
 import { databaseAtSchema } from './support/schema'
-import { TestServer, freePort, hostEnv, newPhone } from './support/server'
+import { ADMIN_TOKEN, TestServer, freePort, hostEnv, newPhone } from './support/server'
 import { waitFor } from './support/wait'
 
 setDefaultTimeout(60_000)
@@ -180,26 +180,61 @@ describe('metrics of kept media', () => {
 })
 
 describe('logs', () => {
+  test('X-Request-Id: a new UUIDv7 on every response; a trusted proxy\'s own id is kept, anyone else\'s ignored; HSTS only over TLS via a trusted proxy', async () => {
+    const own = await srv.request('GET', '/healthz', { headers: { 'x-request-id': 'client-chosen-id' } })
+    expect(own.headers.get('x-request-id')).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-/)
+    expect(own.headers.get('strict-transport-security')).toBeNull()
+    expect((await srv.request('GET', '/api/v1/nothing-here')).headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
+    const proxied = await TestServer.start({ env: { CAPSTAN_TRUSTED_PROXIES: '127.0.0.1' } })
+    try {
+      const kept = await proxied.request('GET', '/api/v1/workspace', { headers: { 'x-request-id': 'edge-42.abc', 'x-forwarded-proto': 'https' } })
+      expect([kept.status, kept.headers.get('x-request-id'), kept.headers.get('strict-transport-security')]).toEqual([401, 'edge-42.abc', 'max-age=31536000'])
+      // an id that could not go into a log line as it is gets a fresh one
+      const odd = await proxied.request('GET', '/healthz', { headers: { 'x-request-id': 'has space"quote' } })
+      expect(odd.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
+      expect((await proxied.request('GET', '/healthz')).headers.get('strict-transport-security')).toBeNull()
+      // the dashboard's cookie is Secure when the proxy says the client came over TLS, and only then
+      const signIn = (headers: Record<string, string>) => proxied.request('POST', '/admin/session', { json: { token: ADMIN_TOKEN }, headers: { 'x-capstan-csrf': '1', ...headers } })
+      const overTls = await signIn({ 'x-forwarded-proto': 'https' })
+      expect([overTls.status, /;\s*Secure/i.test(overTls.headers.get('set-cookie') ?? '')]).toEqual([204, true])
+      const plain = await signIn({})
+      expect([plain.status, /;\s*Secure/i.test(plain.headers.get('set-cookie') ?? '')]).toEqual([204, false])
+      const direct = await srv.request('POST', '/admin/session', { json: { token: ADMIN_TOKEN }, headers: { 'x-capstan-csrf': '1', 'x-forwarded-proto': 'https' } })
+      expect([direct.status, /;\s*Secure/i.test(direct.headers.get('set-cookie') ?? '')]).toEqual([204, false])
+      await Bun.sleep(100)
+      expect(proxied.output).toContain('"request_id":"edge-42.abc"')
+    } finally {
+      await proxied.close()
+    }
+  })
+
   test('one JSON line per request, without the bearer or the body', async () => {
     const { ws, key } = await srv.tenant()
     const phone = newPhone()
     await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Secret Name' } })
     await srv.api(key, 'POST', '/contacts', { json: { phone: 'bad-phone-value' } })
     await srv.api(key, 'GET', '/workspace')
-    await srv.request('GET', '/api/v1/logged-once-unknown')
+    const unknown = await srv.request('GET', `/api/v1/logged-once-unknown/${phone}`)
+    // a phone number in the path of a known route: the route's pattern is logged, not the path
+    const removed = await srv.admin('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(phone)}`)
     await Bun.sleep(100)
     const lines = srv.output.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l))
     const line = lines.find((l) => l.msg === 'request' && l.route === '/api/v1/contacts' && l.status === 201 && l.workspace_id === ws.id)
     expect(line).toBeDefined()
-    expect(Object.keys(line).sort()).toEqual(['key_id', 'level', 'method', 'ms', 'msg', 'route', 'status', 'time', 'workspace_id'])
+    expect(Object.keys(line).sort()).toEqual(['key_id', 'level', 'method', 'ms', 'msg', 'request_id', 'route', 'status', 'time', 'workspace_id'])
     expect(line.key_id).toBe(key.slice(4, 20))
     expect(line.ms).toBeGreaterThanOrEqual(0)
     expect(lines.find((l) => l.route === '/api/v1/contacts' && l.status === 422 && l.workspace_id === ws.id)).toBeDefined()
     const get = lines.find((l) => l.route === '/api/v1/workspace' && l.method === 'GET' && l.workspace_id === ws.id)
     expect(get.status).toBe(200)
     expect(get.ms).toBeGreaterThanOrEqual(0)
-    // an unknown route gets exactly one line (its 404 passes through the error and response steps)
-    expect(lines.filter((l) => l.route === '/api/v1/logged-once-unknown').map((l) => l.status)).toEqual([404])
+    // an unknown route gets exactly one line (its 404 passes through the error and response
+    // steps), without its path; every response carries the id its line has
+    const unmatched = lines.filter((l) => l.request_id === unknown.headers.get('x-request-id'))
+    expect(unmatched.map((l) => [l.route, l.status])).toEqual([['(unmatched)', 404]])
+    const removal = lines.filter((l) => l.request_id === removed.headers.get('x-request-id'))
+    expect(removal.map((l) => [l.method, l.route, l.status])).toEqual([['DELETE', '/admin/api/workspaces/:id/suppressions/:phone', removed.status]])
+    expect(new Set(lines.filter((l) => l.msg === 'request').map((l) => l.request_id)).size).toBe(lines.filter((l) => l.msg === 'request').length)
     expect(srv.output).not.toContain(key.split('.')[1])
     expect(srv.output).not.toContain(phone)
     expect(srv.output).not.toContain('Secret Name')

@@ -20,6 +20,11 @@ export class ClientAddresses {
     private readonly peer: PeerOf,
   ) {}
 
+  /** Whether any proxy is trusted (else no forwarded header is ever read). */
+  get proxied(): boolean {
+    return this.trusted !== null
+  }
+
   private peerAddress(request: Request): string {
     const a = this.peer(request)?.address
     return a ? plainAddress(a) : 'unknown'

@@ -100,15 +100,18 @@ export class Logger {
    * piece is an ASCII string that already exists, or digits written as bytes). Under load, a line
    * built as a string and then encoded cost several µs per request (BENCHMARKS.md).
    */
-  request(method: string, route: string, status: number, note: RequestNote | undefined) {
+  request(method: string, route: string, status: number, note: RequestNote | undefined, requestId: string) {
     const middle = this.middle(method, route)
-    if (middle.length + 256 > BUFFER_BYTES - this.used) this.flush()
+    if (middle.length + 400 > BUFFER_BYTES - this.used) this.flush()
     const out = this.out
     let at = this.used
     at = ascii(out, at, '{"time":"')
     at = ascii(out, at, this.now())
     at = ascii(out, at, middle)
     at = writeInt(out, at, status)
+    at = ascii(out, at, ',"request_id":"')
+    at = ascii(out, at, requestId)
+    out[at++] = 0x22 // "
     if (note) {
       at = ascii(out, at, ',"ms":')
       at = writeHundredths(out, at, performance.now() - note.start)
@@ -184,6 +187,27 @@ export function noteOf(set: object): RequestNote {
 /** The request's note if a step opened one. */
 export function peekNote(set: object): RequestNote | undefined {
   return (set as Noted)[NOTE]
+}
+
+const REQUEST_ID: unique symbol = Symbol('capstan request id')
+type WithId = { [REQUEST_ID]?: string }
+/** What a request id taken from a trusted proxy may look like (ASCII: it goes into log lines as is). */
+const GOOD_REQUEST_ID = /^[A-Za-z0-9._:@+=-]{1,128}$/
+
+/**
+ * The request's id, fixed at its first use: the `X-Request-Id` a trusted proxy sent (`fromProxy`
+ * is only asked when the request has one), else a new UUIDv7. Sent back on the response and
+ * written on each log line of the request.
+ */
+export function requestIdOf(request: Request, set: object, fromProxy: ((request: Request) => boolean) | null): string {
+  const holder = set as WithId
+  let id = holder[REQUEST_ID]
+  if (id === undefined) {
+    const given = fromProxy === null ? null : request.headers.get('x-request-id')
+    id = given !== null && GOOD_REQUEST_ID.test(given) && fromProxy!(request) ? given : Bun.randomUUIDv7()
+    holder[REQUEST_ID] = id
+  }
+  return id
 }
 
 /** Writes a non-negative integer's digits at `at`; returns the new end. */
