@@ -195,7 +195,7 @@ describe('connecting a number', () => {
     const { conn, created } = await setup()
     expect(created.status).toBe(201)
     expect(conn).toMatchObject({ driver: 'cloud_api', status: 'online', status_reason: null })
-    expect(conn.config).toMatchObject({ phone_number_id: PNID, access_token: '(set)', app_secret: '(set)', graph_base_url: graph.base, confirm_wait_seconds: 300 })
+    expect(conn.config).toMatchObject({ phone_number_id: PNID, access_token: '(set)', app_secret: '(set)', verify_token: '(set)', graph_base_url: graph.base, confirm_wait_seconds: 300 })
     const listed = await srv.admin('GET', `/connections/${conn.id}`)
     expect(listed.text).not.toContain(TOKEN)
     expect(listed.text).not.toContain(APP_SECRET)
@@ -206,6 +206,21 @@ describe('connecting a number', () => {
       const content = readFileSync(f)
       expect(content.includes(TOKEN)).toBe(false)
       expect(content.includes(APP_SECRET)).toBe(false)
+      expect(content.includes(VERIFY)).toBe(false)
+    }
+  })
+
+  test('a Graph API answer that redirects is not followed: the access token goes nowhere else', async () => {
+    const seen: string[] = []
+    const elsewhere = Bun.serve({ port: 0, hostname: '127.0.0.1', fetch: (req) => (seen.push(req.headers.get('authorization') ?? ''), Response.json({ id: PNID })) })
+    const redirector = Bun.serve({ port: 0, hostname: '127.0.0.1', fetch: (req) => Response.redirect(`http://127.0.0.1:${elsewhere.port}${new URL(req.url).pathname}`, 307) })
+    try {
+      const { conn } = await setup({ graph_base_url: `http://127.0.0.1:${redirector.port}` })
+      expect(conn.status).toBe('offline')
+      expect(seen).toEqual([])
+    } finally {
+      redirector.stop(true)
+      elsewhere.stop(true)
     }
   })
 
@@ -898,6 +913,36 @@ describe('webhooks from Meta', () => {
     expect([ok.status, await ok.text()]).toEqual([200, '1158201444'])
     expect((await fetch(`${srv.base}/hooks/whatsapp/${conn.id}?hub.mode=subscribe&hub.verify_token=nope&hub.challenge=1`)).status).toBe(403)
     expect((await fetch(`${srv.base}/hooks/whatsapp/${crypto.randomUUID()}?hub.mode=subscribe&hub.verify_token=${VERIFY}&hub.challenge=1`)).status).toBe(404)
+    // the challenge is text that no browser may take for anything else
+    expect([ok.headers.get('content-type'), ok.headers.get('x-content-type-options')]).toEqual(['text/plain; charset=utf-8', 'nosniff'])
+    // tokens of any length and any characters are a plain 403, never an error
+    for (const token of ['é', '\u{1F600}'.repeat(7), 'x'.repeat(5000), `${VERIFY}\u00e9`, VERIFY.slice(0, -1)]) {
+      const r = await fetch(`${srv.base}/hooks/whatsapp/${conn.id}?hub.mode=subscribe&hub.verify_token=${encodeURIComponent(token)}&hub.challenge=1`)
+      expect([r.status, ((await r.json()) as any).code]).toEqual([403, 'forbidden'])
+    }
+    await Bun.sleep(100)
+    expect(srv.output).not.toContain('"status":500')
+  })
+
+  test('a verify token an older Capstan stored in clear is sealed at the next start and still answers', async () => {
+    const own = await TestServer.start()
+    try {
+      const { conn } = await setup({}, own)
+      await own.stop()
+      const d = new Database(join(own.dataDir, 'capstan.db'))
+      const row = d.query('SELECT config FROM connections WHERE id = ?').get(conn.id) as { config: string }
+      d.run('UPDATE connections SET config = ? WHERE id = ?', [JSON.stringify({ ...JSON.parse(row.config), verify_token: VERIFY }), conn.id])
+      d.close()
+      await own.boot()
+      const stored = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
+      const config = JSON.parse((stored.query('SELECT config FROM connections WHERE id = ?').get(conn.id) as { config: string }).config)
+      stored.close()
+      expect(Object.keys(config.verify_token)).toEqual(['$sealed'])
+      const ok = await fetch(`${own.base}/hooks/whatsapp/${conn.id}?hub.mode=subscribe&hub.verify_token=${VERIFY}&hub.challenge=77`)
+      expect([ok.status, await ok.text()]).toEqual([200, '77'])
+    } finally {
+      await own.close()
+    }
   })
 
   test('signed statuses move messages forward; duplicates and out-of-order events change nothing; bad signatures are refused', async () => {

@@ -35,6 +35,8 @@ function validSignature(secret: string, raw: Uint8Array, header: string | null):
   return got.length === want.length && timingSafeEqual(got, want)
 }
 
+const digest = (text: string) => new Bun.CryptoHasher('sha256').update(text).digest()
+
 /** Counts bad signatures (see above) by connection and client address. */
 export interface SignatureGuard {
   failures: WindowCounter
@@ -50,8 +52,9 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
     const mode = url.searchParams.get('hub.mode')
     const token = url.searchParams.get('hub.verify_token') ?? ''
     const challenge = url.searchParams.get('hub.challenge') ?? ''
-    const ok = mode === 'subscribe' && token.length === driver.verifyToken.length && timingSafeEqual(Buffer.from(token), Buffer.from(driver.verifyToken))
-    return ok ? new Response(challenge, { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' } }) : json(403, { message: 'The verify token does not match.', code: 'forbidden' })
+    // digests of equal length whatever was sent (any length, any characters) compared in constant time
+    const ok = mode === 'subscribe' && timingSafeEqual(digest(token), digest(driver.verifyToken))
+    return ok ? new Response(challenge, { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8', 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' } }) : json(403, { message: 'The verify token does not match.', code: 'forbidden' })
   }
   if (request.method !== 'POST') return json(405, { message: 'Only GET and POST are accepted here.', code: 'method_not_allowed' })
   const caller = `${connectionId} ${limitName(guard.clientIp(request))}`

@@ -159,6 +159,8 @@ export class CloudApiConnection implements ConnectionDriver {
         headers: { authorization: `Bearer ${this.config.access_token}`, ...(body instanceof FormData || body === undefined ? {} : { 'content-type': 'application/json' }) },
         body: body === undefined ? undefined : body instanceof FormData ? body : JSON.stringify(body),
         signal: send ? send.signal : AbortSignal.timeout(TIMEOUT_MS),
+        // the access token goes to the Graph API host and nowhere a redirect would lead
+        redirect: 'error',
       })
       json = await res.json().catch((e) => (res.ok ? Promise.reject(e) : null))
     } catch (e) {
@@ -239,7 +241,7 @@ export class CloudApiConnection implements ConnectionDriver {
     const unreachable = () => new DriverError('network_unreachable', 'The Cloud API could not be reached.', true)
     let res: Response
     try {
-      res = await fetch(info.url, { headers: { authorization: `Bearer ${this.config.access_token}` }, signal: AbortSignal.timeout(TIMEOUT_MS) })
+      res = await fetch(info.url, { headers: { authorization: `Bearer ${this.config.access_token}` }, signal: AbortSignal.timeout(TIMEOUT_MS), redirect: 'error' })
     } catch {
       throw unreachable()
     }
@@ -452,7 +454,7 @@ const str = (v: unknown, max = 1000) => typeof v === 'string' && v.length > 0 &&
 
 export const cloudApiDriver: DriverFactory = {
   name: 'cloud_api',
-  secretFields: ['access_token', 'app_secret'],
+  secretFields: ['access_token', 'app_secret', 'verify_token'],
   checkConfig(config: unknown, previous?: Record<string, unknown>) {
     if (config !== undefined && config !== null && (typeof config !== 'object' || Array.isArray(config))) return { errors: { config: ['The config field must be an object.'] } }
     const c: Record<string, unknown> = { graph_base_url: DEFAULT_GRAPH_BASE, graph_version: DEFAULT_GRAPH_VERSION, confirm_wait_seconds: DEFAULT_CONFIRM_WAIT_SECONDS, ...previous, ...(config as Record<string, unknown> | undefined) }

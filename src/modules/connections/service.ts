@@ -74,7 +74,19 @@ export class ConnectionService {
   start(events: DriverEvents) {
     this.events = events
     this.stopped = false
-    for (const row of this.repo.all()) this.attach(row)
+    for (const row of this.repo.all()) this.attach(this.sealStored(row))
+  }
+
+  /**
+   * A row stored by an older Capstan may hold a field in clear that is now secret (the Cloud API
+   * verify token): sealed now, once, so the database holds no secret in clear.
+   */
+  private sealStored(row: ConnectionRow): ConnectionRow {
+    const stored = JSON.parse(row.config) as Config
+    if (!(DRIVERS[row.driver]?.secretFields ?? []).some((f) => typeof stored[f] === 'string')) return row
+    const next = { ...row, config: this.seal(row.driver, this.open(row)) }
+    this.deps.writer.now(() => this.repo.update(next))
+    return next
   }
 
   stop() {
