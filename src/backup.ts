@@ -75,7 +75,7 @@ function addMedia(from: string, to: string, previous: string | null, sha: string
 }
 
 /** The media files a database refers to, by content hash. */
-const mediaShas = (db: Database) => db.query<{ sha256: string }, []>('SELECT DISTINCT sha256 FROM media').all().map((r) => r.sha256)
+const mediaShas = (db: Database) => db.query<{ blob: string }, []>('SELECT DISTINCT blob FROM media').all().map((r) => r.blob)
 
 /**
  * A copy readable by its owner only. A copy keeps its source's mode, not the umask: a file a

@@ -8,6 +8,7 @@ import { TestClamd } from './support/clamd'
 import * as files from './support/files'
 import { TestServer, hostEnv, newPhone } from './support/server'
 import { growTmpfs, mountTmpfs, unmount } from './support/tmpfs'
+import { blobOf } from '../src/modules/media/service'
 
 setDefaultTimeout(60_000)
 
@@ -106,10 +107,13 @@ describe('backup and restore', () => {
       const second = await upload(pdf, 'receipt.pdf')
       const b2 = capstan(['backup', join(root, 'day2')], { CAPSTAN_DATA_DIR: srv.dataDir })
       expect([b2.code, b2.out]).toEqual([0, expect.stringContaining('2 media files (1 shared with the backup beside it)')])
-      const path = (day: string, sha: string) => join(root, day, 'media', sha.slice(0, 2), sha)
-      expect(statSync(path('day2', first.sha256)).ino).toBe(statSync(path('day1', first.sha256)).ino)
-      expect(statSync(path('day2', first.sha256)).nlink).toBe(2)
-      expect(statSync(path('day2', second.sha256)).nlink).toBe(1)
+      const path = (day: string, m: { sha256: string }) => {
+        const name = blobOf(t.ws.id, m.sha256)
+        return join(root, day, 'media', name.slice(0, 2), name)
+      }
+      expect(statSync(path('day2', first)).ino).toBe(statSync(path('day1', first)).ino)
+      expect(statSync(path('day2', first)).nlink).toBe(2)
+      expect(statSync(path('day2', second)).nlink).toBe(1)
       expect(JSON.parse(readFileSync(join(root, 'day2', 'manifest.json'), 'utf8'))).toMatchObject({ media_files: 2, media_linked: 1 })
       expect(notPrivate(join(root, 'day2'))).toEqual([])
       // the earlier backup removed (as pruning does): the later one restores with both files
@@ -182,7 +186,7 @@ describe('backup and restore', () => {
         writeFileSync(join(live, 'media', sha.slice(0, 2), sha), bytes)
         const db = new Database(join(live, 'capstan.db'))
         db.run("INSERT OR IGNORE INTO workspaces (id, name, slug, status, settings, created_at, updated_at) VALUES ('w1', 'W', 'w', 'active', '{}', 0, 0)")
-        db.query("INSERT INTO media (id, workspace_id, sha256, filename, mime_type, size, created_at, expires_at) VALUES (?, 'w1', ?, 'f.txt', 'text/plain', ?, 0, 9e12)").run(crypto.randomUUID(), sha, bytes.length)
+        db.query("INSERT INTO media (id, workspace_id, sha256, blob, filename, mime_type, size, created_at, expires_at) VALUES (?, 'w1', ?, ?, 'f.txt', 'text/plain', ?, 0, 9e12)").run(crypto.randomUUID(), sha, sha, bytes.length)
         db.close()
       }
       const kept = 'aa'.repeat(32)

@@ -13,6 +13,7 @@ import { TestClamd } from './support/clamd'
 import { TestServer, newPhone } from './support/server'
 import { growTmpfs, mountTmpfs, unmount } from './support/tmpfs'
 import { waitFor } from './support/wait'
+import { blobOf } from '../src/modules/media/service'
 
 setDefaultTimeout(60_000)
 
@@ -81,7 +82,7 @@ describe('scanner faults', () => {
       clamd.proc.kill('SIGKILL')
       const results = await Promise.all(uploads)
       for (const r of results) expect([201, 503]).toContain(r.status)
-      const stored = results.filter((r) => r.status === 201).map((r) => r.json.data.sha256 as string)
+      const stored = results.filter((r) => r.status === 201).map((r) => blobOf(t.ws.id, r.json.data.sha256 as string))
       const files = storeFiles(join(srv.dataDir, 'media'))
       expect(files.filter((f) => f.includes(`${join('media', 'tmp')}`))).toEqual([])
       expect(files.map((f) => f.split('/').pop()).sort()).toEqual([...new Set(stored)].sort())
@@ -114,7 +115,7 @@ describe('disk full', () => {
       const second = await upload(srv, t.key, pdf(700_000, 2))
       expect([second.status, second.json.code]).toEqual([507, 'storage_full'])
       const files = storeFiles(mediaDir)
-      expect(files.map((f) => f.split('/').pop())).toEqual([first.json.data.sha256])
+      expect(files.map((f) => f.split('/').pop())).toEqual([blobOf(t.ws.id, first.json.data.sha256)])
       const db = new Database(join(dataDir, 'capstan.db'), { readonly: true })
       expect((db.query('SELECT COUNT(*) AS n FROM media').get() as { n: number }).n).toBe(1)
       db.close()

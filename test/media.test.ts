@@ -190,13 +190,22 @@ describe('upload', () => {
     expect(r.sent).toBeLessThan(16 << 20)
   })
 
-  test('identical content is stored once; both records download it', async () => {
+  test('identical content is stored once per workspace, never shared with another workspace; every record downloads it', async () => {
     const { key } = await srv.tenant()
-    const bytes = files.png()
+    const other = (await srv.tenant()).key
+    const bytes = files.png() // a random image: no other test uploads it, so the store's new files can be counted
+    const before = new Set(storeFiles())
     const a = (await upload(key, bytes)).json.data
     const b = (await upload(key, bytes)).json.data
     expect(a.id).not.toBe(b.id)
-    expect(storeFiles().filter((f) => f.endsWith(a.sha256))).toHaveLength(1)
+    expect(storeFiles().filter((f) => !before.has(f))).toHaveLength(1)
+    const c = (await upload(other, bytes)).json.data
+    expect(c.sha256).toBe(a.sha256)
+    expect(storeFiles().filter((f) => !before.has(f))).toHaveLength(2)
+    for (const [k, m] of [[key, a], [key, b], [other, c]] as const) {
+      const dl = await fetch(`${srv.base}/api/v1/media/${m.id}/download`, { headers: { authorization: `Bearer ${k}` } })
+      expect(Buffer.from(await dl.arrayBuffer()).equals(Buffer.from(bytes))).toBe(true)
+    }
   })
 })
 
@@ -416,7 +425,7 @@ describe('retention', () => {
       env.clock.t += 86_400_000 + 1
       await svc.media.purgeExpired()
       expect(svc.media.repo.get(ws.id, used.id)?.id).toBe(used.id)
-      expect(existsSync(svc.media.store.pathFor(used.sha256))).toBe(true)
+      expect(existsSync(svc.media.store.pathFor(used.blob))).toBe(true)
       expect(svc.media.repo.get(ws.id, unused.id)).toBeNull()
       // moved to another time, it still holds it
       await svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 86_400_000).toISOString())
@@ -426,7 +435,7 @@ describe('retention', () => {
       svc.campaigns.cancel(ws.id, c.id)
       await svc.media.purgeExpired()
       expect(svc.media.repo.get(ws.id, used.id)).toBeNull()
-      expect(existsSync(svc.media.store.pathFor(used.sha256))).toBe(false)
+      expect(existsSync(svc.media.store.pathFor(used.blob))).toBe(false)
     })
   })
 
@@ -442,7 +451,7 @@ describe('retention', () => {
       timers.advance(2 * 3_600_000)
       await svc.media.purgeExpired()
       expect(svc.media.repo.get(ws.id, m.id)?.id).toBe(m.id)
-      expect(existsSync(svc.media.store.pathFor(m.sha256))).toBe(true)
+      expect(existsSync(svc.media.store.pathFor(m.blob))).toBe(true)
       expect(() => svc.media.get(ws.id, m.id)).toThrow() // expired for new sends all the same
       // back online, the message goes out with its file; then nothing holds it any more
       svc.connections.setStatus(conn.id, 'online', null)
@@ -453,7 +462,7 @@ describe('retention', () => {
       expect(svc.messages.repo.get(ws.id, row.id)).toMatchObject({ status: 'sent', error_code: null })
       await svc.media.purgeExpired()
       expect(svc.media.repo.get(ws.id, m.id)).toBeNull()
-      expect(existsSync(svc.media.store.pathFor(m.sha256))).toBe(false)
+      expect(existsSync(svc.media.store.pathFor(m.blob))).toBe(false)
     })
   })
 
@@ -463,7 +472,7 @@ describe('retention', () => {
       const conn = svc.connections.create(ws.id, { phone: '+15550000077', driver: 'sandbox' })
       const bytes = files.pdf()
       const m = await svc.media.upload(ws.id, new File([bytes], 'a.pdf'))
-      const path = svc.media.store.pathFor(m.sha256)
+      const path = svc.media.store.pathFor(m.blob)
       expect(existsSync(path)).toBe(true)
       env.clock.t += 86_400_000 - 1
       const keep = await svc.media.upload(ws.id, new File([files.png()], 'b.png'))
@@ -476,7 +485,7 @@ describe('retention', () => {
       expect(existsSync(path)).toBe(false)
       expect(svc.media.repo.get(ws.id, m.id)).toBeNull()
       // a later upload is untouched
-      expect(existsSync(svc.media.store.pathFor(keep.sha256))).toBe(true)
+      expect(existsSync(svc.media.store.pathFor(keep.blob))).toBe(true)
       expect(svc.media.get(ws.id, keep.id).id).toBe(keep.id)
     })
   })

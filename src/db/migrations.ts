@@ -34,6 +34,7 @@ import m0032 from '../../migrations/0032_campaign_freeze_in_slices.sql' with { t
 import m0033 from '../../migrations/0033_template_imported.sql' with { type: 'text' }
 import m0034 from '../../migrations/0034_webhook_delivery_counts.sql' with { type: 'text' }
 import m0035 from '../../migrations/0035_suppressions_page.sql' with { type: 'text' }
+import m0036 from '../../migrations/0036_media_per_workspace.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -71,4 +72,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 33, name: '0033_template_imported', sql: m0033 },
   { version: 34, name: '0034_webhook_delivery_counts', sql: m0034 },
   { version: 35, name: '0035_suppressions_page', sql: m0035 },
+  { version: 36, name: '0036_media_per_workspace', sql: m0036 },
 ]

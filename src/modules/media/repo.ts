@@ -5,6 +5,8 @@ export interface MediaRow {
   id: string
   workspace_id: string
   sha256: string
+  /** The stored file's name in the media store (see MediaService.blobOf). */
+  blob: string
   filename: string
   mime_type: string
   size: number
@@ -21,7 +23,7 @@ export class MediaRepo {
   private usedStmt
 
   constructor(db: Database) {
-    this.insertStmt = db.query('INSERT INTO media (id, workspace_id, sha256, filename, mime_type, size, created_at, expires_at) VALUES ($id, $workspace_id, $sha256, $filename, $mime_type, $size, $created_at, $expires_at)')
+    this.insertStmt = db.query('INSERT INTO media (id, workspace_id, sha256, blob, filename, mime_type, size, created_at, expires_at) VALUES ($id, $workspace_id, $sha256, $blob, $filename, $mime_type, $size, $created_at, $expires_at)')
     this.getStmt = db.query<MediaRow, [string, string]>('SELECT * FROM media WHERE id = ? AND workspace_id = ?')
     // media still to be sent is kept: by a campaign that has not ended (index campaigns_media),
     // and by a message waiting in a queue or being sent (the attachment ids of those messages
@@ -36,7 +38,7 @@ export class MediaRepo {
        LIMIT ?`,
     )
     this.deleteStmt = db.query('DELETE FROM media WHERE id = ?')
-    this.refsStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM media WHERE sha256 = ?')
+    this.refsStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM media WHERE blob = ?')
     this.usedStmt = db.query<{ n: number }, [string, number]>('SELECT COALESCE(SUM(size), 0) AS n FROM media WHERE workspace_id = ? AND expires_at > ?')
   }
 
@@ -52,8 +54,9 @@ export class MediaRepo {
   remove(id: string) {
     this.deleteStmt.run(id)
   }
-  references(sha: string) {
-    return this.refsStmt.get(sha)!.n
+  /** Records that use the stored file `blob`. */
+  references(blob: string) {
+    return this.refsStmt.get(blob)!.n
   }
   /** Bytes of the workspace's live (unexpired) media, each record counted (a shared file once per record). */
   bytesUsed(workspaceId: string, now: number) {

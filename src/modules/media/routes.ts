@@ -32,7 +32,7 @@ function disposition(name: string) {
 
 /** A stored file as a download: its bytes, type, length and name (`extra`: more headers). */
 export function downloadResponse(svc: Services, row: MediaRow, extra: Record<string, string> = {}) {
-  return new Response(svc.media.store.file(row.sha256), {
+  return new Response(svc.media.store.file(row.blob), {
     headers: { ...SECURITY_HEADERS, 'content-type': row.mime_type, 'content-length': String(row.size), 'content-disposition': disposition(row.filename), ...extra },
   })
 }

@@ -23,6 +23,13 @@ export const fileTooLarge = (field: string, maxBytes: number) => validationFaile
 
 export const scannerUnavailable = () => new ApiError(503, 'scanner_unavailable', 'Media cannot be accepted right now because the malware scanner is unreachable.')
 
+/**
+ * The name a workspace's upload is stored under: a digest of the workspace and the content's
+ * SHA-256. Identical bytes are stored once per workspace, never shared across workspaces — a
+ * shared file would let a tenant learn, from a faster upload, that another holds the same file.
+ */
+export const blobOf = (workspaceId: string, sha: string) => new Bun.CryptoHasher('sha256').update(`capstan-media.${workspaceId}.${sha}`).digest('hex')
+
 export class MediaService {
   readonly repo: MediaRepo
   /** Content addresses prepared but not yet committed as rows; retention leaves their files alone. */
@@ -103,11 +110,12 @@ export class MediaService {
       throw refused('malware_detected', 'The file was refused because malware was detected in it.')
     }
     const sha = Bun.CryptoHasher.hash('sha256', bytes).toString('hex')
-    this.pending.add(sha)
+    const blob = blobOf(workspaceId, sha)
+    this.pending.add(blob)
     try {
-      await this.store.put(sha, bytes)
+      await this.store.put(blob, bytes)
     } catch (e) {
-      this.pending.remove(sha)
+      this.pending.remove(blob)
       const code = (e as NodeJS.ErrnoException)?.code
       if (code === 'ENOSPC' || code === 'EDQUOT') {
         this.log.error('media store full', { workspace_id: workspaceId })
@@ -116,7 +124,7 @@ export class MediaService {
       throw e
     }
     const now = this.deps.clock.now()
-    return { id: uuid(), workspace_id: workspaceId, sha256: sha, filename: cleanFilename(file.name, type), mime_type: type, size: bytes.length, created_at: now, expires_at: now + retention_days * DAY }
+    return { id: uuid(), workspace_id: workspaceId, sha256: sha, blob, filename: cleanFilename(file.name, type), mime_type: type, size: bytes.length, created_at: now, expires_at: now + retention_days * DAY }
   }
 
   /**
@@ -128,7 +136,7 @@ export class MediaService {
     const m = this.get(workspaceId, id)
     const { retention_days } = this.workspaces.settings(this.workspaces.cached(workspaceId)!).media
     const now = this.deps.clock.now()
-    this.pending.add(m.sha256)
+    this.pending.add(m.blob)
     return { ...m, id: uuid(), created_at: now, expires_at: now + retention_days * DAY }
   }
 
@@ -139,8 +147,8 @@ export class MediaService {
 
   /** After the write that inserted (or refused) a prepared row: drop an unreferenced file. */
   async settle(row: MediaRow, committed: boolean) {
-    this.pending.remove(row.sha256)
-    if (!committed && !this.pending.has(row.sha256) && this.repo.references(row.sha256) === 0) await this.store.remove(row.sha256)
+    this.pending.remove(row.blob)
+    if (!committed && !this.pending.has(row.blob) && this.repo.references(row.blob) === 0) await this.store.remove(row.blob)
   }
 
   /** POST /media: prepare, then commit the row. */
@@ -171,8 +179,8 @@ export class MediaService {
       this.deps.writer.now(() => {
         for (const m of batch) this.repo.remove(m.id)
       })
-      for (const sha of new Set(batch.map((m) => m.sha256))) {
-        if (!this.pending.has(sha) && this.repo.references(sha) === 0) await this.store.remove(sha)
+      for (const blob of new Set(batch.map((m) => m.blob))) {
+        if (!this.pending.has(blob) && this.repo.references(blob) === 0) await this.store.remove(blob)
       }
     }
   }

@@ -1,6 +1,7 @@
 /**
- * The local media store: CAPSTAN_DATA_DIR/media/<sha256[0:2]>/<sha256>. Content-addressed, so
- * identical bytes are stored once. Every write goes to a temp file that is fsynced and renamed
+ * The local media store: CAPSTAN_DATA_DIR/media/<name[0:2]>/<name>, named by a 64-hex digest (the
+ * media record's `blob`: per workspace, see blobOf), so identical bytes of one workspace are
+ * stored once. Every write goes to a temp file that is fsynced and renamed
  * into place; a partial file is removed on any error. Names are validated before any path is built.
  */
 import { mkdir, open, rename, rm, stat } from 'node:fs/promises'
