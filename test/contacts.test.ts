@@ -271,6 +271,20 @@ describe('listing', () => {
     expect(all.json.data).toHaveLength(5)
   })
 
+  test('no list is paged past its first 10,000 items: deeper pages are a 422 that says to filter, on every list', async () => {
+    const { ws, key } = await srv.tenant()
+    const hook = (await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: 'http://127.0.0.1:9/hook' })).json.data
+    const lists = ['/api/v1/contacts', '/api/v1/messages', '/api/v1/groups', '/api/v1/templates', '/api/v1/campaigns', `/admin/api/workspaces`, `/admin/api/workspaces/${ws.id}/suppressions`, `/admin/api/webhooks/${hook.id}/deliveries`, `/admin/api/workspaces/${ws.id}/audit-log`]
+    for (const path of lists) {
+      const get = (q: string) => (path.startsWith('/admin') ? srv.admin('GET', `${path.slice('/admin/api'.length)}?${q}`) : srv.api(key, 'GET', `${path.slice('/api/v1'.length)}?${q}`))
+      for (const q of ['page=400&per_page=25', 'page=100&per_page=100', 'page=10000&per_page=1']) expect([path, q, (await get(q)).status]).toEqual([path, q, 200])
+      for (const q of ['page=401&per_page=25', 'page=101&per_page=100', 'page=1000000&per_page=100']) {
+        const r = await get(q)
+        expect([path, q, r.status, r.json.errors]).toEqual([path, q, 422, { page: ['The page field must not reach past the first 10000 items of a list; narrow the list with a filter.'] }])
+      }
+    }
+  })
+
   test('phone looks one contact up without changing it; only the workspace’s own; a bad number is 422', async () => {
     const { key } = await srv.tenant()
     const ada = newPhone()

@@ -1,4 +1,5 @@
 /** Shared output helpers: ISO times, ids, the list envelope and page/per_page parsing. */
+import { validationFailed } from './errors'
 import { s, validate } from './schema'
 
 /** Milliseconds → ISO-8601 UTC ("2026-11-21T09:00:00.000Z"); null stays null. */
@@ -21,8 +22,15 @@ export function randomString(length: number, alphabet = ALNUM): string {
   return out.join('')
 }
 
+/**
+ * How deep a list can be paged: OFFSET walks every row before the page, so a page past this many
+ * items is refused (422) rather than making the one event loop walk up to 10^8 rows. Filters
+ * narrow a list; the contact CSV export reads every contact.
+ */
+export const MAX_LIST_DEPTH = 10_000
+
 export const pageQuery = s.object({
-  page: s.integer().range(1, 1_000_000).optional().describe('Page number, from 1.'),
+  page: s.integer().range(1, 1_000_000).optional().describe(`Page number, from 1. Only the first ${MAX_LIST_DEPTH} items of a list can be paged through (page × per_page ≤ ${MAX_LIST_DEPTH}); past that, 422: narrow the list with its filters.`),
   per_page: s.integer().range(1, 100).optional().describe('Items per page, 1 to 100 (default 25).'),
 })
 
@@ -37,6 +45,7 @@ export function readPage(query: Record<string, unknown>): Page {
   const q = validate(pageQuery, { page: query.page, per_page: query.per_page })
   const page = q.page ?? 1
   const perPage = q.per_page ?? 25
+  if (page * perPage > MAX_LIST_DEPTH) throw validationFailed({ page: [`The page field must not reach past the first ${MAX_LIST_DEPTH} items of a list; narrow the list with a filter.`] })
   return { page, perPage, offset: (page - 1) * perPage }
 }
 
