@@ -17,8 +17,10 @@ export interface Config {
   dbPath: string
   mediaDir: string
   adminToken: string | null
-  /** Key material for secrets stored encrypted (null: a generated key file in the data dir). */
+  /** Key material for secrets stored encrypted (null: a key file, see secretKeyFile). */
   secretKey: string | null
+  /** The key file: CAPSTAN_SECRET_KEY_FILE (outside the data directory), or `secret.key` in it. */
+  secretKeyFile: string
   clamd: ClamdAddress
   keyRateLimit: number
   authFailLimit: number
@@ -111,6 +113,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (backupDir !== null && (backupDir === dataDir || backupDir.startsWith(`${dataDir}/`))) throw new ConfigError('CAPSTAN_BACKUP_DIR must be outside CAPSTAN_DATA_DIR')
   const secretKey = env.CAPSTAN_SECRET_KEY?.trim()
   if (secretKey && secretKey.length < 32) throw new ConfigError('CAPSTAN_SECRET_KEY must be at least 32 characters')
+  const keyFileRaw = env.CAPSTAN_SECRET_KEY_FILE?.trim() || null
+  const secretKeyFile = keyFileRaw === null ? join(dataDir, 'secret.key') : resolve(keyFileRaw)
+  if (keyFileRaw !== null && (secretKeyFile.startsWith(`${dataDir}/`) || secretKeyFile === dataDir)) throw new ConfigError('CAPSTAN_SECRET_KEY_FILE must be outside CAPSTAN_DATA_DIR (there, backups would carry it)')
+  if (keyFileRaw !== null && secretKey) throw new ConfigError('set CAPSTAN_SECRET_KEY or CAPSTAN_SECRET_KEY_FILE, not both')
   return {
     host,
     port: int(env, 'CAPSTAN_PORT', 8080, 0, 65535),
@@ -119,6 +125,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     mediaDir: join(dataDir, 'media'),
     adminToken,
     secretKey: env.CAPSTAN_SECRET_KEY?.trim() || null,
+    secretKeyFile,
     clamd: parseClamd((env.CAPSTAN_CLAMD || 'unix:/var/run/clamav/clamd.ctl').trim()),
     keyRateLimit: int(env, 'CAPSTAN_KEY_RATE_LIMIT', 60, 1, 10_000_000),
     authFailLimit: int(env, 'CAPSTAN_AUTH_FAIL_LIMIT', 120, 1, 10_000_000),

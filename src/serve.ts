@@ -9,9 +9,8 @@ import { Writer } from './db/writer'
 import { Logger } from './http/log'
 import { buildApp } from './server'
 import { startJobs, warnIfDiskLow } from './scheduler/jobs'
-import { SecretBox } from './secrets'
 import { buildServices, settleServices, startServices, stopServices } from './services'
-import { configOrExit, databaseOrExit, fail, lockOrExit, reasonOf } from './startup'
+import { configOrExit, databaseOrExit, fail, lockOrExit, reasonOf, secretBoxOrExit } from './startup'
 import { VERSION } from './version'
 
 /** Why Bun.serve could not listen, for the one line the start stops with. */
@@ -29,17 +28,12 @@ function listenFailure(e: unknown): string {
 }
 
 export async function serve() {
+  // Everything that can stop the start is checked before anything is written or shown: the
+  // settings, the port, the data directory's lock and the secret key. A start that then fails must
+  // not leave a new database behind, nor print a one-time admin token nobody can use.
   const config = configOrExit()
-  const lock = lockOrExit(config.dataDir)
-  const log = new Logger(config.logLevel)
-  const { db, applied } = databaseOrExit(config.dbPath)
-  const admin = resolveAdminToken(db, config.adminToken)
-  if (admin.generated) {
-    process.stdout.write(`Capstan admin token (shown once; only its hash is stored): ${admin.generated}\n`)
-  }
-  if (admin.unsaved) log.warn('CAPSTAN_ADMIN_TOKEN is used but could not be stored as the admin token (is the disk full?): the previous one would be valid again if the variable were removed')
-  // Before anything starts (crash recovery, the scheduler): is the port free? A second Capstan
-  // must stop here with one line, not run its start-up against a database another one is serving.
+  // A second Capstan on the same port stops here with one line, before it touches a database
+  // another one may be serving.
   if (config.port !== 0) {
     try {
       Bun.serve({ hostname: config.host, port: config.port, reusePort: false, fetch: () => new Response(null) }).stop(true)
@@ -47,6 +41,15 @@ export async function serve() {
       fail(`cannot listen on ${config.host}:${config.port}: ${listenFailure(e)}`)
     }
   }
+  const lock = lockOrExit(config.dataDir)
+  const box = secretBoxOrExit(config)
+  const log = new Logger(config.logLevel)
+  const { db, applied } = databaseOrExit(config.dbPath)
+  const admin = resolveAdminToken(db, config.adminToken)
+  if (admin.generated) {
+    process.stdout.write(`Capstan admin token (shown once; only its hash is stored): ${admin.generated}\n`)
+  }
+  if (admin.unsaved) log.warn('CAPSTAN_ADMIN_TOKEN is used but could not be stored as the admin token (is the disk full?): the previous one would be valid again if the variable were removed')
   // A background task that fails unexpectedly (a write on a full disk from a timer, say) is
   // logged; it must not take the server down, and with it every send in a network's hands
   const unexpected = (e: unknown) => log.error('background task failed', { error: String((e as Error)?.stack ?? e) })
@@ -54,7 +57,7 @@ export async function serve() {
   process.on('unhandledRejection', unexpected)
   const checkpointer = config.walCheckpointer ? startCheckpointer(config.dbPath, log) : null
   const deps = { config, db, writer: new Writer(db), clock: systemClock }
-  const svc = buildServices(deps, log, SecretBox.load(config.dataDir, config.secretKey))
+  const svc = buildServices(deps, log, box)
   await startServices(svc)
   const jobs = startJobs(svc)
   const app = buildApp({ svc, adminTokenHash: admin.hash, probes: { scanner: () => svc.media.scannerReachable() } })

@@ -3,9 +3,10 @@
  * and the database, each obtained or the process stopped with one line and exit code 2.
  */
 import type { Database } from 'bun:sqlite'
-import { ConfigError, loadConfig } from './config'
+import { type Config, ConfigError, loadConfig } from './config'
 import { DataDirLocked, lockDataDir } from './db/lock'
 import { migrate, openDatabase } from './db/open'
+import { SecretBox } from './secrets'
 
 export function fail(message: string): never {
   console.error(`capstan: ${message}`)
@@ -51,5 +52,14 @@ export function databaseOrExit(path: string) {
   } catch (e) {
     db?.close()
     fail(`cannot open the database ${path}: ${reasonOf(e)}`)
+  }
+}
+
+/** The key that opens stored secrets (see SecretBox.load), or one line and exit 2. */
+export function secretBoxOrExit(config: Config): SecretBox {
+  try {
+    return SecretBox.load(config.dataDir, config.secretKey, config.secretKeyFile)
+  } catch (e) {
+    fail(`the secret key cannot be used: ${reasonOf(e)}`)
   }
 }

@@ -32,6 +32,46 @@ function notPrivate(dir: string): string[] {
 }
 
 describe('backup and restore', () => {
+  test('with the key file outside the data directory (CAPSTAN_SECRET_KEY_FILE) a backup holds no key, and a restore starts with the same key; a key left inside is refused with how to move it', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'capstan-keyfile-'))
+    const keyFile = join(root, 'keys', 'secret.key')
+    const env = { CAPSTAN_SECRET_KEY_FILE: keyFile }
+    const srv = await TestServer.start({ dataDir: join(root, 'data'), env })
+    let restored: TestServer | null = null
+    try {
+      const ws = await srv.workspace()
+      // a Cloud API number: its sealed secrets are opened at every start
+      const conn = await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'cloud_api', config: { phone_number_id: '1234567', access_token: 'EAAG-key-file-token', app_secret: 'key-file-app-secret', verify_token: 'key-file-verify', graph_base_url: 'http://127.0.0.1:9' } })
+      expect(conn.status).toBe(201)
+      await srv.stop()
+      expect(existsSync(join(root, 'data', 'secret.key'))).toBe(false)
+      expect(statSync(keyFile).mode & 0o777).toBe(0o600)
+      expect(capstan(['backup', join(root, 'b')], { CAPSTAN_DATA_DIR: join(root, 'data'), ...env }).code).toBe(0)
+      expect(existsSync(join(root, 'b', 'secret.key'))).toBe(false)
+      expect(capstan(['restore', join(root, 'b')], { CAPSTAN_DATA_DIR: join(root, 'restored'), ...env }).code).toBe(0)
+      restored = await TestServer.start({ dataDir: join(root, 'restored'), env })
+      expect((await restored.admin('GET', `/connections/${conn.json.data.id}`)).json.data.config).toMatchObject({ access_token: '(set)', phone_number_id: '1234567' })
+      await restored.stop()
+      // a data directory that still holds its key: the start names the move to make, and works after it
+      const older = join(root, 'older')
+      const first = await TestServer.start({ dataDir: older })
+      await first.stop()
+      const moved = join(root, 'keys', 'older.key')
+      const r = capstan(['serve'], { CAPSTAN_DATA_DIR: older, CAPSTAN_PORT: '0', CAPSTAN_SECRET_KEY_FILE: moved })
+      expect([r.code, r.err.trim()]).toEqual([2, `capstan: the secret key cannot be used: CAPSTAN_SECRET_KEY_FILE names ${moved}, which does not exist, while the data directory holds its key in ${join(older, 'secret.key')}: move that file there (mv ${join(older, 'secret.key')} ${moved})`])
+      copyFileSync(join(older, 'secret.key'), moved)
+      const both = capstan(['serve'], { CAPSTAN_DATA_DIR: older, CAPSTAN_PORT: '0', CAPSTAN_SECRET_KEY_FILE: moved })
+      expect([both.code, both.err]).toEqual([2, expect.stringContaining('is still in the data directory, so backups carry it')])
+      rmSync(join(older, 'secret.key'))
+      const after = await TestServer.start({ dataDir: older, env: { CAPSTAN_SECRET_KEY_FILE: moved } })
+      await after.close()
+    } finally {
+      await restored?.close()
+      await srv.close()
+      rmSync(root, { recursive: true, force: true })
+    }
+  })
+
   test('an online backup restores into a working server with every message, media file and secret', async () => {
     const umask = process.umask(0o022) // what Capstan's processes inherit, as from a login shell
     const clamd = await TestClamd.start()

@@ -257,9 +257,13 @@ describe('configuration and start-up', () => {
   test('a second server on a port in use stops with one line and touches nothing', async () => {
     const port = new URL(srv.base).port
     const dir = mkdtempSync(join(tmpdir(), 'capstan-second-'))
-    const r = await runCapstan(['serve'], { CAPSTAN_HOST: '127.0.0.1', CAPSTAN_PORT: port, CAPSTAN_DATA_DIR: dir, CAPSTAN_ADMIN_TOKEN: 'second-admin-token-0123456789abcd' })
+    // without an admin token: a start that would generate one must not show it and then fail
+    const r = await runCapstan(['serve'], { CAPSTAN_HOST: '127.0.0.1', CAPSTAN_PORT: port, CAPSTAN_DATA_DIR: join(dir, 'data') })
     expect(r.code).toBe(2)
     expect(r.err.trim().split('\n')).toEqual([`capstan: cannot listen on 127.0.0.1:${port}: the address is in use (is another Capstan running?)`])
+    expect(r.out).toBe('')
+    // nothing was written: no data directory, no database, no key
+    expect(existsSync(join(dir, 'data'))).toBe(false)
     // the first server still answers alone
     expect((await srv.request('GET', '/healthz')).status).toBe(200)
     rmSync(dir, { recursive: true, force: true })
@@ -279,7 +283,7 @@ describe('configuration and start-up', () => {
   })
 
   test('a bad value stops the start with one line naming the variable', async () => {
-    for (const [name, value] of [['CAPSTAN_PORT', 'eighty'], ['CAPSTAN_CLAMD', 'clamd.sock'], ['CAPSTAN_TRUST_PROXY', 'maybe'], ['CAPSTAN_TRUSTED_PROXIES', '10.0.0.0/33'], ['CAPSTAN_LOG_LEVEL', 'loud'], ['CAPSTAN_KEY_RATE_LIMIT', '0'], ['CAPSTAN_METRICS_TOKEN', 'short'], ['CAPSTAN_BACKUP_HOURS', '0'], ['CAPSTAN_BACKUP_KEEP', 'all'], ['CAPSTAN_WAL_CHECKPOINTER', 'sometimes'], ['CAPSTAN_BACKUP_DIR', join(tmpdir(), 'capstan-never', 'backups')]]) {
+    for (const [name, value] of [['CAPSTAN_PORT', 'eighty'], ['CAPSTAN_CLAMD', 'clamd.sock'], ['CAPSTAN_TRUST_PROXY', 'maybe'], ['CAPSTAN_TRUSTED_PROXIES', '10.0.0.0/33'], ['CAPSTAN_LOG_LEVEL', 'loud'], ['CAPSTAN_KEY_RATE_LIMIT', '0'], ['CAPSTAN_METRICS_TOKEN', 'short'], ['CAPSTAN_BACKUP_HOURS', '0'], ['CAPSTAN_BACKUP_KEEP', 'all'], ['CAPSTAN_WAL_CHECKPOINTER', 'sometimes'], ['CAPSTAN_BACKUP_DIR', join(tmpdir(), 'capstan-never', 'backups')], ['CAPSTAN_SECRET_KEY_FILE', join(tmpdir(), 'capstan-never', 'secret.key')]]) {
       const r = await runCapstan(['serve'], { [name]: value!, CAPSTAN_DATA_DIR: join(tmpdir(), 'capstan-never') })
       expect(r.code).toBe(2)
       expect(r.err.trim().split('\n')).toHaveLength(1)
