@@ -84,6 +84,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   const messageRetention = new MessageRetention(deps, workspaces, webhooks, log)
   messageRetention.onContentExpired = (workspaceId, cutoff) => connections.forgetContentBefore(workspaceId, cutoff)
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
+  messages.onDriverBug = (row, e) => log.error('network driver failed unexpectedly; the message fails as driver_error', { message_id: row.id, error: String((e as Error)?.stack ?? e) })
   connections.onChange = (id) => pacer.wake(id)
   connections.onStatusChangedInTx = (row, from) => webhooks.enqueueInTx(row.workspace_id, 'connection.status_changed', connections.toEvent(row, from))
   workspaces.onChange = (id) => {

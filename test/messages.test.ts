@@ -496,13 +496,13 @@ describe('connections (admin)', () => {
     expect((await srv.api(k, 'POST', '/messages', { json: { connection_id: c.id, recipient: newPhone(), body: '3' } })).status).toBe(404)
   })
 
-  test("the sandbox's record of sends is bounded: past its size it rolls over once, keeping the newest", () => {
+  test("the sandbox's record of sends is bounded: past its size it rolls over once, keeping the newest", async () => {
     const dir = mkdtempSync(join(tmpdir(), 'ledger-'))
     try {
       const path = join(dir, 'sandbox', 'conn.jsonl')
       const ledger = new SandboxLedger(path, 2000)
       const ids = Array.from({ length: 60 }, (_, i) => `m-${i}`)
-      for (const id of ids) ledger.record({ message_id: id, external_id: `x-${id}`, recipient: '+15550001111', group: null, body: 'Your order shipped', attachments: 0, at: new Date().toISOString() })
+      for (const id of ids) await ledger.record({ message_id: id, external_id: `x-${id}`, recipient: '+15550001111', group: null, body: 'Your order shipped', attachments: 0, at: new Date().toISOString() })
       // each file stays near its bound; the one before is kept, older ones are gone
       expect(statSync(path).size).toBeLessThan(2200)
       expect(statSync(join(dir, 'sandbox', 'conn.1.jsonl')).size).toBeLessThan(2200)
@@ -531,8 +531,9 @@ describe('connections (admin)', () => {
       const numberOf = (i: number) => `+1555000${String(2000 + (i % 40)).padStart(4, '0')}`
       const t0 = Date.parse('2026-01-01T00:00:00Z')
       const at = (i: number) => new Date(t0 + i * 1000).toISOString()
-      for (let i = 0; i < 4000; i++) {
-        ledger.record({ message_id: `m-${i}`, external_id: `x-${i}`, recipient: numberOf(i), group: null, body: `Text ${i} ${'y'.repeat(1000)}`, attachments: 0, at: at(i) })
+      // a hundred at a time, sharing their syncs (each is written in call order)
+      for (let b = 0; b < 4000; b += 100) {
+        await Promise.all(Array.from({ length: 100 }, (_, k) => b + k).map((i) => ledger.record({ message_id: `m-${i}`, external_id: `x-${i}`, recipient: numberOf(i), group: null, body: `Text ${i} ${'y'.repeat(1000)}`, attachments: 0, at: at(i) })))
       }
       const lines = () => (readFileSync(older, 'utf8') + readFileSync(path, 'utf8')).split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l))
       const kept = lines().map((l) => Number(l.message_id.slice(2)))
@@ -566,7 +567,7 @@ describe('connections (admin)', () => {
     }
   })
 
-  test("an erased number leaves the sandbox's record, in both files and in place; the sends stay findable", () => {
+  test("an erased number leaves the sandbox's record, in both files and in place; the sends stay findable", async () => {
     const dir = mkdtempSync(join(tmpdir(), 'ledger-'))
     try {
       const path = join(dir, 'sandbox', 'conn.jsonl')
@@ -575,7 +576,7 @@ describe('connections (admin)', () => {
       const gone = '+15550001111'
       const stays = '+15550001112'
       for (let i = 0; i < 30; i++) {
-        ledger.record({ message_id: `m-${i}`, external_id: `x-${i}`, recipient: i % 3 ? gone : stays, group: null, body: `Order ${i} "shipped"`, attachments: 0, at: new Date().toISOString() })
+        await ledger.record({ message_id: `m-${i}`, external_id: `x-${i}`, recipient: i % 3 ? gone : stays, group: null, body: `Order ${i} "shipped"`, attachments: 0, at: new Date().toISOString() })
       }
       // a line cut by a crash, naming the number
       appendFileSync(path, `{"message_id":"m-cut","external_id":"x-cut","recipient":"${gone}","body":"Order cu`)
@@ -598,10 +599,39 @@ describe('connections (admin)', () => {
       // after a crash cut a line, the next send starts a line of its own, so it is found after another crash
       const cut = join(dir, 'sandbox', 'cut.jsonl')
       appendFileSync(cut, `{"message_id":"m-cut","external_id":"x-cut","recipient":"${stays}","body":"Order cu`)
-      new SandboxLedger(cut).record({ message_id: 'm-30', external_id: 'x-30', recipient: stays, group: null, body: 'next', attachments: 0, at: new Date().toISOString() })
+      await new SandboxLedger(cut).record({ message_id: 'm-30', external_id: 'x-30', recipient: stays, group: null, body: 'next', attachments: 0, at: new Date().toISOString() })
       expect([new SandboxLedger(cut).find('m-30'), new SandboxLedger(cut).find('m-cut')]).toEqual(['x-30', null])
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
+  })
+})
+
+describe('outcome codes', () => {
+  test('every code a message can fail with is in the documented table (README and the API document), and no other is made anywhere', async () => {
+    const { OUTCOME_CODES, NETWORK_CODE_PATTERN, TEMPLATE_IMPORT_CODES } = await import('../src/modules/messages/outcomes')
+    const known = new Set<string>([...Object.keys(OUTCOME_CODES), ...TEMPLATE_IMPORT_CODES])
+    // every place the code makes a failure code: driver errors, failed-message writes, refusals
+    const patterns = [/(?:DriverError|UnconfirmedSend|TemplateRefused)\(\s*'([^']+)'/g, /error_code: '([^']+)'/g, /\bcode: '([^']+)', message:/g, /markFailed\([^,]+, '([^']+)'/g, /\?\.code \|\| '([^']+)'/g, /: '([a-z_]+)'\)\)$/gm]
+    const files = ['src/network', 'src/modules/messages', 'src/modules/contacts', 'src/scheduler'].flatMap((d) => [...new Bun.Glob('**/*.ts').scanSync({ cwd: join(import.meta.dir, '..', d) })].map((f) => join(d, f)))
+    const found = new Map<string, string>()
+    for (const f of files) {
+      const text = readFileSync(join(import.meta.dir, '..', f), 'utf8')
+      for (const re of patterns) for (const m of text.matchAll(re)) found.set(m[1]!, f)
+      // codes built from the network's own: only cloud_api_<digits>
+      for (const m of text.matchAll(/(?<![A-Za-z])[cC]ode\b[^`\n]*`(\w*)\$\{/g)) if (m[1] !== 'cloud_api_') found.set(`${m[1]}…`, f)
+    }
+    expect(found.size).toBeGreaterThan(15)
+    const unknown = [...found].filter(([code]) => !known.has(code) && !NETWORK_CODE_PATTERN.test(code))
+    expect(unknown).toEqual([])
+    // each of Capstan's own codes is in the README's table and the API document
+    const readme = readFileSync(join(import.meta.dir, '..', 'README.md'), 'utf8')
+    const doc = await (await fetch(`${srv.base}/openapi.json`)).text()
+    for (const code of Object.keys(OUTCOME_CODES)) {
+      expect([code, readme.includes(`| \`${code}\` |`)]).toEqual([code, true])
+      expect([code, doc.includes(`\`${code}\``)]).toEqual([code, true])
+    }
+    expect(NETWORK_CODE_PATTERN.test('cloud_api_131047')).toBe(true)
+    expect(NETWORK_CODE_PATTERN.test('cloud_api_failed')).toBe(false)
   })
 })

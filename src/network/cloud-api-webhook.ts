@@ -35,6 +35,9 @@ function validSignature(secret: string, raw: Uint8Array, header: string | null):
   return got.length === want.length && timingSafeEqual(got, want)
 }
 
+/** A failed status's code as a message's error code: `cloud_api_<Meta's code>`, or delivery_failed without one. */
+const metaCode = (code: unknown) => ((typeof code === 'number' && Number.isInteger(code) && code >= 0) || (typeof code === 'string' && /^[0-9]{1,9}$/.test(code)) ? `cloud_api_${Number(code)}` : 'delivery_failed')
+
 const digest = (text: string) => new Bun.CryptoHasher('sha256').update(text).digest()
 
 /** Counts bad signatures (see above) by connection and client address. */
@@ -263,7 +266,7 @@ async function applyStatus(connectionId: string, report: StatusReport, svc: Serv
   if (laterPart && status !== 'failed') return
   if (status === 'delivered' || status === 'read') await svc.messages.receipt(row.id, status)
   else if (status === 'failed') {
-    await svc.messages.receipt(row.id, 'failed', { code: `cloud_api_${error?.code ?? 'failed'}`, message: String(error?.message ?? error?.title ?? 'The Cloud API reported the message as failed.').slice(0, 300) })
+    await svc.messages.receipt(row.id, 'failed', { code: metaCode(error?.code), message: String(error?.message ?? error?.title ?? 'The Cloud API reported the message as failed.').slice(0, 300) })
     // refused because the person stopped marketing messages: withdraw their marketing consent too
     if (Number(error?.code) === MARKETING_STOPPED && row.recipient !== null) await svc.messages.marketingStopped(connectionId, row.recipient, `cloud_api_${MARKETING_STOPPED}:${row.id}`)
     // the template itself was refused: a campaign sending it pauses

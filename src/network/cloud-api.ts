@@ -170,7 +170,8 @@ export class CloudApiConnection implements ConnectionDriver {
       throw new DriverError('network_unreachable', 'The Cloud API could not be reached.', true)
     }
     if (res.ok && json) return json
-    const err: GraphError = { code: Number(json?.error?.code ?? res.status), message: String(json?.error?.message ?? `HTTP ${res.status}`).slice(0, 300) }
+    const given = Number(json?.error?.code)
+    const err: GraphError = { code: Number.isInteger(given) && given >= 0 ? given : res.status, message: String(json?.error?.message ?? `HTTP ${res.status}`).slice(0, 300) }
     throw this.mapError(err, res.status)
   }
 

@@ -5,7 +5,7 @@
  * refuses posts into a group it reports as admins-only (the number not an admin), and refuses when
  * offline. Its groups live in memory only, so participant numbers never reach disk.
  */
-import { appendFileSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeSync } from 'node:fs'
+import { closeSync, existsSync, fdatasync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, writeSync } from 'node:fs'
 import { open } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import type { ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
@@ -57,8 +57,10 @@ export class SandboxLedger {
 
   /** Whether the ledger's directory has been made (once per ledger, not once per send). */
   private dirReady = false
-  /** Bytes in the current file; read from disk at the first write. */
+  /** Bytes in the current file; read from disk when it is opened. */
   private size = -1
+  /** The current file, open for appending from the first record on. */
+  private fd: number | null = null
   private readonly older: string
   /** Rewrites in place since the ledger was made (see forgetContent). */
   private rewrites = 0
@@ -72,28 +74,104 @@ export class SandboxLedger {
     this.older = path.replace(/\.jsonl$/, '.1.jsonl')
   }
 
-  record(entry: { message_id: string; external_id: string; recipient: string | null; group: string | null; body: string | null; attachments: number; at: string }) {
+  /**
+   * Appends the send's line and resolves once it is on disk (fdatasync, off the event loop). The
+   * send is acknowledged only after that: a crash can then never fail as send_interrupted a send
+   * this record says the network had, nor lose one it had. Sends recorded while a sync runs share
+   * the next one. A write or sync that fails (a full disk) throws, and the line is cut back off, or
+   * failing that, the next record starts on a line of its own: a broken line never swallows the
+   * next send.
+   */
+  async record(entry: { message_id: string; external_id: string; recipient: string | null; group: string | null; body: string | null; attachments: number; at: string }): Promise<void> {
+    const line = Buffer.from(JSON.stringify(entry) + '\n')
+    const at = this.append(line)
+    try {
+      await this.synced()
+    } catch (e) {
+      this.cutBack(at)
+      throw e
+    }
+    this.recent.set(entry.message_id, entry.external_id)
+    if (this.recent.size > SandboxLedger.RECENT) this.recent.delete(this.recent.keys().next().value!)
+  }
+
+  /** Writes `line` at the end of the record (opening, repairing or rolling the file first); returns where it starts. */
+  private append(line: Buffer): number {
     if (!this.dirReady) {
       mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 })
       this.dirReady = true
     }
-    if (this.size < 0) {
-      this.size = existsSync(this.path) ? statSync(this.path).size : 0
-      // a crash cut the last line: the next one starts on a line of its own, or it could not be read back
-      if (this.size > 0 && !lastByte(this.path, this.size).equals(NEWLINE)) {
-        appendFileSync(this.path, NEWLINE)
-        this.size++
-      }
-    }
+    if (this.size >= this.maxBytes) this.closeFile()
     if (this.size >= this.maxBytes) {
       renameSync(this.path, this.older)
       this.size = 0
     }
-    const line = JSON.stringify(entry) + '\n'
-    appendFileSync(this.path, line, { mode: 0o600 })
-    this.size += Buffer.byteLength(line)
-    this.recent.set(entry.message_id, entry.external_id)
-    if (this.recent.size > SandboxLedger.RECENT) this.recent.delete(this.recent.keys().next().value!)
+    if (this.fd === null) {
+      this.fd = openSync(this.path, 'a', 0o600)
+      this.size = fstatSync(this.fd).size
+      // a crash or a failed write cut the last line: the next one starts on a line of its own
+      if (this.size > 0 && !lastByte(this.path, this.size).equals(NEWLINE)) this.write(NEWLINE)
+    }
+    const at = this.size
+    this.write(line)
+    return at
+  }
+
+  private write(bytes: Buffer) {
+    try {
+      for (let done = 0; done < bytes.length; ) done += writeSync(this.fd!, bytes, done, bytes.length - done)
+      this.size += bytes.length
+    } catch (e) {
+      this.cutBack(this.size)
+      throw e
+    }
+  }
+
+  /** After a failed write or sync: the file back to `size` bytes, or (when that fails too) reopened and repaired before the next line. */
+  private cutBack(size: number) {
+    try {
+      if (this.fd === null) throw new Error('closed')
+      ftruncateSync(this.fd, size)
+      this.size = size
+    } catch {
+      this.closeFile()
+    }
+  }
+
+  private closeFile() {
+    if (this.fd !== null) {
+      try {
+        closeSync(this.fd)
+      } catch {
+        // already unusable
+      }
+    }
+    this.fd = null
+    if (this.size < this.maxBytes) this.size = -1
+  }
+
+  /** The sync in progress, and the one that lines written meanwhile wait for. */
+  private syncing: Promise<void> | null = null
+  private nextSync: Promise<void> | null = null
+
+  /** Resolves when every line written so far is on disk. */
+  private synced(): Promise<void> {
+    if (this.nextSync) return this.nextSync
+    const after = this.syncing ?? Promise.resolve()
+    const next: Promise<void> = after
+      .catch(() => {})
+      .then(() => {
+        this.nextSync = null
+        this.syncing = next
+        const fd = this.fd
+        if (fd === null) throw new Error('the sandbox record is not open')
+        return new Promise<void>((resolve, reject) => fdatasync(fd, (err) => (err ? reject(err) : resolve())))
+      })
+      .finally(() => {
+        if (this.syncing === next) this.syncing = null
+      })
+    this.nextSync = next
+    return next
   }
 
   /** The network's id for a send it accepted, or null (crash recovery and timeouts ask). */
@@ -218,9 +296,15 @@ export class SandboxLedger {
     if (this.contentGone.size > 2) this.contentGone.delete(this.contentGone.keys().next().value!)
   }
 
+  /** Closes the file (the server stops); a later record opens it again. */
+  close() {
+    this.closeFile()
+  }
+
   /** The number was removed: its record (recipients and texts) goes with it. */
   discard() {
     this.recent.clear()
+    this.closeFile()
     for (const file of [this.path, this.older]) rmSync(file, { force: true })
   }
 }
@@ -265,7 +349,7 @@ export class SandboxConnection implements ConnectionDriver {
   async send(message: OutboundMessage, signal?: AbortSignal): Promise<{ externalId: string }> {
     if (this.config.accept_after_ms > 0) await Bun.sleep(this.config.accept_after_ms)
     // the caller gave up waiting: like a network that dropped the request, keep no record of it
-    if (signal?.aborted) throw new DriverError('aborted', 'The send was abandoned.')
+    if (signal?.aborted) throw new DriverError('send_timeout', 'The send was abandoned.')
     // removed while this send waited: nothing is recorded again after the record was deleted
     if (this.removed) throw new DriverError('connection_removed', 'The connection was removed before the message was sent.')
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
@@ -275,7 +359,12 @@ export class SandboxConnection implements ConnectionDriver {
       throw new DriverError('recipient_unreachable', 'The network could not deliver to this recipient.')
     }
     const externalId = `sbx_${crypto.randomUUID()}`
-    this.ledger.record({ message_id: message.id, external_id: externalId, recipient: message.recipient, group: message.groupExternalId, body: message.body, attachments: message.attachments.length, at: new Date(this.ctx.now()).toISOString() })
+    try {
+      await this.ledger.record({ message_id: message.id, external_id: externalId, recipient: message.recipient, group: message.groupExternalId, body: message.body, attachments: message.attachments.length, at: new Date(this.ctx.now()).toISOString() })
+    } catch {
+      // like a network that could not take the message: it was not sent, and may be tried again
+      throw new DriverError('network_unavailable', 'The sandbox network could not record the send (is the disk of the data directory full?); it was not sent.', true)
+    }
     if (message.groupExternalId === null) {
       this.later(this.config.delivered_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, message.id, 'delivered'))
       this.later(this.config.read_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, message.id, 'read'))
@@ -307,6 +396,7 @@ export class SandboxConnection implements ConnectionDriver {
   close() {
     for (const t of this.timers) clearTimeout(t)
     this.timers.clear()
+    this.ledger.close()
   }
 
   discard() {

@@ -3,6 +3,7 @@ import { pageQuery } from '../../http/format'
 import { codePoints, s } from '../../http/schema'
 import { phoneField } from '../contacts/model'
 import { VARIABLES } from '../templates/model'
+import { OUTCOME_CODES } from './outcomes'
 
 export const MAX_BODY = 4096
 export const MAX_ATTACHMENTS = 10
@@ -56,6 +57,21 @@ export const listMessagesQuery = s.object({
 /** Inbound texts that opt the sender out (trimmed, case-insensitive). */
 export const OPT_OUT_KEYWORDS = new Set(['STOP', 'STOPALL', 'UNSUBSCRIBE', 'CANCEL', 'END', 'QUIT'])
 
+/** A failed message's error: `{code, message}`, code from OUTCOME_CODES (or the network's own). */
+export const messageErrorDoc = {
+  type: 'object',
+  required: ['code', 'message'],
+  properties: {
+    code: {
+      type: 'string',
+      description: `Why the message failed. One of: ${Object.entries(OUTCOME_CODES)
+        .map(([code, why]) => `\`${code}\` (${why})`)
+        .join('; ')}; or \`cloud_api_<n>\` with the Cloud API's own error code n; or, for a failure receipt posted to a sandbox number, the code given there.`,
+    },
+    message: { type: 'string', description: 'What happened, in words (the network\'s own text for cloud_api_<n>).' },
+  },
+}
+
 export const messageDoc = {
   type: 'object',
   properties: {
@@ -70,7 +86,7 @@ export const messageDoc = {
     body: { type: ['string', 'null'] },
     attachments: { type: 'array', items: { type: 'string', format: 'uuid' }, description: 'Media ids (GET /media/{id}): what an outbound message sends, or the file a customer sent with an inbound one (Cloud API numbers).' },
     reply_to: { type: ['string', 'null'], format: 'uuid', description: 'Inbound: the id of the workspace’s message this one answers — a quoted reply, a tap on one of its buttons or a reaction to it (Cloud API numbers) — else null.' },
-    error: { anyOf: [{ type: 'null' }, { type: 'object', properties: { code: { type: 'string' }, message: { type: 'string' } } }] },
+    error: { anyOf: [{ type: 'null' }, messageErrorDoc] },
     created_at: { type: 'string', format: 'date-time' },
     updated_at: { type: 'string', format: 'date-time' },
     outcome: {
@@ -78,7 +94,7 @@ export const messageDoc = {
       properties: {
         state: { type: 'string', enum: ['pending', 'sent', 'delivered', 'read', 'failed'] },
         at: { type: ['string', 'null'], format: 'date-time' },
-        error: { anyOf: [{ type: 'null' }, { type: 'object' }] },
+        error: { anyOf: [{ type: 'null' }, messageErrorDoc] },
       },
     },
     timeline: { type: 'array', items: { type: 'object', properties: { status: { type: 'string' }, at: { type: 'string', format: 'date-time' } } } },

@@ -548,6 +548,8 @@ export class MessageService {
   }
 
   onDispatchError: (e: unknown) => void = () => {}
+  /** A driver threw something other than a DriverError (a bug): the message fails as driver_error. */
+  onDriverBug: (row: MessageRow, e: unknown) => void = () => {}
   /** Why a queued group message may no longer leave (set by the groups module). */
   groupRefusal: (row: MessageRow) => Refusal | null = () => null
   /** Called after a released message reached sent or failed (campaign completion watches it). */
@@ -595,6 +597,7 @@ export class MessageService {
         // the network may or may not have it: never sent again blindly
         if (e === TIMED_OUT) return this.settleUnknown(live, row, { code: 'send_timeout', message: 'The network did not answer in time; the message was not sent again.' })
         if (e instanceof UnconfirmedSend) return this.settleUnknown(live, row, e)
+        if (!(e instanceof DriverError)) this.onDriverBug(row, e)
         const err = e instanceof DriverError ? e : new DriverError('driver_error', 'The network driver failed.', false)
         if (err.throttled && throttles < throttleBackoff.length) {
           this.onThrottled(live.row.id)
