@@ -5,7 +5,7 @@
  * refuses posts into a group it reports as admins-only (the number not an admin), and refuses when
  * offline. Its groups live in memory only, so participant numbers never reach disk.
  */
-import { closeSync, existsSync, fdatasync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, writeSync } from 'node:fs'
+import { closeSync, existsSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, writeSync } from 'node:fs'
 import { open } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import type { ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
@@ -75,7 +75,7 @@ export class SandboxLedger {
   }
 
   /**
-   * Appends the send's line and resolves once it is on disk (fdatasync, off the event loop). The
+   * Appends the send's line and resolves once it is on disk (fdatasync, see `synced`). The
    * send is acknowledged only after that: a crash can then never fail as send_interrupted a send
    * this record says the network had, nor lose one it had. Sends recorded while a sync runs share
    * the next one. A write or sync that fails (a full disk) throws, and the line is cut back off, or
@@ -129,6 +129,8 @@ export class SandboxLedger {
 
   /** After a failed write or sync: the file back to `size` bytes, or (when that fails too) reopened and repaired before the next line. */
   private cutBack(size: number) {
+    // (records of one failed sync are cut back in turn: the earliest cut already took the later lines)
+    if (size > this.size && this.size >= 0) return
     try {
       if (this.fd === null) throw new Error('closed')
       ftruncateSync(this.fd, size)
@@ -150,28 +152,30 @@ export class SandboxLedger {
     if (this.size < this.maxBytes) this.size = -1
   }
 
-  /** The sync in progress, and the one that lines written meanwhile wait for. */
-  private syncing: Promise<void> | null = null
-  private nextSync: Promise<void> | null = null
+  /** Records written since the last sync, waiting for the next one. */
+  private waiting: { resolve: () => void; reject: (e: unknown) => void }[] = []
 
-  /** Resolves when every line written so far is on disk. */
+  /**
+   * Resolves when every line written so far is on disk: one fdatasync at the end of this turn of
+   * the event loop for every record written in it (a group commit, like the database's).
+   */
   private synced(): Promise<void> {
-    if (this.nextSync) return this.nextSync
-    const after = this.syncing ?? Promise.resolve()
-    const next: Promise<void> = after
-      .catch(() => {})
-      .then(() => {
-        this.nextSync = null
-        this.syncing = next
-        const fd = this.fd
-        if (fd === null) throw new Error('the sandbox record is not open')
-        return new Promise<void>((resolve, reject) => fdatasync(fd, (err) => (err ? reject(err) : resolve())))
-      })
-      .finally(() => {
-        if (this.syncing === next) this.syncing = null
-      })
-    this.nextSync = next
-    return next
+    return new Promise((resolve, reject) => {
+      if (this.waiting.push({ resolve, reject }) === 1) setImmediate(() => this.syncNow())
+    })
+  }
+
+  private syncNow() {
+    const waiting = this.waiting
+    this.waiting = []
+    try {
+      if (this.fd === null) throw new Error('the sandbox record is not open')
+      fdatasyncSync(this.fd)
+    } catch (e) {
+      for (const w of waiting) w.reject(e)
+      return
+    }
+    for (const w of waiting) w.resolve()
   }
 
   /** The network's id for a send it accepted, or null (crash recovery and timeouts ask). */
