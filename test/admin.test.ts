@@ -41,6 +41,7 @@ describe('workspaces', () => {
       message_allowance: null,
       media: { retention_days: 30, max_bytes: 16777216, max_total_bytes: null },
       messages: { content_retention_days: null },
+      contacts: { default_country: null },
     })
     const got = await srv.admin('GET', `/workspaces/${a.json.data.id}`)
     expect(got.json.data).toEqual(a.json.data)

@@ -132,6 +132,28 @@ describe('CSV', () => {
   })
 })
 
+describe('national numbers', () => {
+  test('with the workspace default country, numbers written without + are read in that country and stored in E.164; without it they are refused', async () => {
+    const { ws, key } = await srv.tenant()
+    const csv = 'phone,name\n030 1234567,Berlin\n+44 7911 123456,London\n0170-1234567,Mobile\n'
+    const refused = await upload(ws.id, csv)
+    expect([refused.status, Object.keys(refused.json.errors)]).toEqual([422, ['rows.2.phone', 'rows.4.phone']])
+    const bad = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { contacts: { default_country: 'XX' } } })
+    expect([bad.status, Object.keys(bad.json.errors)]).toEqual([422, ['settings.contacts.default_country']])
+    expect((await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { contacts: { default_country: 'de' } } })).status).toBe(422)
+    const set = await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { contacts: { default_country: 'DE' } } })
+    expect(set.json.data.settings.contacts).toEqual({ default_country: 'DE' })
+    const done = await upload(ws.id, csv)
+    expect([done.status, done.json.data]).toEqual([200, { created: 3, updated: 0 }])
+    expect((await contacts(key)).map((c) => [c.phone, c.name]).sort()).toEqual([['+491701234567', 'Mobile'], ['+49301234567', 'Berlin'], ['+447911123456', 'London']].sort())
+    // JSON rows too; a number that is no number of that country still names its row
+    const json = await srv.request('POST', `/admin/api/workspaces/${ws.id}/contacts/import`, { bearer: ADMIN_TOKEN, json: { contacts: [{ phone: '089 12345678' }, { phone: '12' }] } })
+    expect([json.status, Object.keys(json.json.errors)]).toEqual([422, ['contacts.1.phone']])
+    expect((await srv.request('POST', `/admin/api/workspaces/${ws.id}/contacts/import`, { bearer: ADMIN_TOKEN, json: { contacts: [{ phone: '089 12345678' }] } })).json.data).toEqual({ created: 1, updated: 0 })
+    expect(await byPhone(key, '+498912345678')).toBeDefined()
+  })
+})
+
 describe('JSON', () => {
   test('{contacts: [...]} as POST /contacts takes them, typed metadata kept; errors name contacts.<index>.<field>', async () => {
     const { ws, key } = await srv.tenant()

@@ -38,6 +38,8 @@ describe('upload', () => {
     ['ogg', files.ogg, 'audio/ogg'],
     ['mp4', files.mp4, 'video/mp4'],
     ['docx', files.docx, 'application/vnd.openxmlformats-officedocument.wordprocessingml.document'],
+    ['xlsx', files.xlsx, 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet'],
+    ['UTF-16 text (FF FE)', files.utf16Text, 'text/plain'],
   ]
   for (const [label, make, type] of kinds) {
     test(`${label}: 201 with the record; the type comes from the bytes, not the header or the name`, async () => {
@@ -68,6 +70,7 @@ describe('upload', () => {
     ['an ELF executable', files.elf],
     ['a GIF', files.gif],
     ['a zip that is not an Office document', files.plainZip],
+    ['a zip with a word/ folder that is not an Office document', files.zipWithWordFolder],
     ['random binary', files.binary],
   ]
   for (const [label, make] of unsupported) {

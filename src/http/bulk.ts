@@ -117,6 +117,8 @@ export interface BulkSpec<T extends { phone: string }> {
   checkHeader?(keys: string[]): string | null
   /** A cell's value for a top-level field, before the schema sees it (given trimmed, never empty). */
   cell?(field: string, value: string): string
+  /** A row's phone as given (a CSV cell or a JSON string) before the schema sees it: a national number made E.164, say. */
+  phone?(value: string): string
 }
 
 /** The rows of a CSV file, checked; 422 naming the rows (`rows.<file line>.<field>`) and fields. */
@@ -154,7 +156,10 @@ export async function csvRows<T extends { phone: string }>(text: string, spec: B
         // a cell of an object field (metadata): kept as written; no prototype, so a
         // `metadata.__proto__` column is a key like any other
         if (value !== '') ((row[field] ??= Object.create(null)) as Record<string, string>)[key] = value
-      } else if (value.trim() !== '') row[field] = spec.cell ? spec.cell(field, value.trim()) : value.trim()
+      } else if (value.trim() !== '') {
+        const cell = spec.cell ? spec.cell(field, value.trim()) : value.trim()
+        row[field] = field === 'phone' && spec.phone ? spec.phone(cell) : cell
+      }
     }
     const checked = spec.schema.check(row, path, ctx)
     if (checked) rows.push(checked)
@@ -168,6 +173,11 @@ export async function csvRows<T extends { phone: string }>(text: string, spec: B
 /** The rows of a JSON body `{<list>: [...]}`, checked; 422 naming `<list>.<index>.<field>`. */
 export function jsonRows<T extends { phone: string }>(body: unknown, spec: BulkSpec<T>): T[] {
   const ctx: { errors: FieldErrors } = { errors: {} }
+  const given = (body as Record<string, unknown> | null)?.[spec.list]
+  if (spec.phone && Array.isArray(given)) {
+    const phone = spec.phone
+    body = { ...(body as object), [spec.list]: given.map((row) => (row && typeof row === 'object' && typeof row.phone === 'string' ? { ...row, phone: phone(row.phone) } : row)) }
+  }
   const value = s.object({ [spec.list]: s.array(spec.schema).max(MAX_JSON_ROWS) }).check(body, '', ctx) as Record<string, T[]> | undefined
   if (value && value[spec.list]!.length === 0) ctx.errors[spec.list] = [`The ${spec.list} field must list at least one ${spec.noun}.`]
   // the list as sent: a bad row elsewhere leaves no checked value to look in

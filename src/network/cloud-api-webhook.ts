@@ -15,6 +15,7 @@
  */
 import { timingSafeEqual } from 'node:crypto'
 import { limitName } from '../http/ip-ranges'
+import { E164 } from '../http/phone'
 import { readBody, TOO_LARGE } from '../http/body'
 import { ApiError, authRateLimited, payloadTooLarge } from '../http/errors'
 import type { ClientAddress } from '../http/auth'
@@ -26,7 +27,6 @@ import { CloudApiConnection, MARKETING_STOPPED, TEMPLATE_REFUSED } from './cloud
 
 const json = (status: number, body: unknown) => new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' } })
 const RETRY_UNKNOWN_MS = [1000, 3000, 10000]
-const E164 = /^\+[1-9][0-9]{6,14}$/
 
 function validSignature(secret: string, raw: Uint8Array, header: string | null): boolean {
   if (!header?.startsWith('sha256=')) return false

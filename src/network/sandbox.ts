@@ -10,6 +10,7 @@ import { open } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import type { ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
 import { DriverError } from './driver'
+import { E164 } from '../http/phone'
 
 const NEWLINE = Buffer.from('\n')
 
@@ -435,7 +436,7 @@ export const sandboxDriver: DriverFactory = {
     const errors: Record<string, string[]> = {}
     if (!delay(c.delivered_after_ms)) errors['config.delivered_after_ms'] = ['The config.delivered_after_ms field must be null or a whole number of milliseconds up to 86400000.']
     if (!delay(c.read_after_ms)) errors['config.read_after_ms'] = ['The config.read_after_ms field must be null or a whole number of milliseconds up to 86400000.']
-    if (!Array.isArray(c.fail_recipients) || c.fail_recipients.length > 1000 || !c.fail_recipients.every((p) => typeof p === 'string' && /^\+[1-9][0-9]{6,14}$/.test(p))) {
+    if (!Array.isArray(c.fail_recipients) || c.fail_recipients.length > 1000 || !c.fail_recipients.every((p) => typeof p === 'string' && E164.test(p))) {
       errors['config.fail_recipients'] = ['The config.fail_recipients field must be a list of E.164 phone numbers.']
     }
     if (typeof c.accept_after_ms !== 'number' || !Number.isInteger(c.accept_after_ms) || c.accept_after_ms < 0 || c.accept_after_ms > 60_000) {

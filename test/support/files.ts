@@ -31,11 +31,68 @@ export function png(seed = Math.floor(Math.random() * 2 ** 24)): Uint8Array {
 export const jpeg = () => Buffer.concat([Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10]), Buffer.from('JFIF\0'), Buffer.alloc(32, 7), Buffer.from([0xff, 0xd9])])
 export const pdf = () => Buffer.from('%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n')
 export const text = () => Buffer.from('Order 1001\nThank you for shopping with us — ¡gracias!\n')
-export const mp3 = () => Buffer.concat([Buffer.from('ID3'), Buffer.from([3, 0, 0, 0, 0, 0, 0]), Buffer.alloc(64, 0)])
-export const ogg = () => Buffer.concat([Buffer.from('OggS'), Buffer.alloc(60, 1)])
+/** An ID3v2 tag (no frames) and one MPEG-1 layer III frame header, padded. */
+export const mp3 = () => Buffer.concat([Buffer.from('ID3'), Buffer.from([3, 0, 0, 0, 0, 0, 0]), Buffer.from([0xff, 0xfb, 0x90, 0x64]), Buffer.alloc(413, 0)])
+/** The first page of an Ogg Opus stream: the page header, one segment, the OpusHead packet. */
+export function ogg(): Uint8Array {
+  const head = Buffer.concat([Buffer.from('OpusHead'), Buffer.from([1, 1, 0x38, 0x01, 0x80, 0xbb, 0, 0, 0, 0, 0])])
+  const page = Buffer.concat([Buffer.from('OggS'), Buffer.from([0, 2]), Buffer.alloc(8, 0), Buffer.from([1, 0, 0, 0]), Buffer.alloc(4, 0), Buffer.alloc(4, 0), Buffer.from([1, head.length]), head])
+  page.writeUInt32LE(crc32(page), 22)
+  return page
+}
 export const mp4 = () => Buffer.concat([Buffer.from([0, 0, 0, 0x18]), Buffer.from('ftypmp42'), Buffer.alloc(40, 0)])
-export const docx = () => Buffer.concat([Buffer.from([0x50, 0x4b, 0x03, 0x04]), Buffer.alloc(26, 0), Buffer.from('word/document.xml'), Buffer.alloc(40, 0)])
+/** A zip archive of `entries` (stored, not compressed), with its central directory. */
+export function zip(entries: [name: string, content: string][]): Uint8Array {
+  const locals: Buffer[] = []
+  const centrals: Buffer[] = []
+  let offset = 0
+  for (const [name, content] of entries) {
+    const data = Buffer.from(content)
+    const nameBytes = Buffer.from(name)
+    const crc = crc32(data)
+    const local = Buffer.alloc(30)
+    local.writeUInt32LE(0x04034b50, 0)
+    local.writeUInt16LE(20, 4)
+    local.writeUInt32LE(crc, 14)
+    local.writeUInt32LE(data.length, 18)
+    local.writeUInt32LE(data.length, 22)
+    local.writeUInt16LE(nameBytes.length, 26)
+    const central = Buffer.alloc(46)
+    central.writeUInt32LE(0x02014b50, 0)
+    central.writeUInt16LE(20, 4)
+    central.writeUInt16LE(20, 6)
+    central.writeUInt32LE(crc, 16)
+    central.writeUInt32LE(data.length, 20)
+    central.writeUInt32LE(data.length, 24)
+    central.writeUInt16LE(nameBytes.length, 28)
+    central.writeUInt32LE(offset, 42)
+    locals.push(local, nameBytes, data)
+    centrals.push(central, nameBytes)
+    offset += 30 + nameBytes.length + data.length
+  }
+  const directory = Buffer.concat(centrals)
+  const end = Buffer.alloc(22)
+  end.writeUInt32LE(0x06054b50, 0)
+  end.writeUInt16LE(entries.length, 8)
+  end.writeUInt16LE(entries.length, 10)
+  end.writeUInt32LE(directory.length, 12)
+  end.writeUInt32LE(offset, 16)
+  return Buffer.concat([...locals, directory, end])
+}
+
+/** An Office Open XML package: its content types name the main part. */
+const ooxml = (folder: string, part: string, mainType: string) =>
+  zip([
+    ['[Content_Types].xml', `<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Override PartName="/${folder}/${part}" ContentType="${mainType}"/></Types>`],
+    [`${folder}/${part}`, '<?xml version="1.0" encoding="UTF-8"?><root/>'],
+  ])
+export const docx = () => ooxml('word', 'document.xml', 'application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml')
+export const xlsx = () => ooxml('xl', 'workbook.xml', 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml')
+/** A zip that merely holds a folder named word/: no Office document. */
+export const zipWithWordFolder = () => zip([['notes/word/readme.md', '# not a document'], ['word/list.txt', 'apples']])
+/** Text in UTF-16LE with its byte-order mark. */
+export const utf16Text = () => Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from('Order 1001\r\nThank you — ¡gracias!\r\n', 'utf16le')])
 export const elf = () => Buffer.concat([Buffer.from([0x7f, 0x45, 0x4c, 0x46, 2, 1, 1]), Buffer.alloc(120, 0)])
 export const gif = () => Buffer.concat([Buffer.from('GIF89a'), Buffer.from([1, 0, 1, 0, 0, 0, 0]), Buffer.alloc(20, 0)])
-export const plainZip = () => Buffer.concat([Buffer.from([0x50, 0x4b, 0x03, 0x04]), Buffer.alloc(26, 0), Buffer.from('notes/readme.md'), Buffer.alloc(40, 0)])
+export const plainZip = () => zip([['notes/readme.md', '# notes']])
 export const binary = () => Buffer.from(Array.from({ length: 200 }, (_, i) => (i * 37 + 11) % 256))

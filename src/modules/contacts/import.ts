@@ -11,6 +11,7 @@
 import { nextTurn } from '../../db/writer'
 import type { Deps } from '../../deps'
 import { type BulkSpec, bulkRows } from '../../http/bulk'
+import { toE164 } from '../../http/phone'
 import type { AuditRepo } from '../audit/repo'
 import { upsertContactBody } from './model'
 import type { ContactService, UpsertInput } from './service'
@@ -18,8 +19,12 @@ import type { ContactService, UpsertInput } from './service'
 const SOURCE = 'admin:import'
 const META = /^[A-Za-z0-9_.-]{1,64}$/
 
-/** A contact import's rows: phone, name, consent_status and metadata.<key> columns. */
-export const CONTACT_ROWS: BulkSpec<UpsertInput> = {
+/**
+ * A contact import's rows: phone, name, consent_status and metadata.<key> columns. With the
+ * workspace's default country, a phone written nationally (`030 1234567`, `(415) 555-0100`) is
+ * read in that country and stored in E.164.
+ */
+export const contactRows = (defaultCountry: string | null): BulkSpec<UpsertInput> => ({
   noun: 'contact',
   list: 'contacts',
   schema: upsertContactBody as unknown as BulkSpec<UpsertInput>['schema'],
@@ -32,10 +37,11 @@ export const CONTACT_ROWS: BulkSpec<UpsertInput> = {
   header: 'phone, and name, consent_status or metadata.<key> columns if you like',
   checkHeader: (keys) => (keys.filter((k) => k.startsWith('metadata.')).length > 50 ? 'The header has more than 50 metadata columns; a contact keeps at most 50 metadata keys.' : null),
   cell: (field, value) => (field === 'consent_status' ? value.toLowerCase() : value),
-}
+  phone: (value) => toE164(value, defaultCountry) ?? value,
+})
 
-/** The rows of a contact import request (see http/bulk.ts). */
-export const importRows = (body: unknown) => bulkRows(body, CONTACT_ROWS)
+/** The rows of a contact import request (see http/bulk.ts), national numbers read in `defaultCountry`. */
+export const importRows = (body: unknown, defaultCountry: string | null) => bulkRows(body, contactRows(defaultCountry))
 
 export class ContactImport {
   /** Rows per write: ~1,000 upserts hold the server a few tens of milliseconds. */

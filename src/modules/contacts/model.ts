@@ -1,8 +1,9 @@
 /** Contact input schemas (spec §2, CONTRACT §2). */
 import { pageQuery } from '../../http/format'
+import { E164 } from '../../http/phone'
 import { s } from '../../http/schema'
 
-export const E164 = /^\+[1-9][0-9]{6,14}$/
+export { E164 }
 export const CONSENT = ['unknown', 'opted_in', 'opted_out'] as const
 export type Consent = (typeof CONSENT)[number]
 

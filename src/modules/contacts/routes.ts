@@ -99,8 +99,8 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     .post(
       '/workspaces/:id/contacts/import',
       async ({ params, body }) => {
-        svc.workspaces.get(params.id)
-        return { data: await svc.contactImport.run(params.id, await importRows(body)) }
+        const ws = svc.workspaces.get(params.id)
+        return { data: await svc.contactImport.run(params.id, await importRows(body, svc.workspaces.settings(ws).contacts.default_country)) }
       },
       { admin: true, detail: hidden },
     )

@@ -87,7 +87,7 @@ export class MediaService {
 
   private async check(workspaceId: string, file: File, field: string, retention_days: number): Promise<MediaRow> {
     const bytes = new Uint8Array(await file.arrayBuffer())
-    const type = sniff(bytes)
+    const type = await sniff(bytes)
     if (!type) throw refused('unsupported_media', 'This type of file is not supported.')
     let verdict
     try {

@@ -1,8 +1,9 @@
 /**
- * The media type decided from the bytes (magic numbers), never from the client's Content-Type or
- * the file name. Supported: the types WhatsApp accepts for images, stickers, audio, video and
+ * The media type decided from the bytes (magic numbers, through the `file-type` package), never
+ * from the client's Content-Type or the file name. Supported: the types WhatsApp accepts for images, stickers, audio, video and
  * documents. Anything else is null (refused as unsupported_media).
  */
+import { fileTypeFromBuffer } from 'file-type'
 import { clipCodePoints } from '../../http/schema'
 
 export const SUPPORTED_TYPES = [
@@ -27,8 +28,6 @@ export const SUPPORTED_TYPES = [
 ] as const
 export type MediaType = (typeof SUPPORTED_TYPES)[number]
 
-const starts = (b: Uint8Array, sig: number[], at = 0) => b.length >= at + sig.length && sig.every((v, i) => b[at + i] === v)
-const ascii = (b: Uint8Array, at: number, len: number) => Buffer.from(b.subarray(at, at + len)).toString('latin1')
 
 /** Whether `needle` (latin1) occurs in the first `limit` bytes. */
 function contains(b: Uint8Array, needle: string, limit = b.length) {
@@ -62,43 +61,62 @@ function trimPartialUtf8(b: Uint8Array) {
   return b.subarray(0, end)
 }
 
-export function sniff(b: Uint8Array): MediaType | null {
-  if (starts(b, [0xff, 0xd8, 0xff])) return 'image/jpeg'
-  if (starts(b, [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])) return 'image/png'
-  if (ascii(b, 0, 4) === 'RIFF' && ascii(b, 8, 4) === 'WEBP') return 'image/webp'
-  if (ascii(b, 0, 5) === '%PDF-') return 'application/pdf'
-  if (ascii(b, 0, 6) === '#!AMR\n' || ascii(b, 0, 9) === '#!AMR-WB\n') return 'audio/amr'
-  if (ascii(b, 0, 4) === 'OggS') return 'audio/ogg'
-  if (ascii(b, 4, 4) === 'ftyp') {
-    const brand = ascii(b, 8, 4)
-    if (brand.startsWith('3gp') || brand.startsWith('3g2')) return 'video/3gpp'
-    if (brand === 'M4A ' || brand === 'M4B ') return 'audio/mp4'
-    if (['isom', 'iso2', 'iso4', 'iso5', 'iso6', 'mp41', 'mp42', 'avc1', 'M4V ', 'MSNV', 'dash'].includes(brand)) return 'video/mp4'
-    return null
+/** What file-type calls the types we take, where its name differs from ours. */
+const FROM_FILE_TYPE: Record<string, MediaType> = {
+  'audio/x-m4a': 'audio/mp4',
+  'audio/x-m4b': 'audio/mp4',
+  'video/x-m4v': 'video/mp4',
+  'audio/opus': 'audio/ogg',
+  'audio/ogg; codecs=opus': 'audio/ogg',
+  'video/3gpp2': 'video/3gpp',
+}
+
+/** UTF-16 text with its byte-order mark (FF FE or FE FF): decodes whole, no control characters. */
+function isUtf16Text(b: Uint8Array): boolean {
+  const le = b[0] === 0xff && b[1] === 0xfe
+  if (!le && !(b[0] === 0xfe && b[1] === 0xff)) return false
+  const sample = b.subarray(2, 2 + Math.min(b.length - 2, 64 * 1024) - ((Math.min(b.length - 2, 64 * 1024)) % 2))
+  if (sample.length === 0) return false
+  let text: string
+  try {
+    text = new TextDecoder(le ? 'utf-16le' : 'utf-16be', { fatal: true }).decode(sample)
+  } catch {
+    return false
   }
-  if (ascii(b, 0, 3) === 'ID3') return 'audio/mpeg'
-  // MPEG audio frame sync: 11 set bits; layer bits tell MP3 (layer III) from AAC ADTS (layer 00)
-  if (b.length >= 2 && b[0] === 0xff && (b[1]! & 0xe0) === 0xe0) {
-    const layer = (b[1]! >> 1) & 0x03
-    if (layer === 0 && (b[1]! & 0xf6) === 0xf0) return 'audio/aac'
-    if (layer !== 0) return 'audio/mpeg'
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c === 0 || (c < 0x20 && c !== 9 && c !== 10 && c !== 13 && c !== 12) || c === 0x7f) return false
   }
-  if (starts(b, [0x50, 0x4b, 0x03, 0x04])) {
-    // Office Open XML: a zip whose first entries name the document part
-    if (contains(b, 'word/', 64 * 1024)) return 'application/vnd.openxmlformats-officedocument.wordprocessingml.document'
-    if (contains(b, 'xl/', 64 * 1024)) return 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet'
-    if (contains(b, 'ppt/', 64 * 1024)) return 'application/vnd.openxmlformats-officedocument.presentationml.presentation'
-    return null
-  }
-  if (starts(b, [0xd0, 0xcf, 0x11, 0xe0, 0xa1, 0xb1, 0x1a, 0xe1])) {
-    // legacy Office (compound file): the stream names are UTF-16LE
-    const u16 = (s: string) => Buffer.from(s, 'utf16le').toString('latin1')
-    if (contains(b, u16('WordDocument'))) return 'application/msword'
-    if (contains(b, u16('Workbook')) || contains(b, u16('Book'))) return 'application/vnd.ms-excel'
-    if (contains(b, u16('PowerPoint Document'))) return 'application/vnd.ms-powerpoint'
-    return null
+  return true
+}
+
+/**
+ * The type of `b` from its bytes. Text first (UTF-8 without control characters, or UTF-16 with a
+ * byte-order mark: FF FE would otherwise pass for an MPEG audio frame), then binary formats by
+ * the `file-type` package (which reads a zip's entries and an OOXML package's content types, so a
+ * zip is a .docx only when it says so), then the legacy Office compound files by their stream
+ * names (file-type only says "a compound file").
+ */
+export async function sniff(b: Uint8Array): Promise<MediaType | null> {
+  if (isUtf16Text(b)) return 'text/plain'
+  const found = await fileTypeFromBuffer(b).catch(() => undefined)
+  if (found) {
+    if (found.mime === 'application/x-cfb') return legacyOffice(b)
+    const type = FROM_FILE_TYPE[found.mime] ?? found.mime
+    if ((SUPPORTED_TYPES as readonly string[]).includes(type)) return type as MediaType
+    // a text format (XML, SVG, …) is still text: sent as a plain-text document
+    return isText(b) ? 'text/plain' : null
   }
   if (isText(b)) return 'text/plain'
+  return null
+}
+
+/** A legacy Office compound file, by the names of its streams (UTF-16LE). */
+function legacyOffice(b: Uint8Array): MediaType | null {
+  const u16 = (s: string) => Buffer.from(s, 'utf16le').toString('latin1')
+  if (contains(b, u16('WordDocument'))) return 'application/msword'
+  if (contains(b, u16('Workbook')) || contains(b, u16('Book'))) return 'application/vnd.ms-excel'
+  if (contains(b, u16('PowerPoint Document'))) return 'application/vnd.ms-powerpoint'
   return null
 }
 

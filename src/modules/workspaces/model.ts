@@ -7,6 +7,8 @@ export const DEFAULT_SETTINGS = {
   media: { retention_days: 30, max_bytes: 16 * 1024 * 1024, max_total_bytes: null as number | null },
   /** Days a message's content (body, attachments, rendered template) is kept; null = for good. */
   messages: { content_retention_days: null as number | null },
+  /** The country (ISO 3166 alpha-2) a contact import reads numbers without a + in; null = E.164 only. */
+  contacts: { default_country: null as string | null },
 }
 export type WorkspaceSettings = typeof DEFAULT_SETTINGS
 
@@ -43,6 +45,11 @@ export const patchWorkspaceBody = s.object({
       messages: s
         .object({
           content_retention_days: s.integer().range(1, 3650).nullable().optional().describe('Days a sent or received message keeps its body, attachments and rendered template; null = for good.'),
+        })
+        .optional(),
+      contacts: s
+        .object({
+          default_country: s.string().pattern(/^[A-Z]{2}$/, 'must be an ISO 3166 country code such as DE or US').nullable().optional().describe('The country a contact import reads phone numbers written without + in (030 1234567 → +49301234567); null = E.164 only.'),
         })
         .optional(),
     })

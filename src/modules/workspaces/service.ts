@@ -3,6 +3,7 @@ import type { Deps } from '../../deps'
 import type { AuditRepo } from '../audit/repo'
 import { notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
+import { isCountry } from '../../http/phone'
 import { DEFAULT_SETTINGS, type WorkspaceSettings } from './model'
 import { WorkspaceRepo, type WorkspaceRow } from './repo'
 
@@ -14,6 +15,7 @@ export interface PatchInput {
     message_allowance?: number | null
     media?: Partial<WorkspaceSettings['media']>
     messages?: { content_retention_days?: number | null }
+    contacts?: { default_country?: string | null }
   }
 }
 
@@ -66,6 +68,7 @@ export class WorkspaceService {
       message_allowance: stored.message_allowance === undefined ? DEFAULT_SETTINGS.message_allowance : stored.message_allowance,
       media: { ...DEFAULT_SETTINGS.media, ...stored.media },
       messages: { ...DEFAULT_SETTINGS.messages, ...stored.messages },
+      contacts: { ...DEFAULT_SETTINGS.contacts, ...stored.contacts },
     }
   }
 
@@ -137,6 +140,9 @@ export class WorkspaceService {
       }
       if (input.settings?.media) settings.media = { ...settings.media, ...defined(input.settings.media) }
       if (input.settings?.messages) settings.messages = { ...settings.messages, ...defined(input.settings.messages) }
+      const country = input.settings?.contacts?.default_country
+      if (typeof country === 'string' && !isCountry(country)) throw validationFailed({ 'settings.contacts.default_country': ['The settings.contacts.default_country field must be a country whose numbers are known, such as DE or US.'] })
+      if (input.settings?.contacts) settings.contacts = { ...settings.contacts, ...defined(input.settings.contacts) }
       const next: WorkspaceRow = {
         ...row,
         name: input.name ?? row.name,
