@@ -8,8 +8,10 @@
  * connection and campaign ids, never a phone number or a name.
  */
 import type { Database } from 'bun:sqlite'
+import { readFileSync, readdirSync } from 'node:fs'
 import { databaseOk } from './db/open'
 import { diskSpace } from './disk'
+import { NETWORK_CODE_PATTERN, OUTCOME_CODES } from './modules/messages/outcomes'
 import type { Services } from './services'
 import { VERSION } from './version'
 
@@ -23,6 +25,83 @@ export class ResponseCounts {
 
   *entries(): Generator<[number, number]> {
     for (let code = 100; code < 600; code++) if (this.counts[code]! > 0) yield [code, this.counts[code]!]
+  }
+}
+
+/** Upper bounds (seconds) of the request duration histogram's buckets. */
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+const CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const
+
+/**
+ * `http_request_duration_seconds` by route pattern and status class, kept as the request path
+ * goes: one array per route and class (bucket counts, then sum and count), found through one Map
+ * lookup by the route string. Routes are a fixed set (the pattern, never the path).
+ */
+export class RequestDurations {
+  private readonly routes = new Map<string, (Float64Array | undefined)[]>()
+
+  observe(route: string, status: number, seconds: number) {
+    let byClass = this.routes.get(route)
+    if (!byClass) {
+      // an unknown path is logged as one route; the table never grows past the routes there are
+      if (this.routes.size >= 500) return
+      this.routes.set(route, (byClass = []))
+    }
+    const cls = Math.floor(status / 100) - 1
+    if (cls < 0 || cls > 4) return
+    const h = (byClass[cls] ??= new Float64Array(DURATION_BUCKETS.length + 2))
+    let i = 0
+    while (i < DURATION_BUCKETS.length && seconds > DURATION_BUCKETS[i]!) i++
+    // (longer than the last bound: only +Inf, which is the count, holds it)
+    if (i < DURATION_BUCKETS.length) h[i]!++
+    h[DURATION_BUCKETS.length]! += seconds
+    h[DURATION_BUCKETS.length + 1]!++
+  }
+
+  /** The histogram's lines in the text format. */
+  lines(): string[] {
+    const out = ['# HELP http_request_duration_seconds Time from the request\'s first step (body parsing or authentication) to its response, by route pattern and status class.', '# TYPE http_request_duration_seconds histogram']
+    for (const [route, byClass] of this.routes) {
+      for (const [c, h] of byClass.entries()) {
+        if (!h) continue
+        const l = `route="${label(route)}",status="${CLASSES[c]}"`
+        let cumulative = 0
+        for (const [i, le] of DURATION_BUCKETS.entries()) {
+          cumulative += h[i]!
+          out.push(`http_request_duration_seconds_bucket{${l},le="${le}"} ${cumulative}`)
+        }
+        out.push(`http_request_duration_seconds_bucket{${l},le="+Inf"} ${h[DURATION_BUCKETS.length + 1]}`)
+        out.push(`http_request_duration_seconds_sum{${l}} ${h[DURATION_BUCKETS.length]}`)
+        out.push(`http_request_duration_seconds_count{${l}} ${h[DURATION_BUCKETS.length + 1]}`)
+      }
+    }
+    return out
+  }
+}
+
+/** The clamd VERSION answer's signature date (`ClamAV 1.4.6/27463/Mon Nov 24 08:35:13 2026`) in ms; null without one. */
+export function signatureTime(version: string): number | null {
+  const parts = version.replace(/\0+$/, '').trim().split('/')
+  if (parts.length < 3) return null
+  const t = Date.parse(parts.slice(2).join('/').trim())
+  return Number.isFinite(t) ? t : null
+}
+
+/** process_* (the names every Prometheus client library uses), read from /proc where Linux has it. */
+function processMetrics(out: Exposition, startedAt: number) {
+  const cpu = process.cpuUsage()
+  out.metric('process_cpu_seconds_total', 'counter', 'User and system CPU time spent, in seconds.', [[{}, (cpu.user + cpu.system) / 1e6]])
+  out.metric('process_resident_memory_bytes', 'gauge', 'Resident memory size in bytes.', [[{}, process.memoryUsage.rss()]])
+  out.metric('process_start_time_seconds', 'gauge', 'Start time of the process since the Unix epoch, in seconds.', [[{}, Math.round(startedAt / 1000)]])
+  try {
+    const status = readFileSync('/proc/self/status', 'utf8')
+    const vm = /^VmSize:\s+(\d+) kB/m.exec(status)
+    if (vm) out.metric('process_virtual_memory_bytes', 'gauge', 'Virtual memory size in bytes.', [[{}, Number(vm[1]) * 1024]])
+    out.metric('process_open_fds', 'gauge', 'Number of open file descriptors.', [[{}, readdirSync('/proc/self/fd').length]])
+    const max = /^Max open files\s+(\d+)/m.exec(readFileSync('/proc/self/limits', 'utf8'))
+    if (max) out.metric('process_max_fds', 'gauge', 'Maximum number of open file descriptors.', [[{}, Number(max[1])]])
+  } catch {
+    // not Linux: the portable ones above are there
   }
 }
 
@@ -43,6 +122,10 @@ class Exposition {
     }
   }
 
+  raw(lines: string[]) {
+    this.lines.push(...lines)
+  }
+
   text() {
     return `${this.lines.join('\n')}\n`
   }
@@ -56,6 +139,7 @@ export class Metrics {
     private readonly svc: Services,
     private readonly responses: ResponseCounts,
     private readonly probes: Record<string, () => Promise<boolean>>,
+    private readonly durations: RequestDurations = new RequestDurations(),
   ) {
     const db: Database = svc.deps.db
     this.sql = {
@@ -70,7 +154,22 @@ export class Metrics {
         "SELECT d.endpoint_id, e.workspace_id, COUNT(*) AS n FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id WHERE d.status = 'pending' GROUP BY d.endpoint_id ORDER BY d.endpoint_id",
       ),
       media: db.query<{ workspace_id: string; n: number }, [number]>('SELECT workspace_id, SUM(size) AS n FROM media WHERE expires_at > ? GROUP BY workspace_id ORDER BY workspace_id'),
+      outcomes: db.query<{ status: string; code: string; n: number }, []>('SELECT status, code, n FROM message_outcome_counts ORDER BY status, code'),
     }
+  }
+
+  /** The outcome counts, error codes Capstan documents kept apart, any other (a code given to a sandbox receipt) as `other`. */
+  private outcomes(): Sample[] {
+    const by = new Map<string, Sample>()
+    for (const r of this.sql.outcomes.all()) {
+      const code = r.status !== 'failed' ? '' : r.code in OUTCOME_CODES || NETWORK_CODE_PATTERN.test(r.code) ? r.code : 'other'
+      const key = `${r.status} ${code}`
+      const labels: Record<string, string> = r.status === 'failed' ? { status: r.status, code } : { status: r.status }
+      const sample: Sample = by.get(key) ?? [labels, 0]
+      sample[1] += r.n
+      by.set(key, sample)
+    }
+    return [...by.values()]
   }
 
   async render(): Promise<string> {
@@ -81,6 +180,16 @@ export class Metrics {
     out.metric('capstan_uptime_seconds', 'gauge', 'Seconds since this process started.', [[{}, Math.round((Date.now() - this.startedAt) / 1000)]])
     out.metric('capstan_resident_memory_bytes', 'gauge', 'Resident memory of this process.', [[{}, process.memoryUsage.rss()]])
     out.metric('capstan_http_responses_total', 'counter', 'HTTP responses sent since start, by status code.', [...this.responses.entries()].map(([code, n]) => [{ code: String(code) }, n]))
+    processMetrics(out, this.startedAt)
+    out.raw(this.durations.lines())
+    const counted = (map: Map<string, number>, name: string): Sample[] => [...map].sort().map(([k, n]) => [{ [name]: k }, n])
+    const events = svc.events
+    out.metric('capstan_webhook_attempts_total', 'counter', 'Webhook delivery attempts since start, by result (delivered: a 2xx; http_error: another status; timeout; connection_failed).', counted(events.webhookAttempts, 'result'))
+    out.metric('capstan_media_scans_total', 'counter', 'Uploads scanned by ClamAV since start, by verdict (clean, malware, too_large, unavailable).', counted(events.scans, 'verdict'))
+    out.metric('capstan_inbound_messages_total', 'counter', 'Inbound messages received since start, by network driver.', counted(events.inbound, 'driver'))
+    const version = await svc.media.scannerVersion().catch(() => null)
+    const signed = version === null ? null : signatureTime(version)
+    if (signed !== null) out.metric('capstan_clamav_signatures_age_seconds', 'gauge', 'Age of the ClamAV signature database clamd has loaded (from its VERSION answer): alert when freshclam stops updating it.', [[{}, Math.max(0, Math.round((Date.now() - signed) / 1000))]])
     const databaseUp = databaseOk(svc.deps.db)
     out.metric('capstan_database_up', 'gauge', 'Whether the database can be read (1) or not (0).', [[{}, databaseUp ? 1 : 0]])
     for (const [name, probe] of Object.entries(this.probes)) {
@@ -97,6 +206,7 @@ export class Metrics {
       out.metric('capstan_backup_failing', 'gauge', 'Whether the last automatic backup failed (1) or not (0).', [[{}, backup.state === 'failed' ? 1 : 0]])
     }
     if (!databaseUp) return out.text()
+    out.metric('capstan_message_outcomes_total', 'counter', 'Outbound messages that reached sent, delivered, read or failed (by error code; codes outside the documented table count as other), ever.', this.outcomes())
     out.metric('capstan_messages', 'gauge', 'Messages in the log, by workspace, direction and status.', sql.messages.all().map((r) => [{ workspace: r.workspace_id, direction: r.direction, status: r.status }, r.n]))
     const queued = new Map(sql.queued.all().map((r) => [r.connection_id, r.n]))
     const connections = svc.connections.all()

@@ -9,7 +9,7 @@ import { dashboardAdminRoutes } from './dashboard/admin-views'
 import { dashboardRoutes } from './dashboard/routes'
 import { databaseOk } from './db/open'
 import { diskSpace } from './disk'
-import { Metrics, ResponseCounts } from './metrics'
+import { Metrics, RequestDurations, ResponseCounts } from './metrics'
 import type { Scope } from './modules/keys/model'
 import { fileTooLarge } from './modules/media/service'
 import { docsUi } from './docs/ui'
@@ -78,14 +78,17 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const log = svc.log
   const webhookGuard = { failures: new WindowCounter(config.authFailLimit, config.rateWindowMs), clientIp: ipOf }
   const responses = new ResponseCounts()
-  const metrics = new Metrics(svc, responses, probes)
+  const durations = new RequestDurations()
+  const metrics = new Metrics(svc, responses, probes, durations)
   const fromProxy = clients.proxied ? (request: Request) => clients.viaProxy(request) : null
   const requestId = (request: Request, set: object) => requestIdOf(request, set, fromProxy)
   const logRequest = (request: Request, set: object, route: string, status: number, id: string) => {
     responses.add(status)
+    const note = peekNote(set)
+    if (note) durations.observe(route || UNMATCHED, status, (performance.now() - note.start) / 1000)
     if (!log.enabled('info')) return
     // the route's pattern, never the path: a path can hold a phone number (…/suppressions/{phone})
-    log.request(request.method, route || UNMATCHED, status, peekNote(set), id)
+    log.request(request.method, route || UNMATCHED, status, note, id)
   }
 
   const api = new Elysia({ prefix: '/api/v1' })

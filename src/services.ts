@@ -25,10 +25,13 @@ import { WebhookService } from './modules/webhooks/service'
 import { WorkspaceService } from './modules/workspaces/service'
 import { type Timers, Pacer, realTimers } from './scheduler/pacer'
 import type { SecretBox } from './secrets'
+import { EventCounters } from './counters'
 
 export interface Services {
   deps: Deps
   log: Logger
+  /** What happened since start (webhook attempts, scans, inbound messages), for /metrics. */
+  events: EventCounters
   workspaces: WorkspaceService
   keys: KeyService
   audit: AuditRepo
@@ -85,6 +88,10 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   messageRetention.onContentExpired = (workspaceId, cutoff) => connections.forgetContentBefore(workspaceId, cutoff)
   messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
   messages.onDriverBug = (row, e) => log.error('network driver failed unexpectedly; the message fails as driver_error', { message_id: row.id, error: String((e as Error)?.stack ?? e) })
+  const events = new EventCounters()
+  webhooks.onAttempt = (result) => EventCounters.bump(events.webhookAttempts, result)
+  media.onScan = (verdict) => EventCounters.bump(events.scans, verdict)
+  messages.onInbound = (driver) => EventCounters.bump(events.inbound, driver)
   connections.onChange = (id) => pacer.wake(id)
   connections.onStatusChangedInTx = (row, from) => webhooks.enqueueInTx(row.workspace_id, 'connection.status_changed', connections.toEvent(row, from))
   workspaces.onChange = (id) => {
@@ -95,6 +102,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   return {
     deps,
     log,
+    events,
     workspaces,
     keys: new KeyService(deps, workspaces, audit),
     audit,

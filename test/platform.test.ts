@@ -8,7 +8,7 @@ import { startCheckpointer } from '../src/db/checkpoint'
 import { emptyWal, openDatabase } from '../src/db/open'
 import { Logger } from '../src/http/log'
 import { loadDotEnv } from '../src/main'
-import { Metrics, ResponseCounts } from '../src/metrics'
+import { Metrics, RequestDurations, ResponseCounts, signatureTime } from '../src/metrics'
 import { inProcess } from './support/inproc'
 import { databaseAtSchema } from './support/schema'
 import { ADMIN_TOKEN, TestServer, freePort, hostEnv, newPhone } from './support/server'
@@ -148,12 +148,57 @@ describe('metrics', () => {
       expect(lines.find((l) => l.startsWith('capstan_http_responses_total{code="202"}'))).toBe('capstan_http_responses_total{code="202"} 3')
       expect(lines.find((l) => l.startsWith('capstan_disk_free_bytes '))).toMatch(/^capstan_disk_free_bytes \d+$/)
       // every sample line is "name{labels} number" or "name number"; no phone number anywhere
-      for (const line of lines.filter((l) => l && !l.startsWith('#'))) expect(line).toMatch(/^capstan_[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?\d+(\.\d+)?$/)
+      for (const line of lines.filter((l) => l && !l.startsWith('#'))) expect(line).toMatch(/^(capstan|process|http)_[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?\d+(\.\d+)?(e-?\d+)?$/)
+      // the request histogram by route pattern and status class: three 202s on POST /messages
+      expect(lines).toContain('# TYPE http_request_duration_seconds histogram')
+      expect(lines).toContain('http_request_duration_seconds_count{route="/api/v1/messages",status="2xx"} 3')
+      expect(lines).toContain('http_request_duration_seconds_bucket{route="/api/v1/messages",status="2xx",le="+Inf"} 3')
+      expect(lines.find((l) => l.startsWith('http_request_duration_seconds_count{route="/api/v1/messages/:id",status="4xx"}'))).toBe('http_request_duration_seconds_count{route="/api/v1/messages/:id",status="4xx"} 1')
+      for (const name of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'process_start_time_seconds', 'process_open_fds', 'process_max_fds', 'process_virtual_memory_bytes']) expect(lines.some((l) => l.startsWith(`${name} `))).toBe(true)
+      expect(lines).toContain('capstan_message_outcomes_total{status="sent"} 1')
+      // counters that only go up: a failure receipt with a code of the operator's (counted as other),
+      // an inbound message, an upload refused while the scanner is down, the dead receiver's attempts
+      const sent = (await m.api(t.key, 'GET', '/messages?status=sent')).json.data[0]
+      expect((await m.admin('POST', `/messages/${sent.id}/sandbox/receipt`, { status: 'failed', error: { code: 'made_up_by_hand' } })).status).toBe(200)
+      expect((await m.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: newPhone(), body: 'hello' })).status).toBe(201)
+      const fd = new FormData()
+      fd.set('file', new File([Buffer.from('%PDF-1.4\n')], 'a.pdf'))
+      expect((await m.api(t.key, 'POST', '/media', { multipart: fd })).status).toBe(503)
+      const later = await waitFor(async () => {
+        const body = await read()
+        return body.includes('capstan_webhook_attempts_total{result="connection_failed"}') ? body.split('\n') : null
+      })
+      for (const line of ['capstan_message_outcomes_total{status="failed",code="other"} 1', 'capstan_inbound_messages_total{driver="sandbox"} 1', 'capstan_media_scans_total{verdict="unavailable"} 1', '# TYPE capstan_message_outcomes_total counter']) expect(later).toContain(line)
+      // without a signature database date (the scanner is down) there is no age to report
+      expect(later.some((l) => l.startsWith('capstan_clamav_signatures_age_seconds'))).toBe(false)
       expect(text).not.toContain(ada)
       expect(text).not.toContain(conn.phone)
     } finally {
       await m.close()
     }
+  })
+})
+
+describe('metrics helpers', () => {
+  test('the ClamAV signature date is read from clamd\'s VERSION answer; an answer without one gives none', () => {
+    expect(signatureTime('ClamAV 1.4.6/27463/Mon Nov 24 08:35:13 2026')).toBe(new Date(2026, 10, 24, 8, 35, 13).getTime())
+    expect(signatureTime('ClamAV 1.4.6/27463/Mon Nov 24 08:35:13 2026\0')).toBe(new Date(2026, 10, 24, 8, 35, 13).getTime())
+    expect(signatureTime('ClamAV 1.4.6')).toBeNull()
+    expect(signatureTime('ClamAV 1.4.6/27463/garbage')).toBeNull()
+  })
+
+  test('the request histogram counts each observation in its bucket and every one above', () => {
+    const d = new RequestDurations()
+    for (const s of [0.001, 0.02, 0.02, 3, 20]) d.observe('/api/v1/workspace', 200, s)
+    d.observe('/api/v1/workspace', 503, 0.2)
+    const lines = d.lines()
+    expect(lines).toContain('http_request_duration_seconds_bucket{route="/api/v1/workspace",status="2xx",le="0.005"} 1')
+    expect(lines).toContain('http_request_duration_seconds_bucket{route="/api/v1/workspace",status="2xx",le="0.025"} 3')
+    expect(lines).toContain('http_request_duration_seconds_bucket{route="/api/v1/workspace",status="2xx",le="5"} 4')
+    expect(lines).toContain('http_request_duration_seconds_bucket{route="/api/v1/workspace",status="2xx",le="10"} 4')
+    expect(lines).toContain('http_request_duration_seconds_bucket{route="/api/v1/workspace",status="2xx",le="+Inf"} 5')
+    expect(lines).toContain('http_request_duration_seconds_count{route="/api/v1/workspace",status="5xx"} 1')
+    expect(Number(lines.find((l) => l.startsWith('http_request_duration_seconds_sum{route="/api/v1/workspace",status="2xx"}'))!.split(' ')[1])).toBeCloseTo(23.041, 9)
   })
 })
 

@@ -17,6 +17,8 @@ export class ScanTooLarge extends Error {}
 export interface Scanner {
   scan(bytes: Uint8Array): Promise<ScanResult>
   ping(): Promise<boolean>
+  /** The daemon's VERSION answer: `ClamAV 1.4.6/27463/Mon Nov 24 08:35:13 2026` (engine/signature database/its date). */
+  version(): Promise<string>
 }
 
 const CHUNK = 64 * 1024
@@ -106,6 +108,10 @@ export class ClamdScanner implements Scanner {
     } catch {
       return false
     }
+  }
+
+  async version(): Promise<string> {
+    return (await this.exchange((w) => w(Buffer.from('zVERSION\0')))).trim()
   }
 
   async scan(bytes: Uint8Array): Promise<ScanResult> {

@@ -53,6 +53,14 @@ export class MediaService {
     return this.scanner.ping()
   }
 
+  /** clamd's VERSION answer (its signature database and that database's date). */
+  scannerVersion() {
+    return this.scanner.version()
+  }
+
+  /** Each scan's verdict, for /metrics: clean, malware, too_large or unavailable. */
+  onScan: (verdict: 'clean' | 'malware' | 'too_large' | 'unavailable') => void = () => {}
+
   /** The largest file the workspace takes, in bytes (its media max_bytes). */
   maxFileBytes(ws: WorkspaceRow): number {
     return this.workspaces.settings(ws).media.max_bytes
@@ -94,10 +102,12 @@ export class MediaService {
       verdict = await this.scanner.scan(bytes)
     } catch (e) {
       if (e instanceof ScannerUnavailable) {
+        this.onScan('unavailable')
         this.log.warn('malware scanner unavailable', { reason: e.message })
         throw scannerUnavailable()
       }
       if (e instanceof ScanTooLarge) {
+        this.onScan('too_large')
         // the scanner is fine; the file is longer than it is set to take: a file it cannot scan is
         // refused like one over the workspace's limit (the operator's fix is in the log line)
         this.log.warn("upload refused: longer than the malware scanner takes; raise StreamMaxLength in clamd.conf or lower the workspace's media max_bytes", { workspace_id: workspaceId, size: bytes.length })
@@ -105,6 +115,7 @@ export class MediaService {
       }
       throw e
     }
+    this.onScan(verdict.clean ? 'clean' : 'malware')
     if (!verdict.clean) {
       this.log.warn('upload refused: malware detected', { workspace_id: workspaceId, signature: verdict.signature })
       throw refused('malware_detected', 'The file was refused because malware was detected in it.')

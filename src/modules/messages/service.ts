@@ -399,7 +399,13 @@ export class MessageService {
     const file = extra.file
     let row: MessageRow | undefined
     try {
-      row = await this.deps.writer.write(() => this.inboundInTx(live, from, body, extra))
+      let fresh = false
+      row = await this.deps.writer.write(() => {
+        const r = this.inboundInTx(live, from, body, extra)
+        fresh = r.seq === 0 // (one logged before is read back with its place in the log)
+        return r
+      })
+      if (fresh) this.onInbound(live.row.driver)
       return row
     } finally {
       // a message logged before (the same external id) keeps what it had: this copy's file goes
@@ -548,6 +554,8 @@ export class MessageService {
   }
 
   onDispatchError: (e: unknown) => void = () => {}
+  /** An inbound message was logged (not a duplicate of one logged before), for /metrics. */
+  onInbound: (driver: string) => void = () => {}
   /** A driver threw something other than a DriverError (a bug): the message fails as driver_error. */
   onDriverBug: (row: MessageRow, e: unknown) => void = () => {}
   /** Why a queued group message may no longer leave (set by the groups module). */

@@ -446,6 +446,9 @@ export class WebhookService {
     )
   }
 
+  /** Each delivery attempt's result, for /metrics. */
+  onAttempt: (result: 'delivered' | 'http_error' | 'timeout' | 'connection_failed') => void = () => {}
+
   private async attempt(d: DeliveryRow) {
     const endpoint = this.repo.endpoint(d.endpoint_id)
     if (!endpoint || endpoint.status !== 'active') {
@@ -472,6 +475,7 @@ export class WebhookService {
       })
       code = res.status
       await res.body?.cancel().catch(() => {})
+      this.onAttempt(res.status >= 200 && res.status < 300 ? 'delivered' : 'http_error')
       if (res.status >= 200 && res.status < 300) {
         const now = this.deps.clock.now()
         await this.record(() => {
@@ -482,7 +486,9 @@ export class WebhookService {
       }
       error = `HTTP ${res.status}`
     } catch (e) {
-      error = (e as Error).name === 'TimeoutError' ? 'timed out after 15 s' : 'connection failed'
+      const timedOut = (e as Error).name === 'TimeoutError'
+      this.onAttempt(timedOut ? 'timeout' : 'connection_failed')
+      error = timedOut ? 'timed out after 15 s' : 'connection failed'
     }
     const now = this.deps.clock.now()
     await this.record(() => {
