@@ -44,7 +44,8 @@ export async function serve() {
   const lock = lockOrExit(config.dataDir)
   const box = secretBoxOrExit(config)
   const log = new Logger(config.logLevel)
-  const { db, applied } = databaseOrExit(config.dbPath)
+  const { db, applied, fullDisk } = databaseOrExit(config.dbPath)
+  if (fullDisk) log.error('the disk of the data directory is full: the database is opened for this process alone (no checkpointer thread, no backups) until Capstan is restarted with room on the disk', { data_dir: config.dataDir })
   const admin = resolveAdminToken(db, config.adminToken)
   if (admin.generated) {
     process.stdout.write(`Capstan admin token (shown once; only its hash is stored): ${admin.generated}\n`)
@@ -55,7 +56,7 @@ export async function serve() {
   const unexpected = (e: unknown) => log.error('background task failed', { error: String((e as Error)?.stack ?? e) })
   process.on('uncaughtException', unexpected)
   process.on('unhandledRejection', unexpected)
-  const checkpointer = config.walCheckpointer ? startCheckpointer(config.dbPath, log) : null
+  const checkpointer = config.walCheckpointer && !fullDisk ? startCheckpointer(config.dbPath, log) : null
   const deps = { config, db, writer: new Writer(db), clock: systemClock }
   const svc = buildServices(deps, log, box)
   await startServices(svc)

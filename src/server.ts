@@ -240,8 +240,13 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
         // likewise: automatic backups that fail or fall behind (when they are configured)
         const backup = svc.backups.status()
         if (backup.state !== 'off') checks.backup = { state: backup.state, last_success_at: backup.last_success_at }
-        if (!database) set.status = 503
-        return { status: database ? 'ok' : 'unavailable', ...checks }
+        // started on a full disk: reads are served, but nothing is sent until the start-up's
+        // writes are done (they are tried again every few seconds)
+        const startup = svc.startup.state
+        if (startup === 'storage_full') checks.storage = { state: 'full', reason: "The data directory's disk is full: writes are refused with 507 and nothing is sent until there is room; Capstan recovers by itself." }
+        const ready = database && startup !== 'storage_full'
+        if (!ready) set.status = 503
+        return { status: ready ? 'ok' : 'unavailable', ...checks }
       },
       { detail: hidden },
     )

@@ -26,12 +26,15 @@ import { WorkspaceService } from './modules/workspaces/service'
 import { type Timers, Pacer, realTimers } from './scheduler/pacer'
 import type { SecretBox } from './secrets'
 import { EventCounters } from './counters'
+import { noRoom } from './db/open'
 
 export interface Services {
   deps: Deps
   log: Logger
   /** What happened since start (webhook attempts, scans, inbound messages), for /metrics. */
   events: EventCounters
+  /** Whether the start-up's writes are done (see startServices). */
+  startup: StartupState
   workspaces: WorkspaceService
   keys: KeyService
   audit: AuditRepo
@@ -103,6 +106,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     deps,
     log,
     events,
+    startup: { state: 'starting', retry: null },
     workspaces,
     keys: new KeyService(deps, workspaces, audit),
     audit,
@@ -126,12 +130,29 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   }
 }
 
+/** Whether the start-up's writes are done: `storage_full` while they wait for room on the disk. */
+export interface StartupState {
+  state: 'starting' | 'ready' | 'storage_full'
+  /** The next try of the start-up's writes, while the disk is full. */
+  retry: Timer | null
+}
+
+/** How often a start on a full disk tries its writes again. */
+export const STARTUP_RETRY_MS = 5_000
+
 /**
  * Start the background parts in a safe order: numbers and their drivers, then crash recovery
  * (interrupted sends are settled before anything new is released), then the pacer and webhooks.
+ *
+ * On a full disk the recovery's writes fail: the server then serves what it can — reads, and 507
+ * for writes — with `svc.startup.state` `storage_full` (readiness says why), and tries the
+ * recovery again every STARTUP_RETRY_MS; once it is written, the pacer and webhooks start as usual.
  */
-export async function startServices(svc: Services) {
-  await svc.media.store.init()
+export async function startServices(svc: Services, retryMs = STARTUP_RETRY_MS) {
+  // (a directory the full disk has no room for is made by the recovery below, when it can be)
+  await svc.media.store.init().catch((e) => {
+    if (!noRoom(e)) throw e
+  })
   // what a network reports is written even while writes fail for a while (a full disk): kept and
   // tried again (see persist) until it is, or until the server stops
   const keep = (what: string, write: () => Promise<unknown>) =>
@@ -143,19 +164,58 @@ export async function startServices(svc: Services) {
     inbound: (connectionId, from, body) => keep('inbound message', () => svc.messages.inbound(connectionId, from, body)),
     marketingStopped: (connectionId, phone, source) => keep('consent change', () => svc.messages.marketingStopped(connectionId, phone, source)),
   })
+  try {
+    await recoverAtStart(svc)
+  } catch (e) {
+    if (!noRoom(e)) throw e
+    svc.startup.state = 'storage_full'
+    svc.log.error('started on a full disk: reads are served, writes are refused with 507 and nothing is sent until there is room; trying again every few seconds', { data_dir: svc.deps.config.dataDir })
+    const again = () => {
+      svc.startup.retry = setTimeout(async () => {
+        svc.startup.retry = null
+        if (svc.connections.stopped) return
+        try {
+          await recoverAtStart(svc)
+        } catch (e) {
+          if (!noRoom(e)) svc.log.error('start-up recovery failed; trying again', { error: String((e as Error)?.message ?? e) })
+          return again()
+        }
+        if (svc.connections.stopped) return
+        runBackground(svc)
+        svc.log.info('there is room on the disk again: recovery done, sending resumed')
+      }, retryMs)
+    }
+    again()
+    return
+  }
+  runBackground(svc)
+}
+
+/** The start-up's writes: settle what a crash left, then what expired while the server was down. */
+async function recoverAtStart(svc: Services) {
+  // one write whatever there is to recover: a start on a full disk finds out here, not at the
+  // first request or send
+  await svc.deps.writer.write(() => svc.deps.db.query("INSERT INTO system_settings (name, value) VALUES ('started_at', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value").run(new Date(svc.deps.clock.now()).toISOString()))
+  await svc.media.store.init({ keepTemp: true })
   await svc.messages.recoverInterrupted()
   // after a restore: erasures recorded since that backup was made are done again, before anything is sent or served
   await svc.eraser.reapply()
   await svc.messages.expireQueued()
   await svc.messages.failQueuedOfRemoved((id) => !svc.connections.has(id))
   await svc.media.purgeExpired()
+}
+
+function runBackground(svc: Services) {
   svc.pacer.start(svc.campaigns.repo.connectionsWithRunning())
   svc.campaigns.armAll()
   svc.campaigns.resumeWhereRoom()
   svc.webhooks.start()
+  svc.startup.state = 'ready'
 }
 
 export function stopServices(svc: Services) {
+  if (svc.startup.retry) clearTimeout(svc.startup.retry)
+  svc.startup.retry = null
   svc.campaigns.stop()
   svc.pacer.stop()
   svc.webhooks.stop()

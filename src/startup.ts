@@ -5,7 +5,8 @@
 import type { Database } from 'bun:sqlite'
 import { type Config, ConfigError, loadConfig } from './config'
 import { DataDirLocked, lockDataDir } from './db/lock'
-import { migrate, openDatabase } from './db/open'
+import { existsSync } from 'node:fs'
+import { LATEST_SCHEMA, migrate, noRoom, openDatabase, schemaVersion } from './db/open'
 import { SecretBox } from './secrets'
 
 export function fail(message: string): never {
@@ -44,13 +45,25 @@ export function lockOrExit(dataDir: string) {
  * The database, opened and migrated, or one line and exit 2: a file that is not a database, one
  * that cannot be written, or one migrated by a newer Capstan (nothing is changed in any of them).
  */
-export function databaseOrExit(path: string) {
+export function databaseOrExit(path: string): { db: Database; applied: number[]; fullDisk: boolean } {
   let db: Database | null = null
   try {
     db = openDatabase(path)
-    return { db, applied: migrate(db) }
+    return { db, applied: migrate(db), fullDisk: false }
   } catch (e) {
     db?.close()
+    db = null
+    // a disk with no room for the WAL's index: opened for this process alone, to serve reads (a
+    // database that still needs migrations cannot be used so, and stops the start as before)
+    if (noRoom(e) && existsSync(path)) {
+      try {
+        db = openDatabase(path, { exclusive: true })
+        if (schemaVersion(db) === LATEST_SCHEMA) return { db, applied: [], fullDisk: true }
+      } catch {
+        // reported below, as the first failure
+      }
+      db?.close()
+    }
     fail(`cannot open the database ${path}: ${reasonOf(e)}`)
   }
 }

@@ -131,6 +131,50 @@ describe('disk full', () => {
     }
   }, 30_000)
 
+  test('a start on a full disk serves reads, refuses writes with 507 and says why in /readyz; once there is room it recovers by itself and sends', async () => {
+    const dataDir = join(tmpdir(), `capstan-fullstart-${crypto.randomUUID()}`)
+    mountTmpfs(dataDir, '4m')
+    mounted = dataDir
+    let srv: TestServer | null = null
+    try {
+      srv = await TestServer.start({ dataDir })
+      const t = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1333'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null } })).json.data
+      const ada = newPhone()
+      expect((await srv.api(t.key, 'POST', '/contacts', { json: { phone: ada, name: 'Ada' } })).status).toBe(201)
+      // a clean stop: the WAL and its index are gone, and the next start has to make them anew
+      await srv.stop()
+      expect(existsSync(join(dataDir, 'capstan.db-shm'))).toBe(false)
+      Bun.spawnSync(['dd', 'if=/dev/zero', `of=${join(dataDir, 'filler')}`, 'bs=64k'])
+      await srv.boot()
+      const ready = await srv.request('GET', '/readyz')
+      expect([ready.status, ready.json.status, ready.json.database, ready.json.storage?.state]).toEqual([503, 'unavailable', 'ok', 'full'])
+      expect(ready.json.storage.reason).toContain('disk is full')
+      // reads are served: the API, the admin API, the dashboard
+      expect((await srv.api(t.key, 'GET', `/contacts?phone=${encodeURIComponent(ada)}`)).json.data.map((c: any) => c.name)).toEqual(['Ada'])
+      expect((await srv.admin('GET', `/workspaces/${t.ws.id}`)).status).toBe(200)
+      expect((await srv.request('GET', '/admin')).status).toBe(200)
+      // writes are refused whole
+      const refused = await srv.api(t.key, 'POST', '/contacts', { json: { phone: newPhone() } })
+      expect([refused.status, refused.json.code]).toEqual([507, 'storage_full'])
+      expect(srv.output).toContain('started on a full disk')
+      // room again: it recovers without a restart and sends
+      rmSync(join(dataDir, 'filler'))
+      await waitFor(async () => (await srv!.request('GET', '/readyz')).status === 200, 20_000)
+      expect((await srv.api(t.key, 'POST', '/contacts', { json: { phone: newPhone() } })).status).toBe(201)
+      const sent = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: ada, body: 'back again' } })
+      expect(sent.status).toBe(202)
+      await waitFor(async () => (await srv!.api(t.key, 'GET', `/messages/${sent.json.data.id}`)).json.data.status === 'sent', 20_000)
+      expect(srv.output).not.toContain('"request failed"')
+    } finally {
+      await srv?.close()
+      unmount(dataDir)
+      mounted = ''
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+  }, 60_000)
+
   test('the sandbox record of sends on a full disk: a send it could not write is refused, no line is left broken, and every send it took is found again', async () => {
     const dir = join(tmpdir(), `capstan-ledger-${crypto.randomUUID()}`)
     mountTmpfs(dir, '64k')

@@ -23,20 +23,34 @@ export class DataDirLocked extends Error {}
 export function lockDataDir(dataDir: string): { release(): void } {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 })
   const db = new Database(join(dataDir, 'capstan.lock'), { create: true })
+  const busy = (e: unknown) => (e as { code?: string }).code === 'SQLITE_BUSY'
+  const locked = () => new DataDirLocked(`${dataDir} is in use by another Capstan process (serve, migrate or restore)`)
   try {
     db.run('PRAGMA busy_timeout = 0')
     // in exclusive locking mode the lock taken by a write is kept until the connection closes
     db.run('PRAGMA locking_mode = EXCLUSIVE')
     db.run('BEGIN EXCLUSIVE')
+  } catch (e) {
+    db.close()
+    // busy is the other process's lock; anything else (a read-only directory or file) is not
+    if (busy(e)) throw locked()
+    throw e
+  }
+  try {
     db.run('CREATE TABLE IF NOT EXISTS holder (pid INTEGER NOT NULL, since INTEGER NOT NULL)')
     db.run('DELETE FROM holder')
     db.run('INSERT INTO holder (pid, since) VALUES (?, ?)', [process.pid, Date.now()])
     db.run('COMMIT')
-  } catch (e) {
-    db.close()
-    // busy is the other process's lock; anything else (a read-only directory or file) is not
-    if ((e as { code?: string }).code === 'SQLITE_BUSY') throw new DataDirLocked(`${dataDir} is in use by another Capstan process (serve, migrate or restore)`)
-    throw e
+  } catch {
+    // the holder row could not be written (a full disk): the lock needs no write — the
+    // exclusive transaction, taken again and never ended, holds it as long as the process runs
+    try {
+      if (!db.inTransaction) db.run('BEGIN EXCLUSIVE')
+    } catch (e) {
+      db.close()
+      if (busy(e)) throw locked()
+      throw e
+    }
   }
   return { release: () => db.close() }
 }

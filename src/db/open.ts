@@ -8,11 +8,27 @@ import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { MIGRATIONS } from './migrations'
 
-/** Open (creating if needed) the SQLite file with Capstan's pragmas. */
-export function openDatabase(path: string): Database {
+/**
+ * Open (creating if needed) the SQLite file with Capstan's pragmas. `exclusive`: for a start on a
+ * full disk, where the WAL's shared-memory index (`capstan.db-shm`) cannot be made — this one
+ * connection then keeps that index in its own memory, and no other process or thread can open the
+ * database while it runs (no checkpointer thread, no backup).
+ */
+export function openDatabase(path: string, { exclusive = false } = {}): Database {
   mkdirSync(dirname(path), { recursive: true, mode: 0o700 })
   const db = new Database(path, { create: true, strict: true })
+  try {
+    setPragmas(db, exclusive)
+  } catch (e) {
+    db.close()
+    throw e
+  }
+  return db
+}
+
+function setPragmas(db: Database, exclusive: boolean) {
   db.run('PRAGMA busy_timeout = 5000')
+  if (exclusive) db.run('PRAGMA locking_mode = EXCLUSIVE')
   db.run('PRAGMA journal_mode = WAL')
   // FULL: a commit is fsynced before it returns, so a 201/202 is only sent for durable writes.
   db.run('PRAGMA synchronous = FULL')
@@ -26,7 +42,12 @@ export function openDatabase(path: string): Database {
   // index pages are rewritten again and again, and a rarer checkpoint copies each of them once
   // (measured: ~7% more sends per second; bench/messages.ts post).
   db.run('PRAGMA wal_autocheckpoint = 10000')
-  return db
+}
+
+/** Whether an error means the disk has no room: SQLite's, or the system's (ENOSPC, EDQUOT). */
+export function noRoom(e: unknown): boolean {
+  const code = String((e as { code?: unknown } | null)?.code ?? '')
+  return code === 'SQLITE_FULL' || code.startsWith('SQLITE_IOERR') || code === 'ENOSPC' || code === 'EDQUOT'
 }
 
 /** Whether the database answers a query (readiness and metrics). */

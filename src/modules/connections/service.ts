@@ -85,7 +85,12 @@ export class ConnectionService {
     const stored = JSON.parse(row.config) as Config
     if (!(DRIVERS[row.driver]?.secretFields ?? []).some((f) => typeof stored[f] === 'string')) return row
     const next = { ...row, config: this.seal(row.driver, this.open(row)) }
-    this.deps.writer.now(() => this.repo.update(next))
+    try {
+      this.deps.writer.now(() => this.repo.update(next))
+    } catch {
+      // no room to write it (a full disk): sealed at a later start
+      return row
+    }
     return next
   }
 

@@ -16,9 +16,9 @@ export class MediaStore {
     this.tmp = join(root, 'tmp')
   }
 
-  /** Create the folders and remove temp files a crash may have left. */
-  async init() {
-    await rm(this.tmp, { recursive: true, force: true })
+  /** Create the folders and remove temp files a crash may have left (`keepTemp`: only create them). */
+  async init({ keepTemp = false } = {}) {
+    if (!keepTemp) await rm(this.tmp, { recursive: true, force: true })
     await mkdir(this.tmp, { recursive: true, mode: 0o700 })
   }
 
