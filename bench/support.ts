@@ -68,12 +68,13 @@ export async function startBareInsert(gather = false) {
   }
 }
 
-export async function startCapstan(env: Record<string, string> = {}) {
+/** A Capstan server on a temp data dir, run from `root` (this checkout unless another is given, for a paired run against an older commit). */
+export async function startCapstan(env: Record<string, string> = {}, root = ROOT) {
   const port = await freePort()
   const dir = mkdtempSync(join(tmpdir(), 'capstan-bench-'))
   const clean = hostEnv()
-  const proc = Bun.spawn(['bun', join(ROOT, 'src/main.ts'), 'serve'], {
-    cwd: ROOT,
+  const proc = Bun.spawn(['bun', join(root, 'src/main.ts'), 'serve'], {
+    cwd: root,
     env: {
       ...clean,
       CAPSTAN_HOST: '127.0.0.1',

@@ -46,7 +46,7 @@ describe('crash test', () => {
       const worker = async (w: number) => {
         while (running) {
           const i = n++
-          const body = { connection_id: conns[i % conns.length], recipient: `+1777${String(w).padStart(2, '0')}${String(i).padStart(6, '0')}`, body: `load ${i}` }
+          const body = { connection_id: conns[i % conns.length], recipient: `+1777${String(w).padStart(2, '0')}${String(i % 100_000).padStart(5, '0')}`, body: `load ${i}` }
           const key = i % 2 === 0 ? `crash-${w}-${i}` : undefined
           for (let attempt = 0; ; attempt++) {
             try {
