@@ -173,6 +173,8 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: 
         ...SECURITY_HEADERS,
         'x-ratelimit-limit': limitHeader,
         'x-ratelimit-remaining': String(left > 0 ? left : 0),
+        // filled in as the response is mapped (server.ts); named here so the object keeps one shape
+        'x-request-id': '',
       } as typeof set.headers
       if (left < 0) throw rateLimited()
       if (!found.key.scopes.has(scope)) throw insufficientScope()
