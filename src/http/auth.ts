@@ -204,5 +204,5 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: 
   })
   // the body-parsing step (server.ts) is not a route of this plugin: it gets the checks as such —
   // the early one, and a route's full one for refusing a body it will not read
-  return Object.assign(plugin, { admitBody, resolveCaller, checkMetricsToken, failed })
+  return Object.assign(plugin, { admitBody, resolveCaller, checkMetricsToken })
 }

@@ -15,6 +15,7 @@ import type { WorkspaceService } from '../workspaces/service'
 import { MediaRepo, type MediaRow } from './repo'
 import { cleanFilename, sniff } from './sniff'
 import type { MediaStore } from './store'
+import { noRoom } from '../../db/open'
 
 const DAY = 86_400_000
 
@@ -127,8 +128,7 @@ export class MediaService {
       await this.store.put(blob, bytes)
     } catch (e) {
       this.pending.remove(blob)
-      const code = (e as NodeJS.ErrnoException)?.code
-      if (code === 'ENOSPC' || code === 'EDQUOT') {
+      if (noRoom(e)) {
         this.log.error('media store full', { workspace_id: workspaceId })
         throw new ApiError(507, 'storage_full', 'The media store is full; the file was not stored.')
       }
