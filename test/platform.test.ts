@@ -759,3 +759,26 @@ describe('checkpoints off the event loop', () => {
     }
   })
 })
+
+describe('the compiled binary', () => {
+  test("stack traces from a build made with package.json's build flags name the src/ file and line", async () => {
+    // the same `bun build --compile …` flags as `bun run build`, on a small entry that fails inside
+    // src/config.ts: without --sourcemap the frames would read /$bunfs/root/<binary>:<line>
+    const script = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { build: string } }).scripts.build
+    const flags = script.split(/\s+/).filter((w) => w.startsWith('--') && w !== '--outfile')
+    expect(flags).toContain('--sourcemap')
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-build-'))
+    try {
+      writeFileSync(join(dir, 'entry.ts'), `import { loadConfig } from ${JSON.stringify(join(ROOT, 'src/config.ts'))}\ntry { loadConfig({ CAPSTAN_PORT: 'x' }) } catch (e) { console.log((e as Error).stack) }\n`)
+      const build = Bun.spawnSync(['bun', 'build', ...flags, join(dir, 'entry.ts'), '--outfile', join(dir, 'probe')], { cwd: ROOT, stderr: 'pipe' })
+      expect(build.exitCode).toBe(0)
+      const run = Bun.spawnSync([join(dir, 'probe')], { cwd: dir, stdout: 'pipe' })
+      const stack = run.stdout.toString()
+      expect(stack).toContain('CAPSTAN_PORT must be a whole number')
+      expect(stack).toMatch(/at loadConfig \(\S*src\/config\.ts:\d+:\d+\)/)
+      expect(stack).not.toContain('$bunfs')
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})
