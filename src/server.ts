@@ -16,6 +16,7 @@ import { docsUi } from './docs/ui'
 import { handleCloudApiWebhook } from './network/cloud-api-webhook'
 import { parseBody, TOO_LARGE } from './http/body'
 import { SECURITY_HEADERS, SIGN_IN, authPlugin } from './http/auth'
+import { AllowedMethods, methodNotAllowed } from './http/methods'
 import { ClientAddresses } from './http/client'
 import { ipRanges } from './http/ip-ranges'
 import { WindowCounter } from './http/limits'
@@ -116,10 +117,14 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   // every route, and everything it could do has a cheaper place below.
   // reusePort off (Elysia turns it on): a second Capstan started on the same port must fail, not
   // silently share the port and split the traffic between two processes and two databases.
+  const allowed = new AllowedMethods(() => root?.routes ?? [])
   root = new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes * 2, idleTimeout: 30, reusePort: false, development: false } })
   return root
     .onError(({ code, error, set, request, route }) => {
-      const { status, body } = toErrorResponse(error, code)
+      // a known path asked with a method it does not answer: 405 naming the ones it does
+      const allow = code === 'NOT_FOUND' ? allowed.of(new URL(request.url).pathname) : []
+      const { status, body } = allow.length ? { status: 405, body: methodNotAllowed().toBody() } : toErrorResponse(error, code)
+      if (allow.length) set.headers['allow'] = allow.join(', ')
       if (status === 500) svc.log.error('request failed', { method: request.method, route: route || UNMATCHED, request_id: requestId(request, set), error: String((error as Error)?.stack ?? error) })
       else if (diskFull(error)) svc.log.error('request refused: the disk of the data directory is full', { method: request.method, route: route || UNMATCHED, request_id: requestId(request, set) })
       set.status = status

@@ -97,6 +97,26 @@ describe('health and docs', () => {
     const r = await srv.request('GET', '/api/v1/nothing-here')
     expect(r.status).toBe(404)
     expect(r.json.code).toBe('not_found')
+    expect((await srv.request('DELETE', '/api/v1/nothing-here')).status).toBe(404)
+  })
+
+  test('a known path asked with a method it does not answer is 405 with Allow, before any credential check', async () => {
+    const cases: [string, string, string][] = [
+      ['DELETE', '/api/v1/contacts', 'GET, HEAD, POST'],
+      ['OPTIONS', '/api/v1/contacts', 'GET, HEAD, POST'],
+      ['PUT', '/api/v1/messages/0190a0a0-0000-7000-8000-000000000000', 'GET, HEAD'],
+      ['POST', '/healthz', 'GET, HEAD'],
+    ]
+    for (const [method, path, allow] of cases) {
+      const r = await srv.request(method, path)
+      expect([method, path, r.status, r.headers.get('allow'), r.json]).toEqual([method, path, 405, allow, { message: 'The method is not allowed on this route.', code: 'method_not_allowed' }])
+      expect(r.headers.get('x-content-type-options')).toBe('nosniff')
+    }
+    // (fetch reads no body from an answer to TRACE)
+    const trace = await srv.request('TRACE', '/api/v1/messages')
+    expect([trace.status, trace.headers.get('allow')]).toEqual([405, 'GET, HEAD, POST'])
+    // HEAD is answered wherever GET is
+    expect((await srv.request('HEAD', '/healthz')).status).toBe(200)
   })
 })
 

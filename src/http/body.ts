@@ -15,15 +15,20 @@ const MAX_INDEX = 999
 const MAX_JSON_DEPTH = 32
 
 /**
- * Whether a parsed JSON value nests deeper than MAX_JSON_DEPTH. A body of 100,000 nested arrays
- * parses fine but would overflow the call stack of any recursive step after it (the idempotency
- * fingerprint is one); this walk itself stops one level past the bound.
+ * Whether a parsed JSON value cannot be taken: nested deeper than MAX_JSON_DEPTH, or holding a
+ * string (value or name) with a lone surrogate (`"\udc00"`), which is no Unicode text — stored,
+ * it would become U+FFFD, and the response would not be what was stored. A body of 100,000 nested
+ * arrays parses fine but would overflow the call stack of any recursive step after it (the
+ * idempotency fingerprint is one); this walk itself stops one level past the bound.
  */
-function tooDeep(value: object, depth = 1): boolean {
+function unfit(value: object, depth = 1): boolean {
   if (depth > MAX_JSON_DEPTH) return true
   for (const k in value) {
     const x = (value as Record<string, unknown>)[k]
-    if (x !== null && typeof x === 'object' && tooDeep(x, depth + 1)) return true
+    if (typeof x === 'string') {
+      if (!x.isWellFormed()) return true
+    } else if (x !== null && typeof x === 'object' && unfit(x, depth + 1)) return true
+    if (!k.isWellFormed()) return true
   }
   return false
 }
@@ -152,7 +157,9 @@ function formFields(text: string): [string, string][] | null {
     const name = formDecode(eq === -1 ? part : part.slice(0, eq))
     const value = name === null ? null : formDecode(eq === -1 ? '' : part.slice(eq + 1))
     if (name === null || value === null) return null
-    pairs.push([name, value])
+    // a field without a name is no field of this API: ignored like any unknown one (and like the
+    // same field in a multipart body)
+    if (name !== '') pairs.push([name, value])
   }
   return pairs
 }
@@ -220,7 +227,7 @@ export async function parseBody(request: Request, contentType: string, maxBytes:
       const text = utf8.decode(raw)
       if (text.trim() === '') return {}
       const value = JSON.parse(text)
-      if (!value || typeof value !== 'object' || Array.isArray(value) || tooDeep(value)) return UNREADABLE
+      if (!value || typeof value !== 'object' || Array.isArray(value) || unfit(value)) return UNREADABLE
       return value
     }
     if (type === 'application/x-www-form-urlencoded') {
