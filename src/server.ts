@@ -217,6 +217,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
           info: {
             title: 'Capstan Messaging API',
             version: VERSION,
+            license: { name: 'Proprietary', identifier: 'LicenseRef-Proprietary' },
             description:
               'Workspace-scoped API for sending paced messages through connected numbers, managing contacts and consent, media, the message log, groups, templates and opt-in campaigns. Every request needs `Authorization: Bearer <API key>` and the scope named on each operation (`x-required-scope`). Errors are JSON `{message, code}`, plus `errors` on validation failures. Any write may answer 507 `storage_full` when the server\'s disk is full (nothing is stored).',
           },

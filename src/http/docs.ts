@@ -25,10 +25,16 @@ const ERROR_TEXT: Record<number, string> = {
   404: 'not_found: the named resource does not exist in this workspace.',
   409: 'idempotency_conflict / idempotency_in_progress, or a state conflict.',
   413: 'payload_too_large: the body is over the limit.',
+  416: 'The Range asked for lies outside the file (Content-Range: bytes */<size>); no body.',
   422: 'validation_failed (with errors), invalid_idempotency_key, or a refusal code.',
   429: 'rate_limited: "The API key rate limit has been reached." or auth_rate_limited: "Too many invalid API bearer attempts." No Retry-After.',
   503: 'scanner_unavailable: the malware scanner cannot be reached.',
+  431: "The request's headers are too large (the HTTP server's limit, ~16 KiB together); answered before any route, with no body and the connection closed.",
+  507: "storage_full: the server's disk is full; the write was rolled back and nothing was stored.",
 }
+
+/** Answered by the HTTP server itself, before any route: no JSON body. */
+const NO_BODY = new Set([416, 431])
 
 export const DOC_COMPONENTS = {
   securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'cap_<key_id>.<48-character secret>' } },
@@ -38,6 +44,25 @@ export const DOC_COMPONENTS = {
 const pageMeta = {
   type: 'object',
   properties: { page: { type: 'integer' }, per_page: { type: 'integer' }, total: { type: 'integer' }, last_page: { type: 'integer' } },
+}
+
+/**
+ * A response schema with every property of every object `required`: a public record always
+ * carries all its fields (null when empty), so generated clients need not test each one. An
+ * object that lists its own `required` (a field sent only sometimes) keeps its list. Returns a
+ * copy: the shapes are shared between operations and webhooks.
+ */
+export function requireAll(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(requireAll)
+  if (!schema || typeof schema !== 'object') return schema
+  const out: Json = {}
+  for (const [k, v] of Object.entries(schema as Json)) {
+    if (k === 'properties') out[k] = Object.fromEntries(Object.entries(v as Json).map(([name, s]) => [name, requireAll(s)]))
+    else if (k === 'items' || k === 'anyOf' || k === 'oneOf' || k === 'allOf' || (k === 'additionalProperties' && typeof v === 'object')) out[k] = requireAll(v)
+    else out[k] = v
+  }
+  if (out.properties && !out.required) out.required = Object.keys(out.properties as Json)
+  return out
 }
 
 export interface OpOptions {
@@ -50,26 +75,33 @@ export interface OpOptions {
   query?: Schema<any>
   params?: readonly string[]
   /** status → response data schema (wrapped in {data}) or a description only */
-  ok: { status: number; data?: Json; list?: boolean; description: string; headers?: Json }
+  ok: { status: number; data?: Json; list?: boolean; description: string; headers?: Json; binary?: boolean }
+  /** Other success statuses answered with the same body (POST /contacts: 200 on an update). */
+  alsoOk?: readonly { status: number; description: string; headers?: Json }[]
   errors?: readonly number[]
   idempotent?: boolean
+  /** The operation writes though it takes no body (so it may answer 507). */
+  writes?: boolean
 }
 
 export function op(o: OpOptions) {
   const scopeText = o.scope ? `\n\nRequired scope: \`${o.scope}\`.` : ''
   const responses: Json = {}
-  const okBody = o.ok.data ? (o.ok.list ? { type: 'object', properties: { data: { type: 'array', items: o.ok.data }, meta: pageMeta } } : { type: 'object', properties: { data: o.ok.data } }) : undefined
+  const okBody = o.ok.data ? requireAll(o.ok.list ? { type: 'object', properties: { data: { type: 'array', items: o.ok.data }, meta: pageMeta } } : { type: 'object', properties: { data: o.ok.data } }) : undefined
   const rateHeaders = o.scope
     ? { 'X-RateLimit-Limit': { schema: { type: 'integer' } }, 'X-RateLimit-Remaining': { schema: { type: 'integer' } }, ...(o.ok.headers ?? {}) }
     : o.ok.headers
-  responses[String(o.ok.status)] = {
-    description: o.ok.description,
-    ...(okBody ? { content: { 'application/json': { schema: okBody } } } : {}),
-    ...(rateHeaders ? { headers: rateHeaders } : {}),
+  // a file's bytes in its own type: no JSON to parse
+  const content = okBody ? { 'application/json': { schema: okBody } } : o.ok.binary ? { '*/*': { schema: { type: 'string', format: 'binary' } } } : undefined
+  for (const { status, description, headers } of [o.ok, ...(o.alsoOk ?? [])]) {
+    const all = rateHeaders || headers ? { ...rateHeaders, ...headers } : undefined
+    responses[String(status)] = { description, ...(content ? { content } : {}), ...(all ? { headers: all } : {}) }
   }
-  const codes = new Set([...(o.scope ? [401, 403, 429] : []), ...(o.errors ?? [])])
+  // any write may find the disk full (507); reads never write
+  const writes = o.writes || o.body !== undefined || o.idempotent || [201, 202, 204].includes(o.ok.status)
+  const codes = new Set([...(o.scope ? [401, 403, 429] : []), 431, ...(writes ? [507] : []), ...(o.errors ?? [])])
   for (const c of [...codes].sort()) {
-    responses[String(c)] = { description: ERROR_TEXT[c] ?? 'Error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } }
+    responses[String(c)] = NO_BODY.has(c) ? { description: ERROR_TEXT[c] } : { description: ERROR_TEXT[c] ?? 'Error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } }
   }
   const parameters: Json[] = []
   for (const p of o.params ?? []) parameters.push({ name: p, in: 'path', required: true, schema: { type: 'string' } })

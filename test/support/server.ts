@@ -6,6 +6,9 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
+import { DocumentedResponses } from './documented'
+
+let apiDocument: Promise<DocumentedResponses> | undefined
 
 export const ADMIN_TOKEN = 'test-admin-token-0123456789abcdef'
 const ROOT = join(import.meta.dir, '..', '..')
@@ -116,6 +119,11 @@ export class TestServer {
     else if (o.raw !== undefined) body = o.raw
     const r = await fetch(this.base + path, { method, headers, body })
     const text = await r.text()
+    if (path.startsWith('/api/v1/')) {
+      // every answer of a documented operation must be what the API document says it can be
+      const problems = (await this.documented()).problems(method, path, r.status, r.headers.get('content-type'), text)
+      if (problems.length) throw new Error(`response differs from /openapi.json:\n${problems.join('\n')}\nbody: ${text.slice(0, 500)}`)
+    }
     let json: any = null
     try {
       json = text ? JSON.parse(text) : null
@@ -123,6 +131,12 @@ export class TestServer {
       json = null
     }
     return { status: r.status, headers: r.headers, json, text }
+  }
+
+  /** The API document this server publishes, as a checker of its responses (fetched once per process). */
+  private async documented(): Promise<DocumentedResponses> {
+    apiDocument ??= fetch(`${this.base}/openapi.json`).then(async (r) => new DocumentedResponses((await r.json()) as Record<string, any>, 'capstan-api'))
+    return apiDocument
   }
 
   admin(method: string, path: string, json?: unknown) {

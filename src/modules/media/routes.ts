@@ -23,6 +23,11 @@ export const mediaDoc = {
   },
 }
 
+const DOWNLOAD_HEADERS = {
+  'Content-Disposition': { schema: { type: 'string' }, description: 'attachment; filename="<ASCII name>"; filename*=UTF-8\'\'<the stored name>' },
+  'Accept-Ranges': { schema: { type: 'string', const: 'bytes' } },
+}
+
 /** RFC 6266 Content-Disposition with an ASCII fallback and the UTF-8 name. */
 function disposition(name: string) {
   const ascii = name.replace(/[^\x20-\x7e]/g, '_').replace(/["\\]/g, '_')
@@ -82,7 +87,7 @@ export function mediaApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         })
       },
       {
-        api: { summary: 'Download media', description: 'Streams the stored bytes with their type, Content-Length and Content-Disposition: attachment.', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, description: 'The file.' }, errors: [404] },
+        api: { summary: 'Download media', description: 'Streams the stored bytes with their type, Content-Length and Content-Disposition: attachment.', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, binary: true, description: 'The whole file, in its own type (mime_type).', headers: DOWNLOAD_HEADERS }, alsoOk: [{ status: 206, description: 'The part a `Range: bytes=…` header asked for (Content-Range says which).', headers: { ...DOWNLOAD_HEADERS, 'Content-Range': { schema: { type: 'string' }, description: 'bytes first-last/size' } } }], errors: [404, 416] },
       },
     )
 }

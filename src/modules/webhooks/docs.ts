@@ -3,6 +3,7 @@
  * 3.1): one operation per event type, with the body schema and the signing headers, so a
  * receiver can be generated from /openapi.json like a client.
  */
+import { requireAll } from '../../http/docs'
 import { campaignDoc } from '../campaigns/routes'
 import { CONSENT } from '../contacts/model'
 import { contactDoc } from '../contacts/routes'
@@ -61,7 +62,11 @@ export const WEBHOOK_DOCS: Record<string, Json> = Object.fromEntries(
     type,
     {
       post: {
+        // the event's name as an identifier: message.sent → messageSentEvent
+        operationId: `${type.replace(/[._](\w)/g, (_, c: string) => c.toUpperCase())}Event`,
         summary,
+        // Capstan calls the receiver: no credential of Capstan's; the signature below is the proof
+        security: [],
         description: `Posted to every active endpoint of the workspace subscribed to \`${type}\` (an endpoint with no events listed gets all). Signed per Standard Webhooks with the endpoint’s secret; verify before trusting the body.`,
         tags: ['Webhooks'],
         parameters: [
@@ -73,11 +78,10 @@ export const WEBHOOK_DOCS: Record<string, Json> = Object.fromEntries(
           required: true,
           content: {
             'application/json': {
-              schema: {
+              schema: requireAll({
                 type: 'object',
-                required: ['type', 'timestamp', 'data'],
                 properties: { type: { type: 'string', const: type }, timestamp: { type: 'string', format: 'date-time' }, data },
-              },
+              }),
             },
           },
         },
