@@ -69,6 +69,35 @@ describe('upsert', () => {
     expect([r3.status, r3.json.data?.metadata]).toEqual([201, { '2': 'two', '10': 'ten', plan: 'pro' }])
   })
 
+  test("the API document's form encodings work as written: deepObject brackets in forms, a JSON part in multipart", async () => {
+    const { key } = await srv.tenant()
+    const doc = (await srv.request('GET', '/openapi.json')).json
+    const body = doc.paths['/api/v1/contacts'].post.requestBody.content
+    expect(body['application/x-www-form-urlencoded'].encoding).toEqual({ metadata: { style: 'deepObject', explode: true } })
+    expect(body['multipart/form-data'].encoding).toEqual({ metadata: { contentType: 'application/json' } })
+    // multipart with metadata as one part of JSON text, as OpenAPI's default multipart encoding writes it
+    const fd = new FormData()
+    const phone = newPhone()
+    fd.set('phone', phone)
+    fd.set('metadata', '{"plan":"pro","seats":3,"trial":false}')
+    const r = await srv.api(key, 'POST', '/contacts', { multipart: fd })
+    expect([r.status, r.json.data.metadata]).toEqual([201, { plan: 'pro', seats: 3, trial: false }])
+    // JSON text that is not an object is still refused by the schema; in a form (not multipart) it is text
+    for (const [text, multipart] of [['[1,2]', true], ['{"a":', true], ['{"plan":"pro"}', false]] as const) {
+      const bad = multipart ? new FormData() : null
+      bad?.set('phone', newPhone())
+      bad?.set('metadata', text)
+      const res = bad ? await srv.api(key, 'POST', '/contacts', { multipart: bad }) : await srv.api(key, 'POST', '/contacts', { form: { phone: newPhone(), metadata: text } })
+      expect([text, res.status, Object.keys(res.json.errors ?? {})]).toEqual([text, 422, ['metadata']])
+    }
+    // a text field never becomes JSON: a message body that looks like an object is sent as written
+    expect(body['multipart/form-data'].encoding.name).toBeUndefined()
+    const named = new FormData()
+    named.set('phone', newPhone())
+    named.set('name', '{"x":1}')
+    expect((await srv.api(key, 'POST', '/contacts', { multipart: named })).json.data.name).toBe('{"x":1}')
+  })
+
   test('contacts are isolated per workspace', async () => {
     const a = await srv.tenant()
     const b = await srv.tenant()

@@ -110,6 +110,27 @@ function compact(value: unknown): unknown {
   return list
 }
 
+/** Bodies read from multipart/form-data: their fields may hold JSON text (see `jsonPart`). */
+const MULTIPART = new WeakSet<object>()
+
+/**
+ * A multipart body's field that should hold an object or a list may carry it as one part of JSON
+ * text — what OpenAPI's default multipart encoding writes for such a field (`metadata` as
+ * `{"plan":"pro"}`). Returns the parsed value when `body` came from multipart and `value` is such
+ * text, else `value` unchanged (and then the schema says what is wrong with it).
+ */
+export function jsonPart(body: unknown, value: unknown): unknown {
+  if (typeof value !== 'string' || typeof body !== 'object' || body === null || !MULTIPART.has(body)) return value
+  const first = value.trimStart()[0]
+  if (first !== '{' && first !== '[') return value
+  try {
+    const parsed: unknown = JSON.parse(value)
+    return parsed !== null && typeof parsed === 'object' && !unfit(parsed) ? parsed : value
+  } catch {
+    return value
+  }
+}
+
 /** Fatal: bytes that are not UTF-8 throw instead of silently becoming U+FFFD. A leading BOM is dropped. */
 const utf8 = new TextDecoder('utf-8', { fatal: true })
 
@@ -237,7 +258,10 @@ export async function parseBody(request: Request, contentType: string, maxBytes:
     if (type === 'multipart/form-data') {
       const form = await new Response(raw, { headers: { 'content-type': request.headers.get('content-type') ?? contentType } }).formData()
       const fields = [...(form.entries() as Iterable<[string, unknown]>)]
-      return mangledText(fields, raw) ? UNREADABLE : nestFields(fields)
+      if (mangledText(fields, raw)) return UNREADABLE
+      const body = nestFields(fields)
+      if (body !== UNREADABLE) MULTIPART.add(body)
+      return body
     }
     return raw.byteLength === 0 ? {} : UNREADABLE
   } catch {

@@ -131,12 +131,26 @@ export function op(o: OpOptions) {
   }
   if (o.body) {
     const schema = o.body.toJsonSchema()
+    // the fields holding an object or a list: in a form they are written with bracket names
+    // (deepObject: metadata[plan]=pro, media[attachments][0][media_id]=…); in a multipart body
+    // either so or as one part of JSON text
+    const nested = Object.entries((schema.properties ?? {}) as Record<string, Json>)
+      .filter(([, p]) => holdsStructure(p))
+      .map(([name]) => name)
+    const form = nested.length ? { encoding: Object.fromEntries(nested.map((n) => [n, { style: 'deepObject', explode: true }])) } : {}
+    const multipart = nested.length ? { encoding: Object.fromEntries(nested.map((n) => [n, { contentType: 'application/json' }])) } : {}
     detail.requestBody = {
       required: true,
-      content: { 'application/json': { schema }, 'application/x-www-form-urlencoded': { schema }, 'multipart/form-data': { schema } },
+      content: { 'application/json': { schema }, 'application/x-www-form-urlencoded': { schema, ...form }, 'multipart/form-data': { schema, ...multipart } },
     }
   }
   return detail
+}
+
+/** Whether a property's schema is an object or a list (possibly nullable). */
+function holdsStructure(p: Json): boolean {
+  if (p.type === 'object' || p.type === 'array') return true
+  return Array.isArray(p.anyOf) && (p.anyOf as Json[]).some(holdsStructure)
 }
 
 /** Hidden from the OpenAPI document (admin, health, docs routes). */

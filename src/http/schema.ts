@@ -6,7 +6,7 @@
  * Unknown object properties are ignored and left out of the result.
  */
 import type { FieldErrors } from './errors'
-import { formKeyed } from './body'
+import { formKeyed, jsonPart } from './body'
 import { validationFailed } from './errors'
 
 type Json = Record<string, unknown>
@@ -331,10 +331,22 @@ export const s = {
   file: () => new FileSchema(),
 }
 
+/** A multipart body with its object and list fields sent as JSON text read as what that text holds. */
+function withJsonParts(schema: ObjectSchema<Shape>, input: unknown): unknown {
+  if (!isPlainObject(input)) return input
+  let out: Record<string, unknown> | null = null
+  for (const [key, field] of Object.entries(schema.shape)) {
+    if (!(field instanceof ObjectSchema || field instanceof ArraySchema || field instanceof MetadataSchema)) continue
+    const parsed = jsonPart(input, input[key])
+    if (parsed !== input[key]) (out ??= { ...input })[key] = parsed
+  }
+  return out ?? input
+}
+
 /** Validate `input` against an object schema; throws 422 validation_failed with every error. */
 export function validate<S extends Shape>(schema: ObjectSchema<S>, input: unknown, extra?: (value: Out<S>, errors: FieldErrors) => void): Out<S> {
   const ctx: Ctx = { errors: {} }
-  const value = schema.check(input ?? {}, '', ctx)
+  const value = schema.check(withJsonParts(schema, input ?? {}), '', ctx)
   if (value !== undefined && extra) extra(value, ctx.errors)
   if (value === undefined || Object.keys(ctx.errors).length > 0) throw validationFailed(ctx.errors)
   return value
