@@ -175,7 +175,7 @@ describe('the API document', () => {
       })
       const samples = fc.sample(request, { numRuns: 40, seed: 20261125 + template.length })
       for (const r of samples) {
-        const qs = new URLSearchParams(Object.entries(r.query as Json).filter(([, v]) => v !== undefined).map(([k, v]) => [k, String(v)])).toString()
+        const qs = new URLSearchParams(Object.entries(r.query as Json).filter(([, v]) => v !== undefined).map(([k, v]): [string, string] => [k, String(v)])).toString()
         const url = `${r.path.replace(/^\/api\/v1/, '')}${qs ? `?${qs}` : ''}`
         let res
         const fileField = Object.entries((r.body ?? {}) as Json).find(([, v]) => v === A_FILE)?.[0]
