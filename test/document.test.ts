@@ -6,7 +6,7 @@
  * document.
  */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import fc from 'fast-check'
@@ -202,5 +202,56 @@ describe('the API document', () => {
     expect([...reached.keys()].sort()).toEqual(operations().map((o) => `${o.method} ${o.template}`).sort())
     const succeeded = [...reached.values()].filter((statuses) => [...statuses].some((s) => s < 300)).length
     expect(succeeded).toBeGreaterThan(reached.size / 2)
+  })
+
+  test('a client generated with openapi-typescript and driven by openapi-fetch compiles under strict TypeScript (noUncheckedIndexedAccess) and works first time', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-client-'))
+    try {
+      // openapi-typescript needs TypeScript 5's compiler API (the project's own tsc is TypeScript 7,
+      // which has none): a private node_modules where its `typescript` is the typescript5 alias
+      const modules = join(dir, 'node_modules')
+      mkdirSync(modules)
+      cpSync(join(ROOT, 'node_modules/openapi-typescript'), join(modules, 'openapi-typescript'), { recursive: true })
+      symlinkSync(join(ROOT, 'node_modules/typescript5'), join(modules, 'typescript'))
+      for (const name of readdirSync(join(ROOT, 'node_modules'))) {
+        if (name !== 'openapi-typescript' && name !== 'typescript' && name !== '.bin') symlinkSync(join(ROOT, 'node_modules', name), join(modules, name))
+      }
+      writeFileSync(join(dir, 'openapi.json'), JSON.stringify(doc))
+      // a file field (format: binary) as Blob, the generator's documented recipe for uploads
+      writeFileSync(
+        join(dir, 'generate.ts'),
+        `import ts from 'typescript'
+import openapiTS, { astToString } from 'openapi-typescript'
+const blob = ts.factory.createTypeReferenceNode(ts.factory.createIdentifier('Blob'))
+const ast = await openapiTS(await Bun.file('openapi.json').json(), { transform: (s) => (s.format === 'binary' ? blob : undefined) })
+await Bun.write('api.d.ts', astToString(ast))
+`,
+      )
+      const gen = Bun.spawnSync(['bun', 'generate.ts'], { cwd: dir, stdout: 'pipe', stderr: 'pipe' })
+      expect([gen.exitCode, gen.stderr.toString()]).toEqual([0, ''])
+      copyFileSync(join(ROOT, 'test/client/integrator.ts'), join(dir, 'integrator.ts'))
+      writeFileSync(
+        join(dir, 'tsconfig.json'),
+        JSON.stringify({ compilerOptions: { target: 'ESNext', module: 'ESNext', moduleResolution: 'bundler', lib: ['ESNext', 'DOM'], types: [], strict: true, noUncheckedIndexedAccess: true, exactOptionalPropertyTypes: true, noEmit: true }, files: ['integrator.ts'] }),
+      )
+      const tsc = Bun.spawnSync([join(ROOT, 'node_modules/.bin/tsc'), '-p', 'tsconfig.json'], { cwd: dir, stdout: 'pipe', stderr: 'pipe' })
+      expect([tsc.exitCode, tsc.stdout.toString()]).toEqual([0, ''])
+      // no casts, no non-null assertions and no optional chaining in the client: the types carry it
+      const source = readFileSync(join(ROOT, 'test/client/integrator.ts'), 'utf8').replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, '')
+      expect(source.match(/\sas\s+(?!const\b)\w|\?\.|\w!\.|\w!\)/g)).toBeNull()
+
+      // and it runs against the server: a sandbox number to send through, a contact, a message, a file
+      const ws = (await srv.request('GET', '/api/v1/workspace', { bearer: key })).json.data
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1445'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      const { tour } = (await import(join(dir, 'integrator.ts'))) as { tour: (base: string, key: string, connectionId: string, phone: string) => Promise<Json> }
+      const result = await tour(srv.base, key, conn.id, '+14155550142')
+      expect(result).toMatchObject({ contactStatus: 201, queued: 'queued', mediaType: 'text/plain', downloaded: 'receipt #1001', read: { id: result.messageId, errorCode: null } })
+      // (released at once or still waiting: the number is new and idle)
+      expect(['pending', 'sent']).toContain(result.read.state)
+      expect(result.read.timeline[0]).toBe('queued')
+      expect(result.listed).toBeGreaterThan(0)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })
