@@ -20,7 +20,7 @@ import { AllowedMethods, methodNotAllowed } from './http/methods'
 import { ClientAddresses } from './http/client'
 import { ipRanges } from './http/ip-ranges'
 import { WindowCounter } from './http/limits'
-import { DOC_COMPONENTS, hidden } from './http/docs'
+import { DOC_COMPONENTS, adminDocument, hidden } from './http/docs'
 import { ApiError, diskFull, payloadTooLarge, toErrorResponse } from './http/errors'
 import { noteOf, peekNote, requestIdOf } from './http/log'
 import { Sessions } from './http/session'
@@ -117,6 +117,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   // every route, and everything it could do has a cheaper place below.
   // reusePort off (Elysia turns it on): a second Capstan started on the same port must fail, not
   // silently share the port and split the traffic between two processes and two databases.
+  let adminDoc: Record<string, unknown> | undefined
   const allowed = new AllowedMethods(() => root?.routes ?? [])
   root = new Elysia({ serve: { maxRequestBodySize: config.maxUploadBytes * 2, idleTimeout: 30, reusePort: false, development: false } })
   return root
@@ -230,6 +231,8 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     )
     .use(docsUi)
     .use(dashboardRoutes(sessions, auth, clients))
+    // the admin API's own document, built once from the routes' adminOp descriptions
+    .get('/admin/openapi.json', () => (adminDoc ??= adminDocument(root!.routes as never, VERSION)), { detail: hidden })
     .get('/healthz', ({ set }) => {
       Object.assign(set.headers, SECURITY_HEADERS)
       return { status: 'ok' }

@@ -80,6 +80,8 @@ export interface OpOptions {
   alsoOk?: readonly { status: number; description: string; headers?: Json }[]
   errors?: readonly number[]
   idempotent?: boolean
+  /** Body fields the schema does not list but the route reads (a driver's free-form config). */
+  bodyExtra?: Record<string, Json>
   /** The operation writes though it takes no body (so it may answer 507). */
   writes?: boolean
 }
@@ -131,6 +133,7 @@ export function op(o: OpOptions) {
   }
   if (o.body) {
     const schema = o.body.toJsonSchema()
+    if (o.bodyExtra) schema.properties = { ...(schema.properties as Json), ...o.bodyExtra }
     // the fields holding an object or a list: in a form they are written with bracket names
     // (deepObject: metadata[plan]=pro, media[attachments][0][media_id]=…); in a multipart body
     // either so or as one part of JSON text
@@ -145,6 +148,76 @@ export function op(o: OpOptions) {
     }
   }
   return detail
+}
+
+/** Small builders for response shapes (JSON Schema 2020-12, as OpenAPI 3.1 takes). */
+export const d = {
+  string: (description?: string) => ({ type: 'string', ...(description ? { description } : {}) }),
+  uuid: { type: 'string', format: 'uuid' },
+  time: { type: 'string', format: 'date-time' },
+  integer: { type: 'integer' },
+  boolean: { type: 'boolean' },
+  oneOf: (values: readonly string[]) => ({ type: 'string', enum: [...values] }),
+  nullable: (schema: Json) => (typeof schema.type === 'string' && !schema.properties && !schema.items ? { ...schema, type: [schema.type, 'null'] } : { anyOf: [schema, { type: 'null' }] }),
+  list: (items: Json) => ({ type: 'array', items }),
+  object: (properties: Record<string, Json>, optional: readonly string[] = []) => ({ type: 'object', properties, required: Object.keys(properties).filter((k) => !optional.includes(k)) }),
+}
+
+/** Where an admin route keeps its operation (its `detail` is hidden from /openapi.json). */
+export const ADMIN_OPERATION = 'x-capstan-admin-operation'
+
+const ADMIN_ERRORS: Record<number, string> = {
+  401: 'unauthenticated: the admin token (or a dashboard session) is required.',
+  403: 'csrf_failed: a dashboard session changing state without the X-Capstan-CSRF header.',
+  429: 'auth_rate_limited: too many invalid admin tokens from this address.',
+}
+
+export type AdminOpOptions = Omit<OpOptions, 'scope' | 'params'>
+
+/**
+ * An /admin/api route's operation for the admin API document (GET /admin/openapi.json): the same
+ * shape as `op()`, with the admin token as its security and the path parameters taken from the
+ * route itself when the document is built.
+ */
+export function adminOp(o: AdminOpOptions) {
+  const detail = op(o) as Json
+  const responses = detail.responses as Json
+  for (const [code, description] of Object.entries(ADMIN_ERRORS)) {
+    responses[code] = { description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } }
+  }
+  detail.security = [{ adminToken: [] }]
+  return { hide: true, [ADMIN_OPERATION]: detail }
+}
+
+/** The admin API document from the app's routes: each /admin/api route with an `adminOp`. */
+export function adminDocument(routes: readonly { method: string; path: string; hooks?: { detail?: Json } }[], version: string): Json {
+  const paths: Record<string, Json> = {}
+  for (const r of routes) {
+    const operation = r.hooks?.detail?.[ADMIN_OPERATION] as Json | undefined
+    if (!operation) continue
+    const names = [...r.path.matchAll(/:(\w+)/g)].map((m) => m[1]!)
+    const template = r.path.replace(/:(\w+)/g, '{$1}')
+    const method = r.method.toLowerCase()
+    const parameters = [...names.map((name) => ({ name, in: 'path', required: true, schema: { type: 'string' } })), ...((operation.parameters as Json[] | undefined) ?? [])]
+    const camel = template.replace(/[{}]/g, '').split(/[^A-Za-z0-9]+/).filter(Boolean).map((w) => w[0]!.toUpperCase() + w.slice(1)).join('')
+    ;(paths[template] ??= {})[method] = { operationId: `${method}${camel}`, ...operation, ...(parameters.length ? { parameters } : {}) }
+  }
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'Capstan Admin API',
+      version,
+      license: { name: 'Proprietary', identifier: 'LicenseRef-Proprietary' },
+      description:
+        'The operator\'s API, which the dashboard and the `capstan` admin commands use: workspaces, API keys, connected numbers, webhooks, suppressions, backups and the dashboard\'s views. Every request needs `Authorization: Bearer <CAPSTAN_ADMIN_TOKEN>` (the dashboard signs in with it and then uses a session cookie plus `X-Capstan-CSRF: 1` on writes). Errors are JSON `{message, code}`, plus `errors` on validation failures.',
+    },
+    servers: [{ url: '/' }],
+    components: {
+      securitySchemes: { adminToken: { type: 'http', scheme: 'bearer', description: 'The admin token (CAPSTAN_ADMIN_TOKEN, or the one printed at first start).' } },
+      schemas: { Error: errorSchema },
+    },
+    paths,
+  }
 }
 
 /** Whether a property's schema is an object or a list (possibly nullable). */

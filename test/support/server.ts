@@ -9,6 +9,7 @@ import type { Subprocess } from 'bun'
 import { DocumentedResponses } from './documented'
 
 let apiDocument: Promise<DocumentedResponses> | undefined
+let adminDocument: Promise<DocumentedResponses> | undefined
 
 export const ADMIN_TOKEN = 'test-admin-token-0123456789abcdef'
 const ROOT = join(import.meta.dir, '..', '..')
@@ -119,10 +120,12 @@ export class TestServer {
     else if (o.raw !== undefined) body = o.raw
     const r = await fetch(this.base + path, { method, headers, body })
     const text = await r.text()
-    if (path.startsWith('/api/v1/')) {
-      // every answer of a documented operation must be what the API document says it can be
-      const problems = (await this.documented()).problems(method, path, r.status, r.headers.get('content-type'), text)
-      if (problems.length) throw new Error(`response differs from /openapi.json:\n${problems.join('\n')}\nbody: ${text.slice(0, 500)}`)
+    // every answer of a documented operation must be what the API document says it can be (the
+    // admin API's answers by the admin document)
+    const admin = path.startsWith('/admin/api/')
+    if (admin || path.startsWith('/api/v1/')) {
+      const problems = (await this.documented(admin)).problems(method, path, r.status, r.headers.get('content-type'), text)
+      if (problems.length) throw new Error(`response differs from ${admin ? '/admin/openapi.json' : '/openapi.json'}:\n${problems.join('\n')}\nbody: ${text.slice(0, 500)}`)
     }
     let json: any = null
     try {
@@ -133,10 +136,11 @@ export class TestServer {
     return { status: r.status, headers: r.headers, json, text }
   }
 
-  /** The API document this server publishes, as a checker of its responses (fetched once per process). */
-  private async documented(): Promise<DocumentedResponses> {
-    apiDocument ??= fetch(`${this.base}/openapi.json`).then(async (r) => new DocumentedResponses((await r.json()) as Record<string, any>, 'capstan-api'))
-    return apiDocument
+  /** The API document (or the admin API's) this server publishes, as a checker of its responses (fetched once per process). */
+  private async documented(admin: boolean): Promise<DocumentedResponses> {
+    const load = (path: string) => fetch(`${this.base}${path}`).then(async (r) => new DocumentedResponses((await r.json()) as Record<string, any>, path))
+    if (admin) return (adminDocument ??= load('/admin/openapi.json'))
+    return (apiDocument ??= load('/openapi.json'))
   }
 
   admin(method: string, path: string, json?: unknown) {

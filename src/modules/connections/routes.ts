@@ -1,12 +1,43 @@
 /** Admin routes for connected numbers and the sandbox network's test tools (CONTRACT §6). */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
-import { hidden } from '../../http/docs'
+import { adminOp, d } from '../../http/docs'
 import { notFound, refused, validationFailed } from '../../http/errors'
 import { validate } from '../../http/schema'
 import { SandboxConnection } from '../../network/sandbox'
 import type { Services } from '../../services'
+import { templateDoc } from '../templates/routes'
+import { messageDoc } from '../messages/model'
 import { createConnectionBody, patchConnectionBody, sandboxGroupsBody, sandboxInboundBody, sandboxReceiptBody } from './model'
+
+const configDoc = {
+  type: 'object',
+  additionalProperties: true,
+  description:
+    'The driver\'s settings. sandbox: delivered_after_ms, read_after_ms (null = never), accept_after_ms, fail_recipients (numbers the network refuses). cloud_api: phone_number_id, waba_id, access_token, app_secret, verify_token, graph_version, graph_base_url. Secrets are stored encrypted and shown as "(set)".',
+}
+const connectionDoc = d.object({
+  id: d.uuid,
+  workspace_id: d.uuid,
+  phone: d.string('E.164'),
+  name: d.nullable(d.string()),
+  driver: d.oneOf(['sandbox', 'cloud_api']),
+  status: d.oneOf(['online', 'offline']),
+  status_reason: d.nullable(d.string('Why it is offline.')),
+  receives: d.boolean,
+  config: configDoc,
+  warmup: d.nullable(d.object({ days: d.integer, start_daily_cap: d.integer, started_at: d.time, ends_at: d.time, day: d.nullable(d.integer) })),
+  created_at: d.time,
+  updated_at: d.time,
+})
+const importDoc = d.object({
+  created: d.list(templateDoc),
+  updated: d.list(templateDoc),
+  existing: d.list(templateDoc),
+  skipped: d.list(d.object({ name: d.string(), language: d.string(), reason: d.string() })),
+})
+const tag = 'Connected numbers'
+const sandboxTag = 'Sandbox network'
 
 export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const conns = svc.connections
@@ -26,7 +57,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         set.status = 201
         return { data: conns.toAdmin(await conns.verify(row.id)) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Connect a number', description: 'Asks its network at once (status says whether it answered).', tag, body: createConnectionBody, bodyExtra: { config: configDoc }, ok: { status: 201, data: connectionDoc, description: 'Connected.' }, errors: [400, 404, 409, 422] }) },
     )
     .get(
       '/workspaces/:id/connections',
@@ -34,9 +65,9 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         svc.workspaces.get(params.id)
         return { data: conns.listForWorkspace(params.id).map((c) => conns.toAdmin(c.row)) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "A workspace's numbers", tag, ok: { status: 200, data: d.list(connectionDoc), description: 'Every number of the workspace.' }, errors: [404] }) },
     )
-    .get('/connections/:id', ({ params }) => ({ data: conns.toAdmin(conns.getAny(params.id).row) }), { admin: true, detail: hidden })
+    .get('/connections/:id', ({ params }) => ({ data: conns.toAdmin(conns.getAny(params.id).row) }), { admin: true, detail: adminOp({ summary: 'A number', tag, ok: { status: 200, data: connectionDoc, description: 'The number.' }, errors: [404] }) })
     .patch(
       '/connections/:id',
       async ({ params, body }) => {
@@ -48,7 +79,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         const row = raw.config !== undefined || input.status === 'online' ? await conns.verify(params.id) : conns.getAny(params.id).row
         return { data: conns.toAdmin(row) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Change a number', description: 'Name, status, warm-up or config (a new config, or online, asks the network again).', tag, body: patchConnectionBody, bodyExtra: { config: configDoc }, ok: { status: 200, data: connectionDoc, description: 'The number as stored now.' }, errors: [400, 404, 422] }) },
     )
     .post(
       '/connections/:id/import-templates',
@@ -58,7 +89,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         const shown = (rows: typeof r.created) => rows.map((row) => svc.templates.toPublic(row))
         return { data: { created: shown(r.created), updated: shown(r.updated), existing: shown(r.existing), skipped: r.skipped } }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "Import a Cloud API number's approved templates", tag, writes: true, ok: { status: 200, data: importDoc, description: 'What was created, updated, already there, or skipped (and why).' }, errors: [404, 422, 502] }) },
     )
     .delete(
       '/connections/:id',
@@ -70,7 +101,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         set.status = 204
         return ''
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Remove a number', description: 'Its queued messages fail as connection_removed; its campaigns are cancelled.', tag, ok: { status: 204, description: 'Removed.' }, errors: [404] }) },
     )
     .put(
       '/connections/:id/sandbox/groups',
@@ -85,7 +116,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         driver.setGroups(input.groups.map((g) => ({ ...g, announce: g.announce ?? false, admin: g.admin ?? true })))
         return { data: { groups: input.groups.length } }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "Set a sandbox number's groups", tag: sandboxTag, body: sandboxGroupsBody, ok: { status: 200, data: d.object({ groups: d.integer }), description: 'How many groups it is in now.' }, errors: [400, 404, 422] }) },
     )
     .post(
       '/connections/:id/sandbox/inbound',
@@ -100,7 +131,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         set.status = 201
         return { data: svc.messages.toPublic(row) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'A simulated customer writes to a sandbox number', tag: sandboxTag, body: sandboxInboundBody, ok: { status: 201, data: messageDoc, description: 'The inbound message.' }, errors: [400, 404, 422] }) },
     )
     .post(
       '/messages/:id/sandbox/receipt',
@@ -111,6 +142,6 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         await svc.messages.receipt(row.id, input.status as 'delivered' | 'read' | 'failed', input.error)
         return { data: svc.messages.toPublic(svc.messages.repo.getAny(row.id)!) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'A simulated receipt for a sandbox message', tag: sandboxTag, body: sandboxReceiptBody, ok: { status: 200, data: messageDoc, description: 'The message as it is now.' }, errors: [400, 404, 422] }) },
     )
 }

@@ -1,11 +1,29 @@
 /** Admin routes for API keys and the audit log (CONTRACT §6). */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
-import { hidden } from '../../http/docs'
-import { iso, paged } from '../../http/format'
+import { adminOp, d } from '../../http/docs'
+import { iso, paged, pageQuery } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { createKeyBody } from './model'
+import { ALL_SCOPES, createKeyBody } from './model'
+
+/** A key as the operator sees it: never its secret (shown once, on creation). */
+const keyDoc = d.object({
+  id: d.uuid,
+  workspace_id: d.uuid,
+  name: d.string(),
+  prefix: d.string('cap_<key_id>: how the key starts, to recognise it.'),
+  scopes: d.list(d.oneOf(ALL_SCOPES)),
+  status: d.oneOf(['active', 'revoked']),
+  created_at: d.time,
+  expires_at: d.nullable(d.time),
+  revoked_at: d.nullable(d.time),
+  allowed_ips: d.nullable(d.list(d.string())),
+  last_used_at: d.nullable(d.time),
+})
+const newKeyDoc = d.object({ ...keyDoc.properties, key: d.string('The whole key, cap_<key_id>.<secret>: shown this once, stored only as a hash.') })
+const auditDoc = d.object({ action: d.string('What happened: api_key.created, api_key.revoked, contact.erased, …'), key_id: d.nullable(d.uuid), subject_id: d.nullable(d.string()), at: d.time })
+const tag = 'API keys'
 
 export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const keys = svc.keys
@@ -19,7 +37,7 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         set.status = 201
         return { data: keys.create(params.id, input) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Create an API key', tag, body: createKeyBody, ok: { status: 201, data: newKeyDoc, description: 'Created; `key` is shown this once.' }, errors: [400, 404, 422] }) },
     )
     .get(
       '/workspaces/:id/keys',
@@ -27,9 +45,9 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         svc.workspaces.get(params.id)
         return { data: keys.repo.listForWorkspace(params.id).map((r) => keys.toAdmin(r)) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "A workspace's API keys", tag, ok: { status: 200, data: d.list(keyDoc), description: 'Every key of the workspace, revoked ones included.' }, errors: [404] }) },
     )
-    .post('/keys/:id/revoke', ({ params }) => ({ data: keys.toAdmin(keys.revoke(params.id)) }), { admin: true, detail: hidden })
+    .post('/keys/:id/revoke', ({ params }) => ({ data: keys.toAdmin(keys.revoke(params.id)) }), { admin: true, detail: adminOp({ summary: 'Revoke an API key', description: 'It answers 401 from the next request on, on every instance.', tag, writes: true, ok: { status: 200, data: keyDoc, description: 'The key, revoked.' }, errors: [404] }) })
     .delete(
       '/keys/:id',
       ({ params, set }) => {
@@ -37,7 +55,7 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         set.status = 204
         return ''
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Remove a revoked API key', tag, ok: { status: 204, description: 'Removed.' }, errors: [404, 409] }) },
     )
     .get(
       '/workspaces/:id/audit-log',
@@ -45,6 +63,6 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         svc.workspaces.get(params.id)
         return paged(query, (limit, offset) => svc.audit.list(params.id, limit, offset), (r) => ({ action: r.action, key_id: r.key_id, subject_id: r.subject_id, at: iso(r.at) }))
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "A workspace's audit log", tag, query: pageQuery, ok: { status: 200, data: auditDoc, list: true, description: 'Newest first.' }, errors: [404, 422] }) },
     )
 }

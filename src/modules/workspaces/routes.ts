@@ -1,8 +1,8 @@
 /** GET /api/v1/workspace and the admin workspace routes. */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
-import { hidden } from '../../http/docs'
-import { paged } from '../../http/format'
+import { adminOp, d } from '../../http/docs'
+import { paged, pageQuery } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { createWorkspaceBody, patchWorkspaceBody } from './model'
@@ -16,6 +16,23 @@ export const workspaceDoc = {
     status: { type: 'string', enum: ['active'] },
   },
 }
+
+const settingsDoc = d.object({
+  sending_policy: d.object({ hourly_cap: d.integer, daily_cap: d.integer, min_gap_seconds: { type: 'number' }, max_gap_seconds: { type: 'number' } }),
+  message_allowance: d.nullable(d.integer),
+  media: d.object({ retention_days: d.integer, max_bytes: d.integer, max_total_bytes: d.nullable(d.integer) }),
+  messages: d.object({ content_retention_days: d.nullable(d.integer) }),
+  contacts: d.object({ default_country: d.nullable(d.string('ISO 3166 code')) }),
+})
+
+/** A workspace as the operator sees it: with its settings. */
+export const workspaceAdminDoc = d.object({
+  ...workspaceDoc.properties,
+  status: d.oneOf(['active', 'inactive']),
+  settings: settingsDoc,
+  created_at: d.time,
+  updated_at: d.time,
+})
 
 export function workspaceApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   return new Elysia().use(auth).get('/workspace', ({ caller }) => ({ data: svc.workspaces.toPublic(caller.workspace) }), {
@@ -34,16 +51,16 @@ export function workspaceAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         set.status = 201
         return { data: ws.toAdmin(ws.create(input)) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Create a workspace', tag: 'Workspaces', body: createWorkspaceBody, ok: { status: 201, data: workspaceAdminDoc, description: 'Created, with the default settings.' }, errors: [400, 409, 422] }) },
     )
     .get(
       '/workspaces',
       ({ query }) => {
         return paged(query, (limit, offset) => ws.list(limit, offset), (r) => ws.toAdmin(r))
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'List workspaces', tag: 'Workspaces', query: pageQuery, ok: { status: 200, data: workspaceAdminDoc, list: true, description: 'A page of workspaces.' }, errors: [422] }) },
     )
-    .get('/workspaces/:id', ({ params }) => ({ data: ws.toAdmin(ws.get(params.id)) }), { admin: true, detail: hidden })
+    .get('/workspaces/:id', ({ params }) => ({ data: ws.toAdmin(ws.get(params.id)) }), { admin: true, detail: adminOp({ summary: 'A workspace', tag: 'Workspaces', ok: { status: 200, data: workspaceAdminDoc, description: 'The workspace.' }, errors: [404] }) })
     .patch(
       '/workspaces/:id',
       ({ params, body }) => {
@@ -51,6 +68,6 @@ export function workspaceAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         const input = validate(patchWorkspaceBody, body)
         return { data: ws.toAdmin(ws.patch(params.id, input)) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Change a workspace', description: 'Name, status (inactive: its keys get 403) and settings; a settings object replaces only the fields it names.', tag: 'Workspaces', body: patchWorkspaceBody, ok: { status: 200, data: workspaceAdminDoc, description: 'The workspace as stored now.' }, errors: [400, 404, 422] }) },
     )
 }
