@@ -5,14 +5,15 @@
  */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../http/auth'
-import { hidden } from '../http/docs'
+import { adminOp, d } from '../http/docs'
 import { conflict, notFound } from '../http/errors'
 import { iso, pageQuery, paged, uuid } from '../http/format'
 import { s, UUID, validate } from '../http/schema'
-import { phoneField, queryPhone } from '../modules/contacts/model'
-import { contactsPage } from '../modules/contacts/routes'
+import { listContactsQuery, phoneField, queryPhone } from '../modules/contacts/model'
+import { campaignDoc } from '../modules/campaigns/routes'
+import { contactDoc, contactsPage } from '../modules/contacts/routes'
 import { downloadResponse } from '../modules/media/routes'
-import { STATUSES } from '../modules/messages/model'
+import { messageDoc, STATUSES } from '../modules/messages/model'
 import type { Services } from '../services'
 
 const HOUR = 3_600_000
@@ -26,6 +27,22 @@ const logQuery = s.object({
   ...pageQuery.shape,
 })
 const daysQuery = s.object({ days: s.integer().range(1, 90).optional() })
+
+const liveDoc = d.object({
+  id: d.uuid,
+  phone: d.string('E.164'),
+  name: d.nullable(d.string()),
+  status: d.oneOf(['online', 'offline']),
+  queue_depth: { ...d.integer, description: 'Queued messages and pending campaign recipients.' },
+  sent_last_hour: d.integer,
+  sent_last_day: d.integer,
+  hourly_cap: d.integer,
+  daily_cap: d.integer,
+  warming_up: d.boolean,
+  next_release_at: d.nullable(d.time),
+})
+const dayDoc = d.object({ day: d.string('YYYY-MM-DD (UTC)'), sent: d.integer, delivered: d.integer, read: d.integer, failed: d.integer })
+const tag = 'Dashboard views'
 
 export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const db = svc.deps.db
@@ -66,7 +83,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
           }),
         }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Each number now: queue against its caps', tag, ok: { status: 200, data: d.list(liveDoc), description: 'One row per number of the workspace.' }, errors: [404] }) },
     )
     .get(
       '/workspaces/:id/messages',
@@ -76,7 +93,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         const contactId = q.phone === undefined ? undefined : svc.contacts.byNumber(params.id, q.phone).id
         return paged(query, (l, o) => svc.messages.list(params.id, { direction: q.direction, status: q.status, contactId }, l, o), (m) => svc.messages.toPublic(m))
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "A workspace's message log", description: 'Newest first; phone narrows it to one contact\'s conversation.', tag, query: logQuery, ok: { status: 200, data: messageDoc, list: true, description: 'A page of messages.' }, errors: [404, 422] }) },
     )
     .get(
       '/workspaces/:id/contacts',
@@ -84,7 +101,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         svc.workspaces.get(params.id)
         return contactsPage(svc, params.id, query)
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "A workspace's contacts", tag, query: listContactsQuery, ok: { status: 200, data: contactDoc, list: true, description: 'A page of contacts, as GET /api/v1/contacts.' }, errors: [404, 422] }) },
     )
     // a file of the message log (what a customer sent, or what was sent to them), for the dashboard
     .get(
@@ -94,7 +111,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         if (!UUID.test(params.mediaId)) throw notFound('media')
         return downloadResponse(svc, svc.media.get(params.id, params.mediaId.toLowerCase()))
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'A file of the message log', tag, ok: { status: 200, binary: true, description: 'The file, in its own type, as an attachment.' }, alsoOk: [{ status: 206, description: 'The part a Range header asked for.' }], errors: [404, 416] }) },
     )
     .get(
       '/workspaces/:id/campaigns',
@@ -102,7 +119,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         svc.workspaces.get(params.id)
         return paged(query, (l, o) => svc.campaigns.repo.list(params.id, l, o), (c) => svc.campaigns.toPublic(c))
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "A workspace's campaigns", tag, query: pageQuery, ok: { status: 200, data: campaignDoc, list: true, description: 'A page of campaigns, newest first.' }, errors: [404, 422] }) },
     )
     .get(
       '/workspaces/:id/stats/daily',
@@ -119,7 +136,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         for (const [k, q] of Object.entries(dayQueries)) for (const r of q.all(params.id, since)) if (rows.has(r.day)) rows.get(r.day)![k as 'sent'] = r.n
         return { data: [...rows.values()] }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Outbound messages per day', tag, query: daysQuery, ok: { status: 200, data: d.list(dayDoc), description: 'The last `days` days (default 14), oldest first, by when each step happened.' }, errors: [404, 422] }) },
     )
     .post(
       '/webhooks/:id/test',
@@ -135,6 +152,6 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         set.status = 202
         return { data: { id, type: 'webhook.test' } }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Send a test event to a webhook endpoint', tag, writes: true, ok: { status: 202, data: d.object({ id: d.string('The webhook-id of the test event.'), type: { type: 'string', const: 'webhook.test' } }), description: 'Queued for delivery.' }, errors: [404, 409] }) },
     )
 }

@@ -5,7 +5,7 @@
 import { Elysia } from 'elysia'
 import type { ClientAddresses } from '../http/client'
 import { type authPlugin, SECURITY_HEADERS } from '../http/auth'
-import { hidden } from '../http/docs'
+import { adminOp, d, hidden } from '../http/docs'
 import { type Sessions, sessionCookie } from '../http/session'
 import { ALL_SCOPES } from '../modules/keys/model'
 import { EVENT_TYPES } from '../modules/webhooks/service'
@@ -49,5 +49,8 @@ export function dashboardRoutes(sessions: Sessions, auth: ReturnType<typeof auth
       return new Response(null, { status: 204, headers: { ...SECURITY_HEADERS, 'set-cookie': sessionCookie('', 0, secure(request)) } })
     }, { detail: hidden })
     // with the lists the dashboard offers (key scopes, webhook events): the server's own, never a copy
-    .get('/admin/api/session', () => ({ data: { signed_in: true, scopes: ALL_SCOPES, event_types: EVENT_TYPES } }), { admin: true, detail: hidden })
+    .get('/admin/api/session', () => ({ data: { signed_in: true, scopes: ALL_SCOPES, event_types: EVENT_TYPES } }), {
+      admin: true,
+      detail: adminOp({ summary: 'Whether the caller is signed in, and the lists the dashboard offers', tag: 'Dashboard views', ok: { status: 200, data: d.object({ signed_in: { type: 'boolean', const: true }, scopes: d.list(d.oneOf(ALL_SCOPES)), event_types: d.list(d.oneOf(EVENT_TYPES)) }), description: 'Signed in (401 when not).' } }),
+    })
 }

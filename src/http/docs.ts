@@ -28,6 +28,8 @@ const ERROR_TEXT: Record<number, string> = {
   416: 'The Range asked for lies outside the file (Content-Range: bytes */<size>); no body.',
   422: 'validation_failed (with errors), invalid_idempotency_key, or a refusal code.',
   429: 'rate_limited: "The API key rate limit has been reached." or auth_rate_limited: "Too many invalid API bearer attempts." No Retry-After.',
+  500: 'backup_failed: the backup could not be written (the message says why); nothing half-written is kept.',
+  502: 'network_error: the number\'s network could not be reached or refused the request.',
   503: 'scanner_unavailable: the malware scanner cannot be reached.',
   431: "The request's headers are too large (the HTTP server's limit, ~16 KiB together); answered before any route, with no body and the connection closed.",
   507: "storage_full: the server's disk is full; the write was rolled back and nothing was stored.",
@@ -75,11 +77,13 @@ export interface OpOptions {
   query?: Schema<any>
   params?: readonly string[]
   /** status → response data schema (wrapped in {data}) or a description only */
-  ok: { status: number; data?: Json; list?: boolean; description: string; headers?: Json; binary?: boolean }
+  ok: { status: number; data?: Json; list?: boolean; description: string; headers?: Json; binary?: boolean; csv?: boolean }
   /** Other success statuses answered with the same body (POST /contacts: 200 on an update). */
   alsoOk?: readonly { status: number; description: string; headers?: Json }[]
   errors?: readonly number[]
   idempotent?: boolean
+  /** A request body described by hand (an import: a CSV file or a JSON list), in place of `body`. */
+  requestBody?: Json
   /** Body fields the schema does not list but the route reads (a driver's free-form config). */
   bodyExtra?: Record<string, Json>
   /** The operation writes though it takes no body (so it may answer 507). */
@@ -94,13 +98,13 @@ export function op(o: OpOptions) {
     ? { 'X-RateLimit-Limit': { schema: { type: 'integer' } }, 'X-RateLimit-Remaining': { schema: { type: 'integer' } }, ...(o.ok.headers ?? {}) }
     : o.ok.headers
   // a file's bytes in its own type: no JSON to parse
-  const content = okBody ? { 'application/json': { schema: okBody } } : o.ok.binary ? { '*/*': { schema: { type: 'string', format: 'binary' } } } : undefined
+  const content = okBody ? { 'application/json': { schema: okBody } } : o.ok.binary ? { '*/*': { schema: { type: 'string', format: 'binary' } } } : o.ok.csv ? { 'text/csv': { schema: { type: 'string' } } } : undefined
   for (const { status, description, headers } of [o.ok, ...(o.alsoOk ?? [])]) {
     const all = rateHeaders || headers ? { ...rateHeaders, ...headers } : undefined
     responses[String(status)] = { description, ...(content ? { content } : {}), ...(all ? { headers: all } : {}) }
   }
   // any write may find the disk full (507); reads never write
-  const writes = o.writes || o.body !== undefined || o.idempotent || [201, 202, 204].includes(o.ok.status)
+  const writes = o.writes ?? (o.body !== undefined || o.requestBody !== undefined || o.idempotent || [201, 202, 204].includes(o.ok.status))
   const codes = new Set([...(o.scope ? [401, 403, 429] : []), 431, ...(writes ? [507] : []), ...(o.errors ?? [])])
   for (const c of [...codes].sort()) {
     responses[String(c)] = NO_BODY.has(c) ? { description: ERROR_TEXT[c] } : { description: ERROR_TEXT[c] ?? 'Error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } }
@@ -131,6 +135,7 @@ export function op(o: OpOptions) {
     ...(o.scope ? { security: [{ bearer: [] }], 'x-required-scope': o.scope } : {}),
     ...(parameters.length ? { parameters } : {}),
   }
+  if (o.requestBody) detail.requestBody = o.requestBody
   if (o.body) {
     const schema = o.body.toJsonSchema()
     if (o.bodyExtra) schema.properties = { ...(schema.properties as Json), ...o.bodyExtra }
@@ -161,6 +166,17 @@ export const d = {
   nullable: (schema: Json) => (typeof schema.type === 'string' && !schema.properties && !schema.items ? { ...schema, type: [schema.type, 'null'] } : { anyOf: [schema, { type: 'null' }] }),
   list: (items: Json) => ({ type: 'array', items }),
   object: (properties: Record<string, Json>, optional: readonly string[] = []) => ({ type: 'object', properties, required: Object.keys(properties).filter((k) => !optional.includes(k)) }),
+}
+
+/** An import's body: a CSV file (multipart field `file`, a header row naming `columns`) or `{<list>: [rows]}` as JSON. */
+export function importBody(list: string, row: Json, columns: string) {
+  return {
+    required: true,
+    content: {
+      'application/json': { schema: d.object({ [list]: { type: 'array', items: row, maxItems: 100000 } }) },
+      'multipart/form-data': { schema: d.object({ file: { type: 'string', format: 'binary', description: `UTF-8 CSV with a header row: ${columns}.` } }) },
+    },
+  }
 }
 
 /** Where an admin route keeps its operation (its `detail` is hidden from /openapi.json). */

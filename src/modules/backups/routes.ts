@@ -1,9 +1,22 @@
 /** /admin/api/backups: the automatic backups — their state and list — and one written now. */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
-import { hidden } from '../../http/docs'
+import { adminOp, d } from '../../http/docs'
 import { ApiError } from '../../http/errors'
 import type { Services } from '../../services'
+
+const backupDoc = d.object({ name: d.string('The folder under CAPSTAN_BACKUP_DIR.'), created_at: d.time, complete: d.boolean, messages: d.integer, media_files: d.integer })
+const stateDoc = d.object({
+  directory: d.nullable(d.string('CAPSTAN_BACKUP_DIR; null when backups are off.')),
+  every_hours: { type: 'number' },
+  keep: d.integer,
+  state: d.oneOf(['off', 'ok', 'failed', 'overdue']),
+  last_success_at: d.nullable(d.time),
+  last_failure: d.nullable(d.object({ at: d.time, error: d.string() })),
+  running: d.boolean,
+  backups: d.list(backupDoc),
+})
+const tag = 'Backups'
 
 export function backupAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const backups = svc.backups
@@ -21,7 +34,7 @@ export function backupAdminRoutes(svc: Services, auth: ReturnType<typeof authPlu
           backups: backups.list(),
         },
       }),
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'The automatic backups', tag, ok: { status: 200, data: stateDoc, description: 'Their settings, state and the backups kept, newest first.' } }) },
     )
     .post(
       '/backups',
@@ -38,6 +51,6 @@ export function backupAdminRoutes(svc: Services, auth: ReturnType<typeof authPlu
           throw new ApiError(500, 'backup_failed', `The backup could not be written: ${(e as Error).message}`)
         }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Write a backup now', description: 'Answers when it is written (a large data directory takes a while).', tag, writes: true, ok: { status: 201, data: backupDoc, description: 'Written.' }, errors: [422, 500] }) },
     )
 }

@@ -2,9 +2,11 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { paged } from '../../http/format'
-import { hidden } from '../../http/docs'
+import { adminOp, d, importBody } from '../../http/docs'
 import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
+import { mediaDoc } from '../media/routes'
+import { messageDoc } from '../messages/model'
 import { importRows } from './import'
 import { CONSENT, listContactsQuery, phoneField, queryPhone, upsertContactBody } from './model'
 
@@ -76,6 +78,21 @@ const byPhone = s.object({ phone: phoneField() })
  * Admin: a contact's data handed over (ContactExport) or erased (ContactEraser) — the number in
  * the body, so it stays out of URLs and proxy logs.
  */
+const suppressionDoc = d.object({ phone: d.string('E.164'), reason: d.nullable(d.string()), created_at: d.time })
+const exportDoc = d.object({
+  contact: contactDoc,
+  consent: d.list(d.object({ status: d.string(), source: d.string(), at: d.time })),
+  messages: d.list(messageDoc),
+  media: d.list(mediaDoc),
+  campaigns: d.list(d.object({ id: d.uuid, name: d.string(), campaign_status: d.string(), recipient_status: d.string(), skipped_reason: d.nullable(d.string()), message_id: d.nullable(d.uuid) })),
+  network_addresses: d.list(d.string('An address a network knows the number by (a WhatsApp id).')),
+  suppression: d.nullable(suppressionDoc),
+  exported_at: d.time,
+})
+const erasureDoc = d.object({ contact_id: d.uuid, messages: d.integer, queued_failed: d.integer, media: d.integer, events: d.integer })
+const importRowDoc = d.object({ phone: d.string('E.164, or national with the workspace default_country'), name: d.nullable(d.string()), consent_status: d.oneOf(CONSENT), metadata: { type: 'object' } }, ['name', 'consent_status', 'metadata'])
+const adminTag = 'Contacts (operator)'
+
 export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   return new Elysia()
     .use(auth)
@@ -85,7 +102,7 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         svc.workspaces.get(params.id)
         return new Response(svc.contactExport.export(params.id, validate(byPhone, body).phone), { headers: { 'content-type': 'application/json' } })
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "Hand over a contact's data", description: 'Everything kept about one number (the number in the body, so it stays out of URLs and logs): the contact, its consent ledger, messages, media, campaigns, network addresses and suppression.', tag: adminTag, body: byPhone, writes: false, ok: { status: 200, data: exportDoc, description: 'The export.' }, errors: [400, 404, 422] }) },
     )
     .get(
       '/workspaces/:id/contacts.csv',
@@ -95,7 +112,7 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
           headers: { 'content-type': 'text/csv; charset=utf-8', 'content-disposition': `attachment; filename="contacts-${ws.slug}.csv"`, 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' },
         })
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "A workspace's contacts as CSV", tag: adminTag, ok: { status: 200, description: 'phone,name,consent_status,metadata (JSON),created_at,updated_at — streamed.', csv: true }, errors: [404] }) },
     )
     .post(
       '/workspaces/:id/contacts/import',
@@ -103,7 +120,7 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         const ws = svc.workspaces.get(params.id)
         return { data: await svc.contactImport.run(params.id, await importRows(body, svc.workspaces.settings(ws).contacts.default_country)) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Import contacts', description: 'Upserts by phone, all or nothing; at most 100,000 rows.', tag: adminTag, requestBody: importBody('contacts', importRowDoc, 'phone, and name, consent_status, metadata.<key> if you like'), ok: { status: 200, data: d.object({ created: d.integer, updated: d.integer }), description: 'How many were created and updated.' }, errors: [400, 404, 413, 422] }) },
     )
     .post(
       '/workspaces/:id/contacts/erase',
@@ -111,6 +128,6 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         svc.workspaces.get(params.id)
         return { data: await svc.eraser.erase(params.id, validate(byPhone, body).phone) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Erase a contact', description: 'Its messages, media, consent ledger and webhook events go; queued messages fail. Kept in an erasure journal so a restored backup erases it again.', tag: adminTag, body: byPhone, ok: { status: 200, data: erasureDoc, description: 'What was erased.' }, errors: [400, 404, 409, 422] }) },
     )
 }

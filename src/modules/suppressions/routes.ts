@@ -2,8 +2,8 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { type BulkSpec, bulkRows } from '../../http/bulk'
-import { hidden } from '../../http/docs'
-import { paged } from '../../http/format'
+import { adminOp, d, importBody } from '../../http/docs'
+import { paged, pageQuery } from '../../http/format'
 import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { E164, phoneField } from '../contacts/model'
@@ -21,6 +21,9 @@ const SUPPRESSION_ROWS: BulkSpec<{ phone: string; reason?: string | null }> = {
   header: 'phone, and reason if you like',
 }
 
+const suppressionDoc = d.object({ phone: d.string('E.164'), reason: d.nullable(d.string()), created_at: d.time })
+const tag = 'Suppressions'
+
 export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const sup = svc.suppressions
   return new Elysia()
@@ -34,7 +37,7 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
         set.status = created ? 201 : 200
         return { data: sup.toPublic(row) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Suppress a number', description: 'Nothing is sent to it from this workspace; adding it again keeps the first entry (200).', tag, body: addBody, ok: { status: 201, data: suppressionDoc, description: 'Added.' }, alsoOk: [{ status: 200, description: 'Already suppressed: the entry as it was.' }], errors: [400, 404, 422] }) },
     )
     .post(
       '/workspaces/:id/suppressions/import',
@@ -42,7 +45,7 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
         svc.workspaces.get(params.id)
         return { data: await sup.importRows(params.id, await bulkRows(body, SUPPRESSION_ROWS)) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Import suppressions', description: 'All or nothing; at most 100,000 rows.', tag, requestBody: importBody('suppressions', d.object({ phone: d.string('E.164'), reason: d.nullable(d.string()) }, ['reason']), 'phone, and reason if you like'), ok: { status: 200, data: d.object({ added: d.integer, already: d.integer }), description: 'How many were added, and how many were there already.' }, errors: [400, 404, 413, 422] }) },
     )
     .get(
       '/workspaces/:id/suppressions',
@@ -50,7 +53,7 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
         svc.workspaces.get(params.id)
         return paged(query, (limit, offset) => sup.repo.list(params.id, limit, offset), (r) => sup.toPublic(r))
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "A workspace's suppressions", tag, query: pageQuery, ok: { status: 200, data: suppressionDoc, list: true, description: 'A page of suppressed numbers.' }, errors: [404, 422] }) },
     )
     .delete(
       '/workspaces/:id/suppressions/:phone',
@@ -63,6 +66,6 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
         set.status = 204
         return ''
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Lift a suppression', description: 'The number in the path as E.164, its + written %2B.', tag, ok: { status: 204, description: 'Lifted.' }, errors: [404] }) },
     )
 }

@@ -1,8 +1,8 @@
 /** Admin routes for webhook endpoints and their delivery history (CONTRACT §5-6). */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
-import { hidden } from '../../http/docs'
-import { paged } from '../../http/format'
+import { adminOp, d } from '../../http/docs'
+import { paged, pageQuery } from '../../http/format'
 import { fieldError, s, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { EVENT_TYPES, KEEP_PREVIOUS_HOURS, MAX_KEEP_PREVIOUS_HOURS } from './service'
@@ -14,6 +14,34 @@ const createBody = s.object({ url, events: events.optional(), headers })
 const patchBody = s.object({ status: s.string().oneOf(['active', 'disabled'] as const).optional(), url: url.optional(), events: events.optional(), headers })
 const recoverBody = s.object({ since: s.string().format('date-time') })
 const rotateBody = s.object({ keep_previous_hours: s.integer().range(0, MAX_KEEP_PREVIOUS_HOURS).optional() })
+
+const endpointFields = {
+  id: d.uuid,
+  workspace_id: d.uuid,
+  url: d.string(),
+  events: d.list(d.oneOf(EVENT_TYPES)),
+  status: d.oneOf(['active', 'disabled']),
+  failing_since: d.nullable(d.time),
+  created_at: d.time,
+  previous_secret_expires_at: d.nullable({ ...d.time, description: 'While a rotated secret still signs beside the new one.' }),
+  headers: d.list(d.string('The names of the extra headers sent with each delivery (values only with the secret).')),
+}
+const endpointDoc = d.object(endpointFields)
+const secretDoc = d.string('whsec_<base64>: the Standard Webhooks signing secret.')
+const endpointWithSecretDoc = d.object({ ...endpointFields, secret: secretDoc })
+const endpointFullDoc = d.object({ ...endpointFields, secret: secretDoc, header_values: { type: 'object', additionalProperties: { type: 'string' } } })
+const deliveryDoc = d.object({
+  id: d.uuid,
+  type: d.oneOf(EVENT_TYPES),
+  status: d.oneOf(['pending', 'delivered', 'failed']),
+  attempts: d.integer,
+  next_attempt_at: d.nullable(d.time),
+  last_status_code: d.nullable(d.integer),
+  last_error: d.nullable(d.string()),
+  created_at: d.time,
+  delivered_at: d.nullable(d.time),
+})
+const tag = 'Webhooks'
 
 export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const hooks = svc.webhooks
@@ -27,7 +55,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         set.status = 201
         return { data: hooks.create(params.id, input.url, input.events, input.headers) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Add a webhook endpoint', description: 'No events listed = all of them. The signing secret is in the answer.', tag, body: createBody, ok: { status: 201, data: endpointWithSecretDoc, description: 'Added.' }, errors: [400, 404, 422] }) },
     )
     .get(
       '/workspaces/:id/webhooks',
@@ -35,9 +63,9 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         svc.workspaces.get(params.id)
         return { data: hooks.repo.endpoints(params.id).map((e) => hooks.toAdmin(e)) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "A workspace's webhook endpoints", tag, ok: { status: 200, data: d.list(endpointDoc), description: 'Every endpoint, without secrets.' }, errors: [404] }) },
     )
-    .get('/webhooks/:id', ({ params }) => ({ data: hooks.toAdmin(hooks.get(params.id), true) }), { admin: true, detail: hidden })
+    .get('/webhooks/:id', ({ params }) => ({ data: hooks.toAdmin(hooks.get(params.id), true) }), { admin: true, detail: adminOp({ summary: 'A webhook endpoint, with its secret and header values', tag, ok: { status: 200, data: endpointFullDoc, description: 'The endpoint.' }, errors: [404] }) })
     .patch(
       '/webhooks/:id',
       ({ params, body }) => {
@@ -46,7 +74,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         })
         return { data: hooks.toAdmin(hooks.patch(params.id, input)) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Change a webhook endpoint', description: 'disabled holds its deliveries; active sends them.', tag, body: patchBody, ok: { status: 200, data: endpointDoc, description: 'The endpoint as stored now.' }, errors: [400, 404, 422] }) },
     )
     // failed deliveries of events since a time go out again
     .post(
@@ -57,7 +85,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         set.status = 202
         return { data: { requeued } }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Send failed deliveries again', description: 'Failed deliveries of events since a time go out again, with their webhook-id.', tag, body: recoverBody, ok: { status: 202, data: d.object({ requeued: d.integer }), description: 'How many were queued again.' }, errors: [400, 404, 422] }) },
     )
     // a new signing secret; the replaced one keeps signing beside it for keep_previous_hours
     .post(
@@ -66,7 +94,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         const input = validate(rotateBody, body)
         return { data: hooks.rotateSecret(params.id, input.keep_previous_hours ?? KEEP_PREVIOUS_HOURS) }
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Rotate the signing secret', description: `The replaced secret keeps signing beside the new one for keep_previous_hours (default ${KEEP_PREVIOUS_HOURS}; 0 drops it at once).`, tag, body: rotateBody, ok: { status: 200, data: endpointWithSecretDoc, description: 'The endpoint with its new secret.' }, errors: [400, 404, 422] }) },
     )
     .delete(
       '/webhooks/:id',
@@ -75,14 +103,14 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         set.status = 204
         return ''
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: 'Remove a webhook endpoint', tag, ok: { status: 204, description: 'Removed, with its pending deliveries.' }, errors: [404] }) },
     )
     .get(
       '/webhooks/:id/deliveries',
       ({ params, query }) => {
         hooks.get(params.id)
-        return paged(query, (limit, offset) => hooks.repo.deliveries(params.id, limit, offset), (d) => hooks.deliveryToAdmin(d))
+        return paged(query, (limit, offset) => hooks.repo.deliveries(params.id, limit, offset), (row) => hooks.deliveryToAdmin(row))
       },
-      { admin: true, detail: hidden },
+      { admin: true, detail: adminOp({ summary: "An endpoint's deliveries", tag, query: pageQuery, ok: { status: 200, data: deliveryDoc, list: true, description: 'Newest first.' }, errors: [404, 422] }) },
     )
 }
