@@ -1,5 +1,6 @@
 /**
- * GET /docs: Swagger UI for /openapi.json, served from the binary (no CDN: the appliance works
+ * GET /docs: Swagger UI for /openapi.json (and, at /docs?api=admin, the admin API's
+ * /admin/openapi.json), served from the binary (no CDN: the appliance works
  * offline). The UI's files are embedded as text imports.
  */
 import { Elysia } from 'elysia'
@@ -16,13 +17,16 @@ const page = `<!doctype html>
 <link rel="stylesheet" href="/docs/swagger-ui.css">
 </head>
 <body>
+<nav style="font: 14px sans-serif; padding: 8px 20px; border-bottom: 1px solid #ddd">
+<a href="/docs">Messaging API</a> · <a href="/docs?api=admin">Admin API</a>
+</nav>
 <div id="swagger-ui"></div>
 <script src="/docs/swagger-ui-bundle.js"></script>
 <script src="/docs/init.js"></script>
 </body>
 </html>`
 
-const init = `window.ui = SwaggerUIBundle({ url: '/openapi.json', dom_id: '#swagger-ui', deepLinking: true, persistAuthorization: false });`
+const init = `window.ui = SwaggerUIBundle({ url: new URLSearchParams(location.search).get('api') === 'admin' ? '/admin/openapi.json' : '/openapi.json', dom_id: '#swagger-ui', deepLinking: true, persistAuthorization: false });`
 
 const cache = 'public, max-age=3600'
 

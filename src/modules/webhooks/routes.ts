@@ -31,8 +31,8 @@ const secretDoc = d.string('whsec_<base64>: the Standard Webhooks signing secret
 const endpointWithSecretDoc = d.object({ ...endpointFields, secret: secretDoc })
 const endpointFullDoc = d.object({ ...endpointFields, secret: secretDoc, header_values: { type: 'object', additionalProperties: { type: 'string' } } })
 const deliveryDoc = d.object({
-  id: d.uuid,
-  type: d.oneOf(EVENT_TYPES),
+  id: d.string('The webhook-id the event is sent with (msg_<hex>), the same on every attempt.'),
+  type: d.oneOf([...EVENT_TYPES, 'webhook.test']),
   status: d.oneOf(['pending', 'delivered', 'failed']),
   attempts: d.integer,
   next_attempt_at: d.nullable(d.time),
@@ -85,7 +85,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         set.status = 202
         return { data: { requeued } }
       },
-      { admin: true, detail: adminOp({ summary: 'Send failed deliveries again', description: 'Failed deliveries of events since a time go out again, with their webhook-id.', tag, body: recoverBody, ok: { status: 202, data: d.object({ requeued: d.integer }), description: 'How many were queued again.' }, errors: [400, 404, 422] }) },
+      { admin: true, detail: adminOp({ summary: 'Send failed deliveries again', description: 'Failed deliveries of events since a time go out again, with their webhook-id.', tag, body: recoverBody, ok: { status: 202, data: d.object({ requeued: d.integer }), description: 'How many were queued again.' }, errors: [400, 404, 409, 422] }) },
     )
     // a new signing secret; the replaced one keeps signing beside it for keep_previous_hours
     .post(
