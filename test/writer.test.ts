@@ -3,13 +3,13 @@
  * turn share one commit, a lone write is not held back, a steady stream still commits within the
  * gathering limit, and a write that throws is rolled back alone.
  */
-import { afterEach, expect, setDefaultTimeout, test } from 'bun:test'
+import { afterEach, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { Database } from 'bun:sqlite'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { openDatabase } from '../src/db/open'
-import { Writer } from '../src/db/writer'
+import { AwaitedOutsideWrite, Writer } from '../src/db/writer'
 
 setDefaultTimeout(60_000)
 
@@ -133,4 +133,78 @@ test('a refusal (a write that throws before writing) costs no second pass; one t
   expect(runs).toEqual({ a: 3, b: 2 })
   expect(commits.n).toBe(2)
   expect(rows()).toEqual([1, 2, 3, 5])
+})
+
+describe('async write callbacks (the store seam: one write(async (tx) => …) for both engines)', () => {
+  test('async writes that await only the database join the same batch and commit as sync ones', async () => {
+    const { writer, put, rows, commits } = setup()
+    const insert = db!.prepare('INSERT INTO t (n) VALUES (?)')
+    // what a store method on SQLite is: the statement runs at once, the caller awaits its value
+    const store = { insert: async (n: number) => insert.run(n).changes }
+    const results = await Promise.all([
+      put(1),
+      writer.write(async () => (await store.insert(2)) + (await store.insert(3))),
+      put(4),
+      writer.write(async () => {
+        await store.insert(5)
+        return 'five'
+      }),
+    ])
+    expect(results).toEqual([1, 2, 1, 'five'])
+    expect(commits.n).toBe(1)
+    expect(rows()).toEqual([1, 2, 3, 4, 5])
+  })
+
+  test('an async write that fails half-way is rolled back alone; the others in its batch commit', async () => {
+    const { writer, put, rows } = setup()
+    const insert = db!.prepare('INSERT INTO t (n) VALUES (?)')
+    const outcome = await Promise.allSettled([
+      put(1),
+      writer.write(async () => {
+        insert.run(2)
+        await Promise.resolve()
+        insert.run(1) // UNIQUE: fails after writing 2
+      }),
+      writer.write(async () => insert.run(3).changes),
+    ])
+    expect(outcome.map((o) => o.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+    expect(rows()).toEqual([1, 3])
+  })
+
+  test('an async write that waits for something outside the database (a timer) is refused; nothing of it is kept, the rest commit', async () => {
+    const { writer, put, rows } = setup()
+    const insert = db!.prepare('INSERT INTO t (n) VALUES (?)')
+    const outcome = await Promise.allSettled([
+      put(1),
+      writer.write(async () => {
+        insert.run(2)
+        await Bun.sleep(5)
+        insert.run(3)
+      }),
+      put(4),
+    ])
+    expect(outcome.map((o) => o.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+    expect((outcome[1] as PromiseRejectedResult).reason).toBeInstanceOf(AwaitedOutsideWrite)
+    expect(rows()).toEqual([1, 4])
+    // and the writer goes on: the next batch commits
+    expect(await put(5)).toBe(1)
+    expect(rows()).toEqual([1, 4, 5])
+  })
+
+  test('writes made while an async batch is open wait for it, then commit in the next batch', async () => {
+    const { writer, put, rows, commits } = setup()
+    const insert = db!.prepare('INSERT INTO t (n) VALUES (?)')
+    let later: Promise<number> | null = null
+    const first = writer.write(async () => {
+      insert.run(1)
+      // queued from inside the open batch: must not run inside it
+      later = put(2)
+      await Promise.resolve()
+      return 1
+    })
+    expect(await first).toBe(1)
+    expect(await later!).toBe(1)
+    expect(commits.n).toBe(2)
+    expect(rows()).toEqual([1, 2])
+  })
 })
