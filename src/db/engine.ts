@@ -1,0 +1,198 @@
+/**
+ * The seam between Capstan's stores and the database engine it runs on (docs/design/two-engines.md):
+ * the embedded SQLite file (the default) or PostgreSQL (CAPSTAN_DATABASE_URL). A store states each
+ * statement once as `stmt(text)` — written for SQLite with `?` placeholders, turned into `$n` for
+ * PostgreSQL — or `stmt(sqlite, pg)` where the dialects differ; it reads through `all`/`get` and
+ * writes inside `write(async (tx) => …)`, never asking which engine it is on.
+ *
+ * `write` has one contract on both: the callback's statements commit together or not at all,
+ * and the promise resolves only once they are durable. On SQLite it joins the group commit
+ * (db/writer.ts: the callback must await only `tx`); on PostgreSQL it is a transaction of its own.
+ */
+import type { Database, Statement as Prepared } from 'bun:sqlite'
+import type { Writer } from './writer'
+
+/** One statement in both dialects. */
+export interface Statement {
+  readonly sqlite: string
+  readonly pg: string
+}
+
+export type Param = string | number | boolean | null | Uint8Array
+
+/**
+ * SQLite's `?` placeholders as PostgreSQL's `$1, $2, …` — outside quoted text and identifiers,
+ * so `'?'` and `"a?"` stay as written.
+ */
+export function pgPlaceholders(text: string): string {
+  let n = 0
+  let out = ''
+  let quote: string | null = null
+  for (const c of text) {
+    if (quote) {
+      if (c === quote) quote = null
+      out += c
+    } else if (c === "'" || c === '"') {
+      quote = c
+      out += c
+    } else out += c === '?' ? `$${++n}` : c
+  }
+  return out
+}
+
+/** A statement: the same text for both engines (placeholders converted), or one text for each. */
+export const stmt = (sqlite: string, pg?: string): Statement => ({ sqlite, pg: pg ?? pgPlaceholders(sqlite) })
+
+/** What stores read and write with: inside a `write` it is that write's transaction. */
+export interface Queries {
+  all<T>(s: Statement, ...params: Param[]): Promise<T[]>
+  get<T>(s: Statement, ...params: Param[]): Promise<T | null>
+  /** Runs a statement; resolves with the number of rows it changed. */
+  run(s: Statement, ...params: Param[]): Promise<number>
+}
+
+export interface Engine extends Queries {
+  readonly kind: 'sqlite' | 'postgres'
+  /** The callback's statements, committed together and durable before this resolves (see header). */
+  write<T>(fn: (tx: Queries) => Promise<T>): Promise<T>
+  close(): Promise<void>
+}
+
+/** A row with that key (a primary key or a UNIQUE index) is already there: the same on both engines. */
+export class UniqueViolation extends Error {
+  constructor(readonly cause: unknown) {
+    super('unique constraint violated')
+  }
+}
+
+const isUnique = (e: unknown) => {
+  const code = String((e as { code?: unknown; errno?: unknown } | null)?.code ?? '')
+  return code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || String((e as { errno?: unknown } | null)?.errno ?? '') === '23505'
+}
+const normalized = (e: unknown) => (isUnique(e) ? new UniqueViolation(e) : e)
+
+/** The embedded engine: one SQLite connection, its writes through the group commit. */
+export class SqliteEngine implements Engine {
+  readonly kind = 'sqlite'
+  private readonly prepared = new Map<Statement, Prepared>()
+
+  constructor(
+    private readonly db: Database,
+    private readonly writer: Writer,
+  ) {}
+
+  private statement(s: Statement): Prepared {
+    let p = this.prepared.get(s)
+    if (!p) {
+      p = this.db.prepare(s.sqlite)
+      this.prepared.set(s, p)
+    }
+    return p
+  }
+
+  // each call runs the statement at once (SQLite is synchronous) and hands back a settled promise,
+  // so a write's callback awaiting these never leaves the turn of the event loop
+  async all<T>(s: Statement, ...params: Param[]): Promise<T[]> {
+    try {
+      return this.statement(s).all(...params) as T[]
+    } catch (e) {
+      throw normalized(e)
+    }
+  }
+
+  async get<T>(s: Statement, ...params: Param[]): Promise<T | null> {
+    try {
+      return (this.statement(s).get(...params) as T | undefined) ?? null
+    } catch (e) {
+      throw normalized(e)
+    }
+  }
+
+  async run(s: Statement, ...params: Param[]): Promise<number> {
+    try {
+      return this.statement(s).run(...params).changes
+    } catch (e) {
+      throw normalized(e)
+    }
+  }
+
+  write<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
+    return this.writer.write(() => fn(this))
+  }
+
+  async close() {
+    this.prepared.clear()
+  }
+}
+
+type PgClient = InstanceType<typeof Bun.SQL>
+type PgRunner = Pick<PgClient, 'unsafe'>
+
+/**
+ * PostgreSQL's int8 columns (Capstan's times in milliseconds, counts) come from Bun.SQL as BigInt
+ * (`bigint: true`); every value Capstan keeps in them fits a double exactly, so rows carry numbers
+ * as on SQLite.
+ */
+function plainRow<T>(row: Record<string, unknown>): T {
+  for (const k in row) if (typeof row[k] === 'bigint') row[k] = Number(row[k])
+  return row as T
+}
+
+function pgQueries(runner: PgRunner): Queries {
+  const exec = async (s: Statement, params: Param[]) => {
+    try {
+      return await runner.unsafe(s.pg, params)
+    } catch (e) {
+      throw normalized(e)
+    }
+  }
+  return {
+    async all<T>(s: Statement, ...params: Param[]) {
+      return ((await exec(s, params)) as Record<string, unknown>[]).map((r) => plainRow<T>(r))
+    },
+    async get<T>(s: Statement, ...params: Param[]) {
+      const rows = (await exec(s, params)) as Record<string, unknown>[]
+      return rows.length ? plainRow<T>(rows[0]!) : null
+    },
+    async run(s: Statement, ...params: Param[]) {
+      return ((await exec(s, params)) as unknown as { count: number }).count
+    },
+  }
+}
+
+/** PostgreSQL through Bun's built-in client: a pool of connections, each write its own transaction. */
+export class PgEngine implements Engine {
+  readonly kind = 'postgres'
+  private readonly queries: Queries
+
+  constructor(
+    private readonly client: PgClient,
+  ) {
+    this.queries = pgQueries(client)
+  }
+
+  /** A pool of `max` connections to `url`. */
+  static connect(url: string, max = 20): PgEngine {
+    return new PgEngine(new Bun.SQL(url, { max, bigint: true }))
+  }
+
+  all<T>(s: Statement, ...params: Param[]) {
+    return this.queries.all<T>(s, ...params)
+  }
+
+  get<T>(s: Statement, ...params: Param[]) {
+    return this.queries.get<T>(s, ...params)
+  }
+
+  run(s: Statement, ...params: Param[]) {
+    return this.queries.run(s, ...params)
+  }
+
+  write<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
+    return this.client.begin((tx) => fn(pgQueries(tx))) as Promise<T>
+  }
+
+  async close() {
+    await this.client.close()
+  }
+}

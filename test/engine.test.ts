@@ -1,0 +1,121 @@
+/**
+ * The store seam's engine contract (src/db/engine.ts), one test body run on both engines: the
+ * embedded SQLite file through the group commit, and a private PostgreSQL. What a store may count
+ * on: values come back as they went in (times in milliseconds as numbers), a write's statements
+ * commit together or not at all, a duplicate key is the same error, concurrent writes all land.
+ */
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { PrivatePostgres } from '../src/cluster/postgres'
+import { type Engine, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
+import { openDatabase } from '../src/db/open'
+import { Writer } from '../src/db/writer'
+
+setDefaultTimeout(60_000)
+
+const CREATE = stmt(
+  'CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL, at INTEGER, note TEXT, flag INTEGER NOT NULL DEFAULT 0)',
+  'CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL, at BIGINT, note TEXT, flag INTEGER NOT NULL DEFAULT 0)',
+)
+const INSERT = stmt('INSERT INTO items (id, n, at, note, flag) VALUES (?, ?, ?, ?, ?)')
+const GET = stmt('SELECT id, n, at, note, flag FROM items WHERE id = ?')
+const ALL = stmt('SELECT id, n FROM items ORDER BY id')
+const BUMP = stmt('UPDATE items SET n = n + 1 WHERE id = ?')
+const CLEAR = stmt('DELETE FROM items')
+
+interface Item {
+  id: string
+  n: number
+  at: number | null
+  note: string | null
+  flag: number
+}
+
+const engines: Record<string, { make: () => Promise<Engine>; done: () => Promise<void> }> = {}
+let sqliteDir: string
+let pgDir: string
+let pg: PrivatePostgres
+const opened: Engine[] = []
+
+beforeAll(async () => {
+  sqliteDir = mkdtempSync(join(tmpdir(), 'capstan-engine-'))
+  pgDir = mkdtempSync(join(tmpdir(), 'capstan-engine-pg-'))
+  pg = await PrivatePostgres.start(pgDir)
+})
+afterAll(async () => {
+  for (const e of opened) await e.close()
+  await pg.stop()
+  rmSync(sqliteDir, { recursive: true, force: true })
+  rmSync(pgDir, { recursive: true, force: true })
+})
+
+const make = {
+  sqlite: async () => {
+    const db = openDatabase(join(sqliteDir, `${crypto.randomUUID()}.db`))
+    return new SqliteEngine(db, new Writer(db))
+  },
+  postgres: async () => PgEngine.connect(pg.url, 8),
+}
+
+test('placeholders become $n outside quoted text', () => {
+  expect(pgPlaceholders(`SELECT '?', "a?" FROM t WHERE a = ? AND b IN (?, ?)`)).toBe(`SELECT '?', "a?" FROM t WHERE a = $1 AND b IN ($2, $3)`)
+})
+
+describe.each(['sqlite', 'postgres'] as const)('on %s', (kind) => {
+  let engine: Engine
+  beforeAll(async () => {
+    engine = await make[kind]()
+    opened.push(engine)
+    await engine.run(stmt('DROP TABLE IF EXISTS items'))
+    await engine.run(CREATE)
+  })
+
+  test('values come back as they went in: text, whole numbers past 2^32 (times in ms), null, 0/1 flags', async () => {
+    await engine.run(CLEAR)
+    const at = 1_795_000_000_123
+    expect(await engine.write((tx) => tx.run(INSERT, 'a', 2 ** 40, at, 'Grüße 😀', 1))).toBe(1)
+    await engine.write((tx) => tx.run(INSERT, 'b', 0, null, null, 0))
+    expect(await engine.get<Item>(GET, 'a')).toEqual({ id: 'a', n: 2 ** 40, at, note: 'Grüße 😀', flag: 1 })
+    expect(await engine.get<Item>(GET, 'b')).toEqual({ id: 'b', n: 0, at: null, note: null, flag: 0 })
+    expect(await engine.get<Item>(GET, 'none')).toBeNull()
+    expect(await engine.all(ALL)).toEqual([{ id: 'a', n: 2 ** 40 }, { id: 'b', n: 0 }])
+  })
+
+  test("a write's statements commit together; one that throws leaves nothing, and the writes beside it commit", async () => {
+    await engine.run(CLEAR)
+    const results = await Promise.allSettled([
+      engine.write(async (tx) => {
+        await tx.run(INSERT, 'x', 1, null, null, 0)
+        await tx.run(INSERT, 'y', 1, null, null, 0)
+      }),
+      engine.write(async (tx) => {
+        await tx.run(INSERT, 'half', 1, null, null, 0)
+        throw new Error('refused half-way')
+      }),
+      engine.write(async (tx) => tx.run(INSERT, 'z', 1, null, null, 0)),
+    ])
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+    expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['x', 'y', 'z'])
+  })
+
+  test('a duplicate key is UniqueViolation on both engines, and its write changes nothing', async () => {
+    await engine.run(CLEAR)
+    await engine.write((tx) => tx.run(INSERT, 'k', 1, null, null, 0))
+    const dup = engine.write(async (tx) => {
+      await tx.run(INSERT, 'other', 1, null, null, 0)
+      await tx.run(INSERT, 'k', 2, null, null, 0)
+    })
+    await expect(dup).rejects.toBeInstanceOf(UniqueViolation)
+    expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['k'])
+  })
+
+  test('200 concurrent writes to one row all land (group commit on SQLite, row locks on PostgreSQL)', async () => {
+    await engine.run(CLEAR)
+    await engine.write((tx) => tx.run(INSERT, 'counter', 0, null, null, 0))
+    const changed = await Promise.all(Array.from({ length: 200 }, () => engine.write((tx) => tx.run(BUMP, 'counter'))))
+    expect(changed.every((c) => c === 1)).toBe(true)
+    expect((await engine.get<Item>(GET, 'counter'))!.n).toBe(200)
+  })
+})
