@@ -4,11 +4,11 @@
  * Debian's `postgresql` package provides the binaries (/usr/lib/postgresql/<version>/bin, newest
  * first; CAPSTAN_PG_BIN overrides). `initdb` and `postgres` refuse to run as root, so under root
  * they run as the package's `postgres` user (setpriv: the server is then a direct child, and
- * signals reach it), on a folder that user owns.
+ * signals reach it), on a folder that user owns (and may pass through the folders above it).
  */
 import type { Subprocess } from 'bun'
-import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync } from 'node:fs'
-import { join } from 'node:path'
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, statSync } from 'node:fs'
+import { dirname, join } from 'node:path'
 import { userInfo } from 'node:os'
 
 /** Where PostgreSQL's programs are: CAPSTAN_PG_BIN, else Debian's newest installed version. */
@@ -29,6 +29,19 @@ function serverUser(): { uid: number; gid: number; asOther: string[] } {
   return { uid, gid: id('-g'), asOther: ['setpriv', '--reuid=postgres', '--regid=postgres', '--init-groups'] }
 }
 
+/**
+ * The `postgres` user must pass through the folders above the cluster's: each one root owns that
+ * others cannot enter gets search permission only (x, as 0711: no listing, and the files in them
+ * stay readable by their owner alone).
+ */
+function letThrough(path: string) {
+  for (let p = path; ; p = dirname(p)) {
+    const st = statSync(p)
+    if (st.uid === 0 && (st.mode & 0o001) === 0) chmodSync(p, (st.mode & 0o7777) | 0o001)
+    if (p === dirname(p)) return
+  }
+}
+
 export class PrivatePostgres {
   private constructor(
     private readonly proc: Subprocess,
@@ -47,7 +60,10 @@ export class PrivatePostgres {
     const bin = postgresBin()
     const user = serverUser()
     mkdirSync(dir, { recursive: true, mode: 0o700 })
-    if (user.asOther.length) chownSync(dir, user.uid, user.gid)
+    if (user.asOther.length) {
+      chownSync(dir, user.uid, user.gid)
+      letThrough(dirname(dir))
+    }
     chmodSync(dir, 0o700)
     const data = join(dir, 'data')
     const role = user.asOther.length ? 'capstan' : userInfo().username

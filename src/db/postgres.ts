@@ -1,0 +1,43 @@
+/**
+ * Capstan's schema on PostgreSQL: its migrations (migrations/pg/), applied by one instance at a
+ * time (an advisory lock held by the migrating transaction), and refused when a newer Capstan has
+ * migrated the database. The SQLite list is in migrations.ts; test/migrations-pg.test.ts holds the
+ * two to the same tables, columns, indexes and triggers.
+ */
+import pg0037 from '../../migrations/pg/0037_baseline.sql' with { type: 'text' }
+
+/**
+ * PostgreSQL starts at the SQLite schema's version 37 in one file (no installation ever ran an
+ * earlier one); each later version comes as a pair of files, one per engine.
+ */
+export const PG_MIGRATIONS: { version: number; name: string; sql: string }[] = [{ version: 37, name: '0037_baseline', sql: pg0037 }]
+
+export const PG_LATEST = Math.max(...PG_MIGRATIONS.map((m) => m.version))
+
+/** The advisory lock key migrations take: two instances starting at once migrate one after the other. */
+const MIGRATION_LOCK = 0x43415053 // "CAPS"
+
+export class SchemaTooNew extends Error {
+  constructor(readonly found: number) {
+    super(`database schema version ${found} is newer than this binary (${PG_LATEST})`)
+  }
+}
+
+type Client = InstanceType<typeof Bun.SQL>
+
+/** Apply what is pending, in one transaction; returns the versions applied. */
+export async function migratePostgres(sql: Client): Promise<number[]> {
+  return sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`
+    await tx.unsafe('CREATE TABLE IF NOT EXISTS migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)')
+    const [row] = await tx`SELECT COALESCE(MAX(version), 0)::int AS version FROM migrations`
+    const current = Number(row.version)
+    if (current > PG_LATEST) throw new SchemaTooNew(current)
+    const pending = PG_MIGRATIONS.filter((m) => m.version > current)
+    for (const m of pending) {
+      await tx.unsafe(m.sql)
+      await tx`INSERT INTO migrations (version, name, applied_at) VALUES (${m.version}, ${m.name}, ${Date.now()})`
+    }
+    return pending.map((m) => m.version)
+  })
+}
