@@ -20,7 +20,7 @@ import { AllowedMethods, methodNotAllowed } from './http/methods'
 import { ClientAddresses } from './http/client'
 import { ipRanges } from './http/ip-ranges'
 import { WindowCounter } from './http/limits'
-import { DOC_COMPONENTS, adminDocument, hidden } from './http/docs'
+import { DOC_COMPONENTS, DOC_LICENSE, adminDocument, hidden } from './http/docs'
 import { ApiError, diskFull, payloadTooLarge, toErrorResponse } from './http/errors'
 import { noteOf, peekNote, requestIdOf } from './http/log'
 import { Sessions } from './http/session'
@@ -218,7 +218,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
           info: {
             title: 'Capstan Messaging API',
             version: VERSION,
-            license: { name: 'Proprietary', identifier: 'LicenseRef-Proprietary' },
+            license: DOC_LICENSE,
             description:
               'Workspace-scoped API for sending paced messages through connected numbers, managing contacts and consent, media, the message log, groups, templates and opt-in campaigns. Every request needs `Authorization: Bearer <API key>` and the scope named on each operation (`x-required-scope`). Errors are JSON `{message, code}`, plus `errors` on validation failures. Any write may answer 507 `storage_full` when the server\'s disk is full (nothing is stored).',
           },

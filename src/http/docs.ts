@@ -4,6 +4,7 @@
  * `x-required-scope`), request body in all three accepted encodings, parameters, and the
  * contract's error responses.
  */
+import { MAX_CSV_ROWS, MAX_JSON_ROWS } from './bulk'
 import type { Schema } from './schema'
 
 type Json = Record<string, unknown>
@@ -37,6 +38,9 @@ const ERROR_TEXT: Record<number, string> = {
 
 /** Answered by the HTTP server itself, before any route: no JSON body. */
 const NO_BODY = new Set([416, 431])
+
+/** Both documents' `info.license`. */
+export const DOC_LICENSE = { name: 'Proprietary', identifier: 'LicenseRef-Proprietary' }
 
 export const DOC_COMPONENTS = {
   securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'cap_<key_id>.<48-character secret>' } },
@@ -173,8 +177,8 @@ export function importBody(list: string, row: Json, columns: string) {
   return {
     required: true,
     content: {
-      'application/json': { schema: d.object({ [list]: { type: 'array', items: row, maxItems: 100000 } }) },
-      'multipart/form-data': { schema: d.object({ file: { type: 'string', format: 'binary', description: `UTF-8 CSV with a header row: ${columns}.` } }) },
+      'application/json': { schema: d.object({ [list]: { type: 'array', items: row, minItems: 1, maxItems: MAX_JSON_ROWS } }) },
+      'multipart/form-data': { schema: d.object({ file: { type: 'string', format: 'binary', description: `UTF-8 CSV with a header row: ${columns}; at most ${MAX_CSV_ROWS} rows.` } }) },
     },
   }
 }
@@ -223,7 +227,7 @@ export function adminDocument(routes: readonly { method: string; path: string; h
     info: {
       title: 'Capstan Admin API',
       version,
-      license: { name: 'Proprietary', identifier: 'LicenseRef-Proprietary' },
+      license: DOC_LICENSE,
       description:
         'The operator\'s API, which the dashboard and the `capstan` admin commands use: workspaces, API keys, connected numbers, webhooks, suppressions, backups and the dashboard\'s views. Every request needs `Authorization: Bearer <CAPSTAN_ADMIN_TOKEN>` (the dashboard signs in with it and then uses a session cookie plus `X-Capstan-CSRF: 1` on writes). Errors are JSON `{message, code}`, plus `errors` on validation failures.',
     },

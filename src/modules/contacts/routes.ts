@@ -1,6 +1,7 @@
 /** GET /api/v1/contacts and POST /api/v1/contacts (upsert by phone); the admin API's import, export and erasure. */
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
+import { MAX_CSV_ROWS, MAX_JSON_ROWS } from '../../http/bulk'
 import { paged } from '../../http/format'
 import { adminOp, d, importBody } from '../../http/docs'
 import { s, validate } from '../../http/schema'
@@ -120,7 +121,7 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         const ws = svc.workspaces.get(params.id)
         return { data: await svc.contactImport.run(params.id, await importRows(body, svc.workspaces.settings(ws).contacts.default_country)) }
       },
-      { admin: true, detail: adminOp({ summary: 'Import contacts', description: 'Upserts by phone, all or nothing; at most 100,000 rows.', tag: adminTag, requestBody: importBody('contacts', importRowDoc, 'phone, and name, consent_status, metadata.<key> if you like'), ok: { status: 200, data: d.object({ created: d.integer, updated: d.integer }), description: 'How many were created and updated.' }, errors: [400, 404, 413, 422] }) },
+      { admin: true, detail: adminOp({ summary: 'Import contacts', description: `Upserts by phone, all or nothing: a CSV file of up to ${MAX_CSV_ROWS} rows or a JSON list of up to ${MAX_JSON_ROWS}.`, tag: adminTag, requestBody: importBody('contacts', importRowDoc, 'phone, and name, consent_status, metadata.<key> if you like'), ok: { status: 200, data: d.object({ created: d.integer, updated: d.integer }), description: 'How many were created and updated.' }, errors: [400, 404, 413, 422] }) },
     )
     .post(
       '/workspaces/:id/contacts/erase',
