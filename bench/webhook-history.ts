@@ -19,7 +19,7 @@ async function history(triggers: boolean) {
   const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
   svc.webhooks.stop()
   if (!triggers) db.run('DROP TRIGGER webhook_delivery_counts_insert; DROP TRIGGER webhook_delivery_counts_delete')
-  svc.deps.writer.now(() => svc.webhooks.enqueueInTx(ws.id, 'message.received', { id: 'x', body: 'x'.repeat(300) }))
+  svc.deps.writer.now(() => svc.webhooks.enqueueInTx(ws.id, 'message.received', { id: 'x', body: 'x'.repeat(300) } as never))
   db.run("UPDATE webhook_deliveries SET status = 'delivered'")
   copyRow(db, 'webhook_deliveries', (db.query('SELECT id FROM webhook_deliveries').get() as { id: string }).id, N - 1, 'd')
   // copyRow writes rows directly: the kept count is set to what they are
@@ -48,7 +48,7 @@ for (let round = 0; round < 2; round++) {
     const name = triggers ? 'with' : 'without'
     // 20,000 events enqueued in writes of 100, as message status changes arrive
     const t = performance.now()
-    for (let w = 0; w < 200; w++) svc.deps.writer.now(() => { for (let i = 0; i < 100; i++) svc.webhooks.enqueueInTx(ws.id, 'message.sent', { id: `m${w}-${i}` }) })
+    for (let w = 0; w < 200; w++) svc.deps.writer.now(() => { for (let i = 0; i < 100; i++) svc.webhooks.enqueueInTx(ws.id, 'message.sent', { id: `m${w}-${i}` } as never) })
     enqueue[name]!.push((performance.now() - t) / 20_000)
     env.db.run("UPDATE webhook_deliveries SET status = 'delivered'")
     env.clock.t += 31 * 86_400_000

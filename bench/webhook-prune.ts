@@ -17,7 +17,7 @@ async function backlog() {
   svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: 1 } } })
   const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
   svc.webhooks.stop()
-  svc.deps.writer.now(() => svc.webhooks.enqueueInTx(ws.id, 'message.received', { id: 'x', body: 'x'.repeat(300) }))
+  svc.deps.writer.now(() => svc.webhooks.enqueueInTx(ws.id, 'message.received', { id: 'x', body: 'x'.repeat(300) } as never))
   db.run("UPDATE webhook_deliveries SET status = 'delivered'")
   copyRow(db, 'webhook_deliveries', (db.query('SELECT id FROM webhook_deliveries').get() as { id: string }).id, N - 1, 'd')
   db.run('PRAGMA wal_checkpoint(TRUNCATE)')

@@ -226,6 +226,38 @@ describe('the API document', () => {
     await generatedRun(doc, (method, path, o) => srv.request(method, path, { ...o, bearer: key }))
   })
 
+  test("the document's response shapes are the types toPublic returns: a record that drifts from its shape does not compile", () => {
+    // what the project's own typecheck (CI) does to a module whose record and document disagree
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-drift-'))
+    try {
+      const contact = `{ id: 'c', phone: '+14155550100', name: null, consent_status: 'unknown', metadata: {}, created_at: 't', updated_at: 't', last_activity_at: 't' }`
+      const lines = [
+        `import type { PublicContact } from '${join(ROOT, 'src/modules/contacts/model')}'`,
+        `import type { EventData } from '${join(ROOT, 'src/modules/webhooks/docs')}'`,
+        `export const whole = (): PublicContact => (${contact})`,
+        `export const missing = (): PublicContact => ({ ...${contact}, last_activity_at: undefined })`,
+        `export const extra = (): PublicContact => ({ ...${contact}, nickname: 'x' })`,
+        `export const unlisted = (): PublicContact => ({ ...${contact}, consent_status: 'maybe' })`,
+        `export const nullTime = (): PublicContact => ({ ...${contact}, created_at: null })`,
+        `export const event = (): EventData['contact.consent_changed'] => ({ ...${contact}, consent_change: { from: null, to: 'opted_in', source: 'api_key:k' } })`,
+        `export const eventWithout = (): EventData['contact.consent_changed'] => (${contact})`,
+      ]
+      writeFileSync(join(dir, 'drift.ts'), lines.join('\n') + '\n')
+      writeFileSync(
+        join(dir, 'tsconfig.json'),
+        JSON.stringify({ compilerOptions: { target: 'ESNext', module: 'ESNext', moduleResolution: 'bundler', lib: ['ESNext'], typeRoots: [join(ROOT, 'node_modules/@types')], types: ['bun'], strict: true, skipLibCheck: true, noEmit: true }, files: ['drift.ts'] }),
+      )
+      const tsc = Bun.spawnSync([join(ROOT, 'node_modules/.bin/tsc'), '-p', 'tsconfig.json'], { cwd: dir, stdout: 'pipe', stderr: 'pipe' })
+      const out = tsc.stdout.toString()
+      // each error names drift.ts(line,…): only the drifted records, and none in the project itself
+      const failing = [...out.matchAll(/^drift\.ts\((\d+),/gm)].map((m) => lines[Number(m[1]) - 1]!.split(' ')[2])
+      expect(out.split('\n').filter((l) => /^\S+\(\d+,\d+\): error/.test(l) && !l.startsWith('drift.ts'))).toEqual([])
+      expect([...new Set(failing)]).toEqual(['missing', 'extra', 'unlisted', 'nullTime', 'eventWithout'])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   test('a client generated with openapi-typescript and driven by openapi-fetch compiles under strict TypeScript (noUncheckedIndexedAccess) and works first time', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'capstan-client-'))
     try {

@@ -175,7 +175,7 @@ describe('erasure, in process', () => {
       const bob = (await svc.contacts.upsert(ws.id, { phone: '+15550003002' }, 'test')).row
       // 50 events, every third one about Ada
       svc.deps.writer.now(() => {
-        for (let i = 0; i < 50; i++) svc.webhooks.enqueueInTx(ws.id, 'message.received', { id: crypto.randomUUID(), contact_id: i % 3 === 0 ? ada.id : bob.id })
+        for (let i = 0; i < 50; i++) svc.webhooks.enqueueInTx(ws.id, 'message.received', { id: crypto.randomUUID(), contact_id: i % 3 === 0 ? ada.id : bob.id } as never)
       })
       const count = (id: string) => (db.query('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE instr(payload, ?) > 0').get(id) as { n: number }).n
       expect([count(ada.id), count(bob.id)]).toEqual([17, 33])
@@ -196,7 +196,7 @@ describe('erasure, in process', () => {
       svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
       const conn = svc.connections.create(ws.id, { phone: '+15550004000', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } } as any)
       const sent = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550004001', body: 'On its way', attachments: [] })
-      svc.deps.writer.now(() => svc.webhooks.enqueueInTx(ws.id, 'message.received', { contact_id: sent.contact_id }))
+      svc.deps.writer.now(() => svc.webhooks.enqueueInTx(ws.id, 'message.received', { contact_id: sent.contact_id } as never))
       svc.deps.writer.now(() => svc.messages.markSendingInTx([sent.id], env.clock.now()))
       const events = () => (db.query('SELECT COUNT(*) AS n FROM webhook_deliveries').get() as { n: number }).n
       expect(events()).toBe(1)

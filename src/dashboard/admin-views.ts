@@ -10,8 +10,9 @@ import { conflict, notFound } from '../http/errors'
 import { iso, pageQuery, paged, uuid } from '../http/format'
 import { s, UUID, validate } from '../http/schema'
 import { listContactsQuery, phoneField, queryPhone } from '../modules/contacts/model'
-import { campaignDoc } from '../modules/campaigns/routes'
-import { contactDoc, contactsPage } from '../modules/contacts/routes'
+import { campaignDoc } from '../modules/campaigns/model'
+import { contactDoc } from '../modules/contacts/model'
+import { contactsPage } from '../modules/contacts/routes'
 import { downloadResponse } from '../modules/media/routes'
 import { messageDoc, STATUSES } from '../modules/messages/model'
 import type { Services } from '../services'
@@ -152,6 +153,6 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         set.status = 202
         return { data: { id, type: 'webhook.test' } }
       },
-      { admin: true, detail: adminOp({ summary: 'Send a test event to a webhook endpoint', tag, writes: true, ok: { status: 202, data: d.object({ id: d.string('The webhook-id of the test event.'), type: { type: 'string', const: 'webhook.test' } }), description: 'Queued for delivery.' }, errors: [404, 409] }) },
+      { admin: true, detail: adminOp({ summary: 'Send a test event to a webhook endpoint', tag, writes: true, ok: { status: 202, data: d.object({ id: d.string('The webhook-id of the test event.'), type: d.constant('webhook.test') }), description: 'Queued for delivery.' }, errors: [404, 409] }) },
     )
 }

@@ -6,6 +6,7 @@
  */
 import { MAX_CSV_ROWS, MAX_JSON_ROWS } from './bulk'
 import type { Schema } from './schema'
+import { Kind, type Static, type TProperties, type TSchema, Type as t } from '@sinclair/typebox'
 
 type Json = Record<string, unknown>
 
@@ -67,7 +68,8 @@ export function requireAll(schema: unknown): unknown {
     else if (k === 'items' || k === 'anyOf' || k === 'oneOf' || k === 'allOf' || (k === 'additionalProperties' && typeof v === 'object')) out[k] = requireAll(v)
     else out[k] = v
   }
-  if (out.properties && !out.required) out.required = Object.keys(out.properties as Json)
+  // a shape written with `d` says itself which fields are optional
+  if (out.properties && !out.required && !(Kind in schema)) out.required = Object.keys(out.properties as Json)
   return out
 }
 
@@ -159,26 +161,48 @@ export function op(o: OpOptions) {
   return detail
 }
 
-/** Small builders for response shapes (JSON Schema 2020-12, as OpenAPI 3.1 takes). */
+/**
+ * Response shapes, written once with TypeBox (the one Elysia's `t` is built on; its plain
+ * builders, since `t.Integer` also admits numeric strings, which suits a query, not an answer): each is the JSON Schema the
+ * documents publish and, through `Shape<typeof x>` (TypeBox's `Static`), the type the module's
+ * `toPublic`/`toAdmin` must return, so the two cannot drift (README, "The API document"). A
+ * property is required unless wrapped in `d.optional`; `d.nullable` is the field that is sent as
+ * null when empty. `d.oneOf` and `d.map` write their JSON Schema by hand (`enum`,
+ * `additionalProperties`) so the document stays as plain as it reads, typed all the same.
+ */
+export type Shape<S extends TSchema> = Static<S>
+type Described = { description?: string }
 export const d = {
-  string: (description?: string) => ({ type: 'string', ...(description ? { description } : {}) }),
-  uuid: { type: 'string', format: 'uuid' },
-  time: { type: 'string', format: 'date-time' },
-  integer: { type: 'integer' },
-  boolean: { type: 'boolean' },
-  oneOf: (values: readonly string[]) => ({ type: 'string', enum: [...values] }),
-  nullable: (schema: Json) => (typeof schema.type === 'string' && !schema.properties && !schema.items ? { ...schema, type: [schema.type, 'null'] } : { anyOf: [schema, { type: 'null' }] }),
-  list: (items: Json) => ({ type: 'array', items }),
-  object: (properties: Record<string, Json>, optional: readonly string[] = []) => ({ type: 'object', properties, required: Object.keys(properties).filter((k) => !optional.includes(k)) }),
+  string: (description?: string) => t.String(description ? { description } : {}),
+  uuid: t.String({ format: 'uuid' }),
+  time: t.String({ format: 'date-time' }),
+  integer: t.Integer(),
+  number: t.Number(),
+  boolean: t.Boolean(),
+  /** A string from a fixed list (with `null` in the list, a nullable one). */
+  oneOf: <const V extends readonly (string | null)[]>(values: V, o: Described = {}) =>
+    t.Unsafe<V[number]>({ type: values.includes(null) ? ['string', 'null'] : 'string', enum: [...values], ...o }),
+  nullable: <S extends TSchema>(schema: S, o: Described = {}) => t.Union([schema, t.Null()], o),
+  list: <S extends TSchema>(items: S, o: Described = {}) => t.Array(items, o),
+  object: <P extends TProperties>(properties: P, o: Described = {}) => t.Object(properties, o),
+  optional: <S extends TSchema>(schema: S) => t.Optional(schema),
+  /** Always this value. */
+  constant: <const V extends string | boolean>(value: V, o: Described = {}) => t.Literal(value, o),
+  /** An object of any keys whose values are all `values`. */
+  map: <S extends TSchema>(values: S, o: Described = {}) => t.Unsafe<Record<string, Static<S>>>({ type: 'object', additionalProperties: values, ...o }),
+  /** An object the document does not spell out (a driver's settings, a stored audience). */
+  anyObject: (o: Described = {}) => t.Unsafe<Record<string, unknown>>({ type: 'object', ...o }),
+  /** The same shape with its own description. */
+  described: <S extends TSchema>(schema: S, description: string): S => ({ ...schema, description }),
 }
 
 /** An import's body: a CSV file (multipart field `file`, a header row naming `columns`) or `{<list>: [rows]}` as JSON. */
-export function importBody(list: string, row: Json, columns: string) {
+export function importBody(list: string, row: TSchema, columns: string) {
   return {
     required: true,
     content: {
-      'application/json': { schema: d.object({ [list]: { type: 'array', items: row, minItems: 1, maxItems: MAX_JSON_ROWS } }) },
-      'multipart/form-data': { schema: d.object({ file: { type: 'string', format: 'binary', description: `UTF-8 CSV with a header row: ${columns}; at most ${MAX_CSV_ROWS} rows.` } }) },
+      'application/json': { schema: d.object({ [list]: t.Array(row, { minItems: 1, maxItems: MAX_JSON_ROWS }) }) },
+      'multipart/form-data': { schema: d.object({ file: t.String({ format: 'binary', description: `UTF-8 CSV with a header row: ${columns}; at most ${MAX_CSV_ROWS} rows.` }) }) },
     },
   }
 }

@@ -3,7 +3,11 @@ import { validationFailed } from './errors'
 import { s, validate } from './schema'
 
 /** Milliseconds → ISO-8601 UTC ("2026-11-21T09:00:00.000Z"); null stays null. */
-export const iso = (ms: number | null | undefined): string | null => (ms === null || ms === undefined ? null : new Date(ms).toISOString())
+export function iso(ms: number): string
+export function iso(ms: number | null | undefined): string | null
+export function iso(ms: number | null | undefined): string | null {
+  return ms === null || ms === undefined ? null : new Date(ms).toISOString()
+}
 
 /** A new id: a time-ordered UUIDv7, so inserts append to the id indexes instead of scattering. */
 export const uuid = () => Bun.randomUUIDv7()

@@ -8,7 +8,7 @@ import type { Services } from '../../services'
 const backupDoc = d.object({ name: d.string('The folder under CAPSTAN_BACKUP_DIR.'), created_at: d.time, complete: d.boolean, messages: d.integer, media_files: d.integer })
 const stateDoc = d.object({
   directory: d.nullable(d.string('CAPSTAN_BACKUP_DIR; null when backups are off.')),
-  every_hours: { type: 'number' },
+  every_hours: d.number,
   keep: d.integer,
   state: d.oneOf(['off', 'ok', 'failed', 'overdue']),
   last_success_at: d.nullable(d.time),

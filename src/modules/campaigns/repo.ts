@@ -1,4 +1,6 @@
 /** Campaign and recipient SQL. The audience is frozen with one INSERT … SELECT (no copy in memory). */
+import type { MessageStatus } from '../messages/repo'
+import { SKIPPED_REASONS } from './model'
 import type { Database } from 'bun:sqlite'
 import type { ContactRow } from '../contacts/repo'
 import { nextTurn } from '../../db/writer'
@@ -34,6 +36,8 @@ export interface CampaignRow {
   freeze_after: string | null
 }
 
+export type SkippedReason = (typeof SKIPPED_REASONS)[number]
+
 export interface RecipientRow {
   seq: number
   campaign_id: string
@@ -41,7 +45,7 @@ export interface RecipientRow {
   phone: string
   status: 'pending' | 'released' | 'skipped'
   message_id: string | null
-  skipped_reason: string | null
+  skipped_reason: SkippedReason | null
   updated_at: number
 }
 
@@ -130,7 +134,7 @@ export class CampaignRepo {
     this.inFlightStmt = db.query<{ yes: number }, [string]>("SELECT EXISTS (SELECT 1 FROM messages WHERE campaign_id = ? AND status IN ('queued', 'sending')) AS yes")
     // kept by triggers (migration 0031): joining every recipient to its message took 28-55 ms for a campaign of 90,000
     this.countsStmt = db.query<{ bucket: keyof Counts; n: number }, [string]>('SELECT bucket, n FROM campaign_counts WHERE campaign_id = ?')
-    this.recipientsStmt = db.query<RecipientRow & { message_status: string | null }, [string, number, number]>(
+    this.recipientsStmt = db.query<RecipientRow & { message_status: MessageStatus | null }, [string, number, number]>(
       // in seq order straight from campaign_recipients_order (migration 0030), no sort
       'SELECT r.*, m.status AS message_status FROM campaign_recipients r INDEXED BY campaign_recipients_order LEFT JOIN messages m ON m.id = r.message_id WHERE r.campaign_id = ? ORDER BY r.seq LIMIT ? OFFSET ?',
     )

@@ -5,7 +5,8 @@ import { notFound } from '../../http/errors'
 import { iso, paged, pageQuery } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { contactDoc } from '../contacts/routes'
+import { contactDoc } from '../contacts/model'
+import { campaignDoc, type PublicRecipient, recipientDoc } from './model'
 import { numberedKeys, VARIABLES } from '../templates/model'
 
 const audience = s.object({ metadata: s.metadata(20).optional().describe('Equality filters on contact metadata (value and type must match).', { plan: 'pro' }) }).describe('Contacts whose consent is opted_in, narrowed by metadata filters, minus suppressed numbers.')
@@ -50,40 +51,6 @@ const scheduleBody = s.object({
   scheduled_at: s.string().format('date-time').nullable().optional().describe('The same as at (the campaign field’s name).'),
 })
 const previewBody = s.object({ audience: audience.optional() })
-
-const countsDoc = { type: 'object', properties: Object.fromEntries(['total', 'queued', 'sent', 'delivered', 'read', 'failed', 'skipped'].map((k) => [k, { type: 'integer' }])) }
-export const campaignDoc = {
-  type: 'object',
-  properties: {
-    id: { type: 'string', format: 'uuid' },
-    name: { type: 'string' },
-    template_id: { type: 'string', format: 'uuid' },
-    connection_id: { type: 'string', format: 'uuid' },
-    audience: { type: 'object' },
-    variables: { type: 'object' },
-    media_id: { type: ['string', 'null'], format: 'uuid' },
-    send_window: { type: ['object', 'null'], properties: { from: { type: 'string' }, to: { type: 'string' }, time_zone: { type: 'string' } } },
-    status: { type: 'string', enum: ['draft', 'scheduled', 'running', 'paused', 'completed', 'cancelled'] },
-    paused_reason: { type: ['string', 'null'], enum: ['requested', 'allowance_exhausted', 'template_refused', null], description: 'Why it is paused: on request (only a resume moves it); because the monthly allowance ran out (it goes on by itself when there is room); or because the network refused its template as such — Meta’s paused, disabled or unknown template — (fix the template, then resume). null unless paused.' },
-    scheduled_at: { type: ['string', 'null'], format: 'date-time' },
-    started_at: { type: ['string', 'null'], format: 'date-time' },
-    finished_at: { type: ['string', 'null'], format: 'date-time' },
-    created_at: { type: 'string', format: 'date-time' },
-    updated_at: { type: 'string', format: 'date-time' },
-    counts: countsDoc,
-  },
-}
-const recipientDoc = {
-  type: 'object',
-  properties: {
-    contact_id: { type: 'string', format: 'uuid' },
-    phone: { type: 'string' },
-    status: { type: 'string', enum: ['pending', 'queued', 'sending', 'sent', 'delivered', 'read', 'failed', 'skipped'] },
-    message_id: { type: ['string', 'null'], format: 'uuid' },
-    skipped_reason: { type: ['string', 'null'], enum: [null, 'not_opted_in', 'suppressed', 'contact_removed', 'rendered_empty', 'rendered_too_long', 'missing_value', 'cancelled', 'connection_removed'] },
-    updated_at: { type: 'string', format: 'date-time' },
-  },
-}
 
 export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const campaigns = svc.campaigns
@@ -135,7 +102,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
       '/campaigns/:id/recipients',
       ({ caller, params, query }) => {
         find(caller.workspace.id, params.id)
-        return paged(query, (l, o) => campaigns.repo.recipients(params.id, l, o), (r) => ({
+        return paged(query, (l, o) => campaigns.repo.recipients(params.id, l, o), (r): PublicRecipient => ({
           contact_id: r.contact_id,
           phone: r.phone,
           status: r.status === 'released' ? (r.message_status ?? 'queued') : r.status,

@@ -22,6 +22,7 @@ import type { SuppressionService } from '../suppressions/service'
 import { fill } from '../templates/render'
 import type { TemplateService } from '../templates/service'
 import type { WebhookService } from '../webhooks/service'
+import type { PublicCampaign } from './model'
 import { type Audience, CampaignRepo, type CampaignRow, type CampaignStatus, type PausedReason } from './repo'
 import { inSendWindow, knownTimeZone, type SendWindow } from './window'
 
@@ -69,7 +70,7 @@ export class CampaignService {
     this.repo = new CampaignRepo(deps.db)
   }
 
-  toPublic(row: CampaignRow) {
+  toPublic(row: CampaignRow): PublicCampaign {
     return {
       id: row.id,
       name: row.name,

@@ -1,4 +1,5 @@
 /** Connection SQL. */
+import type { DriverName } from './model'
 import type { Database } from 'bun:sqlite'
 
 export interface ConnectionRow {
@@ -6,7 +7,7 @@ export interface ConnectionRow {
   workspace_id: string
   phone: string
   name: string | null
-  driver: string
+  driver: DriverName
   status: 'online' | 'offline'
   status_reason: string | null
   receives: number

@@ -6,30 +6,10 @@ import { notFound, refused, validationFailed } from '../../http/errors'
 import { validate } from '../../http/schema'
 import { SandboxConnection } from '../../network/sandbox'
 import type { Services } from '../../services'
-import { templateDoc } from '../templates/routes'
+import { templateDoc } from '../templates/model'
 import { messageDoc } from '../messages/model'
-import { createConnectionBody, patchConnectionBody, sandboxGroupsBody, sandboxInboundBody, sandboxReceiptBody } from './model'
+import { connectionDoc, createConnectionBody, patchConnectionBody, sandboxGroupsBody, sandboxInboundBody, sandboxReceiptBody } from './model'
 
-const configDoc = {
-  type: 'object',
-  additionalProperties: true,
-  description:
-    'The driver\'s settings. sandbox: delivered_after_ms, read_after_ms (null = never), accept_after_ms, fail_recipients (numbers the network refuses). cloud_api: phone_number_id, waba_id, access_token, app_secret, verify_token, graph_version, graph_base_url. Secrets are stored encrypted and shown as "(set)".',
-}
-const connectionDoc = d.object({
-  id: d.uuid,
-  workspace_id: d.uuid,
-  phone: d.string('E.164'),
-  name: d.nullable(d.string()),
-  driver: d.oneOf(['sandbox', 'cloud_api']),
-  status: d.oneOf(['online', 'offline']),
-  status_reason: d.nullable(d.string('Why it is offline.')),
-  receives: d.boolean,
-  config: configDoc,
-  warmup: d.nullable(d.object({ days: d.integer, start_daily_cap: d.integer, started_at: d.time, ends_at: d.time, day: d.nullable(d.integer) })),
-  created_at: d.time,
-  updated_at: d.time,
-})
 const importDoc = d.object({
   created: d.list(templateDoc),
   updated: d.list(templateDoc),
@@ -57,7 +37,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         set.status = 201
         return { data: conns.toAdmin(await conns.verify(row.id)) }
       },
-      { admin: true, detail: adminOp({ summary: 'Connect a number', description: 'Asks its network at once (status says whether it answered).', tag, body: createConnectionBody, bodyExtra: { config: configDoc }, ok: { status: 201, data: connectionDoc, description: 'Connected.' }, errors: [400, 404, 409, 422] }) },
+      { admin: true, detail: adminOp({ summary: 'Connect a number', description: 'Asks its network at once (status says whether it answered).', tag, body: createConnectionBody, bodyExtra: { config: connectionDoc.properties.config }, ok: { status: 201, data: connectionDoc, description: 'Connected.' }, errors: [400, 404, 409, 422] }) },
     )
     .get(
       '/workspaces/:id/connections',
@@ -79,7 +59,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         const row = raw.config !== undefined || input.status === 'online' ? await conns.verify(params.id) : conns.getAny(params.id).row
         return { data: conns.toAdmin(row) }
       },
-      { admin: true, detail: adminOp({ summary: 'Change a number', description: 'Name, status, warm-up or config (a new config, or online, asks the network again).', tag, body: patchConnectionBody, bodyExtra: { config: configDoc }, ok: { status: 200, data: connectionDoc, description: 'The number as stored now.' }, errors: [400, 404, 422] }) },
+      { admin: true, detail: adminOp({ summary: 'Change a number', description: 'Name, status, warm-up or config (a new config, or online, asks the network again).', tag, body: patchConnectionBody, bodyExtra: { config: connectionDoc.properties.config }, ok: { status: 200, data: connectionDoc, description: 'The number as stored now.' }, errors: [400, 404, 422] }) },
     )
     .post(
       '/connections/:id/import-templates',

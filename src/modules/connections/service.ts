@@ -14,6 +14,7 @@ import { cloudApiDriver } from '../../network/cloud-api'
 import { type ConnectionDriver, DriverError, type DriverEvents, type DriverFactory, type NetworkTemplateDefinition } from '../../network/driver'
 import { sandboxDriver } from '../../network/sandbox'
 import type { SecretBox } from '../../secrets'
+import type { AdminConnection, ConnectionStatusEvent, DriverName } from './model'
 import { ConnectionRepo, type ConnectionRow } from './repo'
 
 export const DRIVERS: Record<string, DriverFactory> = { sandbox: sandboxDriver, cloud_api: cloudApiDriver }
@@ -154,11 +155,11 @@ export class ConnectionService {
   onStatusChangedInTx: (row: ConnectionRow, from: ConnectionRow['status']) => void = () => {}
 
   /** A number as the `connection.status_changed` event carries it: no config (it holds secrets). */
-  toEvent(row: ConnectionRow, from: ConnectionRow['status']) {
+  toEvent(row: ConnectionRow, from: ConnectionRow['status']): ConnectionStatusEvent {
     return { id: row.id, phone: row.phone, name: row.name, driver: row.driver, status: row.status, previous_status: from, status_reason: row.status_reason, at: iso(row.updated_at) }
   }
 
-  toAdmin(row: ConnectionRow) {
+  toAdmin(row: ConnectionRow): AdminConnection {
     return {
       id: row.id,
       workspace_id: row.workspace_id,
@@ -248,7 +249,7 @@ export class ConnectionService {
     return this.getAny(id).row
   }
 
-  create(workspaceId: string, input: { phone: string; name?: string | null; driver: string; receives?: boolean; config?: unknown; warmup?: WarmupInput | null }): ConnectionRow {
+  create(workspaceId: string, input: { phone: string; name?: string | null; driver: DriverName; receives?: boolean; config?: unknown; warmup?: WarmupInput | null }): ConnectionRow {
     const factory = DRIVERS[input.driver]!
     const checked = factory.checkConfig(input.config)
     if ('errors' in checked) throw validationFailed(checked.errors)

@@ -1,11 +1,29 @@
 /** Contact input schemas (spec §2, CONTRACT §2). */
+import { d, type Shape } from '../../http/docs'
 import { pageQuery } from '../../http/format'
 import { E164 } from '../../http/phone'
 import { s } from '../../http/schema'
+import { Type as t } from '@sinclair/typebox'
 
 export { E164 }
 export const CONSENT = ['unknown', 'opted_in', 'opted_out'] as const
 export type Consent = (typeof CONSENT)[number]
+
+/** Metadata values: the kinds `s.metadata()` accepts. */
+export const metadataDoc = d.map(t.Union([t.String(), t.Number(), t.Boolean()]))
+
+/** A contact as the API returns it (and webhooks carry it). */
+export const contactDoc = d.object({
+  id: d.uuid,
+  phone: t.String({ examples: ['+14155550100'] }),
+  name: d.nullable(d.string()),
+  consent_status: d.oneOf(CONSENT),
+  metadata: metadataDoc,
+  created_at: d.time,
+  updated_at: d.time,
+  last_activity_at: d.time,
+})
+export type PublicContact = Shape<typeof contactDoc>
 
 export const phoneField = () => s.string().pattern(E164, 'must be an E.164 phone number such as +14155550100')
 

@@ -6,24 +6,10 @@ import { paged } from '../../http/format'
 import { adminOp, d, importBody } from '../../http/docs'
 import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { mediaDoc } from '../media/routes'
+import { mediaDoc } from '../media/model'
 import { messageDoc } from '../messages/model'
 import { importRows } from './import'
-import { CONSENT, listContactsQuery, phoneField, queryPhone, upsertContactBody } from './model'
-
-export const contactDoc = {
-  type: 'object',
-  properties: {
-    id: { type: 'string', format: 'uuid' },
-    phone: { type: 'string', example: '+14155550100' },
-    name: { type: ['string', 'null'] },
-    consent_status: { type: 'string', enum: [...CONSENT] },
-    metadata: { type: 'object', additionalProperties: { anyOf: [{ type: 'string' }, { type: 'number' }, { type: 'boolean' }] } },
-    created_at: { type: 'string', format: 'date-time' },
-    updated_at: { type: 'string', format: 'date-time' },
-    last_activity_at: { type: 'string', format: 'date-time' },
-  },
-}
+import { CONSENT, contactDoc, listContactsQuery, phoneField, queryPhone, upsertContactBody } from './model'
 
 /** A page of a workspace's contacts (page, per_page, phone), for the API and the admin API alike. */
 export function contactsPage(svc: Services, workspaceId: string, query: Record<string, unknown>) {
@@ -91,7 +77,7 @@ const exportDoc = d.object({
   exported_at: d.time,
 })
 const erasureDoc = d.object({ contact_id: d.uuid, messages: d.integer, queued_failed: d.integer, media: d.integer, events: d.integer })
-const importRowDoc = d.object({ phone: d.string('E.164, or national with the workspace default_country'), name: d.nullable(d.string()), consent_status: d.oneOf(CONSENT), metadata: { type: 'object' } }, ['name', 'consent_status', 'metadata'])
+const importRowDoc = d.object({ phone: d.string('E.164, or national with the workspace default_country'), name: d.optional(d.nullable(d.string())), consent_status: d.optional(d.oneOf(CONSENT)), metadata: d.optional(d.anyObject()) })
 const adminTag = 'Contacts (operator)'
 
 export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {

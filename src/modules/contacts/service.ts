@@ -2,7 +2,7 @@
 import type { Deps } from '../../deps'
 import { notFound } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
-import type { Consent } from './model'
+import type { Consent, PublicContact } from './model'
 import { ContactRepo, type ContactRow } from './repo'
 
 export interface UpsertInput {
@@ -38,13 +38,13 @@ export class ContactService {
     this.onConsentChanged(row, from, source)
   }
 
-  toPublic(row: ContactRow) {
+  toPublic(row: ContactRow): PublicContact {
     return {
       id: row.id,
       phone: row.phone,
       name: row.name,
       consent_status: row.consent_status,
-      metadata: JSON.parse(row.metadata) as Record<string, unknown>,
+      metadata: JSON.parse(row.metadata) as PublicContact['metadata'],
       created_at: iso(row.created_at),
       updated_at: iso(row.updated_at),
       last_activity_at: iso(row.last_activity_at),

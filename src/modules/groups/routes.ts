@@ -7,6 +7,7 @@ import { fieldError, s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import type { MessageRow } from '../messages/repo'
 import { messageDoc } from '../messages/model'
+import { groupDoc, syncDoc } from './model'
 
 const listQuery = s.object({
   search: s.string().length(0, 200).optional().describe('Case-insensitive match on the group name.'),
@@ -17,37 +18,6 @@ const listQuery = s.object({
 const sendBody = s.object({
   body: s.string().length(1, 4096).describe('Text, up to 4096 characters (Unicode code points). Group messages are text only.'),
 })
-
-const groupDoc = {
-  type: 'object',
-  properties: {
-    id: { type: 'string' },
-    name: { type: 'string' },
-    participant_count: { type: 'integer', description: 'A count only; member numbers are never stored or returned.' },
-    can_send: { type: 'boolean', description: 'false for an announcement group where the number is not an admin.' },
-    announce: { type: 'boolean' },
-    number: { type: ['string', 'null'], description: 'The E.164 number of the connected number that is in the group.' },
-    synced_at: { type: 'string', format: 'date-time' },
-  },
-}
-
-const syncDoc = {
-  type: 'object',
-  properties: {
-    numbers: {
-      type: 'array',
-      items: {
-        type: 'object',
-        properties: {
-          number: { type: 'string' },
-          status: { type: 'string', enum: ['synced', 'failed', 'unsupported'] },
-          groups: { type: ['integer', 'null'] },
-          error: { type: ['string', 'null'] },
-        },
-      },
-    },
-  },
-}
 
 export function groupApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const groups = svc.groups

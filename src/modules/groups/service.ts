@@ -11,14 +11,10 @@ import { DriverError, type GroupInfo } from '../../network/driver'
 import type { ConnectionService } from '../connections/service'
 import type { MessageRow } from '../messages/repo'
 import type { MessageService, Refusal } from '../messages/service'
+import type { PublicGroup, SyncEntry } from './model'
 import { GroupRepo, type GroupRow } from './repo'
 
-export interface SyncEntry {
-  number: string
-  status: 'synced' | 'failed' | 'unsupported'
-  groups: number | null
-  error: string | null
-}
+export type { SyncEntry }
 
 /** Announcement group where the number is not an admin: it may not post there. */
 const adminOnly = (g: GroupRow) => g.announce === 1 && g.is_admin === 0
@@ -38,7 +34,7 @@ export class GroupService {
     this.repo = new GroupRepo(deps.db)
   }
 
-  toPublic(row: GroupRow) {
+  toPublic(row: GroupRow): PublicGroup {
     const number = this.connections.find(row.connection_id)?.row.phone ?? null
     return {
       id: row.id,

@@ -1,4 +1,5 @@
 /** API key scopes (spec §5) and admin input schemas. */
+import { d, type Shape } from '../../http/docs'
 import { s } from '../../http/schema'
 
 export const ALL_SCOPES = [
@@ -28,3 +29,20 @@ export const createKeyBody = s.object({
     .optional()
     .describe('IP addresses and CIDR ranges the key may be used from (IPv4 and IPv6); omitted, null or empty = any.'),
 })
+
+/** A key as the operator sees it: never its secret (shown once, on creation). */
+export const keyDoc = d.object({
+  id: d.uuid,
+  workspace_id: d.uuid,
+  name: d.string(),
+  prefix: d.string('cap_<key_id>: how the key starts, to recognise it.'),
+  scopes: d.list(d.oneOf(ALL_SCOPES)),
+  status: d.oneOf(['active', 'revoked']),
+  created_at: d.time,
+  expires_at: d.nullable(d.time),
+  revoked_at: d.nullable(d.time),
+  allowed_ips: d.nullable(d.list(d.string())),
+  last_used_at: d.nullable(d.time),
+})
+export const newKeyDoc = d.object({ ...keyDoc.properties, key: d.string('The whole key, cap_<key_id>.<secret>: shown this once, stored only as a hash.') })
+export type AdminKey = Shape<typeof keyDoc>

@@ -5,23 +5,8 @@ import { adminOp, d } from '../../http/docs'
 import { iso, paged, pageQuery } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { ALL_SCOPES, createKeyBody } from './model'
+import { createKeyBody, keyDoc, newKeyDoc } from './model'
 
-/** A key as the operator sees it: never its secret (shown once, on creation). */
-const keyDoc = d.object({
-  id: d.uuid,
-  workspace_id: d.uuid,
-  name: d.string(),
-  prefix: d.string('cap_<key_id>: how the key starts, to recognise it.'),
-  scopes: d.list(d.oneOf(ALL_SCOPES)),
-  status: d.oneOf(['active', 'revoked']),
-  created_at: d.time,
-  expires_at: d.nullable(d.time),
-  revoked_at: d.nullable(d.time),
-  allowed_ips: d.nullable(d.list(d.string())),
-  last_used_at: d.nullable(d.time),
-})
-const newKeyDoc = d.object({ ...keyDoc.properties, key: d.string('The whole key, cap_<key_id>.<secret>: shown this once, stored only as a hash.') })
 const auditDoc = d.object({ action: d.string('What happened: api_key.created, api_key.revoked, contact.erased, …'), key_id: d.nullable(d.uuid), subject_id: d.nullable(d.string()), at: d.time })
 const tag = 'API keys'
 

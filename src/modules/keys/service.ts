@@ -12,7 +12,7 @@ import { iso, randomString, uuid } from '../../http/format'
 import type { WorkspaceRow } from '../workspaces/repo'
 import type { WorkspaceService } from '../workspaces/service'
 import { ipRanges, isIpRange } from '../../http/ip-ranges'
-import { ALL_SCOPES, type Scope } from './model'
+import { ALL_SCOPES, type AdminKey, type Scope } from './model'
 import type { AuditRepo } from '../audit/repo'
 import { KeyRepo, type KeyRow } from './repo'
 
@@ -67,13 +67,13 @@ export class KeyService {
   }
 
   /** Admin shape; never includes the secret or its hash. */
-  toAdmin(row: KeyRow) {
+  toAdmin(row: KeyRow): AdminKey {
     return {
       id: row.id,
       workspace_id: row.workspace_id,
       name: row.name,
       prefix: `cap_${row.key_id}`,
-      scopes: JSON.parse(row.scopes) as string[],
+      scopes: JSON.parse(row.scopes) as Scope[],
       status: row.status,
       created_at: iso(row.created_at),
       expires_at: iso(row.expires_at),

@@ -1,4 +1,5 @@
 /** Media SQL. */
+import type { MediaType } from './sniff'
 import type { Database } from 'bun:sqlite'
 
 export interface MediaRow {
@@ -8,7 +9,7 @@ export interface MediaRow {
   /** The stored file's name in the media store (see MediaService.blobOf). */
   blob: string
   filename: string
-  mime_type: string
+  mime_type: MediaType
   size: number
   created_at: number
   expires_at: number

@@ -5,23 +5,11 @@ import { SECURITY_HEADERS } from '../../http/auth'
 import { notFound } from '../../http/errors'
 import { s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
+import { mediaDoc } from './model'
 import type { MediaRow } from './repo'
 import { SUPPORTED_TYPES } from './sniff'
 
 const uploadBody = s.object({ file: s.file().describe(`The file (multipart field "file"). Supported types, decided from the bytes: ${SUPPORTED_TYPES.join(', ')}.`) })
-
-export const mediaDoc = {
-  type: 'object',
-  properties: {
-    id: { type: 'string', format: 'uuid' },
-    filename: { type: 'string' },
-    mime_type: { type: 'string', enum: [...SUPPORTED_TYPES] },
-    size: { type: 'integer' },
-    sha256: { type: 'string' },
-    created_at: { type: 'string', format: 'date-time' },
-    expires_at: { type: 'string', format: 'date-time' },
-  },
-}
 
 const DOWNLOAD_HEADERS = {
   'Content-Disposition': { schema: { type: 'string' }, description: 'attachment; filename="<ASCII name>"; filename*=UTF-8\'\'<the stored name>' },

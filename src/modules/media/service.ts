@@ -12,6 +12,7 @@ import type { Logger } from '../../http/log'
 import { type Scanner, ScannerUnavailable, ScanTooLarge } from '../../scanner/clamd'
 import type { WorkspaceRow } from '../workspaces/repo'
 import type { WorkspaceService } from '../workspaces/service'
+import type { PublicMedia } from './model'
 import { MediaRepo, type MediaRow } from './repo'
 import { cleanFilename, sniff } from './sniff'
 import type { MediaStore } from './store'
@@ -46,7 +47,7 @@ export class MediaService {
     this.repo = new MediaRepo(deps.db)
   }
 
-  toPublic(row: MediaRow) {
+  toPublic(row: MediaRow): PublicMedia {
     return { id: row.id, filename: row.filename, mime_type: row.mime_type, size: row.size, sha256: row.sha256, created_at: iso(row.created_at), expires_at: iso(row.expires_at) }
   }
 

@@ -1,4 +1,5 @@
 /** Message input schemas (spec §4 POST /messages, GET /messages). */
+import { d, type Shape } from '../../http/docs'
 import { pageQuery } from '../../http/format'
 import { codePoints, s } from '../../http/schema'
 import { phoneField } from '../contacts/model'
@@ -58,45 +59,34 @@ export const listMessagesQuery = s.object({
 export const OPT_OUT_KEYWORDS = new Set(['STOP', 'STOPALL', 'UNSUBSCRIBE', 'CANCEL', 'END', 'QUIT'])
 
 /** A failed message's error: `{code, message}`, code from OUTCOME_CODES (or the network's own). */
-export const messageErrorDoc = {
-  type: 'object',
-  required: ['code', 'message'],
-  properties: {
-    code: {
-      type: 'string',
-      description: `Why the message failed. One of: ${Object.entries(OUTCOME_CODES)
-        .map(([code, why]) => `\`${code}\` (${why})`)
-        .join('; ')}; or \`cloud_api_<n>\` with the Cloud API's own error code n; or, for a failure receipt posted to a sandbox number, the code given there.`,
-    },
-    message: { type: 'string', description: 'What happened, in words (the network\'s own text for cloud_api_<n>).' },
-  },
-}
+export const messageErrorDoc = d.object({
+  code: d.string(
+    `Why the message failed. One of: ${Object.entries(OUTCOME_CODES)
+      .map(([code, why]) => `\`${code}\` (${why})`)
+      .join('; ')}; or \`cloud_api_<n>\` with the Cloud API's own error code n; or, for a failure receipt posted to a sandbox number, the code given there.`,
+  ),
+  message: d.string("What happened, in words (the network's own text for cloud_api_<n>)."),
+})
 
-export const messageDoc = {
-  type: 'object',
-  properties: {
-    id: { type: 'string', format: 'uuid' },
-    direction: { type: 'string', enum: ['inbound', 'outbound'] },
-    status: { type: 'string', enum: [...STATUSES] },
-    connection_id: { type: 'string', format: 'uuid' },
-    contact_id: { type: ['string', 'null'], format: 'uuid' },
-    recipient: { type: ['string', 'null'], description: 'Who receives it: the contact for outbound, the connected number for inbound; null for group messages.' },
-    sender: { type: ['string', 'null'], description: 'Who sent it: the connected number for outbound, the contact for inbound.' },
-    group_id: { type: ['string', 'null'] },
-    body: { type: ['string', 'null'] },
-    attachments: { type: 'array', items: { type: 'string', format: 'uuid' }, description: 'Media ids (GET /media/{id}): what an outbound message sends, or the file a customer sent with an inbound one (Cloud API numbers).' },
-    reply_to: { type: ['string', 'null'], format: 'uuid', description: 'Inbound: the id of the workspace’s message this one answers — a quoted reply, a tap on one of its buttons or a reaction to it (Cloud API numbers) — else null.' },
-    error: { anyOf: [{ type: 'null' }, messageErrorDoc] },
-    created_at: { type: 'string', format: 'date-time' },
-    updated_at: { type: 'string', format: 'date-time' },
-    outcome: {
-      type: 'object',
-      properties: {
-        state: { type: 'string', enum: ['pending', 'sent', 'delivered', 'read', 'failed'] },
-        at: { type: ['string', 'null'], format: 'date-time' },
-        error: { anyOf: [{ type: 'null' }, messageErrorDoc] },
-      },
-    },
-    timeline: { type: 'array', items: { type: 'object', properties: { status: { type: 'string' }, at: { type: 'string', format: 'date-time' } } } },
-  },
-}
+export const OUTCOME_STATES = ['pending', 'sent', 'delivered', 'read', 'failed'] as const
+
+/** A message as the API returns it (and the message.* webhooks carry it). */
+export const messageDoc = d.object({
+  id: d.uuid,
+  direction: d.oneOf(['inbound', 'outbound']),
+  status: d.oneOf(STATUSES),
+  connection_id: d.uuid,
+  contact_id: d.nullable(d.uuid),
+  recipient: d.nullable(d.string(), { description: 'Who receives it: the contact for outbound, the connected number for inbound; null for group messages.' }),
+  sender: d.nullable(d.string(), { description: 'Who sent it: the connected number for outbound, the contact for inbound.' }),
+  group_id: d.nullable(d.string()),
+  body: d.nullable(d.string()),
+  attachments: d.list(d.uuid, { description: 'Media ids (GET /media/{id}): what an outbound message sends, or the file a customer sent with an inbound one (Cloud API numbers).' }),
+  reply_to: d.nullable(d.uuid, { description: 'Inbound: the id of the workspace’s message this one answers — a quoted reply, a tap on one of its buttons or a reaction to it (Cloud API numbers) — else null.' }),
+  error: d.nullable(messageErrorDoc),
+  created_at: d.time,
+  updated_at: d.time,
+  outcome: d.object({ state: d.oneOf(OUTCOME_STATES), at: d.nullable(d.time), error: d.nullable(messageErrorDoc) }),
+  timeline: d.list(d.object({ status: d.string(), at: d.time })),
+})
+export type PublicMessage = Shape<typeof messageDoc>

@@ -21,7 +21,7 @@ import type { TemplateService } from '../templates/service'
 import type { EventType, WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
 import { clipCodePoints } from '../../http/schema'
-import { headerFault, MAX_BODY, MAX_HEADER_TEXT, OPT_OUT_KEYWORDS, renderedFault } from './model'
+import { headerFault, MAX_BODY, MAX_HEADER_TEXT, OPT_OUT_KEYWORDS, type PublicMessage, renderedFault } from './model'
 import { MessageRepo, type MessageRow, type MessageStatus, type NewMessage } from './repo'
 
 const RANK: Record<MessageStatus, number> = { queued: 0, sending: 1, sent: 2, delivered: 3, read: 4, failed: -1 }
@@ -139,7 +139,7 @@ export class MessageService {
     this.repo = new MessageRepo(deps.db)
   }
 
-  toPublic(row: MessageRow) {
+  toPublic(row: MessageRow): PublicMessage {
     const timeline: { status: string; at: string }[] = []
     if (row.direction === 'outbound') timeline.push({ status: 'queued', at: iso(row.created_at)! })
     const stamps: [string, number | null][] = [
@@ -151,7 +151,7 @@ export class MessageService {
     ]
     for (const [status, at] of stamps.filter(([, at]) => at !== null).sort((a, b) => a[1]! - b[1]!)) timeline.push({ status, at: iso(at)! })
     const error = row.error_code ? { code: row.error_code, message: row.error_message ?? '' } : null
-    const state = row.status === 'queued' || row.status === 'sending' ? 'pending' : row.status
+    const state: PublicMessage['outcome']['state'] = row.status === 'queued' || row.status === 'sending' ? 'pending' : row.status
     const stateAt = state === 'pending' ? null : row[TIME_COLUMN[row.status as keyof typeof TIME_COLUMN]]
     return {
       id: row.id,

@@ -45,7 +45,7 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
         svc.workspaces.get(params.id)
         return { data: await sup.importRows(params.id, await bulkRows(body, SUPPRESSION_ROWS)) }
       },
-      { admin: true, detail: adminOp({ summary: 'Import suppressions', description: `All or nothing: a CSV file of up to ${MAX_CSV_ROWS} rows or a JSON list of up to ${MAX_JSON_ROWS}.`, tag, requestBody: importBody('suppressions', d.object({ phone: d.string('E.164'), reason: d.nullable(d.string()) }, ['reason']), 'phone, and reason if you like'), ok: { status: 200, data: d.object({ added: d.integer, already: d.integer }), description: 'How many were added, and how many were there already.' }, errors: [400, 404, 413, 422] }) },
+      { admin: true, detail: adminOp({ summary: 'Import suppressions', description: `All or nothing: a CSV file of up to ${MAX_CSV_ROWS} rows or a JSON list of up to ${MAX_JSON_ROWS}.`, tag, requestBody: importBody('suppressions', d.object({ phone: d.string('E.164'), reason: d.optional(d.nullable(d.string())) }), 'phone, and reason if you like'), ok: { status: 200, data: d.object({ added: d.integer, already: d.integer }), description: 'How many were added, and how many were there already.' }, errors: [400, 404, 413, 422] }) },
     )
     .get(
       '/workspaces/:id/suppressions',

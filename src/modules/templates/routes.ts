@@ -5,6 +5,7 @@ import { notFound } from '../../http/errors'
 import { paged, pageQuery } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
+import { templateDoc } from './model'
 import { NUMBERED } from './render'
 
 const BODY = s.string().length(1, 4096).describe('Up to 4096 characters with placeholders {{name}}, {{phone}}, {{metadata.key}} and numbered {{1}}.', 'Hi {{name}}, your {{metadata.plan}} plan renews soon. Use code {{1}}.')
@@ -60,31 +61,6 @@ const previewQuery = s.object({
   name: s.string().length(0, 255).optional(),
   phone: s.string().length(0, 32).optional(),
 })
-
-export const templateDoc = {
-  type: 'object',
-  properties: {
-    id: { type: 'string', format: 'uuid' },
-    name: { type: 'string' },
-    body: { type: 'string' },
-    variables: { type: 'array', items: { type: 'string' }, description: 'Placeholders in order of appearance, e.g. ["name", "metadata.plan", "1"].' },
-    category: { type: 'string', enum: ['utility', 'marketing'] },
-    whatsapp: {
-      type: ['object', 'null'],
-      properties: {
-        name: { type: 'string' },
-        language: { type: 'string' },
-        header_text: { type: ['string', 'null'] },
-        url_buttons: { type: 'array', items: { type: 'object', properties: { index: { type: 'integer' }, value: { type: 'string' } } } },
-        parameter_names: { type: ['array', 'null'], items: { type: 'string' } },
-        header_parameter_name: { type: ['string', 'null'] },
-      },
-      description: 'The Meta-approved WhatsApp template sent in its place through Cloud API numbers (campaigns and one-to-one sends), or null.',
-    },
-    created_at: { type: 'string', format: 'date-time' },
-    updated_at: { type: 'string', format: 'date-time' },
-  },
-}
 
 export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const templates = svc.templates

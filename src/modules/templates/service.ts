@@ -5,6 +5,7 @@ import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import { NUMBERED, placeholders, render, type RenderValues } from './render'
 import type { NetworkTemplateDefinition } from '../../network/driver'
+import type { PublicTemplate } from './model'
 import { TemplateRepo, type TemplateRow } from './repo'
 
 /** The Meta-approved WhatsApp template a Capstan template stands for (Cloud API numbers send it). */
@@ -30,7 +31,7 @@ export interface TemplateInput {
 }
 
 /** The link as stored and shown: its fields in one order, the optional ones always present. */
-const whatsappShape = (w: WhatsAppTemplate) => ({
+const whatsappShape = (w: WhatsAppTemplate): NonNullable<PublicTemplate['whatsapp']> => ({
   name: w.name,
   language: w.language,
   header_text: w.header_text ?? null,
@@ -50,7 +51,7 @@ export class TemplateService {
     this.repo = new TemplateRepo(deps.db)
   }
 
-  toPublic(row: TemplateRow) {
+  toPublic(row: TemplateRow): PublicTemplate {
     return {
       id: row.id,
       name: row.name,

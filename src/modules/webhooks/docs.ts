@@ -3,46 +3,40 @@
  * 3.1): one operation per event type, with the body schema and the signing headers, so a
  * receiver can be generated from /openapi.json like a client.
  */
-import { requireAll } from '../../http/docs'
-import { campaignDoc } from '../campaigns/routes'
-import { CONSENT } from '../contacts/model'
-import { contactDoc } from '../contacts/routes'
-import { messageDoc } from '../messages/model'
+import { d, requireAll, type Shape } from '../../http/docs'
+import { campaignDoc, type PublicCampaign } from '../campaigns/model'
+import { type ConnectionStatusEvent, connectionStatusDoc } from '../connections/model'
+import { CONSENT, contactDoc } from '../contacts/model'
+import { messageDoc, type PublicMessage } from '../messages/model'
+import type { TSchema } from '@sinclair/typebox'
 import { type EventType, RETRY_SCHEDULE_S } from './service'
 
 type Json = Record<string, unknown>
 
-const consentChangedDoc = {
-  ...contactDoc,
-  properties: {
-    ...contactDoc.properties,
-    consent_change: {
-      type: 'object',
-      properties: {
-        from: { type: ['string', 'null'], enum: [...CONSENT, null], description: 'The consent before; null for a contact created with one.' },
-        to: { type: 'string', enum: [...CONSENT] },
-        source: { type: 'string', description: 'As in the consent ledger: api_key:<key id>, inbound:<message id>, cloud_api:marketing_stopped, cloud_api_131050:<message id>.' },
-      },
-    },
-  },
+/** A contact whose consent changed, with the change (contact.consent_changed). */
+export const consentChangedDoc = d.object({
+  ...contactDoc.properties,
+  consent_change: d.object({
+    from: d.oneOf([...CONSENT, null], { description: 'The consent before; null for a contact created with one.' }),
+    to: d.oneOf(CONSENT),
+    source: d.string('As in the consent ledger: api_key:<key id>, inbound:<message id>, cloud_api:marketing_stopped, cloud_api_131050:<message id>.'),
+  }),
+})
+export type ConsentChangedEvent = Shape<typeof consentChangedDoc>
+
+/** What each event's `data` is, as a type: the same shapes the document gives below. */
+export interface EventData {
+  'message.sent': PublicMessage
+  'message.delivered': PublicMessage
+  'message.read': PublicMessage
+  'message.failed': PublicMessage
+  'message.received': PublicMessage
+  'campaign.completed': PublicCampaign
+  'contact.consent_changed': ConsentChangedEvent
+  'connection.status_changed': ConnectionStatusEvent
 }
 
-const statusDoc = { type: 'string', enum: ['online', 'offline'] }
-const connectionStatusDoc = {
-  type: 'object',
-  properties: {
-    id: { type: 'string', format: 'uuid' },
-    phone: { type: 'string', description: 'The business number (E.164).' },
-    name: { type: ['string', 'null'] },
-    driver: { type: 'string', enum: ['sandbox', 'cloud_api'] },
-    status: statusDoc,
-    previous_status: statusDoc,
-    status_reason: { type: ['string', 'null'], description: 'Why it is offline (a rejected token, set by the operator); null when online.' },
-    at: { type: 'string', format: 'date-time' },
-  },
-}
-
-const EVENTS: Record<EventType, { summary: string; data: Json }> = {
+const EVENTS: Record<EventType, { summary: string; data: TSchema }> = {
   'message.sent': { summary: 'A message was handed to its network', data: messageDoc },
   'message.delivered': { summary: 'A message reached the recipient’s phone', data: messageDoc },
   'message.read': { summary: 'The recipient read a message', data: messageDoc },

@@ -5,6 +5,7 @@ import { adminOp, d } from '../../http/docs'
 import { paged, pageQuery } from '../../http/format'
 import { fieldError, s, validate } from '../../http/schema'
 import type { Services } from '../../services'
+import { deliveryDoc, endpointDoc, endpointFullDoc, endpointWithSecretDoc } from './model'
 import { EVENT_TYPES, KEEP_PREVIOUS_HOURS, MAX_KEEP_PREVIOUS_HOURS } from './service'
 
 const url = s.string().length(1, 2048).pattern(/^https?:\/\/[^\s/?#]+[^\s]*$/i, 'must be an http or https URL')
@@ -15,32 +16,6 @@ const patchBody = s.object({ status: s.string().oneOf(['active', 'disabled'] as 
 const recoverBody = s.object({ since: s.string().format('date-time') })
 const rotateBody = s.object({ keep_previous_hours: s.integer().range(0, MAX_KEEP_PREVIOUS_HOURS).optional() })
 
-const endpointFields = {
-  id: d.uuid,
-  workspace_id: d.uuid,
-  url: d.string(),
-  events: d.list(d.oneOf(EVENT_TYPES)),
-  status: d.oneOf(['active', 'disabled']),
-  failing_since: d.nullable(d.time),
-  created_at: d.time,
-  previous_secret_expires_at: d.nullable({ ...d.time, description: 'While a rotated secret still signs beside the new one.' }),
-  headers: d.list(d.string('The names of the extra headers sent with each delivery (values only with the secret).')),
-}
-const endpointDoc = d.object(endpointFields)
-const secretDoc = d.string('whsec_<base64>: the Standard Webhooks signing secret.')
-const endpointWithSecretDoc = d.object({ ...endpointFields, secret: secretDoc })
-const endpointFullDoc = d.object({ ...endpointFields, secret: secretDoc, header_values: { type: 'object', additionalProperties: { type: 'string' } } })
-const deliveryDoc = d.object({
-  id: d.string('The webhook-id the event is sent with (msg_<hex>), the same on every attempt.'),
-  type: d.oneOf([...EVENT_TYPES, 'webhook.test']),
-  status: d.oneOf(['pending', 'delivered', 'failed']),
-  attempts: d.integer,
-  next_attempt_at: d.nullable(d.time),
-  last_status_code: d.nullable(d.integer),
-  last_error: d.nullable(d.string()),
-  created_at: d.time,
-  delivered_at: d.nullable(d.time),
-})
 const tag = 'Webhooks'
 
 export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {

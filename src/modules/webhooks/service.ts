@@ -13,6 +13,8 @@ import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
 import type { SecretBox } from '../../secrets'
 import type { AuditRepo } from '../audit/repo'
+import type { EventData } from './docs'
+import type { AdminEndpoint } from './model'
 import { type DeliveryRow, type EndpointRow, HELD_REASON, WebhookRepo } from './repo'
 
 export const EVENT_TYPES = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'campaign.completed', 'contact.consent_changed', 'connection.status_changed'] as const
@@ -115,12 +117,12 @@ export class WebhookService {
     this.repo = new WebhookRepo(deps.db)
   }
 
-  toAdmin(row: EndpointRow, withSecret = false) {
+  toAdmin(row: EndpointRow, withSecret = false): AdminEndpoint {
     return {
       id: row.id,
       workspace_id: row.workspace_id,
       url: row.url,
-      events: row.events ? (JSON.parse(row.events) as string[]) : [...EVENT_TYPES],
+      events: row.events ? (JSON.parse(row.events) as EventType[]) : [...EVENT_TYPES],
       status: row.status,
       failing_since: iso(row.failing_since),
       created_at: iso(row.created_at),
@@ -289,7 +291,7 @@ export class WebhookService {
    * Write one event to the outbox of every active endpoint of the workspace that wants it.
    * Must run inside the write that makes the change it reports.
    */
-  enqueueInTx(workspaceId: string, type: EventType, data: unknown) {
+  enqueueInTx<K extends EventType>(workspaceId: string, type: K, data: EventData[K]) {
     const endpoints = this.repo.activeEndpoints(workspaceId)
     if (endpoints.length === 0) return
     const now = this.deps.clock.now()

@@ -1,4 +1,5 @@
 /** Workspace input schemas and settings defaults (CONTRACT §2, §3, §6). */
+import { d, type Shape } from '../../http/docs'
 import { s } from '../../http/schema'
 
 export const DEFAULT_SETTINGS = {
@@ -11,6 +12,28 @@ export const DEFAULT_SETTINGS = {
   contacts: { default_country: null as string | null },
 }
 export type WorkspaceSettings = typeof DEFAULT_SETTINGS
+
+/** The workspace of an API key (GET /workspace): always active, an inactive one is refused at authentication. */
+export const workspaceDoc = d.object({ id: d.uuid, name: d.string(), slug: d.string(), status: d.oneOf(['active']) })
+export type PublicWorkspace = Shape<typeof workspaceDoc>
+
+export const settingsDoc = d.object({
+  sending_policy: d.object({ hourly_cap: d.integer, daily_cap: d.integer, min_gap_seconds: d.number, max_gap_seconds: d.number }),
+  message_allowance: d.nullable(d.integer),
+  media: d.object({ retention_days: d.integer, max_bytes: d.integer, max_total_bytes: d.nullable(d.integer) }),
+  messages: d.object({ content_retention_days: d.nullable(d.integer) }),
+  contacts: d.object({ default_country: d.nullable(d.string('ISO 3166 code')) }),
+})
+
+/** A workspace as the operator sees it: with its settings. */
+export const workspaceAdminDoc = d.object({
+  ...workspaceDoc.properties,
+  status: d.oneOf(['active', 'inactive']),
+  settings: settingsDoc,
+  created_at: d.time,
+  updated_at: d.time,
+})
+export type AdminWorkspace = Shape<typeof workspaceAdminDoc>
 
 export const SLUG = /^[a-z0-9]+(?:-[a-z0-9]+)*$/
 

@@ -5,34 +5,7 @@ import { adminOp, d } from '../../http/docs'
 import { paged, pageQuery } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { createWorkspaceBody, patchWorkspaceBody } from './model'
-
-export const workspaceDoc = {
-  type: 'object',
-  properties: {
-    id: { type: 'string', format: 'uuid' },
-    name: { type: 'string' },
-    slug: { type: 'string' },
-    status: { type: 'string', enum: ['active'] },
-  },
-}
-
-const settingsDoc = d.object({
-  sending_policy: d.object({ hourly_cap: d.integer, daily_cap: d.integer, min_gap_seconds: { type: 'number' }, max_gap_seconds: { type: 'number' } }),
-  message_allowance: d.nullable(d.integer),
-  media: d.object({ retention_days: d.integer, max_bytes: d.integer, max_total_bytes: d.nullable(d.integer) }),
-  messages: d.object({ content_retention_days: d.nullable(d.integer) }),
-  contacts: d.object({ default_country: d.nullable(d.string('ISO 3166 code')) }),
-})
-
-/** A workspace as the operator sees it: with its settings. */
-export const workspaceAdminDoc = d.object({
-  ...workspaceDoc.properties,
-  status: d.oneOf(['active', 'inactive']),
-  settings: settingsDoc,
-  created_at: d.time,
-  updated_at: d.time,
-})
+import { createWorkspaceBody, patchWorkspaceBody, workspaceAdminDoc, workspaceDoc } from './model'
 
 export function workspaceApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   return new Elysia().use(auth).get('/workspace', ({ caller }) => ({ data: svc.workspaces.toPublic(caller.workspace) }), {

@@ -4,7 +4,7 @@ import type { AuditRepo } from '../audit/repo'
 import { notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import { isCountry } from '../../http/phone'
-import { DEFAULT_SETTINGS, type WorkspaceSettings } from './model'
+import { type AdminWorkspace, DEFAULT_SETTINGS, type PublicWorkspace, type WorkspaceSettings } from './model'
 import { WorkspaceRepo, type WorkspaceRow } from './repo'
 
 export interface PatchInput {
@@ -73,13 +73,13 @@ export class WorkspaceService {
   }
 
   /** Public shape (GET /workspace). */
-  toPublic(row: WorkspaceRow) {
-    return { id: row.id, name: row.name, slug: row.slug, status: row.status }
+  toPublic(row: WorkspaceRow): PublicWorkspace {
+    return { id: row.id, name: row.name, slug: row.slug, status: 'active' }
   }
 
   /** Admin shape: public fields plus settings and times. */
-  toAdmin(row: WorkspaceRow) {
-    return { ...this.toPublic(row), settings: this.settings(row), created_at: iso(row.created_at), updated_at: iso(row.updated_at) }
+  toAdmin(row: WorkspaceRow): AdminWorkspace {
+    return { ...this.toPublic(row), status: row.status, settings: this.settings(row), created_at: iso(row.created_at), updated_at: iso(row.updated_at) }
   }
 
   /** The row by id for the request path; patch() below replaces it, so status changes apply at once. */
