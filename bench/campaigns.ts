@@ -5,6 +5,7 @@
  * Run: bun bench/campaigns.ts [contacts]
  */
 import { benchServices, rssMiB, timedHold } from './support'
+import { storesOf } from '../test/support/stores'
 
 const N = Number(process.argv[2] ?? 100_000)
 
@@ -25,7 +26,7 @@ Bun.gc(true)
 const before = rssMiB()
 const { result: started, ms, heldMs } = await timedHold(() => svc.campaigns.schedule(ws.id, c.id, null))
 const after = rssMiB()
-const counts = svc.campaigns.repo.counts(c.id)
+const counts = storesOf(svc).campaigns.counts(c.id)
 console.log(`\nCampaign start with ${N.toLocaleString('en-US')} contacts (${counts.total.toLocaleString('en-US')} opted in): status ${started.status}`)
 console.log(`| freeze + enqueue | ${ms.toFixed(0)} ms |`)
 console.log(`| longest the event loop was held meanwhile | ${heldMs.toFixed(0)} ms |`)
@@ -37,7 +38,7 @@ for (const page of [1, 1000]) {
   const took: string[] = []
   for (let i = 0; i < 3; i++) {
     const t2 = performance.now()
-    svc.campaigns.repo.recipients(c.id, 50, (page - 1) * 50)
+    svc.campaigns.recipients(c.id, 50, (page - 1) * 50)
     took.push((performance.now() - t2).toFixed(1))
   }
   console.log(`| GET /campaigns/{id}/recipients page ${page} (rows and total), three times | ${took.join(', ')} ms |`)

@@ -31,7 +31,7 @@ async function list(extras: boolean) {
   const oldCount = db.query('SELECT COUNT(*) AS n FROM suppressions WHERE workspace_id = ?')
   const [now, before] = pairedMedians(
     11,
-    () => svc.suppressions.repo.list(ws.id, 50, 0),
+    () => svc.suppressions.list(ws.id, 50, 0),
     () => ({ rows: oldPage.all(ws.id), total: oldCount.get(ws.id) }),
   )
   console.log(`a page of 50 of ${N} suppressions, median of 11: ${now.toFixed(2)} ms now, ${before.toFixed(2)} ms reading, sorting and counting them all`)

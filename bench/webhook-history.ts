@@ -33,8 +33,8 @@ async function history(triggers: boolean) {
   const count = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE endpoint_id = ?')
   const [kept, counted] = pairedMedians(
     21,
-    () => svc.webhooks.repo.deliveries(hook.id, 50, 0),
-    () => ({ rows: svc.webhooks.repo.deliveries(hook.id, 50, 0).rows, total: count.get(hook.id)!.n }),
+    () => svc.webhooks.deliveries(hook.id, 50, 0),
+    () => ({ rows: svc.webhooks.deliveries(hook.id, 50, 0).rows, total: count.get(hook.id)!.n }),
   )
   console.log(`a page of 50 of ${N} deliveries, median of 21: kept count ${kept.toFixed(2)} ms, counting the rows ${counted.toFixed(2)} ms`)
   await env.close()

@@ -226,7 +226,7 @@ export class Metrics {
     out.metric('capstan_number_daily_cap', 'gauge', 'The daily cap a number sends under today (lower while it warms up).', caps)
     const media = sql.media.all(now)
     out.metric('capstan_media_bytes', 'gauge', 'Bytes of a workspace’s kept media (each record counted).', media.map((r) => [{ workspace: r.workspace_id }, r.n]))
-    const quotas = svc.workspaces.repo.all().flatMap((w): Sample[] => {
+    const quotas = svc.workspaces.all().flatMap((w): Sample[] => {
       const max = svc.workspaces.settings(w).media.max_total_bytes
       return max === null ? [] : [[{ workspace: w.id }, max]]
     })

@@ -206,7 +206,7 @@ async function recoverAtStart(svc: Services) {
 }
 
 function runBackground(svc: Services) {
-  svc.pacer.start(svc.campaigns.repo.connectionsWithRunning())
+  svc.pacer.start(svc.campaigns.connectionsWithRunning())
   svc.campaigns.armAll()
   svc.campaigns.resumeWhereRoom()
   svc.webhooks.start()

@@ -10,6 +10,7 @@ import { inProcess, settle } from './support/inproc'
 import { databaseAtSchema } from './support/schema'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
+import { storesOf } from './support/stores'
 
 setDefaultTimeout(60_000)
 
@@ -310,13 +311,13 @@ describe('the campaign lane (controlled clock)', () => {
       await svc.campaigns.schedule(ws.id, c.id, null)
       timers.advance(0)
       await settle()
-      const counts = () => svc.campaigns.toPublic(svc.campaigns.repo.getAny(c.id)!).counts
-      expect([svc.campaigns.repo.getAny(c.id)!.status, counts().sent, counts().queued]).toEqual(['running', 0, 3])
+      const counts = () => svc.campaigns.toPublic(storesOf(svc).campaigns.getAny(c.id)!).counts
+      expect([storesOf(svc).campaigns.getAny(c.id)!.status, counts().sent, counts().queued]).toEqual(['running', 0, 3])
       // the number itself is not held: a one-to-one message goes out at once
       const order = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550009999', body: 'Your order shipped', attachments: [] })
       timers.advance(0)
       await settle()
-      expect(svc.messages.repo.getAny(order.id)!.status).toBe('sent')
+      expect(svc.messages.getAny(order.id)!.status).toBe('sent')
       // the window opens at 14:00 UTC; the minute's sweep wakes the number
       timers.advanceTo(Date.UTC(2026, 10, 21, 14, 0, 0))
       await svc.campaigns.sweep()
@@ -339,7 +340,7 @@ describe('the campaign lane (controlled clock)', () => {
       timers.advance(0)
       await settle()
       expect(counts().sent).toBe(3)
-      expect(svc.campaigns.repo.getAny(c.id)!.status).toBe('completed')
+      expect(storesOf(svc).campaigns.getAny(c.id)!.status).toBe('completed')
     } finally {
       await env.close()
     }
@@ -365,7 +366,7 @@ describe('the campaign lane (controlled clock)', () => {
         timers.advance(10_000)
         await settle()
       }
-      const after = svc.campaigns.toPublic(svc.campaigns.repo.getAny(c.id)!)
+      const after = svc.campaigns.toPublic(storesOf(svc).campaigns.getAny(c.id)!)
       expect([after.status, after.counts]).toEqual(['completed', { total: 250, queued: 0, sent: 1, delivered: 0, read: 0, failed: 0, skipped: 249 }])
     } finally {
       await env.close()
@@ -385,7 +386,7 @@ describe('the campaign lane (controlled clock)', () => {
       const c = svc.campaigns.create(ws.id, { name: 'Rollover', template_id: tpl.id, connection_id: conn.id })
       await svc.campaigns.schedule(ws.id, c.id, null)
       const state = () => {
-        const p = svc.campaigns.toPublic(svc.campaigns.repo.getAny(c.id)!)
+        const p = svc.campaigns.toPublic(storesOf(svc).campaigns.getAny(c.id)!)
         return [p.status, p.paused_reason, p.counts.sent, p.counts.skipped]
       }
       for (let i = 0; i < 4; i++) {
@@ -447,7 +448,7 @@ describe('the campaign lane (controlled clock)', () => {
       const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
       const c = svc.campaigns.create(ws.id, { name: 'Now', template_id: tpl.id, connection_id: conn.id })
       svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', ['campaign.completed'])
-      const status = () => svc.campaigns.repo.getAny(c.id)!.status
+      const status = () => storesOf(svc).campaigns.getAny(c.id)!.status
       const failing = (to: string) => db.run(`CREATE TRIGGER full_disk BEFORE UPDATE OF status ON campaigns WHEN NEW.status = '${to}' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`)
       // launched now, but the start cannot be written: it stays scheduled, due, with nothing armed
       failing('running')
@@ -460,7 +461,7 @@ describe('the campaign lane (controlled clock)', () => {
       failing('completed')
       timers.advance(0)
       await settle(20)
-      expect(svc.campaigns.repo.counts(c.id)).toMatchObject({ total: 1, sent: 1 })
+      expect(storesOf(svc).campaigns.counts(c.id)).toMatchObject({ total: 1, sent: 1 })
       expect(status()).toBe('running')
       db.run('DROP TRIGGER full_disk')
       await svc.campaigns.sweep()
@@ -609,7 +610,7 @@ describe('audience preview, in process', () => {
         for (const slice of [1, 2, 3, 7, 50_000]) {
           let turned = false
           setImmediate(() => (turned = true))
-          const r = await svc.campaigns.repo.preview(ws.id, audience, 2, slice)
+          const r = await svc.campaigns.preview(ws.id, audience, 2, slice)
           expect([audience, slice, r.count, r.rows.map((c) => c.phone)]).toEqual([audience, slice, expected, [...newest]])
           // several slices: the event loop turned between them
           if (slice < people.length) expect(turned).toBe(true)
@@ -657,7 +658,7 @@ describe('audience freeze in slices', () => {
           svc.campaigns.freezeSliceSize = slice
           const c = campaign(audience)
           let midway: number | null = null
-          setImmediate(() => (midway = svc.campaigns.repo.counts(c.id).total))
+          setImmediate(() => (midway = storesOf(svc).campaigns.counts(c.id).total))
           const started = await svc.campaigns.schedule(ws.id, c.id, null)
           expect([audience, slice, recipients(c.id)]).toEqual([audience, slice, [...expected]])
           expect([started.freeze_after, svc.campaigns.toPublic(started).counts.total]).toEqual([null, expected.length])
@@ -679,13 +680,13 @@ describe('audience freeze in slices', () => {
       const c = campaign()
       const starting = svc.campaigns.schedule(ws.id, c.id, null)
       // the start and the first slice are one write, done before the schedule yields
-      expect([svc.campaigns.repo.getAny(c.id)!.status, recipients(c.id)]).toEqual(['running', ['+15550009001', '+15550009002']])
+      expect([storesOf(svc).campaigns.getAny(c.id)!.status, recipients(c.id)]).toEqual(['running', ['+15550009001', '+15550009002']])
       env.clock.t += 1000
       await svc.contacts.upsert(ws.id, { phone: '+15550009008', consent_status: 'opted_in' }, 'test')
-      expect(svc.campaigns.repo.getAny(c.id)!.freeze_after).not.toBeNull()
+      expect(storesOf(svc).campaigns.getAny(c.id)!.freeze_after).not.toBeNull()
       svc.campaigns.pause(ws.id, c.id)
       await starting
-      expect([svc.campaigns.repo.getAny(c.id)!.status, recipients(c.id)]).toEqual(['paused', ['+15550009001', '+15550009002', '+15550009004', '+15550009007']])
+      expect([storesOf(svc).campaigns.getAny(c.id)!.status, recipients(c.id)]).toEqual(['paused', ['+15550009001', '+15550009002', '+15550009004', '+15550009007']])
 
       const d = campaign()
       const cancelled = svc.campaigns.schedule(ws.id, d.id, null)
@@ -712,7 +713,7 @@ describe('audience freeze in slices', () => {
       const answered = await svc.campaigns.schedule(ws.id, c.id, null)
       expect(answered.status).toBe('running')
       expect(answered.freeze_after).not.toBeNull()
-      await waitFor(() => svc.campaigns.repo.getAny(c.id)!.freeze_after === null)
+      await waitFor(() => storesOf(svc).campaigns.getAny(c.id)!.freeze_after === null)
       expect(recipients(c.id)).toEqual(['+15550009001', '+15550009002', '+15550009004', '+15550009007'])
     } finally {
       await env.close()
@@ -734,15 +735,15 @@ describe('audience freeze in slices', () => {
         env.timers.advance(0)
         await settle()
       }
-      expect([svc.campaigns.repo.getAny(c.id)!.status, svc.campaigns.repo.counts(c.id).sent]).toEqual(['running', 2])
+      expect([storesOf(svc).campaigns.getAny(c.id)!.status, storesOf(svc).campaigns.counts(c.id).sent]).toEqual(['running', 2])
       env.db.run('DROP TRIGGER full_disk')
       await svc.campaigns.sweep()
-      await waitFor(() => svc.campaigns.repo.getAny(c.id)!.freeze_after === null)
+      await waitFor(() => storesOf(svc).campaigns.getAny(c.id)!.freeze_after === null)
       for (let i = 0; i < 3; i++) {
         env.timers.advance(0)
         await settle()
       }
-      expect([svc.campaigns.repo.getAny(c.id)!.status, recipients(c.id), svc.campaigns.repo.counts(c.id).sent]).toEqual(['completed', ['+15550009001', '+15550009002', '+15550009004', '+15550009007'], 4])
+      expect([storesOf(svc).campaigns.getAny(c.id)!.status, recipients(c.id), storesOf(svc).campaigns.counts(c.id).sent]).toEqual(['completed', ['+15550009001', '+15550009002', '+15550009004', '+15550009007'], 4])
     } finally {
       await env.close()
     }

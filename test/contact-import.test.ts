@@ -9,6 +9,7 @@ import { parseCsv } from '../src/http/bulk'
 import { databaseAtSchema } from './support/schema'
 import { inProcess } from './support/inproc'
 import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
+import { storesOf } from './support/stores'
 
 setDefaultTimeout(60_000)
 
@@ -229,8 +230,8 @@ describe('the CLI and the writes', () => {
       clearInterval(tick)
       expect(done).toEqual({ created: 4, updated: 1 })
       expect(turned).toBeGreaterThan(0)
-      expect(svc.contacts.repo.count(ws.id)).toBe(5)
-      expect(svc.contacts.repo.getByPhone(ws.id, '+15550010003')!.name).toBe('Old')
+      expect(storesOf(svc).contacts.count(ws.id)).toBe(5)
+      expect(svc.contacts.getByPhone(ws.id, '+15550010003')!.name).toBe('Old')
     } finally {
       await env.close()
     }
@@ -281,7 +282,7 @@ describe('a do-not-contact list (suppressions)', () => {
     try {
       const { svc, db, clock } = env
       const [a, b] = [svc.workspaces.create({ name: 'A' }), svc.workspaces.create({ name: 'B' })]
-      const page = (ws: string) => svc.suppressions.repo.list(ws, 3, 0)
+      const page = (ws: string) => svc.suppressions.list(ws, 3, 0)
       const rows = (ws: string) => (db.query('SELECT COUNT(*) AS n FROM suppressions WHERE workspace_id = ?').get(ws) as { n: number }).n
       expect(page(a.id).total).toBe(0)
       svc.suppressions.add(a.id, '+15550007001', null)

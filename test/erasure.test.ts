@@ -203,8 +203,8 @@ describe('erasure, in process', () => {
       let refusal: any = null
       await svc.eraser.erase(ws.id, '+15550004001').catch((e) => (refusal = e))
       expect([refusal?.status, refusal?.code]).toEqual([409, 'contact_busy'])
-      expect(svc.contacts.repo.getByPhone(ws.id, '+15550004001')).not.toBeNull()
-      expect(svc.messages.repo.getAny(sent.id)).toMatchObject({ body: 'On its way', contact_id: sent.contact_id })
+      expect(svc.contacts.getByPhone(ws.id, '+15550004001')).not.toBeNull()
+      expect(svc.messages.getAny(sent.id)).toMatchObject({ body: 'On its way', contact_id: sent.contact_id })
       expect(events()).toBe(1)
     } finally {
       await env.close()

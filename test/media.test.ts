@@ -7,6 +7,7 @@ import { EICAR, TestClamd, scanningServer } from './support/clamd'
 import * as files from './support/files'
 import { inProcess, settle } from './support/inproc'
 import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
+import { storesOf } from './support/stores'
 
 setDefaultTimeout(60_000)
 
@@ -427,17 +428,17 @@ describe('retention', () => {
       await svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 2 * 86_400_000).toISOString())
       env.clock.t += 86_400_000 + 1
       await svc.media.purgeExpired()
-      expect(svc.media.repo.get(ws.id, used.id)?.id).toBe(used.id)
+      expect(svc.media.find(ws.id, used.id)?.id).toBe(used.id)
       expect(existsSync(svc.media.store.pathFor(used.blob))).toBe(true)
-      expect(svc.media.repo.get(ws.id, unused.id)).toBeNull()
+      expect(svc.media.find(ws.id, unused.id)).toBeNull()
       // moved to another time, it still holds it
       await svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 86_400_000).toISOString())
       await svc.media.purgeExpired()
-      expect(svc.media.repo.get(ws.id, used.id)?.id).toBe(used.id)
+      expect(svc.media.find(ws.id, used.id)?.id).toBe(used.id)
       // cancelled, the campaign no longer holds it
       svc.campaigns.cancel(ws.id, c.id)
       await svc.media.purgeExpired()
-      expect(svc.media.repo.get(ws.id, used.id)).toBeNull()
+      expect(svc.media.find(ws.id, used.id)).toBeNull()
       expect(existsSync(svc.media.store.pathFor(used.blob))).toBe(false)
     })
   })
@@ -453,7 +454,7 @@ describe('retention', () => {
       svc.connections.setStatus(conn.id, 'offline', 'test')
       timers.advance(2 * 3_600_000)
       await svc.media.purgeExpired()
-      expect(svc.media.repo.get(ws.id, m.id)?.id).toBe(m.id)
+      expect(svc.media.find(ws.id, m.id)?.id).toBe(m.id)
       expect(existsSync(svc.media.store.pathFor(m.blob))).toBe(true)
       expect(() => svc.media.get(ws.id, m.id)).toThrow() // expired for new sends all the same
       // back online, the message goes out with its file; then nothing holds it any more
@@ -462,9 +463,9 @@ describe('retention', () => {
         timers.advance(15_000)
         await settle()
       }
-      expect(svc.messages.repo.get(ws.id, row.id)).toMatchObject({ status: 'sent', error_code: null })
+      expect(storesOf(svc).messages.get(ws.id, row.id)).toMatchObject({ status: 'sent', error_code: null })
       await svc.media.purgeExpired()
-      expect(svc.media.repo.get(ws.id, m.id)).toBeNull()
+      expect(svc.media.find(ws.id, m.id)).toBeNull()
       expect(existsSync(svc.media.store.pathFor(m.blob))).toBe(false)
     })
   })
@@ -486,7 +487,7 @@ describe('retention', () => {
       await expect(svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550000078', attachments: [m.id] })).rejects.toMatchObject({ status: 404 })
       await svc.media.purgeExpired()
       expect(existsSync(path)).toBe(false)
-      expect(svc.media.repo.get(ws.id, m.id)).toBeNull()
+      expect(svc.media.find(ws.id, m.id)).toBeNull()
       // a later upload is untouched
       expect(existsSync(svc.media.store.pathFor(keep.blob))).toBe(true)
       expect(svc.media.get(ws.id, keep.id).id).toBe(keep.id)

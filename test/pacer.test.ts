@@ -42,7 +42,7 @@ async function setup(policy: PolicyInput, count: number) {
 /** Release times (ms after t0) of the given messages, in id order; null = not released. */
 function releases(ids: string[], t0: number) {
   return ids.map((id) => {
-    const row = env!.svc.messages.repo.getAny(id)!
+    const row = env!.svc.messages.getAny(id)!
     return row.sending_at === null ? null : (row.sending_at - t0) / 1000
   })
 }
@@ -60,7 +60,7 @@ describe('pacer', () => {
     env!.timers.advance(60_000)
     expect(releases(ids, t0)).toEqual([0, 10, 20, 30])
     await settle()
-    expect(ids.map((id) => env!.svc.messages.repo.getAny(id)!.status)).toEqual(['sent', 'sent', 'sent', 'sent'])
+    expect(ids.map((id) => env!.svc.messages.getAny(id)!.status)).toEqual(['sent', 'sent', 'sent', 'sent'])
   })
 
   test('the random gap is drawn in [min, max]', async () => {
@@ -119,10 +119,10 @@ describe('pacer', () => {
     const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15552220000', body: 'x', attachments: [] })
     svc.connections.patch(conn.id, { status: 'offline' })
     env!.timers.advance(60_000)
-    expect(svc.messages.repo.getAny(m.id)!.status).toBe('queued')
+    expect(svc.messages.getAny(m.id)!.status).toBe('queued')
     svc.connections.patch(conn.id, { status: 'online' })
     env!.timers.advance(0)
-    expect(svc.messages.repo.getAny(m.id)!.status).toBe('sending')
+    expect(svc.messages.getAny(m.id)!.status).toBe('sending')
     expect(ids).toEqual([])
   })
 
@@ -131,10 +131,10 @@ describe('pacer', () => {
     const { svc } = env!
     svc.workspaces.patch(ws.id, { status: 'inactive' })
     env!.timers.advance(60_000)
-    expect(ids.map((id) => svc.messages.repo.getAny(id)!.status)).toEqual(['queued', 'queued'])
+    expect(ids.map((id) => svc.messages.getAny(id)!.status)).toEqual(['queued', 'queued'])
     svc.workspaces.patch(ws.id, { status: 'active' })
     env!.timers.advance(0)
-    expect(ids.map((id) => svc.messages.repo.getAny(id)!.status)).toEqual(['sending', 'sending'])
+    expect(ids.map((id) => svc.messages.getAny(id)!.status)).toEqual(['sending', 'sending'])
   })
 
   test('numbers are paced independently', async () => {
@@ -166,10 +166,10 @@ describe('pacer', () => {
     svc.connections.patch(conn.id, { status: 'offline' })
     env!.clock.t += 86_400_000 - 1
     await svc.messages.expireQueued()
-    expect(svc.messages.repo.getAny(m.id)!.status).toBe('queued')
+    expect(svc.messages.getAny(m.id)!.status).toBe('queued')
     env!.clock.t += 1
     await svc.messages.expireQueued()
-    const row = svc.messages.repo.getAny(m.id)!
+    const row = svc.messages.getAny(m.id)!
     expect([row.status, row.error_code]).toEqual(['failed', 'expired'])
     expect(ids).toEqual([])
   })
@@ -212,12 +212,12 @@ describe('pacer', () => {
     const t0 = clock.t
     timers.advance(0)
     // everyone between the first and the last is suppressed while their message waits
-    for (let i = 1; i < 249; i++) svc.suppressions.add(ws.id, svc.messages.repo.getAny(ids[i]!)!.recipient!, null)
+    for (let i = 1; i < 249; i++) svc.suppressions.add(ws.id, svc.messages.getAny(ids[i]!)!.recipient!, null)
     timers.advance(10_000)
     await settle()
     timers.advance(0)
     expect(releases([ids[0]!, ids[1]!, ids[249]!], t0)).toEqual([0, null, 10])
-    const failed = ids.slice(1, 249).map((id) => svc.messages.repo.getAny(id)!)
+    const failed = ids.slice(1, 249).map((id) => svc.messages.getAny(id)!)
     expect(failed.every((m) => m.status === 'failed' && m.error_code === 'recipient_suppressed' && m.sending_at === null)).toBe(true)
   })
 })
@@ -287,7 +287,7 @@ describe('the system clock set back', () => {
     clock.t -= 2 * 3_600_000
     // (a real timer fires after its delay whatever the wall clock says; the test's timers follow
     // the clock, so the pacer is woken as that timer would)
-    env!.svc.pacer.wake(env!.svc.messages.repo.getAny(ids[0]!)!.connection_id)
+    env!.svc.pacer.wake(env!.svc.messages.getAny(ids[0]!)!.connection_id)
     timers.advance(10_000)
     expect(released(ids)).toBe(2)
     timers.advance(10_000)
@@ -299,5 +299,5 @@ describe('the system clock set back', () => {
 
 /** How many of the messages were released. */
 function released(ids: string[]) {
-  return ids.filter((id) => env!.svc.messages.repo.getAny(id)!.sending_at !== null).length
+  return ids.filter((id) => env!.svc.messages.getAny(id)!.sending_at !== null).length
 }

@@ -28,7 +28,7 @@ describe('message content retention', () => {
       const conn = svc.connections.create(ws.id, { phone: '+15550005000', driver: 'sandbox', config: quiet } as any)
       const otherConn = svc.connections.create(other.id, { phone: '+15550005100', driver: 'sandbox', config: quiet } as any)
       svc.messageRetention.slice = 2 // the walk goes slice by slice
-      const get = (id: string) => svc.messages.repo.getAny(id)!
+      const get = (id: string) => svc.messages.getAny(id)!
 
       // thirty-one days ago: a message in, one out (sent), one still being handed over, and the other workspace's
       const oldIn = await svc.messages.inbound(conn.id, '+15550005001', 'MARK-IN-OLD-51c2')
@@ -106,7 +106,7 @@ describe('webhook deliveries of message events', () => {
       for (let i = 0; i < 3; i++) await svc.messages.inbound(conn.id, '+15550006001', `MARK-HOOK-OLD-${i}-9d1e`)
       await svc.contacts.upsert(ws.id, { phone: '+15550006002', consent_status: 'opted_in' }, 'test')
       await svc.messages.inbound(otherConn.id, '+15550006101', 'MARK-HOOK-OTHER-9d1e')
-      const rows = (id: string) => svc.webhooks.repo.deliveries(id, 100, 0).rows
+      const rows = (id: string) => svc.webhooks.deliveries(id, 100, 0).rows
       await waitFor(() => [...rows(up.id), ...rows(otherHook.id)].every((d) => d.status === 'delivered') && rows(down.id).every((d) => d.attempts > 0))
       expect(rows(up.id).map((d) => d.type).sort()).toEqual(['contact.consent_changed', 'message.received', 'message.received', 'message.received'])
       expect(rows(down.id).map((d) => d.status)).toEqual(['pending', 'pending', 'pending'])

@@ -11,6 +11,7 @@ import { EVENT_TYPES, RETRY_SCHEDULE_S } from '../src/modules/webhooks/service'
 import { inProcess } from './support/inproc'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
+import { storesOf } from './support/stores'
 
 setDefaultTimeout(60_000)
 
@@ -448,7 +449,7 @@ describe('durability and administration', () => {
       await svc.messages.inbound(conn.id, '+15550000200', 'one')
       await waitFor(() => rx.got.length === 1)
       expect(verifies(hook.secret, rx.got[0]!)).toBe(true)
-      await waitFor(() => svc.webhooks.repo.deliveries(hook.id, 1, 0).rows[0]!.attempts === 1)
+      await waitFor(() => svc.webhooks.deliveries(hook.id, 1, 0).rows[0]!.attempts === 1)
       const rotated = svc.webhooks.rotateSecret(hook.id, 2)
       expect(rotated.previous_secret_expires_at).toBe(new Date(clock.t + 2 * 3_600_000).toISOString())
       // its retry (same webhook-id) carries the new secret's signature and the old one's
@@ -552,26 +553,26 @@ describe('durability and administration', () => {
       await svc.messages.inbound(conn.id, '+15550000100', 'one')
       await waitFor(() => attempts() >= 1)
       await Bun.sleep(50)
-      expect(svc.webhooks.repo.endpoint(hook.id)!.failing_since).toBe(env.clock.t)
+      expect(storesOf(svc).webhooks.endpoint(hook.id)!.failing_since).toBe(env.clock.t)
       // three days later, the next failure disables the endpoint and fails its pending deliveries
       env.clock.t += 3 * 86_400_000
       await svc.messages.inbound(conn.id, '+15550000100', 'two')
-      await waitFor(() => svc.webhooks.repo.endpoint(hook.id)!.status === 'disabled')
+      await waitFor(() => storesOf(svc).webhooks.endpoint(hook.id)!.status === 'disabled')
       await Bun.sleep(200)
-      const { rows } = svc.webhooks.repo.deliveries(hook.id, 10, 0)
+      const { rows } = svc.webhooks.deliveries(hook.id, 10, 0)
       expect(rows).toHaveLength(2)
       expect(rows.every((d) => d.status === 'failed')).toBe(true)
       const before = attempts()
       await svc.messages.inbound(conn.id, '+15550000100', 'three')
       await Bun.sleep(200)
       expect(attempts()).toBe(before)
-      expect(svc.webhooks.repo.deliveries(hook.id, 10, 0).total).toBe(2)
+      expect(svc.webhooks.deliveries(hook.id, 10, 0).total).toBe(2)
       // the receiver is fixed and the operator enables the endpoint again: the two held deliveries
       // go out with their own webhook-ids; nothing from while it was disabled
       rx.plan.length = 0
       const held = rows.map((d) => d.id).reverse()
       expect(svc.webhooks.toAdmin(svc.webhooks.patch(hook.id, { status: 'active' }))).toMatchObject({ status: 'active', failing_since: null })
-      await waitFor(() => svc.webhooks.repo.deliveries(hook.id, 10, 0).rows.every((d) => d.status === 'delivered'))
+      await waitFor(() => svc.webhooks.deliveries(hook.id, 10, 0).rows.every((d) => d.status === 'delivered'))
       const after = rx.got.slice(before).map((r) => [r.headers['webhook-id'], r.json.data.body])
       expect(after.sort()).toEqual([
         [held[0], 'one'],
@@ -582,7 +583,7 @@ describe('durability and administration', () => {
 
   test('a receiver down longer than the retry schedule: its failed deliveries since a time go out again (same webhook-id), older and delivered ones do not', async () => {
     await hooked(['message.received'], { phone: '+15550000299' }, async ({ svc, clock, rx, hook, conn }) => {
-      const statusOf = (body: string) => svc.webhooks.repo.deliveries(hook.id, 100, 0).rows.find((d) => JSON.parse(d.payload).data.body === body)!
+      const statusOf = (body: string) => svc.webhooks.deliveries(hook.id, 100, 0).rows.find((d) => JSON.parse(d.payload).data.body === body)!
       // delivered while the receiver was up
       await svc.messages.inbound(conn.id, '+15550000300', 'delivered')
       await waitFor(() => statusOf('delivered').status === 'delivered')
@@ -639,7 +640,7 @@ describe('durability and administration', () => {
       const ws = svc.workspaces.create({ name: 'Slices' })
       const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/', undefined)
       const other = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/other', undefined)
-      const repo = svc.webhooks.repo
+      const repo = storesOf(svc).webhooks
       const t0 = clock.t
       env.db.transaction(() => {
         for (let i = 0; i < 40; i++) {
@@ -693,7 +694,7 @@ describe('durability and administration', () => {
       svc.webhooks.stop() // rows are written directly below; nothing is to be sent
       const ws = svc.workspaces.create({ name: 'Prune' })
       const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/', undefined)
-      const repo = svc.webhooks.repo
+      const repo = storesOf(svc).webhooks
       const t0 = clock.t
       const add = (id: string, end: 'delivered' | 'failed' | null, at: number) => {
         env.db.transaction(() => {
@@ -730,7 +731,7 @@ describe('durability and administration', () => {
       svc.webhooks.stop()
       const ws = svc.workspaces.create({ name: 'Counts' })
       const [a, b] = [svc.webhooks.create(ws.id, 'http://127.0.0.1:9/a', undefined), svc.webhooks.create(ws.id, 'http://127.0.0.1:9/b', undefined)]
-      const repo = svc.webhooks.repo
+      const repo = storesOf(svc).webhooks
       const total = (id: string) => repo.deliveries(id, 1, 0).total
       const rows = (id: string) => (db.query('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE endpoint_id = ?').get(id) as { n: number }).n
       const both = () => [total(a.id), total(b.id)]

@@ -7,7 +7,7 @@ import { Elysia } from 'elysia'
 import type { authPlugin } from '../http/auth'
 import { adminOp, d } from '../http/docs'
 import { conflict, notFound } from '../http/errors'
-import { iso, pageQuery, paged, uuid } from '../http/format'
+import { iso, pageQuery, paged } from '../http/format'
 import { s, UUID, validate } from '../http/schema'
 import { listContactsQuery, phoneField, queryPhone } from '../modules/contacts/model'
 import { campaignDoc } from '../modules/campaigns/model'
@@ -66,7 +66,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         return {
           data: svc.connections.listForWorkspace(ws.id).map((c) => {
             const policy = svc.connections.policyFor(c.row, workspacePolicy, now)
-            const releases = svc.messages.repo.releasesSince(c.row.id, now - DAY)
+            const releases = svc.messages.releasesSince(c.row.id, now - DAY)
             const depth = queued.get(c.row.id)!.n + pendingRecipients.get(c.row.id)!.n
             return {
               id: c.row.id,
@@ -118,7 +118,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
       '/workspaces/:id/campaigns',
       ({ params, query }) => {
         svc.workspaces.get(params.id)
-        return paged(query, (l, o) => svc.campaigns.repo.list(params.id, l, o), (c) => svc.campaigns.toPublic(c))
+        return paged(query, (l, o) => svc.campaigns.list(params.id, l, o), (c) => svc.campaigns.toPublic(c))
       },
       { admin: true, detail: adminOp({ summary: "A workspace's campaigns", tag, query: pageQuery, ok: { status: 200, data: campaignDoc, list: true, description: 'A page of campaigns, newest first.' }, errors: [404, 422] }) },
     )
@@ -145,11 +145,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         const hook = svc.webhooks.get(params.id)
         // a disabled endpoint would hold the test until it is enabled: say so instead
         if (hook.status !== 'active') throw conflict('endpoint_disabled', 'The endpoint is disabled; enable it to send a test event.')
-        const now = svc.deps.clock.now()
-        const payload = JSON.stringify({ type: 'webhook.test', timestamp: new Date(now).toISOString(), data: { endpoint_id: hook.id, message: 'A test event from Capstan.' } })
-        const id = `msg_${uuid().replaceAll('-', '')}`
-        svc.deps.writer.now(() => svc.webhooks.repo.enqueue(id, hook.id, hook.workspace_id, 'webhook.test', payload, now))
-        svc.webhooks.kick()
+        const id = svc.webhooks.sendTest(hook)
         set.status = 202
         return { data: { id, type: 'webhook.test' } }
       },

@@ -129,7 +129,7 @@ export class Pacer {
 
   start(extra: string[] = []) {
     this.running = true
-    for (const id of [...this.messages.repo.connectionsWithQueue(), ...extra]) this.pending.add(id)
+    for (const id of [...this.messages.connectionsWithQueue(), ...extra]) this.pending.add(id)
     this.schedule(0)
   }
 
@@ -167,7 +167,7 @@ export class Pacer {
   private state(connectionId: string): NumberState {
     let st = this.states.get(connectionId)
     if (!st) {
-      const times = this.messages.repo.releasesSince(connectionId, this.clock.now() - DAY)
+      const times = this.messages.releasesSince(connectionId, this.clock.now() - DAY)
       st = { campaignNext: false, last: times.length ? times[times.length - 1]! : null, gap: 0, times, start: 0 }
       this.states.set(connectionId, st)
     }

@@ -73,14 +73,14 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
   const cancel = action('cancel', 'Cancel a campaign', 'From draft, scheduled, running or paused. Nothing already sent is touched; nothing more is released (pending recipients become skipped, reason cancelled).')
   return new Elysia()
     .use(auth)
-    .get('/campaigns', ({ caller, query }) => paged(query, (l, o) => campaigns.repo.list(caller.workspace.id, l, o), (c) => campaigns.toPublic(c)), {
+    .get('/campaigns', ({ caller, query }) => paged(query, (l, o) => campaigns.list(caller.workspace.id, l, o), (c) => campaigns.toPublic(c)), {
       api: { summary: 'List campaigns', description: 'Newest first, each with live counts.', tag: 'Campaigns', scope: 'campaigns:read', query: pageQuery, ok: { status: 200, data: campaignDoc, list: true, description: 'A page of campaigns.' }, errors: [422] },
     })
     .post(
       '/campaigns/audience/preview',
       async ({ caller, body }) => {
         const input = validate(previewBody, body ?? {})
-        const { count, rows } = await campaigns.repo.preview(caller.workspace.id, input.audience ?? {}, 10)
+        const { count, rows } = await campaigns.preview(caller.workspace.id, input.audience ?? {}, 10)
         return { data: { count, sample: (rows as any[]).map((r) => svc.contacts.toPublic(r)) } }
       },
       {
@@ -102,7 +102,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
       '/campaigns/:id/recipients',
       ({ caller, params, query }) => {
         find(caller.workspace.id, params.id)
-        return paged(query, (l, o) => campaigns.repo.recipients(params.id, l, o), (r): PublicRecipient => ({
+        return paged(query, (l, o) => campaigns.recipients(params.id, l, o), (r): PublicRecipient => ({
           contact_id: r.contact_id,
           phone: r.phone,
           status: r.status === 'released' ? (r.message_status ?? 'queued') : r.status,

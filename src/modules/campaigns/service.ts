@@ -51,7 +51,7 @@ const windowOf = (row: CampaignRow): SendWindow | null => (row.send_window === n
 const MAX_SKIPS_PER_RELEASE = 200
 
 export class CampaignService {
-  readonly repo: CampaignRepo
+  private readonly repo: CampaignRepo
   private jobs = new Map<string, Cron>()
   /** A campaign started or resumed on a number: the pacer should look at it. */
   onRunnable: (connectionId: string) => void = () => {}
@@ -68,6 +68,25 @@ export class CampaignService {
     private readonly log: Logger,
   ) {
     this.repo = new CampaignRepo(deps.db)
+  }
+  /** A page of the workspace's campaigns, newest first. */
+  list(workspaceId: string, limit: number, offset: number) {
+    return this.repo.list(workspaceId, limit, offset)
+  }
+
+  /** How many contacts an audience holds now, and a sample of them (creates nothing). */
+  preview(workspaceId: string, audience: Audience, sample: number, slice?: number) {
+    return this.repo.preview(workspaceId, audience, sample, slice)
+  }
+
+  /** A page of a campaign's recipients, in the order they were frozen. */
+  recipients(campaignId: string, limit: number, offset: number) {
+    return this.repo.recipients(campaignId, limit, offset)
+  }
+
+  /** The numbers some running campaign sends through. */
+  connectionsWithRunning(): string[] {
+    return this.repo.connectionsWithRunning()
   }
 
   toPublic(row: CampaignRow): PublicCampaign {
@@ -118,7 +137,7 @@ export class CampaignService {
 
   /** 422 for media beside a template whose WhatsApp header is text (Meta's template has no media header then). */
   private checkHeaderPair(workspaceId: string, templateId: string, mediaId: string | null | undefined) {
-    const tpl = mediaId ? this.templates.repo.get(workspaceId, templateId) : null
+    const tpl = mediaId ? this.templates.find(workspaceId, templateId) : null
     if (tpl && this.templates.hasTextHeader(tpl)) throw validationFailed({ media_id: ['The template’s WhatsApp header is text (whatsapp.header_text): the campaign cannot carry media.'] })
   }
 
@@ -208,7 +227,7 @@ export class CampaignService {
     this.checkHeaderPair(workspaceId, row.template_id, row.media_id)
     // still there: from scheduling on, retention keeps it until the campaign ends (so a campaign
     // scheduled again holds it even past its expiry)
-    if (row.media_id && !(row.status === 'scheduled' && this.media.repo.get(workspaceId, row.media_id))) this.headerMedia(workspaceId, row.media_id)
+    if (row.media_id && !(row.status === 'scheduled' && this.media.find(workspaceId, row.media_id))) this.headerMedia(workspaceId, row.media_id)
     const now = this.deps.clock.now()
     const when = at ? Date.parse(at) : (row.scheduled_at ?? now)
     if (when <= now) this.messages.checkAllowance(workspaceId, now)
@@ -239,7 +258,7 @@ export class CampaignService {
     if (!row || row.deleted_at !== null || row.status !== 'scheduled') return row!
     const now = this.deps.clock.now()
     const more = this.deps.writer.now(() => {
-      const tpl = this.templates.repo.get(row.workspace_id, row.template_id)
+      const tpl = this.templates.find(row.workspace_id, row.template_id)
       if (!tpl) {
         this.repo.update(id, { status: 'cancelled', finished_at: now, updated_at: now })
         return null
@@ -401,7 +420,7 @@ export class CampaignService {
           queueMicrotask(() => this.checkComplete(c.id))
           break
         }
-        const contact = this.contacts.repo.get(c.workspace_id, r.contact_id)
+        const contact = this.contacts.find(c.workspace_id, r.contact_id)
         const reason = !contact ? 'contact_removed' : contact.consent_status !== 'opted_in' ? 'not_opted_in' : this.suppressions.isSuppressed(c.workspace_id, contact.phone) ? 'suppressed' : null
         // rendered for this contact: a text no message may carry (nothing, or past the body
         // limit through long metadata values), or a Meta template WhatsApp would refuse (a header
@@ -439,7 +458,7 @@ export class CampaignService {
           },
           now,
         )
-        this.contacts.repo.touch(contact.id, now)
+        this.contacts.touchInTx(contact.id, now)
         this.repo.released(r.seq, msg.id, now)
         return msg
       }

@@ -116,11 +116,11 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     .post(
       '/messages/:id/sandbox/receipt',
       async ({ params, body }) => {
-        const row = svc.messages.repo.getAny(params.id)
+        const row = svc.messages.getAny(params.id)
         if (!row) throw notFound('message')
         const input = validate(sandboxReceiptBody, body)
         await svc.messages.receipt(row.id, input.status as 'delivered' | 'read' | 'failed', input.error)
-        return { data: svc.messages.toPublic(svc.messages.repo.getAny(row.id)!) }
+        return { data: svc.messages.toPublic(svc.messages.getAny(row.id)!) }
       },
       { admin: true, detail: adminOp({ summary: 'A simulated receipt for a sandbox message', tag: sandboxTag, body: sandboxReceiptBody, ok: { status: 200, data: messageDoc, description: 'The message as it is now.' }, errors: [400, 404, 422] }) },
     )

@@ -35,7 +35,7 @@ export interface WarmupInput {
 const warmupColumn = (w: WarmupInput | null | undefined, now: number) => (w ? JSON.stringify({ days: w.days, start_daily_cap: w.start_daily_cap, started_at: now }) : null)
 
 export class ConnectionService {
-  readonly repo: ConnectionRepo
+  private readonly repo: ConnectionRepo
   private live = new Map<string, LiveConnection>()
   private events: DriverEvents | null = null
   /** Called when a number comes online or changes, so the pacer can look at its queue. */

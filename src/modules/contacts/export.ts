@@ -72,11 +72,11 @@ export class ContactExport {
           after = batch.at(-1)!.seq
           return out.enqueue(encoder.encode(`${first ? '' : ','}${batch.map((m) => JSON.stringify(this.messages.toPublic(m))).join(',')}`))
         }
-        const suppression = this.suppressions.repo.get(workspaceId, contact.phone)
+        const suppression = this.suppressions.find(workspaceId, contact.phone)
         const tail = [
           // the files of those messages that are still kept (retention may have removed some)
           json('media', [...mediaIds].flatMap((id) => {
-            const row = this.media.repo.get(workspaceId, id)
+            const row = this.media.find(workspaceId, id)
             return row ? [this.media.toPublic(row)] : []
           })),
           json('campaigns', this.sql.campaigns.all(contact.id).map((c) => ({ id: c.id, name: c.name, campaign_status: c.campaign_status, recipient_status: c.status, skipped_reason: c.skipped_reason, message_id: c.message_id }))),

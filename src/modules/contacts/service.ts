@@ -13,7 +13,7 @@ export interface UpsertInput {
 }
 
 export class ContactService {
-  readonly repo: ContactRepo
+  private readonly repo: ContactRepo
 
   constructor(private readonly deps: Deps) {
     this.repo = new ContactRepo(deps.db)
@@ -49,6 +49,35 @@ export class ContactService {
       updated_at: iso(row.updated_at),
       last_activity_at: iso(row.last_activity_at),
     }
+  }
+  /** The workspace's contact by id, or null. */
+  find(workspaceId: string, id: string): ContactRow | null {
+    return this.repo.get(workspaceId, id)
+  }
+
+  /** The contact with this number, or the one a network address (a WhatsApp id) points to; or null. */
+  byPhoneOrAddress(workspaceId: string, phoneOrAddress: string): ContactRow | null {
+    return this.repo.getByPhone(workspaceId, phoneOrAddress) ?? this.repo.viaAddress(workspaceId, phoneOrAddress)
+  }
+
+  /** The workspace's contact with exactly this number, or null. */
+  getByPhone(workspaceId: string, phone: string): ContactRow | null {
+    return this.repo.getByPhone(workspaceId, phone)
+  }
+
+  /** The number a network address stands for (the address itself when none is known). */
+  phoneOf(workspaceId: string, address: string): string {
+    return this.repo.phoneOf(workspaceId, address)
+  }
+
+  /** Remember that the network knows `phone` by `address` (inside a write). */
+  addAddressInTx(workspaceId: string, address: string, phone: string) {
+    this.repo.addAddress(workspaceId, address, phone)
+  }
+
+  /** A message went out to or came in from the contact (inside a write): its last activity. */
+  touchInTx(contactId: string, at: number) {
+    this.repo.touch(contactId, at)
   }
 
   /**

@@ -23,7 +23,7 @@ const adminOnly = (g: GroupRow) => g.announce === 1 && g.is_admin === 0
 export const fold = (s: string) => s.normalize('NFKC').toLowerCase()
 
 export class GroupService {
-  readonly repo: GroupRepo
+  private readonly repo: GroupRepo
 
   constructor(
     private readonly deps: Deps,

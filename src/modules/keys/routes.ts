@@ -28,7 +28,7 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
       '/workspaces/:id/keys',
       ({ params }) => {
         svc.workspaces.get(params.id)
-        return { data: keys.repo.listForWorkspace(params.id).map((r) => keys.toAdmin(r)) }
+        return { data: keys.listForWorkspace(params.id).map((r) => keys.toAdmin(r)) }
       },
       { admin: true, detail: adminOp({ summary: "A workspace's API keys", tag, ok: { status: 200, data: d.list(keyDoc), description: 'Every key of the workspace, revoked ones included.' }, errors: [404] }) },
     )

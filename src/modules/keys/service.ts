@@ -55,7 +55,7 @@ interface CachedKey {
 const CACHE_LIMIT = 10_000
 
 export class KeyService {
-  readonly repo: KeyRepo
+  private readonly repo: KeyRepo
   private cache = new Map<string, CachedKey>()
 
   constructor(
@@ -82,6 +82,10 @@ export class KeyService {
       // the use in memory may be newer than the one written (see flushUse)
       last_used_at: iso(Math.max(row.last_used_at ?? 0, this.cache.get(row.key_id)?.usedAt ?? 0) || null),
     }
+  }
+  /** The workspace's keys, newest first. */
+  listForWorkspace(workspaceId: string) {
+    return this.repo.listForWorkspace(workspaceId)
   }
 
   /**

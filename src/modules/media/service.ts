@@ -33,7 +33,7 @@ export const scannerUnavailable = () => new ApiError(503, 'scanner_unavailable',
 export const blobOf = (workspaceId: string, sha: string) => new Bun.CryptoHasher('sha256').update(`capstan-media.${workspaceId}.${sha}`).digest('hex')
 
 export class MediaService {
-  readonly repo: MediaRepo
+  private readonly repo: MediaRepo
   /** Content addresses prepared but not yet committed as rows; retention leaves their files alone. */
   private readonly pending = new Tally()
 
@@ -174,6 +174,10 @@ export class MediaService {
     } finally {
       await this.settle(row, committed)
     }
+  }
+  /** The workspace's media record, or null (no 404). */
+  find(workspaceId: string, id: string): MediaRow | null {
+    return this.repo.get(workspaceId, id)
   }
 
   /** A live (unexpired) media record of this workspace, else 404 "media". */

@@ -53,7 +53,7 @@ export class MessageRetention {
   async run(): Promise<number> {
     let total = 0
     let events = 0
-    for (const ws of this.workspaces.repo.all()) {
+    for (const ws of this.workspaces.all()) {
       const days = this.workspaces.settings(ws).messages.content_retention_days
       if (days === null) continue
       const cutoff = this.deps.clock.now() - days * DAY_MS

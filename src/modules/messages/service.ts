@@ -122,7 +122,7 @@ function checkTemplateHeader(listed: MediaRow[], upload: MediaRow | undefined, t
 }
 
 export class MessageService {
-  readonly repo: MessageRepo
+  private readonly repo: MessageRepo
   /** Called after a commit that queued messages on a number. */
   onQueued: (connectionId: string) => void = () => {}
 
@@ -137,6 +137,35 @@ export class MessageService {
     private readonly templates: TemplateService,
   ) {
     this.repo = new MessageRepo(deps.db)
+  }
+  /** A message by id in any workspace (the network's own callbacks and the sandbox), or null. */
+  getAny(id: string): MessageRow | null {
+    return this.repo.getAny(id)
+  }
+
+  /** The message a network knows by its own id on this number, or null. */
+  byExternal(connectionId: string, externalId: string): MessageRow | null {
+    return this.repo.byExternal(connectionId, externalId)
+  }
+
+  /** The message any part of which the network knows by this id (a split send), or null. */
+  byAnyPart(connectionId: string, externalId: string): MessageRow | null {
+    return this.repo.byAnyPart(connectionId, externalId)
+  }
+
+  /** The message whose later part (not the first) the network knows by this id, or null. */
+  byLaterPart(connectionId: string, externalId: string): MessageRow | null {
+    return this.repo.byLaterPart(connectionId, externalId)
+  }
+
+  /** When the number released its messages since `since` (ms), oldest first: what the pacer counts. */
+  releasesSince(connectionId: string, since: number): number[] {
+    return this.repo.releasesSince(connectionId, since)
+  }
+
+  /** The numbers with queued messages. */
+  connectionsWithQueue(): string[] {
+    return this.repo.connectionsWithQueue()
   }
 
   toPublic(row: MessageRow): PublicMessage {
@@ -215,8 +244,8 @@ export class MessageService {
       const live = this.connections.get(workspaceId, input.connection_id)
       // a number the network reported for a contact's number (network_addresses) is that contact
       let contact = input.contact_id
-        ? this.contacts.repo.get(workspaceId, input.contact_id)
-        : (this.contacts.repo.getByPhone(workspaceId, input.recipient!) ?? this.contacts.repo.viaAddress(workspaceId, input.recipient!))
+        ? this.contacts.find(workspaceId, input.contact_id)
+        : this.contacts.byPhoneOrAddress(workspaceId, input.recipient!)
       if (input.contact_id && !contact) throw notFound('contact')
       const media = input.attachments.map((id) => this.media.get(workspaceId, id))
       const phone = contact ? contact.phone : input.recipient!
@@ -228,7 +257,7 @@ export class MessageService {
       this.checkSendable(live, workspaceId, now)
       if (upload) this.media.insertInTx(upload)
       if (!contact) contact = this.contacts.upsertInTx(workspaceId, { phone }, 'send', null).row
-      else this.contacts.repo.touch(contact.id, now)
+      else this.contacts.touchInTx(contact.id, now)
       const attachments = upload ? [...input.attachments, upload.id] : input.attachments
       const msg = this.queueInTx(
         {
@@ -261,7 +290,7 @@ export class MessageService {
    * this recipient (its header text empty or too long, a parameter or button value empty).
    */
   private fillTemplate(workspaceId: string, input: SendInput, contact: ContactRow | null, phone: string, withMedia: boolean) {
-    const tpl = this.templates.repo.get(workspaceId, input.template_id!)
+    const tpl = this.templates.find(workspaceId, input.template_id!)
     if (!tpl) throw notFound('template')
     const numbered = input.variables ?? {}
     this.templates.requireNumbered(tpl, numbered)
@@ -278,7 +307,7 @@ export class MessageService {
 
   /** A page of the log (see MessageRepo.list); 404 for a contact that is not the workspace's. */
   list(workspaceId: string, filter: { direction?: string; status?: string; contactId?: string }, limit: number, offset: number) {
-    if (filter.contactId && !this.contacts.repo.get(workspaceId, filter.contactId)) throw notFound('contact')
+    if (filter.contactId && !this.contacts.find(workspaceId, filter.contactId)) throw notFound('contact')
     return this.repo.list(workspaceId, filter, limit, offset)
   }
 
@@ -329,7 +358,7 @@ export class MessageService {
   refusalFor(row: MessageRow): Refusal | null {
     if (row.direction !== 'outbound') return null
     if (row.group_id !== null) return this.groupRefusal(row)
-    const contact = row.contact_id ? this.contacts.repo.get(row.workspace_id, row.contact_id) : null
+    const contact = row.contact_id ? this.contacts.find(row.workspace_id, row.contact_id) : null
     if (contact?.consent_status === 'opted_out') return { code: 'recipient_opted_out', message: 'The recipient opted out before the message was sent.' }
     // in the order `send` checks them, so a message refused at release gets the code a send would
     if (row.recipient !== null && this.suppressions.isSuppressed(row.workspace_id, row.recipient)) return { code: 'recipient_suppressed', message: 'The recipient was suppressed before the message was sent.' }
@@ -370,7 +399,7 @@ export class MessageService {
     return this.deps.writer.write(() => {
       const row = this.advanceInTx(id, 'sent', this.deps.clock.now(), { external_id: externalId })
       if (row && partIds.length) this.repo.addParts(row.connection_id, id, partIds)
-      if (row?.recipient && recipientAddress && recipientAddress !== row.recipient) this.contacts.repo.addAddress(row.workspace_id, recipientAddress, row.recipient)
+      if (row?.recipient && recipientAddress && recipientAddress !== row.recipient) this.contacts.addAddressInTx(row.workspace_id, recipientAddress, row.recipient)
       return row
     })
   }
@@ -422,12 +451,12 @@ export class MessageService {
     const now = this.deps.clock.now()
     const ws = live.row.workspace_id
     // the number the network's address for the sender stands for (usually the address itself)
-    const from = this.contacts.repo.phoneOf(ws, address)
-    let contact = this.contacts.repo.getByPhone(ws, from)
+    const from = this.contacts.phoneOf(ws, address)
+    let contact = this.contacts.getByPhone(ws, from)
     // a name the team gave is kept; a contact without one takes the sender's own
     const name = senderName?.trim() ? clipCodePoints(senderName.trim(), 255) : null
     if (!contact || (name !== null && !contact.name)) contact = this.contacts.upsertInTx(ws, { phone: from, ...(name !== null ? { name } : {}) }, 'inbound', contact).row
-    else this.contacts.repo.touch(contact.id, now)
+    else this.contacts.touchInTx(contact.id, now)
     if (file) this.media.insertInTx(file)
     const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: JSON.stringify(file ? [file.id] : []), reply_to: replyTo }, 'inbound', 'delivered', now)
     row.delivered_at = now
@@ -452,7 +481,7 @@ export class MessageService {
     if (!live) return false
     return this.deps.writer.write(() => {
       const ws = live.row.workspace_id
-      const contact = this.contacts.repo.getByPhone(ws, this.contacts.repo.phoneOf(ws, phone))
+      const contact = this.contacts.getByPhone(ws, this.contacts.phoneOf(ws, phone))
       if (contact?.consent_status !== 'opted_in') return false
       this.contacts.setConsentInTx(contact, 'unknown', source, this.deps.clock.now())
       return true
@@ -571,7 +600,7 @@ export class MessageService {
   private outboundMedia(row: MessageRow): OutboundMedia[] | null {
     const out: OutboundMedia[] = []
     for (const id of JSON.parse(row.attachments) as string[]) {
-      const m = this.media.repo.get(row.workspace_id, id)
+      const m = this.media.find(row.workspace_id, id)
       if (!m) return null
       out.push({ id: m.id, mimeType: m.mime_type, filename: m.filename, bytes: async () => new Uint8Array(await this.media.store.file(m.blob).arrayBuffer()) })
     }

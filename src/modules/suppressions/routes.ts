@@ -51,7 +51,7 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
       '/workspaces/:id/suppressions',
       ({ params, query }) => {
         svc.workspaces.get(params.id)
-        return paged(query, (limit, offset) => sup.repo.list(params.id, limit, offset), (r) => sup.toPublic(r))
+        return paged(query, (limit, offset) => sup.list(params.id, limit, offset), (r) => sup.toPublic(r))
       },
       { admin: true, detail: adminOp({ summary: "A workspace's suppressions", tag, query: pageQuery, ok: { status: 200, data: suppressionDoc, list: true, description: 'A page of suppressed numbers.' }, errors: [404, 422] }) },
     )

@@ -7,13 +7,22 @@ import { iso } from '../../http/format'
 import { SuppressionRepo, type SuppressionRow } from './repo'
 
 export class SuppressionService {
-  readonly repo: SuppressionRepo
+  private readonly repo: SuppressionRepo
 
   constructor(
     private readonly deps: Deps,
     private readonly audit: AuditRepo,
   ) {
     this.repo = new SuppressionRepo(deps.db)
+  }
+  /** The number's entry, or null. */
+  find(workspaceId: string, phone: string): SuppressionRow | null {
+    return this.repo.get(workspaceId, phone)
+  }
+
+  /** A page of the list, newest first. */
+  list(workspaceId: string, limit: number, offset: number) {
+    return this.repo.list(workspaceId, limit, offset)
   }
 
   toPublic(row: SuppressionRow) {

@@ -70,7 +70,7 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
   }
   return new Elysia()
     .use(auth)
-    .get('/templates', ({ caller, query }) => paged(query, (l, o) => templates.repo.list(caller.workspace.id, l, o), (t) => templates.toPublic(t)), {
+    .get('/templates', ({ caller, query }) => paged(query, (l, o) => templates.list(caller.workspace.id, l, o), (t) => templates.toPublic(t)), {
       api: { summary: 'List templates', description: 'Newest first.', tag: 'Templates', scope: 'templates:read', query: pageQuery, ok: { status: 200, data: templateDoc, list: true, description: 'A page of templates.' }, errors: [422] },
     })
     .get('/templates/:id', ({ caller, params }) => ({ data: templates.toPublic(find(caller.workspace.id, params.id)) }), {
@@ -91,7 +91,7 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         }
         let values = { name: q.name, phone: q.phone, metadata, numbered }
         if (q.contact_id) {
-          const c = svc.contacts.repo.get(caller.workspace.id, q.contact_id)
+          const c = svc.contacts.find(caller.workspace.id, q.contact_id)
           if (!c) throw notFound('contact')
           values = { name: q.name ?? c.name ?? undefined, phone: q.phone ?? c.phone, metadata: { ...JSON.parse(c.metadata), ...metadata }, numbered }
         }

@@ -42,7 +42,7 @@ const whatsappShape = (w: WhatsAppTemplate): NonNullable<PublicTemplate['whatsap
 const whatsappJson = (w: WhatsAppTemplate | null | undefined) => (w ? JSON.stringify(whatsappShape(w)) : null)
 
 export class TemplateService {
-  readonly repo: TemplateRepo
+  private readonly repo: TemplateRepo
 
   constructor(
     private readonly deps: Deps,
@@ -67,6 +67,15 @@ export class TemplateService {
   /** The stored link as the API shows it (links stored before header_text or url_buttons existed have none). */
   private whatsappOf(json: string) {
     return whatsappShape(JSON.parse(json) as WhatsAppTemplate)
+  }
+  /** The workspace's template, or null (no 404). */
+  find(workspaceId: string, id: string): TemplateRow | null {
+    return this.repo.get(workspaceId, id)
+  }
+
+  /** A page of the workspace's templates, newest first. */
+  list(workspaceId: string, limit: number, offset: number) {
+    return this.repo.list(workspaceId, limit, offset)
   }
 
   /**

@@ -36,7 +36,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
       '/workspaces/:id/webhooks',
       ({ params }) => {
         svc.workspaces.get(params.id)
-        return { data: hooks.repo.endpoints(params.id).map((e) => hooks.toAdmin(e)) }
+        return { data: hooks.endpoints(params.id).map((e) => hooks.toAdmin(e)) }
       },
       { admin: true, detail: adminOp({ summary: "A workspace's webhook endpoints", tag, ok: { status: 200, data: d.list(endpointDoc), description: 'Every endpoint, without secrets.' }, errors: [404] }) },
     )
@@ -84,7 +84,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
       '/webhooks/:id/deliveries',
       ({ params, query }) => {
         hooks.get(params.id)
-        return paged(query, (limit, offset) => hooks.repo.deliveries(params.id, limit, offset), (row) => hooks.deliveryToAdmin(row))
+        return paged(query, (limit, offset) => hooks.deliveries(params.id, limit, offset), (row) => hooks.deliveryToAdmin(row))
       },
       { admin: true, detail: adminOp({ summary: "An endpoint's deliveries", tag, query: pageQuery, ok: { status: 200, data: deliveryDoc, list: true, description: 'Newest first.' }, errors: [404, 422] }) },
     )

@@ -85,7 +85,7 @@ const eventsColumn = (events: string[] | undefined) => (events && events.length 
 export class WebhookService {
   /** Deliveries deleted per write when pruning. */
   pruneSlice = 1000
-  readonly repo: WebhookRepo
+  private readonly repo: WebhookRepo
   private timer: Timer | null = null
   /** Deliveries sent whose outcome is not recorded yet, by id (a graceful stop waits for them). */
   private readonly underWay = new Set<string>()
@@ -152,6 +152,25 @@ export class WebhookService {
   private signingSecrets(row: EndpointRow): string[] {
     const current = this.box.open(row.secret_enc)
     return this.previousSecretLive(row) ? [current, this.box.open(row.previous_secret_enc!)] : [current]
+  }
+  /** The workspace's endpoints. */
+  endpoints(workspaceId: string) {
+    return this.repo.endpoints(workspaceId)
+  }
+
+  /** A page of an endpoint's deliveries, newest first. */
+  deliveries(endpointId: string, limit: number, offset: number) {
+    return this.repo.deliveries(endpointId, limit, offset)
+  }
+
+  /** Queue a `webhook.test` event for one endpoint and wake the sender; returns its webhook-id. */
+  sendTest(endpoint: EndpointRow): string {
+    const now = this.deps.clock.now()
+    const payload = JSON.stringify({ type: 'webhook.test', timestamp: new Date(now).toISOString(), data: { endpoint_id: endpoint.id, message: 'A test event from Capstan.' } })
+    const id = `msg_${uuid().replaceAll('-', '')}`
+    this.deps.writer.now(() => this.repo.enqueue(id, endpoint.id, endpoint.workspace_id, 'webhook.test', payload, now))
+    this.kick()
+    return id
   }
 
   deliveryToAdmin(row: DeliveryRow) {

@@ -35,7 +35,7 @@ export function slugify(name: string): string {
 const defined = <T extends object>(o: T) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<{ [K in keyof T]: Exclude<T[K], undefined> }>
 
 export class WorkspaceService {
-  readonly repo: WorkspaceRepo
+  private readonly repo: WorkspaceRepo
   /** Rows read by authentication, kept until this service changes them. */
   private cache = new Map<string, WorkspaceRow>()
   /** Called after a patch (the sending policy may have changed). */
@@ -80,6 +80,10 @@ export class WorkspaceService {
   /** Admin shape: public fields plus settings and times. */
   toAdmin(row: WorkspaceRow): AdminWorkspace {
     return { ...this.toPublic(row), status: row.status, settings: this.settings(row), created_at: iso(row.created_at), updated_at: iso(row.updated_at) }
+  }
+  /** Every workspace (the jobs that walk them: retention, metrics). */
+  all(): WorkspaceRow[] {
+    return this.repo.all()
   }
 
   /** The row by id for the request path; patch() below replaces it, so status changes apply at once. */
