@@ -7,7 +7,6 @@
  * request path keeps in one array (`ResponseCounts`). Labels carry ids only: workspace,
  * connection and campaign ids, never a phone number or a name.
  */
-import type { Database } from 'bun:sqlite'
 import { readFileSync, readdirSync } from 'node:fs'
 import { databaseOk } from './db/open'
 import { diskSpace } from './disk'
@@ -132,7 +131,6 @@ class Exposition {
 }
 
 export class Metrics {
-  private readonly sql
   private readonly startedAt = Date.now()
 
   constructor(
@@ -141,27 +139,12 @@ export class Metrics {
     private readonly probes: Record<string, () => Promise<boolean>>,
     private readonly durations: RequestDurations = new RequestDurations(),
   ) {
-    const db: Database = svc.deps.db
-    this.sql = {
-      messages: db.query<{ workspace_id: string; direction: string; status: string; n: number }, []>('SELECT workspace_id, direction, status, n FROM message_counts WHERE n > 0 ORDER BY workspace_id, direction, status'),
-      // the next three through partial indexes (messages_queue, messages_in_flight, webhook_deliveries_due)
-      queued: db.query<{ connection_id: string; n: number }, []>("SELECT connection_id, COUNT(*) AS n FROM messages WHERE status = 'queued' GROUP BY connection_id"),
-      sending: db.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM messages WHERE status = 'sending'"),
-      webhooks: db.query<{ n: number; oldest: number | null }, []>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM webhook_deliveries WHERE status = 'pending'"),
-      campaigns: db.query<{ status: string; n: number }, []>('SELECT status, COUNT(*) AS n FROM campaigns WHERE deleted_at IS NULL GROUP BY status ORDER BY status'),
-      // through webhook_deliveries_endpoint_due and media_usage
-      endpointPending: db.query<{ endpoint_id: string; workspace_id: string; n: number }, []>(
-        "SELECT d.endpoint_id, e.workspace_id, COUNT(*) AS n FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id WHERE d.status = 'pending' GROUP BY d.endpoint_id ORDER BY d.endpoint_id",
-      ),
-      media: db.query<{ workspace_id: string; n: number }, [number]>('SELECT workspace_id, SUM(size) AS n FROM media WHERE expires_at > ? GROUP BY workspace_id ORDER BY workspace_id'),
-      outcomes: db.query<{ status: string; code: string; n: number }, []>('SELECT status, code, n FROM message_outcome_counts ORDER BY status, code'),
-    }
   }
 
   /** The outcome counts, error codes Capstan documents kept apart, any other (a code given to a sandbox receipt) as `other`. */
-  private outcomes(): Sample[] {
+  private outcomes(rows: { status: string; code: string; n: number }[]): Sample[] {
     const by = new Map<string, Sample>()
-    for (const r of this.sql.outcomes.all()) {
+    for (const r of rows) {
       const code = r.status !== 'failed' ? '' : r.code in OUTCOME_CODES || NETWORK_CODE_PATTERN.test(r.code) ? r.code : 'other'
       const key = `${r.status} ${code}`
       const labels: Record<string, string> = r.status === 'failed' ? { status: r.status, code } : { status: r.status }
@@ -173,7 +156,7 @@ export class Metrics {
   }
 
   async render(): Promise<string> {
-    const { svc, sql } = this
+    const { svc } = this
     const now = svc.deps.clock.now()
     const out = new Exposition()
     out.metric('capstan_build_info', 'gauge', 'The running version (always 1).', [[{ version: VERSION, bun: Bun.version }, 1]])
@@ -206,25 +189,26 @@ export class Metrics {
       out.metric('capstan_backup_failing', 'gauge', 'Whether the last automatic backup failed (1) or not (0).', [[{}, backup.state === 'failed' ? 1 : 0]])
     }
     if (!databaseUp) return out.text()
-    out.metric('capstan_message_outcomes_total', 'counter', 'Outbound messages that reached sent, delivered, read or failed (by error code; codes outside the documented table count as other), ever.', this.outcomes())
-    out.metric('capstan_messages', 'gauge', 'Messages in the log, by workspace, direction and status.', sql.messages.all().map((r) => [{ workspace: r.workspace_id, direction: r.direction, status: r.status }, r.n]))
-    const queued = new Map(sql.queued.all().map((r) => [r.connection_id, r.n]))
+    const messages = svc.messages.gauges()
+    out.metric('capstan_message_outcomes_total', 'counter', 'Outbound messages that reached sent, delivered, read or failed (by error code; codes outside the documented table count as other), ever.', this.outcomes(messages.outcomes))
+    out.metric('capstan_messages', 'gauge', 'Messages in the log, by workspace, direction and status.', messages.counts.map((r) => [{ workspace: r.workspace_id, direction: r.direction, status: r.status }, r.n]))
+    const queued = new Map(messages.queued.map((r) => [r.connection_id, r.n]))
     const connections = svc.connections.all()
     out.metric('capstan_connection_up', 'gauge', 'Whether a connected number is online (1) or offline (0).', connections.map((c) => [{ connection: c.row.id, workspace: c.row.workspace_id, driver: c.row.driver }, c.row.status === 'online' ? 1 : 0]))
     out.metric('capstan_queue_depth', 'gauge', 'One-to-one and group messages queued on a number (campaign recipients not yet released are not counted).', connections.map((c) => [{ connection: c.row.id, workspace: c.row.workspace_id }, queued.get(c.row.id) ?? 0]))
-    out.metric('capstan_messages_sending', 'gauge', 'Messages handed to a network whose outcome is not recorded yet.', [[{}, sql.sending.get()!.n]])
-    const hooks = sql.webhooks.get()!
+    out.metric('capstan_messages_sending', 'gauge', 'Messages handed to a network whose outcome is not recorded yet.', [[{}, messages.sending]])
+    const { pending: hooks, perEndpoint } = svc.webhooks.pendingGauges()
     out.metric('capstan_webhook_deliveries_pending', 'gauge', 'Webhook deliveries not yet delivered (first attempts and retries).', [[{}, hooks.n]])
     out.metric('capstan_webhook_oldest_pending_seconds', 'gauge', 'Age of the oldest webhook delivery still pending (0 when none).', [[{}, hooks.oldest === null ? 0 : Math.max(0, Math.round((now - hooks.oldest) / 1000))]])
-    out.metric('capstan_webhook_endpoint_pending', 'gauge', 'Webhook deliveries not yet delivered, per endpoint (endpoints with none are left out).', sql.endpointPending.all().map((r) => [{ endpoint: r.endpoint_id, workspace: r.workspace_id }, r.n]))
-    out.metric('capstan_campaigns', 'gauge', 'Campaigns by status.', sql.campaigns.all().map((r) => [{ status: r.status }, r.n]))
+    out.metric('capstan_webhook_endpoint_pending', 'gauge', 'Webhook deliveries not yet delivered, per endpoint (endpoints with none are left out).', perEndpoint.map((r) => [{ endpoint: r.endpoint_id, workspace: r.workspace_id }, r.n]))
+    out.metric('capstan_campaigns', 'gauge', 'Campaigns by status.', svc.campaigns.countByStatus().map((r) => [{ status: r.status }, r.n]))
     // the cap a number sends under today (lower while it warms up)
     const caps = connections.flatMap((c): Sample[] => {
       const ws = svc.workspaces.cached(c.row.workspace_id)
       return ws ? [[{ connection: c.row.id, workspace: c.row.workspace_id }, svc.connections.policyFor(c.row, svc.workspaces.settings(ws).sending_policy, now).daily_cap]] : []
     })
     out.metric('capstan_number_daily_cap', 'gauge', 'The daily cap a number sends under today (lower while it warms up).', caps)
-    const media = sql.media.all(now)
+    const media = svc.media.bytesPerWorkspace(now)
     out.metric('capstan_media_bytes', 'gauge', 'Bytes of a workspace’s kept media (each record counted).', media.map((r) => [{ workspace: r.workspace_id }, r.n]))
     const quotas = svc.workspaces.all().flatMap((w): Sample[] => {
       const max = svc.workspaces.settings(w).media.max_total_bytes

@@ -46,15 +46,6 @@ const dayDoc = d.object({ day: d.string('YYYY-MM-DD (UTC)'), sent: d.integer, de
 const tag = 'Dashboard views'
 
 export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
-  const db = svc.deps.db
-  const queued = db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM messages WHERE connection_id = ? AND status = 'queued'")
-  const pendingRecipients = db.query<{ n: number }, [string]>(
-    "SELECT COUNT(*) AS n FROM campaign_recipients r JOIN campaigns c ON c.id = r.campaign_id WHERE c.connection_id = ? AND c.status = 'running' AND r.status = 'pending'",
-  )
-  const perDay = (col: string) =>
-    db.query<{ day: string; n: number }, [string, number]>(`SELECT strftime('%Y-%m-%d', ${col} / 1000, 'unixepoch') AS day, COUNT(*) AS n FROM messages WHERE workspace_id = ? AND direction = 'outbound' AND ${col} >= ? GROUP BY day`)
-  const dayQueries = { sent: perDay('sent_at'), delivered: perDay('delivered_at'), read: perDay('read_at'), failed: perDay('failed_at') }
-
   return new Elysia()
     .use(auth)
     .get(
@@ -67,7 +58,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
           data: svc.connections.listForWorkspace(ws.id).map((c) => {
             const policy = svc.connections.policyFor(c.row, workspacePolicy, now)
             const releases = svc.messages.releasesSince(c.row.id, now - DAY)
-            const depth = queued.get(c.row.id)!.n + pendingRecipients.get(c.row.id)!.n
+            const depth = svc.messages.queuedCount(c.row.id) + svc.campaigns.pendingFor(c.row.id)
             return {
               id: c.row.id,
               phone: c.row.phone,
@@ -134,7 +125,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
           const day = new Date(d).toISOString().slice(0, 10)
           rows.set(day, { day, sent: 0, delivered: 0, read: 0, failed: 0 })
         }
-        for (const [k, q] of Object.entries(dayQueries)) for (const r of q.all(params.id, since)) if (rows.has(r.day)) rows.get(r.day)![k as 'sent'] = r.n
+        for (const [step, counts] of Object.entries(svc.messages.perDay(params.id, since))) for (const r of counts) if (rows.has(r.day)) rows.get(r.day)![step as 'sent'] = r.n
         return { data: [...rows.values()] }
       },
       { admin: true, detail: adminOp({ summary: 'Outbound messages per day', tag, query: daysQuery, ok: { status: 200, data: d.list(dayDoc), description: 'The last `days` days (default 14), oldest first, by when each step happened.' }, errors: [404, 422] }) },

@@ -189,6 +189,18 @@ export class CampaignRepo {
   hasInFlight(campaignId: string) {
     return this.inFlightStmt.get(campaignId)!.yes === 1
   }
+  /** For /metrics: campaigns by status. */
+  countByStatus() {
+    return this.db.query<{ status: string; n: number }, []>('SELECT status, COUNT(*) AS n FROM campaigns WHERE deleted_at IS NULL GROUP BY status ORDER BY status').all()
+  }
+
+  /** Recipients still to be released by the number's running campaigns. */
+  pendingFor(connectionId: string): number {
+    return this.db
+      .query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM campaign_recipients r JOIN campaigns c ON c.id = r.campaign_id WHERE c.connection_id = ? AND c.status = 'running' AND r.status = 'pending'")
+      .get(connectionId)!.n
+  }
+
   counts(campaignId: string): Counts {
     const counts: Counts = { total: 0, queued: 0, sent: 0, delivered: 0, read: 0, failed: 0, skipped: 0 }
     for (const { bucket, n } of this.countsStmt.all(campaignId)) {

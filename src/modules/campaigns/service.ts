@@ -84,6 +84,16 @@ export class CampaignService {
     return this.repo.recipients(campaignId, limit, offset)
   }
 
+  /** For /metrics: campaigns by status. */
+  countByStatus() {
+    return this.repo.countByStatus()
+  }
+
+  /** Recipients still to be released by the number's running campaigns. */
+  pendingFor(connectionId: string): number {
+    return this.repo.pendingFor(connectionId)
+  }
+
   /** The numbers some running campaign sends through. */
   connectionsWithRunning(): string[] {
     return this.repo.connectionsWithRunning()

@@ -23,7 +23,7 @@ export class MediaRepo {
   private refsStmt
   private usedStmt
 
-  constructor(db: Database) {
+  constructor(private readonly db: Database) {
     this.insertStmt = db.query('INSERT INTO media (id, workspace_id, sha256, blob, filename, mime_type, size, created_at, expires_at) VALUES ($id, $workspace_id, $sha256, $blob, $filename, $mime_type, $size, $created_at, $expires_at)')
     this.getStmt = db.query<MediaRow, [string, string]>('SELECT * FROM media WHERE id = ? AND workspace_id = ?')
     // media still to be sent is kept: by a campaign that has not ended (index campaigns_media),
@@ -41,6 +41,11 @@ export class MediaRepo {
     this.deleteStmt = db.query('DELETE FROM media WHERE id = ?')
     this.refsStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM media WHERE blob = ?')
     this.usedStmt = db.query<{ n: number }, [string, number]>('SELECT COALESCE(SUM(size), 0) AS n FROM media WHERE workspace_id = ? AND expires_at > ?')
+  }
+
+  /** For /metrics: bytes of each workspace's kept media (through media_usage). */
+  bytesPerWorkspace(now: number) {
+    return this.db.query<{ workspace_id: string; n: number }, [number]>('SELECT workspace_id, SUM(size) AS n FROM media WHERE expires_at > ? GROUP BY workspace_id ORDER BY workspace_id').all(now)
   }
 
   insert(row: MediaRow) {

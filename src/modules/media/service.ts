@@ -175,6 +175,11 @@ export class MediaService {
       await this.settle(row, committed)
     }
   }
+  /** For /metrics: bytes of each workspace's kept media. */
+  bytesPerWorkspace(now: number) {
+    return this.repo.bytesPerWorkspace(now)
+  }
+
   /** The workspace's media record, or null (no 404). */
   find(workspaceId: string, id: string): MediaRow | null {
     return this.repo.get(workspaceId, id)

@@ -94,6 +94,30 @@ export class MessageRepo {
     this.usageAdd = db.query('INSERT INTO usage_monthly (workspace_id, month, messages) VALUES (?, ?, 1) ON CONFLICT (workspace_id, month) DO UPDATE SET messages = messages + 1')
   }
 
+  /** For /metrics: the kept counts, the queue per number and the sends in flight (through messages_queue and messages_in_flight), and the outcome counts. */
+  gauges() {
+    const db = this.db
+    return {
+      counts: db.query<{ workspace_id: string; direction: string; status: string; n: number }, []>('SELECT workspace_id, direction, status, n FROM message_counts WHERE n > 0 ORDER BY workspace_id, direction, status').all(),
+      queued: db.query<{ connection_id: string; n: number }, []>("SELECT connection_id, COUNT(*) AS n FROM messages WHERE status = 'queued' GROUP BY connection_id").all(),
+      sending: db.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM messages WHERE status = 'sending'").get()!.n,
+      outcomes: db.query<{ status: string; code: string; n: number }, []>('SELECT status, code, n FROM message_outcome_counts ORDER BY status, code').all(),
+    }
+  }
+
+  /** How many messages wait in the number's queue. */
+  queuedCount(connectionId: string): number {
+    return this.db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM messages WHERE connection_id = ? AND status = 'queued'").get(connectionId)!.n
+  }
+
+  /** Outbound messages of the workspace that reached `step` since `since` (ms), per UTC day (YYYY-MM-DD). */
+  perDay(workspaceId: string, step: 'sent' | 'delivered' | 'read' | 'failed', since: number) {
+    const col = `${step}_at`
+    return this.db
+      .query<{ day: string; n: number }, [string, number]>(`SELECT strftime('%Y-%m-%d', ${col} / 1000, 'unixepoch') AS day, COUNT(*) AS n FROM messages WHERE workspace_id = ? AND direction = 'outbound' AND ${col} >= ? GROUP BY day`)
+      .all(workspaceId, since)
+  }
+
   insert(row: NewMessage) {
     this.insertStmt.run(row as any)
   }

@@ -163,6 +163,22 @@ export class MessageService {
     return this.repo.releasesSince(connectionId, since)
   }
 
+  /** For /metrics (see MessageRepo.gauges). */
+  gauges() {
+    return this.repo.gauges()
+  }
+
+  /** How many messages wait in the number's queue. */
+  queuedCount(connectionId: string): number {
+    return this.repo.queuedCount(connectionId)
+  }
+
+  /** The workspace's outbound messages per UTC day since `since` (ms), by when each reached sent, delivered, read or failed. */
+  perDay(workspaceId: string, since: number) {
+    const steps = ['sent', 'delivered', 'read', 'failed'] as const
+    return Object.fromEntries(steps.map((step) => [step, this.repo.perDay(workspaceId, step, since)])) as Record<(typeof steps)[number], { day: string; n: number }[]>
+  }
+
   /** The numbers with queued messages. */
   connectionsWithQueue(): string[] {
     return this.repo.connectionsWithQueue()

@@ -73,7 +73,7 @@ export class WebhookRepo {
   private listDeliveries
   private countDeliveries
 
-  constructor(db: Database) {
+  constructor(private readonly db: Database) {
     this.insertEndpoint = db.query(
       'INSERT INTO webhook_endpoints (id, workspace_id, url, events, secret_enc, headers_enc, status, failing_since, created_at, updated_at, deleted_at) VALUES ($id, $workspace_id, $url, $events, $secret_enc, $headers_enc, $status, NULL, $created_at, $updated_at, NULL)',
     )
@@ -118,6 +118,19 @@ export class WebhookRepo {
     this.pruneMessageEventsStmt = db.query("DELETE FROM webhook_deliveries WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE endpoint_id = ? AND seq < ? AND status != 'pending' AND type LIKE 'message.%' ORDER BY seq LIMIT ?)")
     this.firstNewerOfEndpoint = db.query<{ seq: number }, [string, number]>('SELECT seq FROM webhook_deliveries WHERE endpoint_id = ? AND created_at > ? ORDER BY seq LIMIT 1')
     this.everyEndpointOf = db.query<{ id: string }, [string]>('SELECT id FROM webhook_endpoints WHERE workspace_id = ?')
+  }
+
+  /** For /metrics: deliveries not yet delivered, the oldest one's creation, and per endpoint (through webhook_deliveries_due and _endpoint_due). */
+  pendingGauges() {
+    const db = this.db
+    return {
+      pending: db.query<{ n: number; oldest: number | null }, []>("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM webhook_deliveries WHERE status = 'pending'").get()!,
+      perEndpoint: db
+        .query<{ endpoint_id: string; workspace_id: string; n: number }, []>(
+          "SELECT d.endpoint_id, e.workspace_id, COUNT(*) AS n FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id WHERE d.status = 'pending' GROUP BY d.endpoint_id ORDER BY d.endpoint_id",
+        )
+        .all(),
+    }
   }
 
   createEndpoint(row: EndpointRow) {

@@ -153,6 +153,11 @@ export class WebhookService {
     const current = this.box.open(row.secret_enc)
     return this.previousSecretLive(row) ? [current, this.box.open(row.previous_secret_enc!)] : [current]
   }
+  /** For /metrics: pending deliveries, in all and per endpoint. */
+  pendingGauges() {
+    return this.repo.pendingGauges()
+  }
+
   /** The workspace's endpoints. */
   endpoints(workspaceId: string) {
     return this.repo.endpoints(workspaceId)
