@@ -112,7 +112,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     audit,
     contacts,
     eraser,
-    contactExport: new ContactExport(deps, contacts, messages, media, suppressions, audit),
+    contactExport: new ContactExport(deps, contacts, messages, media, suppressions, campaigns, audit),
     contactImport: new ContactImport(deps, contacts, audit),
     contactList: new ContactListExport(deps, audit),
     backups: new AutoBackups(deps.config, log, deps.clock, selfCommand()),

@@ -189,6 +189,15 @@ export class CampaignRepo {
   hasInFlight(campaignId: string) {
     return this.inFlightStmt.get(campaignId)!.yes === 1
   }
+  /** The campaigns the contact is a recipient of, with its place in each, in the order it was frozen into them. */
+  ofContact(contactId: string) {
+    return this.db
+      .query<{ id: string; name: string; campaign_status: CampaignStatus; status: RecipientRow['status']; skipped_reason: SkippedReason | null; message_id: string | null }, [string]>(
+        'SELECT c.id, c.name, c.status AS campaign_status, r.status, r.skipped_reason, r.message_id FROM campaign_recipients r JOIN campaigns c ON c.id = r.campaign_id WHERE r.contact_id = ? ORDER BY r.seq',
+      )
+      .all(contactId)
+  }
+
   /** For /metrics: campaigns by status. */
   countByStatus() {
     return this.db.query<{ status: string; n: number }, []>('SELECT status, COUNT(*) AS n FROM campaigns WHERE deleted_at IS NULL GROUP BY status ORDER BY status').all()

@@ -84,6 +84,11 @@ export class CampaignService {
     return this.repo.recipients(campaignId, limit, offset)
   }
 
+  /** The campaigns the contact is a recipient of, with its status in each (a contact export). */
+  ofContact(contactId: string) {
+    return this.repo.ofContact(contactId).map((c) => ({ id: c.id, name: c.name, campaign_status: c.campaign_status, recipient_status: c.status, skipped_reason: c.skipped_reason, message_id: c.message_id }))
+  }
+
   /** For /metrics: campaigns by status. */
   countByStatus() {
     return this.repo.countByStatus()

@@ -10,13 +10,12 @@
  * every API request and send waiting — and took ~350 MB. Messages are read MESSAGE_BATCH at a time,
  * each batch written out before the next is read.
  */
-import type { Database } from 'bun:sqlite'
 import type { Deps } from '../../deps'
 import type { AuditRepo } from '../audit/repo'
 import { iso } from '../../http/format'
 import type { MediaService } from '../media/service'
-import type { MessageRow } from '../messages/repo'
 import type { MessageService } from '../messages/service'
+import type { CampaignService } from '../campaigns/service'
 import type { SuppressionService } from '../suppressions/service'
 import type { ContactService } from './service'
 
@@ -24,26 +23,15 @@ import type { ContactService } from './service'
 const MESSAGE_BATCH = 500
 
 export class ContactExport {
-  private readonly sql
-
   constructor(
     private readonly deps: Deps,
     private readonly contacts: ContactService,
     private readonly messages: MessageService,
     private readonly media: MediaService,
     private readonly suppressions: SuppressionService,
+    private readonly campaigns: CampaignService,
     private readonly audit: AuditRepo,
   ) {
-    const db: Database = deps.db
-    this.sql = {
-      consent: db.query<{ status: string; source: string; at: number }, [string]>('SELECT status, source, at FROM consent_ledger WHERE contact_id = ? ORDER BY id'),
-      // messages_contact holds (contact_id, seq): each batch starts where the last one ended
-      messages: db.query<MessageRow, [string, number, number]>('SELECT * FROM messages INDEXED BY messages_contact WHERE contact_id = ? AND seq > ? ORDER BY seq LIMIT ?'),
-      campaigns: db.query<{ id: string; name: string; campaign_status: string; status: string; skipped_reason: string | null; message_id: string | null }, [string]>(
-        'SELECT c.id, c.name, c.status AS campaign_status, r.status, r.skipped_reason, r.message_id FROM campaign_recipients r JOIN campaigns c ON c.id = r.campaign_id WHERE r.contact_id = ? ORDER BY r.seq',
-      ),
-      addresses: db.query<{ address: string }, [string, string]>('SELECT address FROM network_addresses WHERE workspace_id = ? AND phone = ? ORDER BY address'),
-    }
   }
 
   /**
@@ -55,7 +43,7 @@ export class ContactExport {
     // that the person's data was handed out is recorded; not whose
     this.deps.writer.now(() => this.audit.add(workspaceId, 'contact.exported', null, this.deps.clock.now()))
     const json = (key: string, value: unknown) => `${JSON.stringify(key)}:${JSON.stringify(value)}`
-    const head = [json('exported_at', iso(this.deps.clock.now())), json('contact', this.contacts.toPublic(contact)), json('consent', this.sql.consent.all(contact.id).map((e) => ({ status: e.status, source: e.source, at: iso(e.at) })))]
+    const head = [json('exported_at', iso(this.deps.clock.now())), json('contact', this.contacts.toPublic(contact)), json('consent', this.contacts.ledgerOf(contact.id).map((e) => ({ status: e.status, source: e.source, at: iso(e.at) })))]
     const mediaIds = new Set<string>()
     let after = -1 // the last message written (seq); -1: nothing written yet
     const encoder = new TextEncoder()
@@ -65,7 +53,7 @@ export class ContactExport {
           after = 0
           return out.enqueue(encoder.encode(`{"data":{${head.join(',')},"messages":[`))
         }
-        const batch = this.sql.messages.all(contact.id, after, MESSAGE_BATCH)
+        const batch = this.messages.ofContact(contact.id, after, MESSAGE_BATCH)
         if (batch.length) {
           for (const m of batch) for (const id of JSON.parse(m.attachments) as string[]) mediaIds.add(id)
           const first = after === 0
@@ -79,8 +67,8 @@ export class ContactExport {
             const row = this.media.find(workspaceId, id)
             return row ? [this.media.toPublic(row)] : []
           })),
-          json('campaigns', this.sql.campaigns.all(contact.id).map((c) => ({ id: c.id, name: c.name, campaign_status: c.campaign_status, recipient_status: c.status, skipped_reason: c.skipped_reason, message_id: c.message_id }))),
-          json('network_addresses', this.sql.addresses.all(workspaceId, contact.phone).map((a) => a.address)),
+          json('campaigns', this.campaigns.ofContact(contact.id)),
+          json('network_addresses', this.contacts.addressesOf(workspaceId, contact.phone)),
           json('suppression', suppression ? this.suppressions.toPublic(suppression) : null),
         ]
         out.enqueue(encoder.encode(`],${tail.join(',')}}}`))

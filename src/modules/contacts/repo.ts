@@ -26,7 +26,7 @@ export class ContactRepo {
   private addressGet
   private addressPut
 
-  constructor(db: Database) {
+  constructor(private readonly db: Database) {
     this.byPhone = db.query<ContactRow, [string, string]>('SELECT * FROM contacts WHERE workspace_id = ? AND phone = ?')
     this.byId = db.query<ContactRow, [string, string]>('SELECT * FROM contacts WHERE workspace_id = ? AND id = ?')
     this.insertStmt = db.query(
@@ -58,6 +58,14 @@ export class ContactRepo {
   /** The network reports `phone` as `address`: its messages from there are that number's. */
   addAddress(workspaceId: string, address: string, phone: string) {
     this.addressPut.run(workspaceId, address, phone)
+  }
+  /** The contact's consent ledger, oldest first. */
+  ledgerOf(contactId: string) {
+    return this.db.query<{ status: string; source: string; at: number }, [string]>('SELECT status, source, at FROM consent_ledger WHERE contact_id = ? ORDER BY id').all(contactId)
+  }
+  /** The addresses a network knows the number by. */
+  addressesOf(workspaceId: string, phone: string) {
+    return this.db.query<{ address: string }, [string, string]>('SELECT address FROM network_addresses WHERE workspace_id = ? AND phone = ? ORDER BY address').all(workspaceId, phone).map((a) => a.address)
   }
   get(workspaceId: string, id: string) {
     return this.byId.get(workspaceId, id)

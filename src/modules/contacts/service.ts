@@ -50,6 +50,16 @@ export class ContactService {
       last_activity_at: iso(row.last_activity_at),
     }
   }
+  /** The contact's consent ledger, oldest first. */
+  ledgerOf(contactId: string) {
+    return this.repo.ledgerOf(contactId)
+  }
+
+  /** The addresses a network knows the number by (WhatsApp ids). */
+  addressesOf(workspaceId: string, phone: string): string[] {
+    return this.repo.addressesOf(workspaceId, phone)
+  }
+
   /** The workspace's contact by id, or null. */
   find(workspaceId: string, id: string): ContactRow | null {
     return this.repo.get(workspaceId, id)

@@ -105,6 +105,11 @@ export class MessageRepo {
     }
   }
 
+  /** The contact's messages after `afterSeq`, in order, at most `limit` (through messages_contact: each batch starts where the last ended). */
+  ofContact(contactId: string, afterSeq: number, limit: number) {
+    return this.db.query<MessageRow, [string, number, number]>('SELECT * FROM messages INDEXED BY messages_contact WHERE contact_id = ? AND seq > ? ORDER BY seq LIMIT ?').all(contactId, afterSeq, limit)
+  }
+
   /** How many messages wait in the number's queue. */
   queuedCount(connectionId: string): number {
     return this.db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM messages WHERE connection_id = ? AND status = 'queued'").get(connectionId)!.n

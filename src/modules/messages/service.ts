@@ -163,6 +163,11 @@ export class MessageService {
     return this.repo.releasesSince(connectionId, since)
   }
 
+  /** The contact's messages after `afterSeq` (0: from the first), in order, at most `limit`. */
+  ofContact(contactId: string, afterSeq: number, limit: number): MessageRow[] {
+    return this.repo.ofContact(contactId, afterSeq, limit)
+  }
+
   /** For /metrics (see MessageRepo.gauges). */
   gauges() {
     return this.repo.gauges()
