@@ -84,7 +84,8 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   messages.onTemplateRefused = (row, code) => {
     if (row.campaign_id) campaigns.templateRefused(row.campaign_id, code)
   }
-  const eraser = new ContactEraser(deps, contacts, messages, media, audit, log, box)
+  const idempotency = new Idempotency(deps)
+  const eraser = new ContactEraser(deps, contacts, messages, media, campaigns, webhooks, idempotency, audit, log, box)
   eraser.onCampaignChanged = (id) => campaigns.checkComplete(id)
   eraser.onErased = (workspaceId, number) => connections.forgetNumber(workspaceId, number)
   const messageRetention = new MessageRetention(deps, workspaces, webhooks, log)
@@ -125,7 +126,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     groups,
     templates,
     campaigns,
-    idempotency: new Idempotency(deps),
+    idempotency,
     pacer,
   }
 }

@@ -47,13 +47,18 @@ export class Idempotency {
 
   constructor(
     private readonly deps: Deps,
-    db: Database = deps.db,
+    private readonly db: Database = deps.db,
   ) {
     this.getStmt = db.query<{ fingerprint: string; status: number; body: string; created_at: number }, [string, string, string, string]>(
       'SELECT fingerprint, status, body, created_at FROM idempotency_keys WHERE api_key_id = ? AND method = ? AND path = ? AND idem_key = ?',
     )
     this.putStmt = db.query('INSERT OR REPLACE INTO idempotency_keys (api_key_id, method, path, idem_key, fingerprint, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
     this.purgeStmt = db.query('DELETE FROM idempotency_keys WHERE created_at <= ?')
+  }
+
+  /** Forget the workspace's stored responses that mention `text` (an erased contact's id), inside a write. */
+  forgetMentioningInTx(workspaceId: string, text: string) {
+    this.db.query('DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE workspace_id = ?) AND instr(body, ?) > 0').run(workspaceId, text)
   }
 
   /**

@@ -198,6 +198,16 @@ export class CampaignRepo {
       .all(contactId)
   }
 
+  /** The ids of the campaigns the contact is a recipient of. */
+  campaignIdsOf(contactId: string): string[] {
+    return this.db.query<{ campaign_id: string }, [string]>('SELECT DISTINCT campaign_id FROM campaign_recipients WHERE contact_id = ?').all(contactId).map((r) => r.campaign_id)
+  }
+
+  /** The contact leaves every campaign's recipients (each leaves its campaign's counts as its message's status is now). */
+  removeRecipient(contactId: string) {
+    this.db.query('DELETE FROM campaign_recipients WHERE contact_id = ?').run(contactId)
+  }
+
   /** For /metrics: campaigns by status. */
   countByStatus() {
     return this.db.query<{ status: string; n: number }, []>('SELECT status, COUNT(*) AS n FROM campaigns WHERE deleted_at IS NULL GROUP BY status ORDER BY status').all()

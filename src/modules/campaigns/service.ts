@@ -89,6 +89,13 @@ export class CampaignService {
     return this.repo.ofContact(contactId).map((c) => ({ id: c.id, name: c.name, campaign_status: c.campaign_status, recipient_status: c.status, skipped_reason: c.skipped_reason, message_id: c.message_id }))
   }
 
+  /** Inside an erasure's write: the contact leaves every campaign; returns the ids of those it was in. */
+  removeRecipientInTx(contactId: string): string[] {
+    const ids = this.repo.campaignIdsOf(contactId)
+    this.repo.removeRecipient(contactId)
+    return ids
+  }
+
   /** For /metrics: campaigns by status. */
   countByStatus() {
     return this.repo.countByStatus()

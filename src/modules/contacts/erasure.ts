@@ -26,8 +26,11 @@ import type { Deps } from '../../deps'
 import { conflict } from '../../http/errors'
 import type { Logger } from '../../http/log'
 import type { AuditRepo } from '../audit/repo'
+import type { Idempotency } from '../../http/idempotency'
+import type { CampaignService } from '../campaigns/service'
 import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
+import type { WebhookService } from '../webhooks/service'
 import type { ContactService } from './service'
 import { nextTurn } from '../../db/writer'
 import type { SecretBox } from '../../secrets'
@@ -65,32 +68,17 @@ export class ContactEraser {
     private readonly contacts: ContactService,
     private readonly messages: MessageService,
     private readonly media: MediaService,
+    private readonly campaigns: CampaignService,
+    private readonly webhooks: WebhookService,
+    private readonly idempotency: Idempotency,
     private readonly audit: AuditRepo,
     private readonly log: Logger,
     private readonly box: SecretBox,
   ) {
+    // the time of the newest erasure this database has seen (ms): a journal naming a newer one
+    // means the database was put back from before it (a setting of the erasure's own)
     const db: Database = deps.db
     this.sql = {
-      messagesOf: db.query<{ id: string; direction: string; status: string; attachments: string }, [string]>('SELECT id, direction, status, attachments FROM messages WHERE contact_id = ?'),
-      redact: db.query(
-        `UPDATE messages SET contact_id = NULL, campaign_id = NULL, body = NULL, attachments = '[]', network_template = NULL, updated_at = ?1,
-           recipient = CASE direction WHEN 'outbound' THEN NULL ELSE recipient END,
-           sender = CASE direction WHEN 'inbound' THEN NULL ELSE sender END,
-           error_message = replace(error_message, ?3, '[erased number]')
-         WHERE contact_id = ?2`,
-      ),
-      lastEvent: db.query<{ seq: number | null }, []>('SELECT MAX(seq) AS seq FROM webhook_deliveries'),
-      events: db.query('DELETE FROM webhook_deliveries WHERE seq BETWEEN ? AND ? AND workspace_id = ? AND instr(payload, ?) > 0'),
-      responses: db.query('DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE workspace_id = ?) AND instr(body, ?) > 0'),
-      campaigns: db.query<{ campaign_id: string }, [string]>('SELECT DISTINCT campaign_id FROM campaign_recipients WHERE contact_id = ?'),
-      recipients: db.query('DELETE FROM campaign_recipients WHERE contact_id = ?'),
-      ledger: db.query('DELETE FROM consent_ledger WHERE contact_id = ?'),
-      addresses: db.query('DELETE FROM network_addresses WHERE workspace_id = ? AND phone = ?'),
-      expireMedia: db.query('UPDATE media SET expires_at = ? WHERE workspace_id = ? AND id = ? AND expires_at > ?'),
-      contact: db.query('DELETE FROM contacts WHERE id = ?'),
-      numbers: db.query<{ phone: string; created_at: number }, [string, string, number]>('SELECT phone, created_at FROM contacts WHERE workspace_id = ? AND phone > ? ORDER BY phone LIMIT ?'),
-      // the time of the newest erasure this database has seen (ms): a journal naming a newer one
-      // means the database was put back from before it
       appliedThrough: db.query<{ value: string }, []>("SELECT value FROM system_settings WHERE name = 'erasures_applied_through'"),
       setAppliedThrough: db.query(
         "INSERT INTO system_settings (name, value) VALUES ('erasures_applied_through', ?1) ON CONFLICT (name) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), CAST(?1 AS INTEGER)) AS TEXT)",
@@ -109,7 +97,7 @@ export class ContactEraser {
     // the contact, and its messages — unless one is being handed to its network right now
     const find = () => {
       const contact = this.contacts.byNumber(workspaceId, phone)
-      const rows = sql.messagesOf.all(contact.id)
+      const rows = this.messages.erasureRowsOf(contact.id)
       if (rows.some((m) => m.status === 'sending')) throw conflict('contact_busy', 'A message to this contact is being handed to its network; try again in a few seconds.')
       return { contact, rows }
     }
@@ -117,30 +105,27 @@ export class ContactEraser {
     // would hold the server for a second or more (300,000 take ~0.5 s). They go first, in slices
     // between which requests are served; the erasure's write takes any that arrived meanwhile.
     const first = find().contact
-    const scanned = sql.lastEvent.get()?.seq ?? 0
+    const scanned = this.webhooks.lastEventSeq()
     let events = 0
     for (let from = 0; from <= scanned; from += this.eventSlice) {
-      events += writer.now(() => sql.events.run(from, Math.min(from + this.eventSlice - 1, scanned), workspaceId, first.id).changes)
+      events += writer.now(() => this.webhooks.dropEventsMentioningInTx(from, Math.min(from + this.eventSlice - 1, scanned), workspaceId, first.id))
       await nextTurn()
     }
     const { report, campaigns, number, now } = writer.now(() => {
       const { contact, rows } = find()
       const now = this.deps.clock.now()
       // (a contact made anew under the number meanwhile has had none of its events read yet)
-      events += sql.events.run(contact.id === first.id ? scanned + 1 : 0, Number.MAX_SAFE_INTEGER, workspaceId, contact.id).changes
-      sql.responses.run(workspaceId, contact.id)
+      events += this.webhooks.dropEventsMentioningInTx(contact.id === first.id ? scanned + 1 : 0, Number.MAX_SAFE_INTEGER, workspaceId, contact.id)
+      this.idempotency.forgetMentioningInTx(workspaceId, contact.id)
       // the recipient rows go first: each leaves its campaign's counts with its message's status
       // as it is now; then the messages lose their campaign (nothing later is counted for them)
-      const campaigns = sql.campaigns.all(contact.id).map((r) => r.campaign_id)
-      sql.recipients.run(contact.id)
-      sql.redact.run(now, contact.id, contact.phone)
+      const campaigns = this.campaigns.removeRecipientInTx(contact.id)
+      this.messages.redactContactInTx(contact.id, contact.phone, now)
       const queued = rows.filter((m) => m.status === 'queued')
       for (const m of queued) this.messages.advanceInTx(m.id, 'failed', now, ERASED)
-      sql.ledger.run(contact.id)
-      sql.addresses.run(workspaceId, contact.phone)
       let media = 0
-      for (const m of rows) if (m.direction === 'inbound') for (const id of JSON.parse(m.attachments) as string[]) media += sql.expireMedia.run(now - 1, workspaceId, id, now - 1).changes
-      sql.contact.run(contact.id)
+      for (const m of rows) if (m.direction === 'inbound') for (const id of JSON.parse(m.attachments) as string[]) if (this.media.expireInTx(workspaceId, id, now - 1)) media++
+      this.contacts.eraseInTx(contact)
       this.audit.add(workspaceId, 'contact.erased', null, now)
       sql.setAppliedThrough.run(String(now))
       return { report: { contact_id: contact.id, messages: rows.length, queued_failed: queued.length, media, events } as ErasureReport, campaigns, number: contact.phone, now }
@@ -208,7 +193,7 @@ export class ContactEraser {
     for (const [workspaceId, digests] of byWorkspace) {
       const found: string[] = []
       for (let after = ''; ; ) {
-        const rows = this.sql.numbers.all(workspaceId, after, slice)
+        const rows = this.contacts.numbersAfter(workspaceId, after, slice)
         for (const { phone, created_at } of rows) if (created_at <= (digests.get(this.box.digest(PURPOSE, phone)) ?? -Infinity)) found.push(phone)
         if (rows.length < slice) break
         after = rows.at(-1)!.phone

@@ -59,6 +59,16 @@ export class ContactRepo {
   addAddress(workspaceId: string, address: string, phone: string) {
     this.addressPut.run(workspaceId, address, phone)
   }
+  /** The contact's row, ledger and network addresses go. */
+  erase(contact: { id: string; workspace_id: string; phone: string }) {
+    this.db.query('DELETE FROM consent_ledger WHERE contact_id = ?').run(contact.id)
+    this.db.query('DELETE FROM network_addresses WHERE workspace_id = ? AND phone = ?').run(contact.workspace_id, contact.phone)
+    this.db.query('DELETE FROM contacts WHERE id = ?').run(contact.id)
+  }
+  /** The workspace's numbers after `after`, in order, at most `limit`, with when each contact was made. */
+  numbersAfter(workspaceId: string, after: string, limit: number) {
+    return this.db.query<{ phone: string; created_at: number }, [string, string, number]>('SELECT phone, created_at FROM contacts WHERE workspace_id = ? AND phone > ? ORDER BY phone LIMIT ?').all(workspaceId, after, limit)
+  }
   /** The contact's consent ledger, oldest first. */
   ledgerOf(contactId: string) {
     return this.db.query<{ status: string; source: string; at: number }, [string]>('SELECT status, source, at FROM consent_ledger WHERE contact_id = ? ORDER BY id').all(contactId)

@@ -50,6 +50,16 @@ export class ContactService {
       last_activity_at: iso(row.last_activity_at),
     }
   }
+  /** Inside an erasure's write: the contact, its consent ledger and its network addresses go. */
+  eraseInTx(contact: ContactRow) {
+    this.repo.erase(contact)
+  }
+
+  /** The workspace's numbers after `after` in order, at most `limit`, with when each contact was made. */
+  numbersAfter(workspaceId: string, after: string, limit: number) {
+    return this.repo.numbersAfter(workspaceId, after, limit)
+  }
+
   /** The contact's consent ledger, oldest first. */
   ledgerOf(contactId: string) {
     return this.repo.ledgerOf(contactId)

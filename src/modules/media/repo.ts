@@ -43,6 +43,11 @@ export class MediaRepo {
     this.usedStmt = db.query<{ n: number }, [string, number]>('SELECT COALESCE(SUM(size), 0) AS n FROM media WHERE workspace_id = ? AND expires_at > ?')
   }
 
+  /** Expire the record at `at` unless it already has; returns whether it did. */
+  expire(workspaceId: string, id: string, at: number): boolean {
+    return this.db.query('UPDATE media SET expires_at = ? WHERE workspace_id = ? AND id = ? AND expires_at > ?').run(at, workspaceId, id, at).changes > 0
+  }
+
   /** For /metrics: bytes of each workspace's kept media (through media_usage). */
   bytesPerWorkspace(now: number) {
     return this.db.query<{ workspace_id: string; n: number }, [number]>('SELECT workspace_id, SUM(size) AS n FROM media WHERE expires_at > ? GROUP BY workspace_id ORDER BY workspace_id').all(now)

@@ -175,6 +175,11 @@ export class MediaService {
       await this.settle(row, committed)
     }
   }
+  /** Inside a write: the record expires now (the next purge removes it and, unless shared, its file); whether it was still kept. */
+  expireInTx(workspaceId: string, id: string, now: number): boolean {
+    return this.repo.expire(workspaceId, id, now)
+  }
+
   /** For /metrics: bytes of each workspace's kept media. */
   bytesPerWorkspace(now: number) {
     return this.repo.bytesPerWorkspace(now)

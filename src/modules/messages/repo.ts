@@ -110,6 +110,27 @@ export class MessageRepo {
     return this.db.query<MessageRow, [string, number, number]>('SELECT * FROM messages INDEXED BY messages_contact WHERE contact_id = ? AND seq > ? ORDER BY seq LIMIT ?').all(contactId, afterSeq, limit)
   }
 
+  /** What an erasure needs of each of the contact's messages. */
+  erasureRowsOf(contactId: string) {
+    return this.db.query<{ id: string; direction: 'inbound' | 'outbound'; status: MessageStatus; attachments: string }, [string]>('SELECT id, direction, status, attachments FROM messages WHERE contact_id = ?').all(contactId)
+  }
+
+  /**
+   * The contact's messages keep their status and times for the counts, and lose everything about
+   * the person: contact, campaign, text, files, their number (and in an error message).
+   */
+  redactContact(contactId: string, phone: string, now: number) {
+    this.db
+      .query(
+        `UPDATE messages SET contact_id = NULL, campaign_id = NULL, body = NULL, attachments = '[]', network_template = NULL, updated_at = ?1,
+           recipient = CASE direction WHEN 'outbound' THEN NULL ELSE recipient END,
+           sender = CASE direction WHEN 'inbound' THEN NULL ELSE sender END,
+           error_message = replace(error_message, ?3, '[erased number]')
+         WHERE contact_id = ?2`,
+      )
+      .run(now, contactId, phone)
+  }
+
   /** How many messages wait in the number's queue. */
   queuedCount(connectionId: string): number {
     return this.db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM messages WHERE connection_id = ? AND status = 'queued'").get(connectionId)!.n

@@ -168,6 +168,16 @@ export class MessageService {
     return this.repo.ofContact(contactId, afterSeq, limit)
   }
 
+  /** What an erasure needs of each of the contact's messages: id, direction, status, attachments. */
+  erasureRowsOf(contactId: string) {
+    return this.repo.erasureRowsOf(contactId)
+  }
+
+  /** Inside an erasure's write: the contact's messages lose everything about the person (see MessageRepo.redactContact). */
+  redactContactInTx(contactId: string, phone: string, now: number) {
+    this.repo.redactContact(contactId, phone, now)
+  }
+
   /** For /metrics (see MessageRepo.gauges). */
   gauges() {
     return this.repo.gauges()

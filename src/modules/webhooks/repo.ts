@@ -120,6 +120,16 @@ export class WebhookRepo {
     this.everyEndpointOf = db.query<{ id: string }, [string]>('SELECT id FROM webhook_endpoints WHERE workspace_id = ?')
   }
 
+  /** The newest delivery's seq (0 when none). */
+  lastSeq(): number {
+    return this.db.query<{ seq: number | null }, []>('SELECT MAX(seq) AS seq FROM webhook_deliveries').get()?.seq ?? 0
+  }
+
+  /** Drop the workspace's deliveries with seq in [from, to] whose payload mentions `text`; returns how many. */
+  dropMentioning(from: number, to: number, workspaceId: string, text: string): number {
+    return this.db.query('DELETE FROM webhook_deliveries WHERE seq BETWEEN ? AND ? AND workspace_id = ? AND instr(payload, ?) > 0').run(from, to, workspaceId, text).changes
+  }
+
   /** For /metrics: deliveries not yet delivered, the oldest one's creation, and per endpoint (through webhook_deliveries_due and _endpoint_due). */
   pendingGauges() {
     const db = this.db

@@ -153,6 +153,16 @@ export class WebhookService {
     const current = this.box.open(row.secret_enc)
     return this.previousSecretLive(row) ? [current, this.box.open(row.previous_secret_enc!)] : [current]
   }
+  /** The newest event's seq (0 when none): where an erasure's slices of the outbox end. */
+  lastEventSeq(): number {
+    return this.repo.lastSeq()
+  }
+
+  /** Inside a write: drop the workspace's events with seq in [from, to] that mention `text` (an erased contact's id); returns how many. */
+  dropEventsMentioningInTx(from: number, to: number, workspaceId: string, text: string): number {
+    return this.repo.dropMentioning(from, to, workspaceId, text)
+  }
+
   /** For /metrics: pending deliveries, in all and per endpoint. */
   pendingGauges() {
     return this.repo.pendingGauges()
