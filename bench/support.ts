@@ -9,6 +9,7 @@ import type { Subprocess } from 'bun'
 import { systemClock } from '../src/clock'
 import { loadConfig } from '../src/config'
 import { migrate, openDatabase } from '../src/db/open'
+import { SqliteEngine } from '../src/db/engine'
 import { Writer } from '../src/db/writer'
 import { Logger } from '../src/http/log'
 import { SecretBox } from '../src/secrets'
@@ -242,7 +243,8 @@ export async function benchServices(name: string, start = true) {
   const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent' })
   const db = openDatabase(config.dbPath)
   migrate(db)
-  const svc = buildServices({ config, db, writer: new Writer(db), clock: systemClock }, new Logger('silent'), SecretBox.load(dir, null))
+  const writer = new Writer(db)
+  const svc = buildServices({ config, db, writer, engine: new SqliteEngine(db, writer), clock: systemClock }, new Logger('silent'), SecretBox.load(dir, null))
   if (start) await startServices(svc)
   return {
     dir,

@@ -5,6 +5,7 @@
 import { resolveAdminToken } from './admin-token'
 import { systemClock } from './clock'
 import { startCheckpointer } from './db/checkpoint'
+import { SqliteEngine } from './db/engine'
 import { Writer } from './db/writer'
 import { Logger } from './http/log'
 import { buildApp } from './server'
@@ -57,7 +58,8 @@ export async function serve() {
   process.on('uncaughtException', unexpected)
   process.on('unhandledRejection', unexpected)
   const checkpointer = config.walCheckpointer && !fullDisk ? startCheckpointer(config.dbPath, log) : null
-  const deps = { config, db, writer: new Writer(db), clock: systemClock }
+  const writer = new Writer(db)
+  const deps = { config, db, writer, engine: new SqliteEngine(db, writer), clock: systemClock }
   const svc = buildServices(deps, log, box)
   await startServices(svc)
   const jobs = startJobs(svc)
@@ -83,7 +85,7 @@ export async function serve() {
     await app.stop()
     const left = await settleServices(svc)
     try {
-      svc.keys.flushUse()
+      await svc.keys.flushUse()
     } catch (e) {
       log.warn('could not record when the API keys were last used', { error: String((e as Error)?.message ?? e).slice(0, 200) })
     }

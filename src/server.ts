@@ -167,7 +167,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
       // to a few KiB of JSON or form (nobody signs in with a file)
       if (signIn) {
         try {
-          auth.admitBody(request, path)
+          await auth.admitBody(request, path)
           if (multipart) throw signInForm()
         } catch (e) {
           set.headers['connection'] = 'close'
@@ -180,7 +180,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
       // rest of the body means the connection cannot carry another request
       let holder
       try {
-        holder = auth.admitBody(request, path)
+        holder = await auth.admitBody(request, path)
       } catch (e) {
         set.headers['connection'] = 'close'
         throw e
@@ -191,20 +191,20 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
       const scope = multipart && holder && request.method === 'POST' ? UPLOADS.get(path) : undefined
       const fileMax = scope ? svc.media.maxFileBytes(holder!.workspace) : null
       const limit = fileMax === null ? max : Math.min(max, fileMax + FORM_ROOM)
-      const refuseFile = (): never => {
+      const refuseFile = async (): Promise<never> => {
         try {
           // the route's own checks first (403, 429, counted once), as if the body had been read
-          auth.resolveCaller(scope!)({ request, set, body: undefined })
+          await auth.resolveCaller(scope!)({ request, set, body: undefined })
         } finally {
           set.headers['connection'] = 'close'
         }
         throw fileTooLarge('file', fileMax!)
       }
-      if (declaredLength(request) > limit) refuseFile()
+      if (declaredLength(request) > limit) await refuseFile()
       // a body sent without a Content-Length (chunked) is held to the same limit while it is read
       const body = await parseBody(request, contentType, limit)
       if (body === TOO_LARGE) {
-        if (limit < max) refuseFile()
+        if (limit < max) await refuseFile()
         throw payloadTooLarge()
       }
       return body

@@ -11,7 +11,7 @@ import { timingSafeEqual } from 'node:crypto'
 import { Elysia } from 'elysia'
 import type { Config } from '../config'
 import type { Scope } from '../modules/keys/model'
-import { type AuthenticatedKey, type KeyService, sha256 } from '../modules/keys/service'
+import { type Authenticated, type AuthenticatedKey, type KeyService, sha256 } from '../modules/keys/service'
 import type { WorkspaceRow } from '../modules/workspaces/repo'
 import { UNREADABLE } from './body'
 import type { ClientAddresses } from './client'
@@ -118,9 +118,13 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: 
    * (429 in its place while the address is over the failed-auth limit). A valid key is served
    * whatever its address's count: the address is only looked at for a key with `allowed_ips`.
    */
-  const keyHolder = (request: Request) => {
+  const keyHolder = (request: Request): Authenticated | Promise<Authenticated> => {
     const token = bearerToken(request.headers.get('authorization'))
     const found = token ? keys.authenticate(token) : null
+    // a key in memory is answered at once; another is read from the database first
+    return found instanceof Promise ? found.then((f) => held(request, f)) : held(request, found)
+  }
+  const held = (request: Request, found: Authenticated | null): Authenticated => {
     if (!found) {
       failed(request)
       throw unauthenticated()
@@ -160,28 +164,31 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: 
 
   /** The API caller for a route that needs `scope` (see the order of checks above). */
   const resolveCaller = (scope: Scope) =>
-    function resolve({ request, set, body, params }: { request: Request; set: { headers: Record<string, string | number> }; body: unknown; params?: Record<string, string> }): { caller: Caller } {
-      const note = noteOf(set)
-      const found = keyHolder(request)
-      note.workspaceId = found.workspace.id
-      note.keyId = found.key.keyId
-      if (found.workspace.status !== 'active') throw workspaceUnavailable()
-      const left = perKey.hit(found.key.id)
-      // a fresh object of one fixed shape (nothing has set a header yet): cheaper for the engine,
-      // and for Bun to turn into response headers, than adding to Elysia's null-prototype one
-      set.headers = {
-        ...SECURITY_HEADERS,
-        'x-ratelimit-limit': limitHeader,
-        'x-ratelimit-remaining': String(left > 0 ? left : 0),
-        // filled in as the response is mapped (server.ts); named here so the object keeps one shape
-        'x-request-id': '',
-      } as typeof set.headers
-      if (left < 0) throw rateLimited()
-      if (!found.key.scopes.has(scope)) throw insufficientScope()
-      if (body === UNREADABLE) throw badRequest()
-      lowerPathId(params)
-      return { caller: found }
+    function resolve(ctx: { request: Request; set: { headers: Record<string, string | number> }; body: unknown; params?: Record<string, string> }): { caller: Caller } | Promise<{ caller: Caller }> {
+      const found = keyHolder(ctx.request)
+      return found instanceof Promise ? found.then((f) => callerOf(scope, ctx, f)) : callerOf(scope, ctx, found)
     }
+  const callerOf = (scope: Scope, { set, body, params }: { set: { headers: Record<string, string | number> }; body: unknown; params?: Record<string, string> }, found: Authenticated): { caller: Caller } => {
+    const note = noteOf(set)
+    note.workspaceId = found.workspace.id
+    note.keyId = found.key.keyId
+    if (found.workspace.status !== 'active') throw workspaceUnavailable()
+    const left = perKey.hit(found.key.id)
+    // a fresh object of one fixed shape (nothing has set a header yet): cheaper for the engine,
+    // and for Bun to turn into response headers, than adding to Elysia's null-prototype one
+    set.headers = {
+      ...SECURITY_HEADERS,
+      'x-ratelimit-limit': limitHeader,
+      'x-ratelimit-remaining': String(left > 0 ? left : 0),
+      // filled in as the response is mapped (server.ts); named here so the object keeps one shape
+      'x-request-id': '',
+    } as typeof set.headers
+    if (left < 0) throw rateLimited()
+    if (!found.key.scopes.has(scope)) throw insufficientScope()
+    if (body === UNREADABLE) throw badRequest()
+    lowerPathId(params)
+    return { caller: found }
+  }
 
   const plugin = new Elysia({ name: 'capstan-auth' }).decorate('checkAdminToken', checkAdminToken).macro({
     /**

@@ -9,6 +9,7 @@ import { join } from 'node:path'
 import type { Clock } from '../../src/clock'
 import { loadConfig } from '../../src/config'
 import { migrate, openDatabase } from '../../src/db/open'
+import { SqliteEngine } from '../../src/db/engine'
 import { Writer } from '../../src/db/writer'
 import { Logger } from '../../src/http/log'
 import type { Timers } from '../../src/scheduler/pacer'
@@ -59,7 +60,8 @@ export async function inProcess(opts: { clamd?: string } = {}) {
   migrate(db)
   const clock = new ManualClock()
   const timers = new ManualTimers(clock)
-  const deps = { config, db, writer: new Writer(db), clock }
+  const writer = new Writer(db)
+  const deps = { config, db, writer, engine: new SqliteEngine(db, writer), clock }
   const svc = buildServices(deps, new Logger('silent'), SecretBox.load(dir, null), { timers, random: () => 0.5 })
   await startServices(svc)
   return {

@@ -5,6 +5,9 @@
  * a suppressed number) names neither: it records that it happened, not whom.
  */
 import type { Database } from 'bun:sqlite'
+import { type Queries, stmt } from '../../db/engine'
+
+const INSERT = stmt('INSERT INTO audit_log (workspace_id, action, key_id, subject_id, at) VALUES (?, ?, ?, ?, ?)')
 
 export type AuditAction =
   | 'api_key.created'
@@ -37,13 +40,18 @@ export interface AuditRow {
   at: number
 }
 
+/** One entry through a write of the store seam (`tx`: that write's queries), on either engine. */
+export async function auditIn(tx: Queries, workspaceId: string, action: AuditAction, keyId: string | null, at: number, subjectId: string | null = null) {
+  await tx.run(INSERT, workspaceId, action, keyId, subjectId, at)
+}
+
 export class AuditRepo {
   private insertStmt
   private listStmt
   private countStmt
 
   constructor(db: Database) {
-    this.insertStmt = db.query('INSERT INTO audit_log (workspace_id, action, key_id, subject_id, at) VALUES (?, ?, ?, ?, ?)')
+    this.insertStmt = db.query(INSERT.sqlite)
     this.listStmt = db.query<AuditRow, [string, number, number]>('SELECT * FROM audit_log WHERE workspace_id = ? ORDER BY id DESC LIMIT ? OFFSET ?')
     this.countStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM audit_log WHERE workspace_id = ?')
   }
@@ -51,6 +59,11 @@ export class AuditRepo {
   /** One entry; runs inside the write that makes the change it records. */
   add(workspaceId: string, action: AuditAction, keyId: string | null, at: number, subjectId: string | null = null) {
     this.insertStmt.run(workspaceId, action, keyId, subjectId, at)
+  }
+
+  /** The same entry through a write of the store seam (`tx`: that write's queries), on either engine. */
+  addIn(tx: Queries, workspaceId: string, action: AuditAction, keyId: string | null, at: number, subjectId: string | null = null) {
+    return auditIn(tx, workspaceId, action, keyId, at, subjectId)
   }
 
   /** Newest first. */

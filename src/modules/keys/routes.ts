@@ -16,27 +16,27 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
     .use(auth)
     .post(
       '/workspaces/:id/keys',
-      ({ params, body, set }) => {
+      async ({ params, body, set }) => {
         svc.workspaces.get(params.id)
         const input = validate(createKeyBody, body)
         set.status = 201
-        return { data: keys.create(params.id, input) }
+        return { data: await keys.create(params.id, input) }
       },
       { admin: true, detail: adminOp({ summary: 'Create an API key', tag, body: createKeyBody, ok: { status: 201, data: newKeyDoc, description: 'Created; `key` is shown this once.' }, errors: [400, 404, 422] }) },
     )
     .get(
       '/workspaces/:id/keys',
-      ({ params }) => {
+      async ({ params }) => {
         svc.workspaces.get(params.id)
-        return { data: keys.listForWorkspace(params.id).map((r) => keys.toAdmin(r)) }
+        return { data: (await keys.listForWorkspace(params.id)).map((r) => keys.toAdmin(r)) }
       },
       { admin: true, detail: adminOp({ summary: "A workspace's API keys", tag, ok: { status: 200, data: d.list(keyDoc), description: 'Every key of the workspace, revoked ones included.' }, errors: [404] }) },
     )
-    .post('/keys/:id/revoke', ({ params }) => ({ data: keys.toAdmin(keys.revoke(params.id)) }), { admin: true, detail: adminOp({ summary: 'Revoke an API key', description: 'It answers 401 from the next request on, on every instance.', tag, writes: true, ok: { status: 200, data: keyDoc, description: 'The key, revoked.' }, errors: [404] }) })
+    .post('/keys/:id/revoke', async ({ params }) => ({ data: keys.toAdmin(await keys.revoke(params.id)) }), { admin: true, detail: adminOp({ summary: 'Revoke an API key', description: 'It answers 401 from the next request on, on every instance.', tag, writes: true, ok: { status: 200, data: keyDoc, description: 'The key, revoked.' }, errors: [404] }) })
     .delete(
       '/keys/:id',
-      ({ params, set }) => {
-        keys.remove(params.id)
+      async ({ params, set }) => {
+        await keys.remove(params.id)
         set.status = 204
         return ''
       },

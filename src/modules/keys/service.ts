@@ -6,6 +6,7 @@
  */
 import { timingSafeEqual } from 'node:crypto'
 import type { BlockList } from 'node:net'
+import type { Queries } from '../../db/engine'
 import type { Deps } from '../../deps'
 import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, randomString, uuid } from '../../http/format'
@@ -14,7 +15,7 @@ import type { WorkspaceService } from '../workspaces/service'
 import { ipRanges, isIpRange } from '../../http/ip-ranges'
 import { ALL_SCOPES, type AdminKey, type Scope } from './model'
 import type { AuditRepo } from '../audit/repo'
-import { KeyRepo, type KeyRow } from './repo'
+import { KeyStore, type KeyRow } from './store'
 
 /** `cap_` + 16-char key id + `.` + 48-char secret: the id is [4, 20), the secret [21, 69). */
 const KEY_FORMAT = /^cap_[a-z0-9]{16}\.[A-Za-z0-9]{48}$/
@@ -30,6 +31,12 @@ export function sha256(text: string): Uint8Array {
  * Safe to share — it is filled and compared synchronously.
  */
 const presentedHash = new Uint8Array(32)
+
+/** A request's key and its workspace. */
+export interface Authenticated {
+  key: AuthenticatedKey
+  workspace: WorkspaceRow
+}
 
 export interface AuthenticatedKey {
   id: string
@@ -55,7 +62,7 @@ interface CachedKey {
 const CACHE_LIMIT = 10_000
 
 export class KeyService {
-  private readonly repo: KeyRepo
+  private readonly store: KeyStore
   private cache = new Map<string, CachedKey>()
 
   constructor(
@@ -63,7 +70,7 @@ export class KeyService {
     private readonly workspaces: WorkspaceService,
     private readonly audit: AuditRepo,
   ) {
-    this.repo = new KeyRepo(deps.db)
+    this.store = new KeyStore(deps.engine)
   }
 
   /** Admin shape; never includes the secret or its hash. */
@@ -84,33 +91,33 @@ export class KeyService {
     }
   }
   /** The workspace's keys, newest first. */
-  listForWorkspace(workspaceId: string) {
-    return this.repo.listForWorkspace(workspaceId)
+  listForWorkspace(workspaceId: string): Promise<KeyRow[]> {
+    return this.store.listForWorkspace(workspaceId)
   }
 
   /**
    * Write each key's last use (kept in memory per request: no write on the request path). Runs
    * every minute and when the server stops, so the time shown is never more than a minute old.
    */
-  flushUse() {
-    const used: CachedKey[] = []
-    for (const e of this.cache.values()) if (e.usedAt > e.writtenAt) used.push(e)
+  async flushUse() {
+    const used: { e: CachedKey; at: number }[] = []
+    for (const e of this.cache.values()) if (e.usedAt > e.writtenAt) used.push({ e, at: e.usedAt })
     if (used.length === 0) return
-    this.deps.writer.now(() => {
-      for (const e of used) this.repo.used(e.key.id, e.usedAt)
+    await this.deps.engine.write(async (tx) => {
+      for (const { e, at } of used) await this.store.used(tx, e.key.id, at)
     })
-    for (const e of used) e.writtenAt = e.usedAt
+    for (const { e, at } of used) e.writtenAt = Math.max(e.writtenAt, at)
   }
 
   /** Inside a write that drops a key from the cache: keep its last use first. */
-  private keepUseInTx(keyId: string) {
+  private async keepUseIn(tx: Queries, keyId: string) {
     const e = this.cache.get(keyId)
-    if (e && e.usedAt > e.writtenAt) this.repo.used(e.key.id, e.usedAt)
     this.cache.delete(keyId)
+    if (e && e.usedAt > e.writtenAt) await this.store.used(tx, e.key.id, e.usedAt)
   }
 
   /** Issue a key; returns the record and the plaintext (shown once). */
-  create(workspaceId: string, input: { name: string; scopes?: string[]; expires_at?: string | null; allowed_ips?: string[] | null }) {
+  async create(workspaceId: string, input: { name: string; scopes?: string[]; expires_at?: string | null; allowed_ips?: string[] | null }) {
     const now = this.deps.clock.now()
     const ranges = input.allowed_ips?.length ? [...new Set(input.allowed_ips)] : null
     const bad = (input.allowed_ips ?? []).flatMap((r, i) => (isIpRange(r) ? [] : [i]))
@@ -137,48 +144,56 @@ export class KeyService {
       revoked_at: null,
       allowed_ips: ranges === null ? null : JSON.stringify(ranges),
     }
-    this.deps.writer.now(() => {
+    await this.deps.engine.write(async (tx) => {
       this.workspaces.get(workspaceId)
-      this.repo.insert(row)
-      this.audit.add(workspaceId, 'api_key.created', row.id, now)
+      await this.store.insert(tx, row)
+      await this.audit.addIn(tx, workspaceId, 'api_key.created', row.id, now)
     })
     return { ...this.toAdmin(row), key: `cap_${keyId}.${secret}` }
   }
 
-  revoke(id: string) {
-    return this.deps.writer.now(() => {
-      const row = this.repo.get(id)
+  revoke(id: string): Promise<KeyRow> {
+    return this.deps.engine.write(async (tx) => {
+      const row = await this.store.get(id, tx)
       if (!row) throw notFound('API key')
-      this.keepUseInTx(row.key_id)
+      await this.keepUseIn(tx, row.key_id)
       if (row.status === 'active') {
         const now = this.deps.clock.now()
-        this.repo.revoke(id, now)
-        this.audit.add(row.workspace_id, 'api_key.revoked', id, now)
+        await this.store.revoke(tx, id, now)
+        await this.audit.addIn(tx, row.workspace_id, 'api_key.revoked', id, now)
       }
-      return this.repo.get(id)!
+      return (await this.store.get(id, tx))!
     })
   }
 
   /** Remove a revoked key from the list (409 while it is still active). */
-  remove(id: string) {
-    this.deps.writer.now(() => {
-      const row = this.repo.get(id)
+  async remove(id: string) {
+    await this.deps.engine.write(async (tx) => {
+      const row = await this.store.get(id, tx)
       if (!row) throw notFound('API key')
       if (row.status !== 'revoked') throw conflict('key_active', 'Only a revoked key can be removed; revoke it first.')
       this.cache.delete(row.key_id)
-      this.repo.remove(id)
-      this.audit.add(row.workspace_id, 'api_key.removed', id, this.deps.clock.now())
+      await this.store.remove(tx, id)
+      await this.audit.addIn(tx, row.workspace_id, 'api_key.removed', id, this.deps.clock.now())
     })
   }
 
   /**
    * Resolve a bearer token to its key and workspace. Returns null for anything that is not an
-   * active, unexpired key (the caller answers 401), doing the same hashing work every time.
+   * active, unexpired key (the caller answers 401), doing the same hashing work every time. A key
+   * in memory (every key after its first use) is answered at once; another is read from the
+   * database first (a promise).
    */
-  authenticate(token: string): { key: AuthenticatedKey; workspace: WorkspaceRow } | null {
+  authenticate(token: string): Authenticated | null | Promise<Authenticated | null> {
     // test() then fixed slices: no match array per request
     if (!KEY_FORMAT.test(token)) return null
-    const entry = this.lookup(token.slice(4, 20))
+    const keyId = token.slice(4, 20)
+    const hit = this.cache.get(keyId)
+    if (hit) return this.admit(token, hit)
+    return this.store.byKeyId(keyId).then((row) => this.admit(token, row && this.remember(row)))
+  }
+
+  private admit(token: string, entry: CachedKey | null): Authenticated | null {
     const presented = Bun.SHA256.hash(token.slice(21), presentedHash) as Uint8Array
     const same = timingSafeEqual(presented, entry ? entry.secretHash : DUMMY_HASH)
     if (!entry || !same || entry.status !== 'active') return null
@@ -190,12 +205,11 @@ export class KeyService {
     return { key: entry.key, workspace }
   }
 
-  /** The key by its public id: from memory after its first use, else from the database. */
-  private lookup(keyId: string): CachedKey | null {
-    const hit = this.cache.get(keyId)
-    if (hit) return hit
-    const row = this.repo.findByKeyId(keyId)
-    if (!row) return null
+  /** A key read from the database, kept in memory while it is active. */
+  private remember(row: KeyRow): CachedKey {
+    // read while another request had it read too: one entry, so a use is never counted twice
+    const known = this.cache.get(row.key_id)
+    if (known) return known
     const entry: CachedKey = {
       secretHash: row.secret_hash,
       status: row.status,
@@ -213,12 +227,10 @@ export class KeyService {
     if (row.status === 'active') {
       if (this.cache.size >= CACHE_LIMIT) {
         // the uses not yet written would go with the cache (losing them must not fail the request)
-        try {
-          this.flushUse()
-        } catch {}
+        this.flushUse().catch(() => {})
         this.cache.clear()
       }
-      this.cache.set(keyId, entry)
+      this.cache.set(row.key_id, entry)
     }
     return entry
   }
