@@ -58,7 +58,7 @@ export interface Services {
 }
 
 export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { timers?: Timers; random?: () => number; scanner?: Scanner } = {}): Services {
-  const audit = new AuditRepo(deps.db)
+  const audit = new AuditRepo(deps.engine, deps.db)
   const workspaces = new WorkspaceService(deps, audit)
   const contacts = new ContactService(deps)
   const suppressions = new SuppressionService(deps, audit)

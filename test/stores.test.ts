@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { stmt, UniqueViolation, type Engine } from '../src/db/engine'
-import { auditIn } from '../src/modules/audit/repo'
+import { AuditRepo, auditIn } from '../src/modules/audit/repo'
 import { type KeyRow, KeyStore } from '../src/modules/keys/store'
 import { ENGINES, type EngineName, migratedEngines } from './support/engines'
 
@@ -99,5 +99,25 @@ describe.each(ENGINES)('keys on %s', (name) => {
     ).rejects.toThrow('refused after both')
     expect(await store.get(failing.id)).toBeNull()
     expect(await engine.all(AUDIT, ws)).toEqual([{ workspace_id: ws, action: 'api_key.created', key_id: row.id, subject_id: null, at: 42 }])
+  })
+})
+
+describe.each(ENGINES)('audit log on %s', (name) => {
+  test('newest first, a page at a time, with the total; only the workspace’s own', async () => {
+    const engine = engines[name]
+    const log = new AuditRepo(engine)
+    const ws = await workspace(engine)
+    const other = await workspace(engine)
+    await engine.write(async (tx) => {
+      for (let i = 0; i < 5; i++) await auditIn(tx, ws, 'webhook.updated', null, 100 + i, `hook-${i}`)
+      await auditIn(tx, other, 'webhook.removed', null, 1)
+    })
+    const page = await log.list(ws, 2, 1)
+    expect(page.total).toBe(5)
+    expect(page.rows.map((r) => [r.subject_id, r.at, r.workspace_id])).toEqual([
+      ['hook-3', 103, ws],
+      ['hook-2', 102, ws],
+    ])
+    expect(typeof page.rows[0]!.id).toBe('number')
   })
 })

@@ -64,3 +64,10 @@ export function paged<R, T>(query: Record<string, unknown>, fetch: (limit: numbe
   const { rows, total } = fetch(page.perPage, page.offset)
   return listEnvelope(rows.map(map), page, total)
 }
+
+/** `paged` for a store on the seam: its page comes as a promise. */
+export async function pagedAsync<R, T>(query: Record<string, unknown>, fetch: (limit: number, offset: number) => Promise<{ rows: R[]; total: number }>, map: (row: R) => T) {
+  const page = readPage(query)
+  const { rows, total } = await fetch(page.perPage, page.offset)
+  return listEnvelope(rows.map(map), page, total)
+}

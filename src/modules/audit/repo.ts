@@ -8,6 +8,8 @@ import type { Database } from 'bun:sqlite'
 import { type Queries, stmt } from '../../db/engine'
 
 const INSERT = stmt('INSERT INTO audit_log (workspace_id, action, key_id, subject_id, at) VALUES (?, ?, ?, ?, ?)')
+const LIST = stmt('SELECT * FROM audit_log WHERE workspace_id = ? ORDER BY id DESC LIMIT ? OFFSET ?')
+const COUNT = stmt('SELECT COUNT(*) AS n FROM audit_log WHERE workspace_id = ?')
 
 export type AuditAction =
   | 'api_key.created'
@@ -47,17 +49,18 @@ export async function auditIn(tx: Queries, workspaceId: string, action: AuditAct
 
 export class AuditRepo {
   private insertStmt
-  private listStmt
-  private countStmt
 
-  constructor(db: Database) {
-    this.insertStmt = db.query(INSERT.sqlite)
-    this.listStmt = db.query<AuditRow, [string, number, number]>('SELECT * FROM audit_log WHERE workspace_id = ? ORDER BY id DESC LIMIT ? OFFSET ?')
-    this.countStmt = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM audit_log WHERE workspace_id = ?')
+  /** `engine`: reads; `db`: the SQLite connection the synchronous `add` writes through, for the modules not yet on the seam. */
+  constructor(
+    private readonly engine: Queries,
+    db?: Database,
+  ) {
+    this.insertStmt = db?.query(INSERT.sqlite)
   }
 
   /** One entry; runs inside the write that makes the change it records. */
   add(workspaceId: string, action: AuditAction, keyId: string | null, at: number, subjectId: string | null = null) {
+    if (!this.insertStmt) throw new Error('the synchronous audit add needs the SQLite connection')
     this.insertStmt.run(workspaceId, action, keyId, subjectId, at)
   }
 
@@ -67,7 +70,8 @@ export class AuditRepo {
   }
 
   /** Newest first. */
-  list(workspaceId: string, limit: number, offset: number) {
-    return { rows: this.listStmt.all(workspaceId, limit, offset), total: this.countStmt.get(workspaceId)!.n }
+  async list(workspaceId: string, limit: number, offset: number) {
+    const [rows, count] = await Promise.all([this.engine.all<AuditRow>(LIST, workspaceId, limit, offset), this.engine.get<{ n: number }>(COUNT, workspaceId)])
+    return { rows, total: count!.n }
   }
 }
