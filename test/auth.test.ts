@@ -291,3 +291,28 @@ describe('keys limited to addresses (allowed_ips)', () => {
     }
   }, 30_000)
 })
+
+describe('the route resolve that finds the API key', () => {
+  // Elysia decides from a resolve's text whether to await it on every request (compose.ts: an
+  // AsyncFunction, or `return x(`, `=> x(`, "async"/"await" in it) and from its destructured
+  // parameters what to prepare; an awaited or undestructured resolve cost GET /workspace 20–30%
+  const ELYSIA_ASYNC = /(?:return|=>)\s?\S+\(|a(?:sync|wait)/
+  const plugin = async (answersAtOnce: boolean) => {
+    const { authPlugin } = await import('../src/http/auth')
+    const { loadConfig } = await import('../src/config')
+    return authPlugin({ config: loadConfig({ CAPSTAN_DATA_DIR: '/nonexistent' }), clients: { ip: () => '127.0.0.1' } as never, keys: { answersAtOnce } as never, adminTokenHash: new Uint8Array(32), sessions: {} as never })
+  }
+
+  test('is synchronous where every key is answered in the same turn (SQLite), and names the fields it reads', async () => {
+    const resolve = (await plugin(true)).resolveCaller('contacts:read')
+    expect(resolve.constructor.name).toBe('Function')
+    expect(ELYSIA_ASYNC.test(resolve.toString())).toBe(false)
+    expect(resolve.toString()).toMatch(/^function resolve\(\{\s*request,\s*set,\s*body,\s*params\s*\}\)/)
+  })
+
+  test('is async where a key may have to be read over the network (PostgreSQL)', async () => {
+    const resolve = (await plugin(false)).resolveCaller('contacts:read')
+    expect(resolve.constructor.name).toBe('AsyncFunction')
+    expect(resolve.toString()).toMatch(/^async function resolve\(\{\s*request,\s*set,\s*body,\s*params\s*\}\)/)
+  })
+})

@@ -51,8 +51,19 @@ export interface Queries {
   run(s: Statement, ...params: Param[]): Promise<number>
 }
 
+/** Reads answered in the calling turn, with no promise: what an engine on the same machine can do. */
+export interface ReadsNow {
+  get<T>(s: Statement, ...params: Param[]): T | null
+}
+
 export interface Engine extends Queries {
   readonly kind: 'sqlite' | 'postgres'
+  /**
+   * Reads at once, where the engine can (SQLite: its file is local and its calls synchronous);
+   * null where every read waits for the network (PostgreSQL). For the few request-path reads
+   * that would otherwise make every request wait a turn (an API key not yet in memory).
+   */
+  readonly now: ReadsNow | null
   /** The callback's statements, committed together and durable before this resolves (see header). */
   write<T>(fn: (tx: Queries) => Promise<T>): Promise<T>
   close(): Promise<void>
@@ -74,6 +85,15 @@ const normalized = (e: unknown) => (isUnique(e) ? new UniqueViolation(e) : e)
 /** The embedded engine: one SQLite connection, its writes through the group commit. */
 export class SqliteEngine implements Engine {
   readonly kind = 'sqlite'
+  readonly now: ReadsNow = {
+    get: <T>(s: Statement, ...params: Param[]) => {
+      try {
+        return (this.statement(s).get(...params) as T | undefined) ?? null
+      } catch (e) {
+        throw normalized(e)
+      }
+    },
+  }
   private readonly prepared = new Map<Statement, Prepared>()
 
   constructor(
@@ -163,6 +183,7 @@ function pgQueries(runner: PgRunner): Queries {
 /** PostgreSQL through Bun's built-in client: a pool of connections, each write its own transaction. */
 export class PgEngine implements Engine {
   readonly kind = 'postgres'
+  readonly now = null
   private readonly queries: Queries
 
   constructor(

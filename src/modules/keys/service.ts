@@ -181,8 +181,8 @@ export class KeyService {
   /**
    * Resolve a bearer token to its key and workspace. Returns null for anything that is not an
    * active, unexpired key (the caller answers 401), doing the same hashing work every time. A key
-   * in memory (every key after its first use) is answered at once; another is read from the
-   * database first (a promise).
+   * in memory (every key after its first use) is answered at once, and so is any other where the
+   * engine reads at once (SQLite); elsewhere it is read from the database first (a promise).
    */
   authenticate(token: string): Authenticated | null | Promise<Authenticated | null> {
     // test() then fixed slices: no match array per request
@@ -190,7 +190,14 @@ export class KeyService {
     const keyId = token.slice(4, 20)
     const hit = this.cache.get(keyId)
     if (hit) return this.admit(token, hit)
-    return this.store.byKeyId(keyId).then((row) => this.admit(token, row && this.remember(row)))
+    const row = this.store.byKeyIdNow(keyId)
+    if (row !== undefined) return this.admit(token, row && this.remember(row))
+    return this.store.byKeyId(keyId).then((r) => this.admit(token, r && this.remember(r)))
+  }
+
+  /** Whether `authenticate` always answers at once (never a promise): the engine reads in the same turn. */
+  get answersAtOnce() {
+    return this.store.answersNow
   }
 
   private admit(token: string, entry: CachedKey | null): Authenticated | null {

@@ -2,7 +2,7 @@
  * The API keys' store (docs/design/two-engines.md): each statement once, for SQLite and
  * PostgreSQL, read through the engine or — inside a write — through that write's `tx`.
  */
-import { type Queries, stmt } from '../../db/engine'
+import { type Queries, type ReadsNow, stmt } from '../../db/engine'
 
 export interface KeyRow {
   id: string
@@ -34,7 +34,16 @@ const Q = {
 
 export class KeyStore {
   /** `db`: the engine, for reads outside a write. */
-  constructor(private readonly db: Queries) {}
+  constructor(private readonly db: Queries & { readonly now?: ReadsNow | null }) {}
+
+  /** Whether `byKeyIdNow` answers (the engine reads at once). */
+  get answersNow() {
+    return !!this.db.now
+  }
+  /** The key by its key id, read in this turn; undefined where the engine cannot (see Engine.now). */
+  byKeyIdNow(keyId: string): KeyRow | null | undefined {
+    return this.db.now ? this.db.now.get<KeyRow>(Q.byKeyId, keyId) : undefined
+  }
 
   byKeyId(keyId: string, q: Queries = this.db) {
     return q.get<KeyRow>(Q.byKeyId, keyId)
