@@ -10,7 +10,7 @@ import { timedHold } from './support'
 const N = Number(process.argv[2] ?? 1_000_000)
 const env = await inProcess()
 const { svc, db } = env
-const ws = svc.workspaces.create({ name: 'Audience' })
+const ws = await svc.workspaces.create({ name: 'Audience' })
 const first = (await svc.contacts.upsert(ws.id, { phone: '+15550000000', name: 'Ann', consent_status: 'opted_in', metadata: { plan: 'pro' } }, 'bench')).row
 copyRow(db, 'contacts', first.id, N - 1, 'c', { phone: "'+1' || (5550000000 + i)", metadata: `CASE WHEN i % 2 THEN '{"plan":"pro"}' ELSE '{"plan":"free"}' END` })
 for (const audience of [{}, { metadata: { plan: 'pro' } }, { metadata: { plan: 'none' } }]) {

@@ -10,9 +10,9 @@ import { storesOf } from '../test/support/stores'
 const N = Number(process.argv[2] ?? 100_000)
 
 const { db, svc, close } = await benchServices('campaign-bench')
-const ws = svc.workspaces.create({ name: 'Bench' })
+const ws = await svc.workspaces.create({ name: 'Bench' })
 // a slow policy: the release itself is not what is measured here
-svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 60, daily_cap: 500, min_gap_seconds: 3, max_gap_seconds: 12 } } })
+await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 60, daily_cap: 500, min_gap_seconds: 3, max_gap_seconds: 12 } } })
 const conn = svc.connections.create(ws.id, { phone: '+15550002000', driver: 'sandbox' })
 const ins = db.query("INSERT INTO contacts (id, workspace_id, phone, name, consent_status, metadata, created_at, updated_at, last_activity_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0, 0)")
 db.transaction(() => {

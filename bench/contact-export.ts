@@ -10,7 +10,7 @@ import { timedHold } from './support'
 const N = Number(process.argv[2] ?? 100_000)
 const env = await inProcess()
 const { svc, db } = env
-const ws = svc.workspaces.create({ name: 'Export' })
+const ws = await svc.workspaces.create({ name: 'Export' })
 const conn = svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
 const first = await svc.messages.inbound(conn.id, '+15550007001', 'x'.repeat(300))
 copyRow(db, 'messages', first.id, N - 1, 'copy-')

@@ -12,7 +12,7 @@ import { benchServices, rssMiB, timedHold } from './support'
 const N = Number(process.argv[2] ?? 100_000)
 
 const { db, svc, close } = await benchServices('import-bench')
-const ws = svc.workspaces.create({ name: 'Bench' })
+const ws = await svc.workspaces.create({ name: 'Bench' })
 const lines = ['phone,name,consent_status,metadata.plan,metadata.city']
 for (let i = 0; i < N; i++) lines.push(`+1557${String(i).padStart(8, '0')},"Customer ${i}",${i % 10 === 9 ? '' : 'opted_in'},${i % 2 ? 'pro' : 'free'},City ${i % 100}`)
 const csv = lines.join('\n')

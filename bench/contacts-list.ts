@@ -10,7 +10,7 @@ import { storesOf } from '../test/support/stores'
 const N = Number(process.argv[2] ?? 1_000_000)
 const env = await inProcess()
 const { svc, db } = env
-const ws = svc.workspaces.create({ name: 'Contacts' })
+const ws = await svc.workspaces.create({ name: 'Contacts' })
 const first = (await svc.contacts.upsert(ws.id, { phone: '+15550000000', name: 'Ann' }, 'bench')).row
 copyRow(db, 'contacts', first.id, N - 1, 'c', { phone: "'+1' || (5550000000 + i)", last_activity_at: 'last_activity_at + i' })
 const rows: string[] = []

@@ -68,8 +68,8 @@ end`
 async function release() {
   // started below, once the queues are full
   const { db, svc, close } = await benchServices('release', false)
-  const ws = svc.workspaces.create({ name: 'Release' })
-  svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 100_000, daily_cap: 1_000_000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+  const ws = await svc.workspaces.create({ name: 'Release' })
+  await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 100_000, daily_cap: 1_000_000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
   const numbers = 1000
   const perNumber = 30
   const conns = []
@@ -88,7 +88,7 @@ async function release() {
   console.log(`| queued → sending → sent for all | ${ms.toFixed(0)} ms | ${Math.round(total / (ms / 1000)).toLocaleString('en-US')} messages/s |`)
 
   // idle: every number has one message waiting behind a one-hour gap
-  svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 100_000, daily_cap: 1_000_000, min_gap_seconds: 3600, max_gap_seconds: 3600 } } })
+  await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 100_000, daily_cap: 1_000_000, min_gap_seconds: 3600, max_gap_seconds: 3600 } } })
   await Promise.all(conns.map((c, i) => svc.messages.send(ws.id, { connection_id: c.id, recipient: `+1777${String(i).padStart(7, '0')}`, body: 'waits', attachments: [] })))
   await Bun.sleep(500)
   const before = process.cpuUsage()

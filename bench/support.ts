@@ -224,7 +224,7 @@ export async function timedHold<T>(work: () => Promise<T>): Promise<{ result: T;
  */
 export async function offlineBacklog(env: Awaited<ReturnType<typeof import('../test/support/inproc').inProcess>>, count: number) {
   const { svc, db } = env
-  const ws = svc.workspaces.create({ name: 'Backlog' })
+  const ws = await svc.workspaces.create({ name: 'Backlog' })
   svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
   svc.webhooks.stop()
   const conn = svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })

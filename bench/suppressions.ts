@@ -15,7 +15,7 @@ const numbers = (from: number, n: number) => Array.from({ length: n }, (_, i) =>
 async function list(extras: boolean) {
   const env = await inProcess()
   const { svc, db } = env
-  const ws = svc.workspaces.create({ name: 'Suppressions' })
+  const ws = await svc.workspaces.create({ name: 'Suppressions' })
   if (!extras) db.run('DROP INDEX suppressions_newest; DROP TRIGGER suppression_counts_insert; DROP TRIGGER suppression_counts_delete')
   const insert = db.query('INSERT INTO suppressions (workspace_id, phone, reason, created_at) VALUES (?, ?, NULL, ?)')
   db.transaction(() => {

@@ -15,7 +15,7 @@ const N = Number(process.argv[2] ?? 300_000)
 async function history(triggers: boolean) {
   const env = await inProcess()
   const { svc, db } = env
-  const ws = svc.workspaces.create({ name: 'History' })
+  const ws = await svc.workspaces.create({ name: 'History' })
   const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
   svc.webhooks.stop()
   if (!triggers) db.run('DROP TRIGGER webhook_delivery_counts_insert; DROP TRIGGER webhook_delivery_counts_delete')

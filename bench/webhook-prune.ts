@@ -13,8 +13,8 @@ const N = Number(process.argv[2] ?? 300_000)
 async function backlog() {
   const env = await inProcess()
   const { svc, db } = env
-  const ws = svc.workspaces.create({ name: 'Prune' })
-  svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: 1 } } })
+  const ws = await svc.workspaces.create({ name: 'Prune' })
+  await svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: 1 } } })
   const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
   svc.webhooks.stop()
   svc.deps.writer.now(() => svc.webhooks.enqueueInTx(ws.id, 'message.received', { id: 'x', body: 'x'.repeat(300) } as never))

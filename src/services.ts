@@ -150,6 +150,8 @@ export const STARTUP_RETRY_MS = 5_000
  * recovery again every STARTUP_RETRY_MS; once it is written, the pacer and webhooks start as usual.
  */
 export async function startServices(svc: Services, retryMs = STARTUP_RETRY_MS) {
+  // every workspace in memory before anything checks one
+  await svc.workspaces.load()
   // (a directory the full disk has no room for is made by the recovery below, when it can be)
   await svc.media.store.init().catch((e) => {
     if (!noRoom(e)) throw e

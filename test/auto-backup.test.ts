@@ -113,7 +113,7 @@ describe('on the schedule (controlled clock)', () => {
       const clock = new ManualClock(Date.now())
       const config = { ...loadConfig({ CAPSTAN_DATA_DIR: env.dir, CAPSTAN_BACKUP_DIR: backups, CAPSTAN_BACKUP_HOURS: '24', CAPSTAN_BACKUP_KEEP: '1' }) }
       const auto = new AutoBackups(config, new Logger('silent'), clock, ['bun', join(ROOT, 'src/main.ts')])
-      env.svc.workspaces.create({ name: 'Scheduled' })
+      await env.svc.workspaces.create({ name: 'Scheduled' })
       expect(auto.due()).toBe(true)
       // none yet: overdue once the server has run 15 minutes without one
       expect(auto.status().state).toBe('ok')

@@ -300,8 +300,8 @@ describe('the campaign lane (controlled clock)', () => {
     try {
       const { svc, timers } = env
       // the env's clock starts at 09:00 UTC: 04:00 in New York
-      const ws = svc.workspaces.create({ name: 'Window' })
-      svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(40) } })
+      const ws = await svc.workspaces.create({ name: 'Window' })
+      await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(40) } })
       const conn = svc.connections.create(ws.id, { phone: '+15550002100', driver: 'sandbox', config: NO_RECEIPTS })
       for (let i = 0; i < 3; i++) await svc.contacts.upsert(ws.id, { phone: `+155560000${i}0`, consent_status: 'opted_in' }, 'test')
       const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
@@ -350,8 +350,8 @@ describe('the campaign lane (controlled clock)', () => {
     const env = await inProcess()
     try {
       const { svc, timers } = env
-      const ws = svc.workspaces.create({ name: 'Skips' })
-      svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10) } })
+      const ws = await svc.workspaces.create({ name: 'Skips' })
+      await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10) } })
       const conn = svc.connections.create(ws.id, { phone: '+15550002000', driver: 'sandbox', config: NO_RECEIPTS })
       const phones = Array.from({ length: 250 }, (_, i) => `+1555500${String(i).padStart(4, '0')}`)
       for (const phone of phones) await svc.contacts.upsert(ws.id, { phone, consent_status: 'opted_in' }, 'test')
@@ -378,8 +378,8 @@ describe('the campaign lane (controlled clock)', () => {
     try {
       const { svc, timers, clock } = env
       timers.advanceTo(Date.UTC(2026, 10, 30, 23, 0, 0))
-      const ws = svc.workspaces.create({ name: 'Month' })
-      svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10), message_allowance: 2 } })
+      const ws = await svc.workspaces.create({ name: 'Month' })
+      await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10), message_allowance: 2 } })
       const conn = svc.connections.create(ws.id, { phone: '+15550003000', driver: 'sandbox', config: NO_RECEIPTS })
       for (let i = 0; i < 4; i++) await svc.contacts.upsert(ws.id, { phone: `+1555600${String(i).padStart(4, '0')}`, consent_status: 'opted_in' }, 'test')
       const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
@@ -417,8 +417,8 @@ describe('the campaign lane (controlled clock)', () => {
     const env = await inProcess()
     try {
       const { svc } = env
-      const ws = svc.workspaces.create({ name: 'Fair' })
-      svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10) } })
+      const ws = await svc.workspaces.create({ name: 'Fair' })
+      await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10) } })
       const conn = svc.connections.create(ws.id, { phone: '+15550001000', driver: 'sandbox', config: NO_RECEIPTS })
       for (let i = 0; i < 20; i++) await svc.contacts.upsert(ws.id, { phone: `+1555300${String(i).padStart(4, '0')}`, consent_status: 'opted_in' }, 'test')
       const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
@@ -441,8 +441,8 @@ describe('the campaign lane (controlled clock)', () => {
     const env = await inProcess()
     try {
       const { svc, timers, db } = env
-      const ws = svc.workspaces.create({ name: 'Sweep' })
-      svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(0) } })
+      const ws = await svc.workspaces.create({ name: 'Sweep' })
+      await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(0) } })
       const conn = svc.connections.create(ws.id, { phone: '+15550003000', driver: 'sandbox', config: NO_RECEIPTS })
       await svc.contacts.upsert(ws.id, { phone: '+15550003001', consent_status: 'opted_in' }, 'test')
       const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
@@ -587,7 +587,7 @@ describe('audience preview, in process', () => {
     const env = await inProcess()
     try {
       const { svc } = env
-      const ws = svc.workspaces.create({ name: 'Slices' })
+      const ws = await svc.workspaces.create({ name: 'Slices' })
       const people: [string, string, Record<string, unknown>][] = [
         ['+15550008001', 'opted_in', { plan: 'pro' }],
         ['+15550008002', 'opted_in', { plan: 'free' }],
@@ -635,7 +635,7 @@ describe('audience freeze in slices', () => {
   async function freezeEnv() {
     const env = await inProcess()
     const { svc } = env
-    const ws = svc.workspaces.create({ name: 'Freeze' })
+    const ws = await svc.workspaces.create({ name: 'Freeze' })
     const conn = svc.connections.create(ws.id, { phone: '+15550009000', driver: 'sandbox', config: NO_RECEIPTS })
     // contacts created in another order than their numbers' (the freeze walks numbers)
     for (const [phone, consent_status, metadata] of [...people].reverse()) await svc.contacts.upsert(ws.id, { phone, consent_status: consent_status as any, metadata: metadata as any }, 'test')
@@ -723,7 +723,7 @@ describe('audience freeze in slices', () => {
   test('a slice whose write fails (a full disk) leaves the campaign running with what was frozen; the next sweep goes on; it completes only then', async () => {
     const { env, svc, ws, campaign, recipients } = await freezeEnv()
     try {
-      svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(0) } })
+      await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(0) } })
       svc.campaigns.freezeSliceSize = 2
       const c = campaign()
       const starting = svc.campaigns.schedule(ws.id, c.id, null)

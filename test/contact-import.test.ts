@@ -220,7 +220,7 @@ describe('the CLI and the writes', () => {
     const env = await inProcess()
     try {
       const { svc } = env
-      const ws = svc.workspaces.create({ name: 'Slices' })
+      const ws = await svc.workspaces.create({ name: 'Slices' })
       await svc.contacts.upsert(ws.id, { phone: '+15550010003', name: 'Old' }, 'test')
       svc.contactImport.sliceSize = 2
       const rows = Array.from({ length: 5 }, (_, i) => ({ phone: `+1555001000${i}`, consent_status: 'opted_in' as const }))
@@ -281,7 +281,7 @@ describe('a do-not-contact list (suppressions)', () => {
     const env = await inProcess()
     try {
       const { svc, db, clock } = env
-      const [a, b] = [svc.workspaces.create({ name: 'A' }), svc.workspaces.create({ name: 'B' })]
+      const [a, b] = [await svc.workspaces.create({ name: 'A' }), await svc.workspaces.create({ name: 'B' })]
       const page = (ws: string) => svc.suppressions.list(ws, 3, 0)
       const rows = (ws: string) => (db.query('SELECT COUNT(*) AS n FROM suppressions WHERE workspace_id = ?').get(ws) as { n: number }).n
       expect(page(a.id).total).toBe(0)
@@ -351,7 +351,7 @@ describe('every contact as CSV', () => {
     const env = await inProcess()
     try {
       const { svc } = env
-      const ws = svc.workspaces.create({ name: 'Walk' })
+      const ws = await svc.workspaces.create({ name: 'Walk' })
       const rows = Array.from({ length: 4_500 }, (_, i) => ({ phone: `+1555002${String(i).padStart(4, '0')}`, metadata: (i === 4_499 ? { last: 'yes' } : {}) as Record<string, string> }))
       await svc.contactImport.run(ws.id, rows)
       let turned = 0

@@ -367,7 +367,7 @@ describe('the count behind meta.total', () => {
     const env = await inProcess()
     try {
       const { svc, db } = env
-      const [a, b] = [svc.workspaces.create({ name: 'A' }), svc.workspaces.create({ name: 'B' })]
+      const [a, b] = [await svc.workspaces.create({ name: 'A' }), await svc.workspaces.create({ name: 'B' })]
       const total = (ws: string) => svc.contacts.list(ws, 1, 0).total
       const rows = (ws: string) => (db.query('SELECT COUNT(*) AS n FROM contacts WHERE workspace_id = ?').get(ws) as { n: number }).n
       expect([total(a.id), total(b.id)]).toEqual([0, 0])

@@ -142,7 +142,7 @@ describe('exporting, in process', () => {
     const env = await inProcess()
     try {
       const { svc, db } = env
-      const ws = svc.workspaces.create({ name: 'Long' })
+      const ws = await svc.workspaces.create({ name: 'Long' })
       const conn = svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
       const first = await svc.messages.inbound(conn.id, '+15550007001', 'message 0')
       // 1,200 more from the same person: the first message's row copied with its own id and text
@@ -169,7 +169,7 @@ describe('erasure, in process', () => {
     const env = await inProcess()
     try {
       const { svc, db } = env
-      const ws = svc.workspaces.create({ name: 'Slices' })
+      const ws = await svc.workspaces.create({ name: 'Slices' })
       svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
       const ada = (await svc.contacts.upsert(ws.id, { phone: '+15550003001' }, 'test')).row
       const bob = (await svc.contacts.upsert(ws.id, { phone: '+15550003002' }, 'test')).row
@@ -192,7 +192,7 @@ describe('erasure, in process', () => {
     const env = await inProcess()
     try {
       const { svc, db } = env
-      const ws = svc.workspaces.create({ name: 'Busy' })
+      const ws = await svc.workspaces.create({ name: 'Busy' })
       svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
       const conn = svc.connections.create(ws.id, { phone: '+15550004000', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } } as any)
       const sent = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550004001', body: 'On its way', attachments: [] })

@@ -408,8 +408,8 @@ describe('retention', () => {
   async function withOneDayRetention(name: string, run: (env: Awaited<ReturnType<typeof inProcess>>, ws: { id: string }) => Promise<void>) {
     const env = await inProcess({ clamd: `unix:${clamd.socket}` })
     try {
-      const ws = env.svc.workspaces.create({ name })
-      env.svc.workspaces.patch(ws.id, { settings: { media: { retention_days: 1, max_bytes: 1 << 20 } } })
+      const ws = await env.svc.workspaces.create({ name })
+      await env.svc.workspaces.patch(ws.id, { settings: { media: { retention_days: 1, max_bytes: 1 << 20 } } })
       await run(env, ws)
     } finally {
       await env.close()

@@ -21,8 +21,8 @@ type PolicyInput = { hourly_cap: number; daily_cap: number; min_gap_seconds: num
 async function number(policy: PolicyInput, warmup?: { days: number; start_daily_cap: number }) {
   env = await inProcess()
   const { svc } = env
-  const ws = svc.workspaces.create({ name: 'Pace' })
-  svc.workspaces.patch(ws.id, { settings: { sending_policy: policy } })
+  const ws = await svc.workspaces.create({ name: 'Pace' })
+  await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy } })
   const conn = svc.connections.create(ws.id, { phone: '+15550000001', driver: 'sandbox', config: NO_RECEIPTS, ...(warmup ? { warmup } : {}) })
   return { ws, conn }
 }
@@ -129,10 +129,10 @@ describe('pacer', () => {
   test('an inactive workspace releases nothing until it is active again', async () => {
     const { ws, ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 2)
     const { svc } = env!
-    svc.workspaces.patch(ws.id, { status: 'inactive' })
+    await svc.workspaces.patch(ws.id, { status: 'inactive' })
     env!.timers.advance(60_000)
     expect(ids.map((id) => svc.messages.getAny(id)!.status)).toEqual(['queued', 'queued'])
-    svc.workspaces.patch(ws.id, { status: 'active' })
+    await svc.workspaces.patch(ws.id, { status: 'active' })
     env!.timers.advance(0)
     expect(ids.map((id) => svc.messages.getAny(id)!.status)).toEqual(['sending', 'sending'])
   })
@@ -140,8 +140,8 @@ describe('pacer', () => {
   test('numbers are paced independently', async () => {
     env = await inProcess()
     const { svc } = env
-    const ws = svc.workspaces.create({ name: 'Two numbers' })
-    svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 100, daily_cap: 100, min_gap_seconds: 5, max_gap_seconds: 5 } } })
+    const ws = await svc.workspaces.create({ name: 'Two numbers' })
+    await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 100, daily_cap: 100, min_gap_seconds: 5, max_gap_seconds: 5 } } })
     const a = svc.connections.create(ws.id, { phone: '+15550000011', driver: 'sandbox', config: NO_RECEIPTS })
     const b = svc.connections.create(ws.id, { phone: '+15550000012', driver: 'sandbox', config: NO_RECEIPTS })
     const send = (c: string, r: string) => svc.messages.send(ws.id, { connection_id: c, recipient: r, body: 'x', attachments: [] })

@@ -227,8 +227,8 @@ describe('metrics of kept media', () => {
     const env = await inProcess()
     try {
       const { svc, clock } = env
-      const ws = svc.workspaces.create({ name: 'Media metrics' })
-      const other = svc.workspaces.create({ name: 'Other' })
+      const ws = await svc.workspaces.create({ name: 'Media metrics' })
+      const other = await svc.workspaces.create({ name: 'Other' })
       const row = (workspace_id: string, size: number, expires_at: number) => ({ id: crypto.randomUUID(), workspace_id, sha256: 'b'.repeat(64), blob: 'b'.repeat(64), filename: 'f.pdf', mime_type: 'application/pdf' as const, size, created_at: clock.t, expires_at })
       svc.deps.writer.now(() => {
         svc.media.insertInTx(row(ws.id, 1000, clock.t + 1000))

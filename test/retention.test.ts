@@ -21,9 +21,9 @@ describe('message content retention', () => {
     const env = await inProcess()
     try {
       const { svc, clock, timers, dir } = env
-      const ws = svc.workspaces.create({ name: 'Keeps 30 days' })
-      const other = svc.workspaces.create({ name: 'Keeps everything' })
-      svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: 30 }, sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const ws = await svc.workspaces.create({ name: 'Keeps 30 days' })
+      const other = await svc.workspaces.create({ name: 'Keeps everything' })
+      await svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: 30 }, sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
       const quiet = { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }
       const conn = svc.connections.create(ws.id, { phone: '+15550005000', driver: 'sandbox', config: quiet } as any)
       const otherConn = svc.connections.create(other.id, { phone: '+15550005100', driver: 'sandbox', config: quiet } as any)
@@ -76,7 +76,7 @@ describe('message content retention', () => {
       expect(await svc.messageRetention.run()).toBe(2)
       expect([get(fresh.id).body, get(newOut.id).body]).toEqual([null, null])
       expect(readFileSync(record).includes('MARK-OUT-NEW-51c2')).toBe(false)
-      svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: null } } })
+      await svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: null } } })
       const kept = await svc.messages.inbound(conn.id, '+15550005001', 'MARK-KEPT-51c2')
       clock.t += 365 * DAY
       expect(await svc.messageRetention.run()).toBe(0)
@@ -94,9 +94,9 @@ describe('webhook deliveries of message events', () => {
     const rx = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response(null, { status: 204 }) })
     try {
       const { svc, clock, dir } = env
-      const ws = svc.workspaces.create({ name: 'Keeps a day' })
-      const other = svc.workspaces.create({ name: 'Keeps everything' })
-      svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: 1 } } })
+      const ws = await svc.workspaces.create({ name: 'Keeps a day' })
+      const other = await svc.workspaces.create({ name: 'Keeps everything' })
+      await svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: 1 } } })
       const up = svc.webhooks.create(ws.id, `http://127.0.0.1:${rx.port}/hook`, undefined)
       const down = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', ['message.received'])
       const otherHook = svc.webhooks.create(other.id, `http://127.0.0.1:${rx.port}/hook`, undefined)

@@ -54,7 +54,7 @@ async function hooked(events: string[], connection: Record<string, unknown>, run
   const rx = receiver()
   try {
     const { svc } = env
-    const ws = svc.workspaces.create({ name: 'Hooked' })
+    const ws = await svc.workspaces.create({ name: 'Hooked' })
     const hook = svc.webhooks.create(ws.id, rx.url, events)
     const conn = svc.connections.create(ws.id, { phone: '+15550000099', driver: 'sandbox', ...connection } as any)
     await run({ env, svc, clock: env.clock, rx, ws, hook, conn })
@@ -637,7 +637,7 @@ describe('durability and administration', () => {
       const { svc, clock } = env
       svc.webhooks.stop() // rows are written directly below; nothing is to be sent
       svc.webhooks.recoverSlice = 5
-      const ws = svc.workspaces.create({ name: 'Slices' })
+      const ws = await svc.workspaces.create({ name: 'Slices' })
       const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/', undefined)
       const other = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/other', undefined)
       const repo = storesOf(svc).webhooks
@@ -692,7 +692,7 @@ describe('durability and administration', () => {
     try {
       const { svc, clock } = env
       svc.webhooks.stop() // rows are written directly below; nothing is to be sent
-      const ws = svc.workspaces.create({ name: 'Prune' })
+      const ws = await svc.workspaces.create({ name: 'Prune' })
       const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/', undefined)
       const repo = storesOf(svc).webhooks
       const t0 = clock.t
@@ -729,7 +729,7 @@ describe('durability and administration', () => {
     try {
       const { svc, clock, db } = env
       svc.webhooks.stop()
-      const ws = svc.workspaces.create({ name: 'Counts' })
+      const ws = await svc.workspaces.create({ name: 'Counts' })
       const [a, b] = [svc.webhooks.create(ws.id, 'http://127.0.0.1:9/a', undefined), svc.webhooks.create(ws.id, 'http://127.0.0.1:9/b', undefined)]
       const repo = storesOf(svc).webhooks
       const total = (id: string) => repo.deliveries(id, 1, 0).total

@@ -10,7 +10,7 @@ import { ApiError, notFound, refused, validationFailed } from '../../http/errors
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
 import { type Scanner, ScannerUnavailable, ScanTooLarge } from '../../scanner/clamd'
-import type { WorkspaceRow } from '../workspaces/repo'
+import type { WorkspaceRow } from '../workspaces/store'
 import type { WorkspaceService } from '../workspaces/service'
 import type { PublicMedia } from './model'
 import { MediaRepo, type MediaRow } from './repo'

@@ -2,7 +2,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { adminOp, d } from '../../http/docs'
-import { paged, pageQuery } from '../../http/format'
+import { pagedAsync, pageQuery } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { createWorkspaceBody, patchWorkspaceBody, workspaceAdminDoc, workspaceDoc } from './model'
@@ -19,27 +19,27 @@ export function workspaceAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     .use(auth)
     .post(
       '/workspaces',
-      ({ body, set }) => {
+      async ({ body, set }) => {
         const input = validate(createWorkspaceBody, body)
         set.status = 201
-        return { data: ws.toAdmin(ws.create(input)) }
+        return { data: ws.toAdmin(await ws.create(input)) }
       },
       { admin: true, detail: adminOp({ summary: 'Create a workspace', tag: 'Workspaces', body: createWorkspaceBody, ok: { status: 201, data: workspaceAdminDoc, description: 'Created, with the default settings.' }, errors: [400, 409, 422] }) },
     )
     .get(
       '/workspaces',
       ({ query }) => {
-        return paged(query, (limit, offset) => ws.list(limit, offset), (r) => ws.toAdmin(r))
+        return pagedAsync(query, (limit, offset) => ws.list(limit, offset), (r) => ws.toAdmin(r))
       },
       { admin: true, detail: adminOp({ summary: 'List workspaces', tag: 'Workspaces', query: pageQuery, ok: { status: 200, data: workspaceAdminDoc, list: true, description: 'A page of workspaces.' }, errors: [422] }) },
     )
     .get('/workspaces/:id', ({ params }) => ({ data: ws.toAdmin(ws.get(params.id)) }), { admin: true, detail: adminOp({ summary: 'A workspace', tag: 'Workspaces', ok: { status: 200, data: workspaceAdminDoc, description: 'The workspace.' }, errors: [404] }) })
     .patch(
       '/workspaces/:id',
-      ({ params, body }) => {
+      async ({ params, body }) => {
         ws.get(params.id)
         const input = validate(patchWorkspaceBody, body)
-        return { data: ws.toAdmin(ws.patch(params.id, input)) }
+        return { data: ws.toAdmin(await ws.patch(params.id, input)) }
       },
       { admin: true, detail: adminOp({ summary: 'Change a workspace', description: 'Name, status (inactive: its keys get 403) and settings; a settings object replaces only the fields it names.', tag: 'Workspaces', body: patchWorkspaceBody, ok: { status: 200, data: workspaceAdminDoc, description: 'The workspace as stored now.' }, errors: [400, 404, 422] }) },
     )

@@ -5,7 +5,7 @@ import { notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import { isCountry } from '../../http/phone'
 import { type AdminWorkspace, DEFAULT_SETTINGS, type PublicWorkspace, type WorkspaceSettings } from './model'
-import { WorkspaceRepo, type WorkspaceRow } from './repo'
+import { WorkspaceStore, type WorkspaceRow } from './store'
 
 export interface PatchInput {
   name?: string
@@ -35,9 +35,13 @@ export function slugify(name: string): string {
 const defined = <T extends object>(o: T) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<{ [K in keyof T]: Exclude<T[K], undefined> }>
 
 export class WorkspaceService {
-  private readonly repo: WorkspaceRepo
-  /** Rows read by authentication, kept until this service changes them. */
-  private cache = new Map<string, WorkspaceRow>()
+  private readonly store: WorkspaceStore
+  /**
+   * Every workspace, in memory (there are few): loaded at start (`load`), replaced by this
+   * service's own writes, so the request path and the modules that check a workspace read it
+   * without waiting for the database.
+   */
+  private rows = new Map<string, WorkspaceRow>()
   /** Called after a patch (the sending policy may have changed). */
   onChange: (workspaceId: string) => void = () => {}
 
@@ -45,7 +49,7 @@ export class WorkspaceService {
     private readonly deps: Deps,
     private readonly audit: AuditRepo,
   ) {
-    this.repo = new WorkspaceRepo(deps.db)
+    this.store = new WorkspaceStore(deps.engine)
   }
 
   /** Parsed settings per row object (a patch replaces the row, so this never goes stale). */
@@ -82,55 +86,58 @@ export class WorkspaceService {
     return { ...this.toPublic(row), status: row.status, settings: this.settings(row), created_at: iso(row.created_at), updated_at: iso(row.updated_at) }
   }
   /** Every workspace (the jobs that walk them: retention, metrics). */
-  all(): WorkspaceRow[] {
-    return this.repo.all()
+  /** Read every workspace into memory (at start, before anything else reads one). */
+  async load() {
+    const rows = await this.store.all()
+    this.rows = new Map(rows.map((r) => [r.id, r]))
   }
 
-  /** The row by id for the request path; patch() below replaces it, so status changes apply at once. */
+  all(): WorkspaceRow[] {
+    return [...this.rows.values()]
+  }
+
+  /** The row by id for the request path; a patch replaces it, so status changes apply at once. */
   cached(id: string): WorkspaceRow | null {
-    let row = this.cache.get(id) ?? null
-    if (!row) {
-      row = this.repo.get(id)
-      if (row) {
-        if (this.cache.size >= 10_000) this.cache.clear()
-        this.cache.set(id, row)
-      }
-    }
-    return row
+    return this.rows.get(id) ?? null
   }
 
   get(id: string): WorkspaceRow {
-    const row = this.repo.get(id)
+    const row = this.rows.get(id)
     if (!row) throw notFound('workspace')
     return row
   }
 
-  create(input: { name: string; slug?: string }): WorkspaceRow {
-    return this.deps.writer.now(() => {
+  async create(input: { name: string; slug?: string }): Promise<WorkspaceRow> {
+    const row = await this.deps.engine.write(async (tx) => {
       let slug = input.slug
       if (slug) {
-        if (this.repo.getBySlug(slug)) throw validationFailed({ slug: ['The slug has already been taken.'] })
+        if (await this.store.bySlug(slug, tx)) throw validationFailed({ slug: ['The slug has already been taken.'] })
       } else {
         const base = slugify(input.name)
         slug = base
-        for (let i = 2; this.repo.getBySlug(slug); i++) slug = `${base}-${i}`
+        for (let i = 2; await this.store.bySlug(slug, tx); i++) slug = `${base}-${i}`
       }
       const now = this.deps.clock.now()
       const row: WorkspaceRow = { id: uuid(), name: input.name, slug, status: 'active', settings: JSON.stringify(DEFAULT_SETTINGS), created_at: now, updated_at: now }
-      this.repo.insert(row)
+      await this.store.insert(tx, row)
       return row
     })
+    this.rows.set(row.id, row)
+    return row
   }
 
-  patch(id: string, input: PatchInput): WorkspaceRow {
-    const row = this.patchRow(id, input)
+  async patch(id: string, input: PatchInput): Promise<WorkspaceRow> {
+    const row = await this.patchRow(id, input)
+    this.rows.set(id, row)
     this.onChange(id)
     return row
   }
 
-  private patchRow(id: string, input: PatchInput): WorkspaceRow {
-    return this.deps.writer.now(() => {
-      const row = this.get(id)
+  private patchRow(id: string, input: PatchInput): Promise<WorkspaceRow> {
+    this.get(id)
+    return this.deps.engine.write(async (tx) => {
+      const row = await this.store.get(id, tx)
+      if (!row) throw notFound('workspace')
       const settings = structuredClone(this.settings(row))
       // sending_policy and media merge: fields left out keep their value
       if (input.settings?.sending_policy) settings.sending_policy = { ...settings.sending_policy, ...defined(input.settings.sending_policy) }
@@ -154,15 +161,14 @@ export class WorkspaceService {
         settings: JSON.stringify(settings),
         updated_at: this.deps.clock.now(),
       }
-      this.repo.update(next)
-      this.audit.add(id, 'workspace.updated', null, next.updated_at, id)
-      this.cache.delete(id)
+      await this.store.update(tx, next)
+      await this.audit.addIn(tx, id, 'workspace.updated', null, next.updated_at, id)
       return next
     })
   }
 
   list(limit: number, offset: number) {
-    return { rows: this.repo.list(limit, offset), total: this.repo.count() }
+    return this.store.list(limit, offset)
   }
 }
 
