@@ -598,7 +598,7 @@ describe('audience preview, in process', () => {
         ['+15550008007', 'opted_in', {}],
       ]
       for (const [phone, consent_status, metadata] of people) await svc.contacts.upsert(ws.id, { phone, consent_status: consent_status as any, metadata: metadata as any }, 'test')
-      svc.suppressions.add(ws.id, '+15550008005', null)
+      await svc.suppressions.add(ws.id, '+15550008005', null)
       // activity in another order than the numbers' (the walk's): the sample is the newest
       const activity = [5, 7, 1, 6, 2, 4, 3]
       for (const [i, [phone]] of people.entries()) env.db.query('UPDATE contacts SET last_activity_at = ? WHERE phone = ?').run(activity[i]!, phone)
@@ -639,7 +639,7 @@ describe('audience freeze in slices', () => {
     const conn = svc.connections.create(ws.id, { phone: '+15550009000', driver: 'sandbox', config: NO_RECEIPTS })
     // contacts created in another order than their numbers' (the freeze walks numbers)
     for (const [phone, consent_status, metadata] of [...people].reverse()) await svc.contacts.upsert(ws.id, { phone, consent_status: consent_status as any, metadata: metadata as any }, 'test')
-    svc.suppressions.add(ws.id, '+15550009005', null)
+    await svc.suppressions.add(ws.id, '+15550009005', null)
     const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
     const campaign = (audience = {}) => svc.campaigns.create(ws.id, { name: 'Sliced', template_id: tpl.id, connection_id: conn.id, audience })
     const recipients = (id: string) => (env.db.query('SELECT phone FROM campaign_recipients WHERE campaign_id = ? ORDER BY seq').all(id) as { phone: string }[]).map((r) => r.phone)

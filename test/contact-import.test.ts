@@ -284,16 +284,16 @@ describe('a do-not-contact list (suppressions)', () => {
       const [a, b] = [await svc.workspaces.create({ name: 'A' }), await svc.workspaces.create({ name: 'B' })]
       const page = (ws: string) => svc.suppressions.list(ws, 3, 0)
       const rows = (ws: string) => (db.query('SELECT COUNT(*) AS n FROM suppressions WHERE workspace_id = ?').get(ws) as { n: number }).n
-      expect(page(a.id).total).toBe(0)
-      svc.suppressions.add(a.id, '+15550007001', null)
+      expect((await page(a.id)).total).toBe(0)
+      await svc.suppressions.add(a.id, '+15550007001', null)
       clock.t += 1000
-      svc.suppressions.add(a.id, '+15550007001', 'again') // already there: no new row
+      await svc.suppressions.add(a.id, '+15550007001', 'again') // already there: no new row
       expect(await svc.suppressions.importRows(a.id, [{ phone: '+15550007003' }, { phone: '+15550007002' }, { phone: '+15550007001' }])).toEqual({ added: 2, already: 1 })
-      svc.suppressions.add(b.id, '+15550007001', null)
-      svc.suppressions.remove(a.id, '+15550007003')
-      const p = page(a.id)
-      expect([p.total, page(b.id).total]).toEqual([2, 1])
-      expect([p.total, page(b.id).total]).toEqual([rows(a.id), rows(b.id)])
+      await svc.suppressions.add(b.id, '+15550007001', null)
+      await svc.suppressions.remove(a.id, '+15550007003')
+      const p = await page(a.id)
+      expect([p.total, (await page(b.id)).total]).toEqual([2, 1])
+      expect([p.total, (await page(b.id)).total]).toEqual([rows(a.id), rows(b.id)])
       expect(p.rows.map((r) => r.phone)).toEqual(['+15550007002', '+15550007001'])
       const plan = db.query('EXPLAIN QUERY PLAN SELECT * FROM suppressions WHERE workspace_id = ? ORDER BY created_at DESC, phone LIMIT 3 OFFSET 0').all('x') as { detail: string }[]
       expect(plan.map((r) => r.detail)).toEqual(['SEARCH suppressions USING INDEX suppressions_newest (workspace_id=?)'])

@@ -212,7 +212,7 @@ describe('pacer', () => {
     const t0 = clock.t
     timers.advance(0)
     // everyone between the first and the last is suppressed while their message waits
-    for (let i = 1; i < 249; i++) svc.suppressions.add(ws.id, svc.messages.getAny(ids[i]!)!.recipient!, null)
+    for (let i = 1; i < 249; i++) await svc.suppressions.add(ws.id, svc.messages.getAny(ids[i]!)!.recipient!, null)
     timers.advance(10_000)
     await settle()
     timers.advance(0)

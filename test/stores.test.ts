@@ -8,6 +8,8 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { stmt, UniqueViolation, type Engine } from '../src/db/engine'
 import { AuditRepo, auditIn } from '../src/modules/audit/repo'
 import { type KeyRow, KeyStore } from '../src/modules/keys/store'
+import { SuppressionStore } from '../src/modules/suppressions/store'
+import { type WorkspaceRow, WorkspaceStore } from '../src/modules/workspaces/store'
 import { ENGINES, type EngineName, migratedEngines } from './support/engines'
 
 setDefaultTimeout(60_000)
@@ -119,5 +121,54 @@ describe.each(ENGINES)('audit log on %s', (name) => {
       ['hook-2', 102, ws],
     ])
     expect(typeof page.rows[0]!.id).toBe('number')
+  })
+})
+
+describe.each(ENGINES)('workspaces on %s', (name) => {
+  test('a workspace comes back as written, by id and slug; a taken slug is refused; an update changes what it names; pages are newest first with the total', async () => {
+    const engine = engines[name]
+    const store = new WorkspaceStore(engine)
+    const before = (await store.list(1000, 0)).total
+    const row = (i: number): WorkspaceRow => ({ id: crypto.randomUUID(), name: `Ünïcode ${i} 🚀`, slug: `store-test-${name}-${i}`, status: 'active', settings: '{"message_allowance":10}', created_at: 2_000_000_000_000 + i, updated_at: 2_000_000_000_000 + i })
+    const [a, b] = [row(1), row(2)]
+    await engine.write(async (tx) => {
+      await store.insert(tx, a)
+      await store.insert(tx, b)
+    })
+    expect(await store.get(a.id)).toEqual(a)
+    expect(await store.bySlug(b.slug)).toEqual(b)
+    await expect(engine.write((tx) => store.insert(tx, { ...row(3), slug: a.slug }))).rejects.toBeInstanceOf(UniqueViolation)
+    await engine.write((tx) => store.update(tx, { ...a, name: 'Renamed', status: 'inactive', settings: '{}', updated_at: 3, slug: 'ignored' }))
+    expect(await store.get(a.id)).toEqual({ ...a, name: 'Renamed', status: 'inactive', settings: '{}', updated_at: 3 })
+    const page = await store.list(2, 0)
+    expect(page.total).toBe(before + 2)
+    expect(page.rows.map((r) => r.id)).toEqual([b.id, a.id])
+    expect((await store.all()).map((r) => r.id)).toEqual(expect.arrayContaining([a.id, b.id]))
+  })
+})
+
+describe.each(ENGINES)('suppressions on %s', (name) => {
+  test('a number is on the list once; an import keeps the first entry; pages newest first with the kept count; only the workspace’s own', async () => {
+    const engine = engines[name]
+    const store = new SuppressionStore(engine)
+    const [ws, other] = [await workspace(engine), await workspace(engine)]
+    await engine.write((tx) => store.insert(tx, { workspace_id: ws, phone: '+15550001001', reason: 'asked', created_at: 10 }))
+    await expect(engine.write((tx) => store.insert(tx, { workspace_id: ws, phone: '+15550001001', reason: null, created_at: 11 }))).rejects.toBeInstanceOf(UniqueViolation)
+    const added = await engine.write(async (tx) => {
+      const results = []
+      for (const phone of ['+15550001001', '+15550001002', '+15550001003']) results.push(await store.insertNew(tx, { workspace_id: ws, phone, reason: null, created_at: 20 }))
+      results.push(await store.insertNew(tx, { workspace_id: other, phone: '+15550001001', reason: null, created_at: 30 }))
+      return results
+    })
+    expect(added).toEqual([false, true, true, true])
+    expect(await store.get(ws, '+15550001001')).toEqual({ workspace_id: ws, phone: '+15550001001', reason: 'asked', created_at: 10 })
+    const page = await store.list(ws, 2, 0)
+    expect([page.total, page.rows.map((r) => r.phone)]).toEqual([3, ['+15550001002', '+15550001003']])
+    expect(await engine.write((tx) => store.remove(tx, ws, '+15550001002'))).toBe(true)
+    expect(await engine.write((tx) => store.remove(tx, ws, '+15550001002'))).toBe(false)
+    expect((await store.list(ws, 10, 0)).total).toBe(2)
+    expect((await store.list(other, 10, 0)).total).toBe(1)
+    if (engine.now) expect(store.getNow(ws, '+15550001003')!.created_at).toBe(20)
+    else expect(() => store.getNow(ws, '+15550001003')).toThrow('synchronous read')
   })
 })

@@ -443,7 +443,7 @@ export class CampaignService {
           break
         }
         const contact = this.contacts.find(c.workspace_id, r.contact_id)
-        const reason = !contact ? 'contact_removed' : contact.consent_status !== 'opted_in' ? 'not_opted_in' : this.suppressions.isSuppressed(c.workspace_id, contact.phone) ? 'suppressed' : null
+        const reason = !contact ? 'contact_removed' : contact.consent_status !== 'opted_in' ? 'not_opted_in' : this.suppressions.isSuppressedNow(c.workspace_id, contact.phone) ? 'suppressed' : null
         // rendered for this contact: a text no message may carry (nothing, or past the body
         // limit through long metadata values), or a Meta template WhatsApp would refuse (a header
         // it cannot take, a value the contact lacks), is a skip with its reason, not a send that fails

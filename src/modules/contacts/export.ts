@@ -48,7 +48,7 @@ export class ContactExport {
     let after = -1 // the last message written (seq); -1: nothing written yet
     const encoder = new TextEncoder()
     return new ReadableStream<Uint8Array>({
-      pull: (out) => {
+      pull: async (out) => {
         if (after === -1) {
           after = 0
           return out.enqueue(encoder.encode(`{"data":{${head.join(',')},"messages":[`))
@@ -60,7 +60,7 @@ export class ContactExport {
           after = batch.at(-1)!.seq
           return out.enqueue(encoder.encode(`${first ? '' : ','}${batch.map((m) => JSON.stringify(this.messages.toPublic(m))).join(',')}`))
         }
-        const suppression = this.suppressions.find(workspaceId, contact.phone)
+        const suppression = await this.suppressions.find(workspaceId, contact.phone)
         const tail = [
           // the files of those messages that are still kept (retention may have removed some)
           json('media', [...mediaIds].flatMap((id) => {

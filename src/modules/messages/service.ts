@@ -270,7 +270,7 @@ export class MessageService {
    * and `alsoInTx` (the idempotency record) commit together.
    */
   async send(workspaceId: string, input: SendInput, alsoInTx?: (row: MessageRow) => void, upload?: MediaRow): Promise<MessageRow> {
-    const row = await this.deps.writer.write(() => {
+    const row = await this.deps.engine.write(async (tx) => {
       const now = this.deps.clock.now()
       const live = this.connections.get(workspaceId, input.connection_id)
       // a number the network reported for a contact's number (network_addresses) is that contact
@@ -283,7 +283,7 @@ export class MessageService {
       const filled = input.template_id === undefined ? null : this.fillTemplate(workspaceId, input, contact, phone, upload !== undefined || media.length > 0)
       if (filled?.networkTemplate) checkTemplateHeader(media, upload, filled.headerText !== null)
       if (contact?.consent_status === 'opted_out') throw refused('recipient_opted_out', 'The recipient has opted out.')
-      if (this.suppressions.isSuppressed(workspaceId, phone) || (input.recipient !== undefined && input.recipient !== phone && this.suppressions.isSuppressed(workspaceId, input.recipient))) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
+      if ((await this.suppressions.isSuppressed(workspaceId, phone, tx)) || (input.recipient !== undefined && input.recipient !== phone && (await this.suppressions.isSuppressed(workspaceId, input.recipient, tx)))) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
       if (filled?.marketing && contact?.consent_status !== 'opted_in') throw refused('recipient_not_opted_in', 'A marketing template goes only to contacts who opted in.')
       this.checkSendable(live, workspaceId, now)
       if (upload) this.media.insertInTx(upload)
@@ -392,7 +392,7 @@ export class MessageService {
     const contact = row.contact_id ? this.contacts.find(row.workspace_id, row.contact_id) : null
     if (contact?.consent_status === 'opted_out') return { code: 'recipient_opted_out', message: 'The recipient opted out before the message was sent.' }
     // in the order `send` checks them, so a message refused at release gets the code a send would
-    if (row.recipient !== null && this.suppressions.isSuppressed(row.workspace_id, row.recipient)) return { code: 'recipient_suppressed', message: 'The recipient was suppressed before the message was sent.' }
+    if (row.recipient !== null && this.suppressions.isSuppressedNow(row.workspace_id, row.recipient)) return { code: 'recipient_suppressed', message: 'The recipient was suppressed before the message was sent.' }
     if (row.opt_in_required === 1 && contact?.consent_status !== 'opted_in') return { code: 'recipient_not_opted_in', message: 'The recipient was no longer opted in when the marketing message was to be sent.' }
     return null
   }

@@ -3,7 +3,7 @@ import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { type BulkSpec, MAX_CSV_ROWS, MAX_JSON_ROWS, bulkRows } from '../../http/bulk'
 import { adminOp, d, importBody } from '../../http/docs'
-import { paged, pageQuery } from '../../http/format'
+import { pagedAsync, pageQuery } from '../../http/format'
 import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { E164, phoneField } from '../contacts/model'
@@ -30,10 +30,10 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
     .use(auth)
     .post(
       '/workspaces/:id/suppressions',
-      ({ params, body, set }) => {
+      async ({ params, body, set }) => {
         svc.workspaces.get(params.id)
         const input = validate(addBody, body)
-        const [row, created] = sup.add(params.id, input.phone, input.reason ?? null)
+        const [row, created] = await sup.add(params.id, input.phone, input.reason ?? null)
         set.status = created ? 201 : 200
         return { data: sup.toPublic(row) }
       },
@@ -51,18 +51,18 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
       '/workspaces/:id/suppressions',
       ({ params, query }) => {
         svc.workspaces.get(params.id)
-        return paged(query, (limit, offset) => sup.list(params.id, limit, offset), (r) => sup.toPublic(r))
+        return pagedAsync(query, (limit, offset) => sup.list(params.id, limit, offset), (r) => sup.toPublic(r))
       },
       { admin: true, detail: adminOp({ summary: "A workspace's suppressions", tag, query: pageQuery, ok: { status: 200, data: suppressionDoc, list: true, description: 'A page of suppressed numbers.' }, errors: [404, 422] }) },
     )
     .delete(
       '/workspaces/:id/suppressions/:phone',
-      ({ params, set }) => {
+      async ({ params, set }) => {
         svc.workspaces.get(params.id)
         // the router has already decoded the path (%2B → +); decoding again broke on a literal %
         const phone = params.phone
         if (!E164.test(phone)) throw notFound('suppression')
-        sup.remove(params.id, phone)
+        await sup.remove(params.id, phone)
         set.status = 204
         return ''
       },

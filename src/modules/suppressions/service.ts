@@ -1,47 +1,58 @@
 /** The workspace suppression list: numbers that must never be messaged. */
 import { nextTurn } from '../../db/writer'
+import type { Queries } from '../../db/engine'
 import type { Deps } from '../../deps'
 import type { AuditRepo } from '../audit/repo'
 import { notFound } from '../../http/errors'
 import { iso } from '../../http/format'
-import { SuppressionRepo, type SuppressionRow } from './repo'
+import { SuppressionStore, type SuppressionRow } from './store'
 
 export class SuppressionService {
-  private readonly repo: SuppressionRepo
+  private readonly store: SuppressionStore
 
   constructor(
     private readonly deps: Deps,
     private readonly audit: AuditRepo,
   ) {
-    this.repo = new SuppressionRepo(deps.db)
-  }
-  /** The number's entry, or null. */
-  find(workspaceId: string, phone: string): SuppressionRow | null {
-    return this.repo.get(workspaceId, phone)
-  }
-
-  /** A page of the list, newest first. */
-  list(workspaceId: string, limit: number, offset: number) {
-    return this.repo.list(workspaceId, limit, offset)
+    this.store = new SuppressionStore(deps.engine)
   }
 
   toPublic(row: SuppressionRow) {
     return { phone: row.phone, reason: row.reason, created_at: iso(row.created_at) }
   }
 
-  isSuppressed(workspaceId: string, phone: string) {
-    return this.repo.get(workspaceId, phone) !== null
+  /** Whether the number is on the list (`q`: the write it is checked in, if any). */
+  async isSuppressed(workspaceId: string, phone: string, q?: Queries): Promise<boolean> {
+    return (await this.store.get(workspaceId, phone, q)) !== null
+  }
+
+  /**
+   * `isSuppressed` read in this turn, for the release paths still synchronous (the pacer's write:
+   * campaigns, the direct lane) until they move onto the store seam; SQLite only.
+   */
+  isSuppressedNow(workspaceId: string, phone: string): boolean {
+    return this.store.getNow(workspaceId, phone) !== null
+  }
+
+  /** The number's entry, or null. */
+  find(workspaceId: string, phone: string): Promise<SuppressionRow | null> {
+    return this.store.get(workspaceId, phone)
+  }
+
+  /** A page of the list, newest first. */
+  list(workspaceId: string, limit: number, offset: number) {
+    return this.store.list(workspaceId, limit, offset)
   }
 
   /** Add a number; adding it again keeps the first entry. Returns [row, created]. */
-  add(workspaceId: string, phone: string, reason: string | null): [SuppressionRow, boolean] {
-    return this.deps.writer.now(() => {
-      const existing = this.repo.get(workspaceId, phone)
-      if (existing) return [existing, false] as [SuppressionRow, boolean]
+  add(workspaceId: string, phone: string, reason: string | null): Promise<[SuppressionRow, boolean]> {
+    return this.deps.engine.write(async (tx): Promise<[SuppressionRow, boolean]> => {
+      const existing = await this.store.get(workspaceId, phone, tx)
+      if (existing) return [existing, false]
       const row = { workspace_id: workspaceId, phone, reason, created_at: this.deps.clock.now() }
-      this.repo.insert(row)
-      this.audit.add(workspaceId, 'suppression.added', null, row.created_at)
-      return [row, true] as [SuppressionRow, boolean]
+      await this.store.insert(tx, row)
+      await this.audit.addIn(tx, workspaceId, 'suppression.added', null, row.created_at)
+      return [row, true]
     })
   }
 
@@ -57,25 +68,21 @@ export class SuppressionService {
     let added = 0
     for (let at = 0; at < rows.length; at += this.importSliceSize) {
       if (at > 0) await nextTurn()
-      added += this.deps.writer.now(() => {
+      added += await this.deps.engine.write(async (tx) => {
         const now = this.deps.clock.now()
-        if (at === 0) this.audit.add(workspaceId, 'suppressions.imported', null, now, workspaceId)
+        if (at === 0) await this.audit.addIn(tx, workspaceId, 'suppressions.imported', null, now, workspaceId)
         let n = 0
-        for (const r of rows.slice(at, at + this.importSliceSize)) {
-          if (this.repo.get(workspaceId, r.phone)) continue
-          this.repo.insert({ workspace_id: workspaceId, phone: r.phone, reason: r.reason ?? null, created_at: now })
-          n++
-        }
+        for (const r of rows.slice(at, at + this.importSliceSize)) if (await this.store.insertNew(tx, { workspace_id: workspaceId, phone: r.phone, reason: r.reason ?? null, created_at: now })) n++
         return n
       })
     }
     return { added, already: rows.length - added }
   }
 
-  remove(workspaceId: string, phone: string) {
-    const removed = this.deps.writer.now(() => {
-      const gone = this.repo.remove(workspaceId, phone)
-      if (gone) this.audit.add(workspaceId, 'suppression.removed', null, this.deps.clock.now())
+  async remove(workspaceId: string, phone: string) {
+    const removed = await this.deps.engine.write(async (tx) => {
+      const gone = await this.store.remove(tx, workspaceId, phone)
+      if (gone) await this.audit.addIn(tx, workspaceId, 'suppression.removed', null, this.deps.clock.now())
       return gone
     })
     if (!removed) throw notFound('suppression')
