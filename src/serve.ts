@@ -37,7 +37,7 @@ export async function serve() {
   // another one may be serving.
   if (config.port !== 0) {
     try {
-      Bun.serve({ hostname: config.host, port: config.port, reusePort: false, fetch: () => new Response(null) }).stop(true)
+      void Bun.serve({ hostname: config.host, port: config.port, reusePort: false, fetch: () => new Response(null) }).stop(true)
     } catch (e) {
       fail(`cannot listen on ${config.host}:${config.port}: ${listenFailure(e)}`)
     }
