@@ -18,8 +18,8 @@ const ins = db.query("INSERT INTO contacts (id, workspace_id, phone, name, conse
 db.transaction(() => {
   for (let i = 0; i < N; i++) ins.run(Bun.randomUUIDv7(), ws.id, `+1556${String(i).padStart(8, '0')}`, `Customer ${i}`, i % 10 === 9 ? 'unknown' : 'opted_in', JSON.stringify({ plan: i % 2 ? 'pro' : 'free' }))
 })()
-const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Hi {{name}}, our spring sale starts today.' })
-const c = svc.campaigns.create(ws.id, { name: 'Spring', template_id: tpl.id, connection_id: conn.id })
+const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Hi {{name}}, our spring sale starts today.' })
+const c = await svc.campaigns.create(ws.id, { name: 'Spring', template_id: tpl.id, connection_id: conn.id })
 // the set-up's own writes checkpointed first: their WAL is not the freeze's to copy
 db.run('PRAGMA wal_checkpoint(TRUNCATE)')
 Bun.gc(true)

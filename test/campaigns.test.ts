@@ -304,9 +304,9 @@ describe('the campaign lane (controlled clock)', () => {
       await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(40) } })
       const conn = svc.connections.create(ws.id, { phone: '+15550002100', driver: 'sandbox', config: NO_RECEIPTS })
       for (let i = 0; i < 3; i++) await svc.contacts.upsert(ws.id, { phone: `+155560000${i}0`, consent_status: 'opted_in' }, 'test')
-      const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
+      const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
       // open 09:00–09:01 New York time (14:00–14:01 UTC in November): room for two releases 40 s apart
-      const c = svc.campaigns.create(ws.id, { name: 'Daytime', template_id: tpl.id, connection_id: conn.id, send_window: { from: '09:00', to: '09:01', time_zone: 'America/New_York' } })
+      const c = await svc.campaigns.create(ws.id, { name: 'Daytime', template_id: tpl.id, connection_id: conn.id, send_window: { from: '09:00', to: '09:01', time_zone: 'America/New_York' } })
       expect(svc.campaigns.toPublic(c).send_window).toEqual({ from: '09:00', to: '09:01', time_zone: 'America/New_York' })
       await svc.campaigns.schedule(ws.id, c.id, null)
       timers.advance(0)
@@ -355,8 +355,8 @@ describe('the campaign lane (controlled clock)', () => {
       const conn = svc.connections.create(ws.id, { phone: '+15550002000', driver: 'sandbox', config: NO_RECEIPTS })
       const phones = Array.from({ length: 250 }, (_, i) => `+1555500${String(i).padStart(4, '0')}`)
       for (const phone of phones) await svc.contacts.upsert(ws.id, { phone, consent_status: 'opted_in' }, 'test')
-      const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
-      const c = svc.campaigns.create(ws.id, { name: 'Big', template_id: tpl.id, connection_id: conn.id })
+      const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
+      const c = await svc.campaigns.create(ws.id, { name: 'Big', template_id: tpl.id, connection_id: conn.id })
       await svc.campaigns.schedule(ws.id, c.id, null)
       timers.advance(0)
       await settle()
@@ -382,8 +382,8 @@ describe('the campaign lane (controlled clock)', () => {
       await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10), message_allowance: 2 } })
       const conn = svc.connections.create(ws.id, { phone: '+15550003000', driver: 'sandbox', config: NO_RECEIPTS })
       for (let i = 0; i < 4; i++) await svc.contacts.upsert(ws.id, { phone: `+1555600${String(i).padStart(4, '0')}`, consent_status: 'opted_in' }, 'test')
-      const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
-      const c = svc.campaigns.create(ws.id, { name: 'Rollover', template_id: tpl.id, connection_id: conn.id })
+      const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
+      const c = await svc.campaigns.create(ws.id, { name: 'Rollover', template_id: tpl.id, connection_id: conn.id })
       await svc.campaigns.schedule(ws.id, c.id, null)
       const state = () => {
         const p = svc.campaigns.toPublic(storesOf(svc).campaigns.getAny(c.id)!)
@@ -421,8 +421,8 @@ describe('the campaign lane (controlled clock)', () => {
       await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10) } })
       const conn = svc.connections.create(ws.id, { phone: '+15550001000', driver: 'sandbox', config: NO_RECEIPTS })
       for (let i = 0; i < 20; i++) await svc.contacts.upsert(ws.id, { phone: `+1555300${String(i).padStart(4, '0')}`, consent_status: 'opted_in' }, 'test')
-      const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
-      const c = svc.campaigns.create(ws.id, { name: 'Big', template_id: tpl.id, connection_id: conn.id })
+      const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
+      const c = await svc.campaigns.create(ws.id, { name: 'Big', template_id: tpl.id, connection_id: conn.id })
       await svc.campaigns.schedule(ws.id, c.id, null)
       env.timers.advance(0)
       const orders = []
@@ -445,8 +445,8 @@ describe('the campaign lane (controlled clock)', () => {
       await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(0) } })
       const conn = svc.connections.create(ws.id, { phone: '+15550003000', driver: 'sandbox', config: NO_RECEIPTS })
       await svc.contacts.upsert(ws.id, { phone: '+15550003001', consent_status: 'opted_in' }, 'test')
-      const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
-      const c = svc.campaigns.create(ws.id, { name: 'Now', template_id: tpl.id, connection_id: conn.id })
+      const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
+      const c = await svc.campaigns.create(ws.id, { name: 'Now', template_id: tpl.id, connection_id: conn.id })
       svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', ['campaign.completed'])
       const status = () => storesOf(svc).campaigns.getAny(c.id)!.status
       const failing = (to: string) => db.run(`CREATE TRIGGER full_disk BEFORE UPDATE OF status ON campaigns WHEN NEW.status = '${to}' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`)
@@ -640,10 +640,27 @@ describe('audience freeze in slices', () => {
     // contacts created in another order than their numbers' (the freeze walks numbers)
     for (const [phone, consent_status, metadata] of [...people].reverse()) await svc.contacts.upsert(ws.id, { phone, consent_status: consent_status as any, metadata: metadata as any }, 'test')
     await svc.suppressions.add(ws.id, '+15550009005', null)
-    const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
+    const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
     const campaign = (audience = {}) => svc.campaigns.create(ws.id, { name: 'Sliced', template_id: tpl.id, connection_id: conn.id, audience })
     const recipients = (id: string) => (env.db.query('SELECT phone FROM campaign_recipients WHERE campaign_id = ? ORDER BY seq').all(id) as { phone: string }[]).map((r) => r.phone)
     return { env, svc, ws, campaign, recipients }
+  }
+
+  /** Hold a freeze between its slices until `open()` (`close()` holds the next one again). */
+  const holdSlices = (svc: Awaited<ReturnType<typeof freezeEnv>>['svc']) => {
+    let waiting: (() => void)[] = []
+    let held = true
+    svc.campaigns.betweenSlices = () => (held ? new Promise<void>((resolve) => waiting.push(resolve)) : new Promise<void>((resolve) => setImmediate(resolve)))
+    return {
+      open() {
+        held = false
+        for (const go of waiting) go()
+        waiting = []
+      },
+      close() {
+        held = true
+      },
+    }
   }
 
   test('every slice boundary: the whole audience, in number order, with the server working between slices; the schedule answers with the full counts', async () => {
@@ -656,7 +673,7 @@ describe('audience freeze in slices', () => {
       ] as const) {
         for (const slice of [1, 2, 3, 7, 5_000]) {
           svc.campaigns.freezeSliceSize = slice
-          const c = campaign(audience)
+          const c = await campaign(audience)
           let midway: number | null = null
           setImmediate(() => (midway = storesOf(svc).campaigns.counts(c.id).total))
           const started = await svc.campaigns.schedule(ws.id, c.id, null)
@@ -677,26 +694,33 @@ describe('audience freeze in slices', () => {
     const { env, svc, ws, campaign, recipients } = await freezeEnv()
     try {
       svc.campaigns.freezeSliceSize = 2
-      const c = campaign()
+      // the freeze held between its slices while the test looks
+      const gate = holdSlices(svc)
+      const c = await campaign()
       const starting = svc.campaigns.schedule(ws.id, c.id, null)
-      // the start and the first slice are one write, done before the schedule yields
-      expect([storesOf(svc).campaigns.getAny(c.id)!.status, recipients(c.id)]).toEqual(['running', ['+15550009001', '+15550009002']])
+      // the start and the first slice are one write
+      await waitFor(() => storesOf(svc).campaigns.getAny(c.id)!.status === 'running')
+      expect(recipients(c.id)).toEqual(['+15550009001', '+15550009002'])
       env.clock.t += 1000
       await svc.contacts.upsert(ws.id, { phone: '+15550009008', consent_status: 'opted_in' }, 'test')
       expect(storesOf(svc).campaigns.getAny(c.id)!.freeze_after).not.toBeNull()
       svc.campaigns.pause(ws.id, c.id)
+      gate.open()
       await starting
       expect([storesOf(svc).campaigns.getAny(c.id)!.status, recipients(c.id)]).toEqual(['paused', ['+15550009001', '+15550009002', '+15550009004', '+15550009007']])
 
-      const d = campaign()
+      const d = await campaign()
+      gate.close()
       const cancelled = svc.campaigns.schedule(ws.id, d.id, null)
+      await waitFor(() => storesOf(svc).campaigns.getAny(d.id)!.status === 'running')
       svc.campaigns.cancel(ws.id, d.id)
+      gate.open()
       const after = await cancelled
       expect([after.status, after.freeze_after, recipients(d.id)]).toEqual(['cancelled', null, ['+15550009001', '+15550009002']])
       expect(svc.campaigns.toPublic(after).counts).toMatchObject({ total: 2, skipped: 2 })
       // a later campaign has the new contact
       svc.campaigns.freezeSliceSize = 5_000
-      const e = campaign()
+      const e = await campaign()
       await svc.campaigns.schedule(ws.id, e.id, null)
       expect(recipients(e.id)).toContain('+15550009008')
     } finally {
@@ -709,7 +733,7 @@ describe('audience freeze in slices', () => {
     try {
       svc.campaigns.freezeSliceSize = 1
       svc.campaigns.freezeWaitMs = 0
-      const c = campaign()
+      const c = await campaign()
       const answered = await svc.campaigns.schedule(ws.id, c.id, null)
       expect(answered.status).toBe('running')
       expect(answered.freeze_after).not.toBeNull()
@@ -725,9 +749,12 @@ describe('audience freeze in slices', () => {
     try {
       await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(0) } })
       svc.campaigns.freezeSliceSize = 2
-      const c = campaign()
+      const gate = holdSlices(svc)
+      const c = await campaign()
       const starting = svc.campaigns.schedule(ws.id, c.id, null)
+      await waitFor(() => storesOf(svc).campaigns.getAny(c.id)!.status === 'running')
       env.db.run("CREATE TRIGGER full_disk BEFORE INSERT ON campaign_recipients BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+      gate.open()
       const started = await starting
       expect([started.status, started.freeze_after, recipients(c.id)]).toEqual(['running', '+15550009002', ['+15550009001', '+15550009002']])
       // the two frozen are sent; with more to come, the campaign is not completed

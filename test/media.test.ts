@@ -423,8 +423,8 @@ describe('retention', () => {
       await svc.contacts.upsert(ws.id, { phone: '+15550000082', consent_status: 'opted_in' }, 'test')
       const used = await svc.media.upload(ws.id, new File([files.pdf()], 'menu.pdf'))
       const unused = await svc.media.upload(ws.id, new File([files.png()], 'other.png'))
-      const tpl = svc.templates.create(ws.id, { name: 'T', body: 'Our new menu' })
-      const c = svc.campaigns.create(ws.id, { name: 'Menu', template_id: tpl.id, connection_id: conn.id, media_id: used.id })
+      const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Our new menu' })
+      const c = await svc.campaigns.create(ws.id, { name: 'Menu', template_id: tpl.id, connection_id: conn.id, media_id: used.id })
       await svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 2 * 86_400_000).toISOString())
       env.clock.t += 86_400_000 + 1
       await svc.media.purgeExpired()

@@ -9,6 +9,7 @@ import { stmt, UniqueViolation, type Engine } from '../src/db/engine'
 import { AuditRepo, auditIn } from '../src/modules/audit/repo'
 import { type KeyRow, KeyStore } from '../src/modules/keys/store'
 import { SuppressionStore } from '../src/modules/suppressions/store'
+import { type TemplateRow, TemplateStore } from '../src/modules/templates/store'
 import { type WorkspaceRow, WorkspaceStore } from '../src/modules/workspaces/store'
 import { ENGINES, type EngineName, migratedEngines } from './support/engines'
 
@@ -170,5 +171,28 @@ describe.each(ENGINES)('suppressions on %s', (name) => {
     expect((await store.list(other, 10, 0)).total).toBe(1)
     if (engine.now) expect(store.getNow(ws, '+15550001003')!.created_at).toBe(20)
     else expect(() => store.getNow(ws, '+15550001003')).toThrow('synchronous read')
+  })
+})
+
+describe.each(ENGINES)('templates on %s', (name) => {
+  test('a template comes back as written; an update changes what it names; a removed one is gone from reads and pages; linked ones are found; pages newest first', async () => {
+    const engine = engines[name]
+    const store = new TemplateStore(engine)
+    const ws = await workspace(engine)
+    const tpl = (i: number, whatsapp: string | null = null): TemplateRow => ({ id: crypto.randomUUID(), workspace_id: ws, name: `T${i}`, body: `Hi {{name}} — ${i} ✓`, category: 'utility', variables: '["name"]', whatsapp, imported: null, created_at: 100 + i, updated_at: 100 + i, deleted_at: null })
+    const [a, b, c] = [tpl(1), tpl(2, '{"name":"order_update","language":"en"}'), tpl(3)]
+    await engine.write(async (tx) => {
+      for (const t of [a, b, c]) await store.insert(tx, t)
+    })
+    expect(await store.get(ws, b.id)).toEqual(b)
+    expect(await store.get(crypto.randomUUID(), b.id)).toBeNull()
+    expect((await store.linked(ws)).map((t) => t.id)).toEqual([b.id])
+    await engine.write((tx) => store.update(tx, { ...a, name: 'Renamed', category: 'marketing', imported: '["x"]', updated_at: 500 }))
+    expect(await store.get(ws, a.id)).toMatchObject({ name: 'Renamed', category: 'marketing', imported: '["x"]', updated_at: 500, created_at: 101 })
+    await engine.write((tx) => store.remove(tx, c.id, 600))
+    expect(await store.get(ws, c.id)).toBeNull()
+    const page = await store.list(ws, 10, 0)
+    expect([page.total, page.rows.map((t) => t.id)]).toEqual([2, [b.id, a.id]])
+    expect([await store.activeUses(a.id), await store.scheduledWithMedia(a.id)]).toEqual([0, 0])
   })
 })

@@ -117,10 +117,10 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
     )
     .post(
       '/campaigns',
-      ({ caller, body, set }) => {
+      async ({ caller, body, set }) => {
         const input = validate(createBody, body, numberedKeys)
         set.status = 201
-        return { data: campaigns.toPublic(campaigns.create(caller.workspace.id, input)) }
+        return { data: campaigns.toPublic(await campaigns.create(caller.workspace.id, input)) }
       },
       {
         api: { summary: 'Create a campaign', description: 'Created as draft. Schedule it with POST /campaigns/{id}/schedule (campaigns:send).', tag: 'Campaigns', scope: 'campaigns:write', body: createBody, ok: { status: 201, data: campaignDoc, description: 'Created.' }, errors: [400, 404, 422] },
@@ -128,13 +128,13 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
     )
     .put(
       '/campaigns/:id',
-      ({ caller, params, body }) => {
+      async ({ caller, params, body }) => {
         find(caller.workspace.id, params.id)
         const input = validate(updateBody, body, (v, errors) => {
           if (Object.values(v).every((x) => x === undefined)) fieldError(errors, 'name', 'Give at least one field to change.')
           numberedKeys(v, errors)
         })
-        return { data: campaigns.toPublic(campaigns.update(caller.workspace.id, params.id, input)) }
+        return { data: campaigns.toPublic(await campaigns.update(caller.workspace.id, params.id, input)) }
       },
       {
         api: { summary: 'Update a campaign', description: 'Only while draft or scheduled (else 409 invalid_campaign_state); changes the fields given.', tag: 'Campaigns', scope: 'campaigns:write', params: ['id'], body: updateBody, ok: { status: 200, data: campaignDoc, description: 'Updated.' }, errors: [400, 404, 409, 422] },

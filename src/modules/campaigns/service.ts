@@ -142,8 +142,8 @@ export class CampaignService {
     return conflict('invalid_campaign_state', `The campaign is ${row.status}; it cannot be ${action}.`)
   }
 
-  private checkRefs(workspaceId: string, input: CampaignInput) {
-    if (input.template_id) this.templates.get(workspaceId, input.template_id)
+  private async checkRefs(workspaceId: string, input: CampaignInput) {
+    if (input.template_id) await this.templates.get(workspaceId, input.template_id)
     if (input.connection_id) this.connections.get(workspaceId, input.connection_id)
     if (input.media_id) this.headerMedia(workspaceId, input.media_id)
   }
@@ -158,8 +158,8 @@ export class CampaignService {
   }
 
   /** 422 for media beside a template whose WhatsApp header is text (Meta's template has no media header then). */
-  private checkHeaderPair(workspaceId: string, templateId: string, mediaId: string | null | undefined) {
-    const tpl = mediaId ? this.templates.find(workspaceId, templateId) : null
+  private async checkHeaderPair(workspaceId: string, templateId: string, mediaId: string | null | undefined) {
+    const tpl = mediaId ? await this.templates.find(workspaceId, templateId) : null
     if (tpl && this.templates.hasTextHeader(tpl)) throw validationFailed({ media_id: ['The template’s WhatsApp header is text (whatsapp.header_text): the campaign cannot carry media.'] })
   }
 
@@ -170,9 +170,9 @@ export class CampaignService {
     return t
   }
 
-  create(workspaceId: string, input: Required<Pick<CampaignInput, 'name' | 'template_id' | 'connection_id'>> & CampaignInput): CampaignRow {
-    this.checkRefs(workspaceId, input)
-    this.checkHeaderPair(workspaceId, input.template_id, input.media_id)
+  async create(workspaceId: string, input: Required<Pick<CampaignInput, 'name' | 'template_id' | 'connection_id'>> & CampaignInput): Promise<CampaignRow> {
+    await this.checkRefs(workspaceId, input)
+    await this.checkHeaderPair(workspaceId, input.template_id, input.media_id)
     const now = this.deps.clock.now()
     const row: CampaignRow = {
       id: uuid(),
@@ -201,11 +201,11 @@ export class CampaignService {
   }
 
   /** PUT: only while draft or scheduled. A scheduled campaign is re-armed with its new time. */
-  update(workspaceId: string, id: string, input: CampaignInput): CampaignRow {
+  async update(workspaceId: string, id: string, input: CampaignInput): Promise<CampaignRow> {
     const row = this.get(workspaceId, id)
     if (row.status !== 'draft' && row.status !== 'scheduled') throw this.illegal(row, 'changed')
-    this.checkRefs(workspaceId, input)
-    this.checkHeaderPair(workspaceId, input.template_id ?? row.template_id, input.media_id === undefined ? row.media_id : input.media_id)
+    await this.checkRefs(workspaceId, input)
+    await this.checkHeaderPair(workspaceId, input.template_id ?? row.template_id, input.media_id === undefined ? row.media_id : input.media_id)
     const fields: Partial<CampaignRow> = { updated_at: this.deps.clock.now() }
     if (input.name !== undefined) fields.name = input.name
     if (input.template_id !== undefined) fields.template_id = input.template_id
@@ -243,17 +243,22 @@ export class CampaignService {
   async schedule(workspaceId: string, id: string, at: string | null | undefined): Promise<CampaignRow> {
     const row = this.get(workspaceId, id)
     if (row.status !== 'draft' && row.status !== 'scheduled') throw this.illegal(row, 'scheduled')
-    const tpl = this.templates.get(workspaceId, row.template_id)
+    const tpl = await this.templates.get(workspaceId, row.template_id)
     this.connections.get(workspaceId, row.connection_id)
     this.templates.requireNumbered(tpl, JSON.parse(row.variables) as Record<string, unknown>)
-    this.checkHeaderPair(workspaceId, row.template_id, row.media_id)
+    await this.checkHeaderPair(workspaceId, row.template_id, row.media_id)
     // still there: from scheduling on, retention keeps it until the campaign ends (so a campaign
     // scheduled again holds it even past its expiry)
     if (row.media_id && !(row.status === 'scheduled' && this.media.find(workspaceId, row.media_id))) this.headerMedia(workspaceId, row.media_id)
     const now = this.deps.clock.now()
     const when = at ? Date.parse(at) : (row.scheduled_at ?? now)
     if (when <= now) this.messages.checkAllowance(workspaceId, now)
-    this.deps.writer.now(() => this.repo.update(id, { status: 'scheduled', scheduled_at: Math.max(when, now), updated_at: now }))
+    // checked again in the write: the lookups above waited, and a cancel may have come meanwhile
+    this.deps.writer.now(() => {
+      const current = this.repo.getAny(id)!
+      if (current.status !== 'draft' && current.status !== 'scheduled') throw this.illegal(current, 'scheduled')
+      this.repo.update(id, { status: 'scheduled', scheduled_at: Math.max(when, now), updated_at: now })
+    })
     if (when <= now) {
       let timer: Timer | undefined
       const waited = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), this.freezeWaitMs)))
@@ -279,8 +284,10 @@ export class CampaignService {
     const row = this.repo.getAny(id)
     if (!row || row.deleted_at !== null || row.status !== 'scheduled') return row!
     const now = this.deps.clock.now()
-    const more = this.deps.writer.now(() => {
-      const tpl = this.templates.find(row.workspace_id, row.template_id)
+    // (the freeze below is still the campaigns' synchronous SQL: on SQLite's connection, inside
+    // this same write, until the campaigns module is on the seam)
+    const more = await this.deps.engine.write(async (tx) => {
+      const tpl = await this.templates.find(row.workspace_id, row.template_id, tx)
       if (!tpl) {
         this.repo.update(id, { status: 'cancelled', finished_at: now, updated_at: now })
         return null
@@ -302,6 +309,8 @@ export class CampaignService {
   freezeSliceSize = 5_000
   /** How long a start asked for over the API waits for its freeze (a million contacts: ~5 s). */
   freezeWaitMs = 20_000
+  /** What a freeze waits for between its slices: a turn of the event loop (tests hold it to look between slices). */
+  betweenSlices: () => Promise<void> = nextTurn
   /** Freezes under way, by campaign: one at a time, and a start waits for its own. */
   private freezes = new Map<string, Promise<void>>()
   private stopped = false
@@ -330,7 +339,7 @@ export class CampaignService {
     const run = (async () => {
       try {
         for (let more = true; more; ) {
-          await nextTurn()
+          await this.betweenSlices()
           // stopping: the next start goes on from here
           if (this.stopped) return
           more = this.deps.writer.now(() => this.freezeStepInTx(id))

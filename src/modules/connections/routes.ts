@@ -65,7 +65,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
       '/connections/:id/import-templates',
       async ({ params }) => {
         const workspaceId = conns.getAny(params.id).row.workspace_id
-        const r = svc.templates.importFrom(workspaceId, params.id, await conns.networkTemplates(params.id))
+        const r = await svc.templates.importFrom(workspaceId, params.id, await conns.networkTemplates(params.id))
         const shown = (rows: typeof r.created) => rows.map((row) => svc.templates.toPublic(row))
         return { data: { created: shown(r.created), updated: shown(r.updated), existing: shown(r.existing), skipped: r.skipped } }
       },

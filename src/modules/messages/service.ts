@@ -4,6 +4,7 @@
  * delivered → read; failed from queued, sending or sent); a late receipt only fills its time.
  * A group message ends at sent.
  */
+import type { Queries } from '../../db/engine'
 import type { Deps } from '../../deps'
 import { nextTurn, persist } from '../../db/writer'
 import { notFound, refused, validationFailed } from '../../http/errors'
@@ -280,7 +281,7 @@ export class MessageService {
       if (input.contact_id && !contact) throw notFound('contact')
       const media = input.attachments.map((id) => this.media.get(workspaceId, id))
       const phone = contact ? contact.phone : input.recipient!
-      const filled = input.template_id === undefined ? null : this.fillTemplate(workspaceId, input, contact, phone, upload !== undefined || media.length > 0)
+      const filled = input.template_id === undefined ? null : await this.fillTemplate(tx, workspaceId, input, contact, phone, upload !== undefined || media.length > 0)
       if (filled?.networkTemplate) checkTemplateHeader(media, upload, filled.headerText !== null)
       if (contact?.consent_status === 'opted_out') throw refused('recipient_opted_out', 'The recipient has opted out.')
       if ((await this.suppressions.isSuppressed(workspaceId, phone, tx)) || (input.recipient !== undefined && input.recipient !== phone && (await this.suppressions.isSuppressed(workspaceId, input.recipient, tx)))) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
@@ -320,8 +321,8 @@ export class MessageService {
    * empty or past the body limit for this recipient; and a Meta template WhatsApp would refuse for
    * this recipient (its header text empty or too long, a parameter or button value empty).
    */
-  private fillTemplate(workspaceId: string, input: SendInput, contact: ContactRow | null, phone: string, withMedia: boolean) {
-    const tpl = this.templates.find(workspaceId, input.template_id!)
+  private async fillTemplate(tx: Queries, workspaceId: string, input: SendInput, contact: ContactRow | null, phone: string, withMedia: boolean) {
+    const tpl = await this.templates.find(workspaceId, input.template_id!, tx)
     if (!tpl) throw notFound('template')
     const numbered = input.variables ?? {}
     this.templates.requireNumbered(tpl, numbered)

@@ -2,7 +2,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { notFound } from '../../http/errors'
-import { paged, pageQuery } from '../../http/format'
+import { pagedAsync, pageQuery } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { templateDoc } from './model'
@@ -70,16 +70,16 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
   }
   return new Elysia()
     .use(auth)
-    .get('/templates', ({ caller, query }) => paged(query, (l, o) => templates.list(caller.workspace.id, l, o), (t) => templates.toPublic(t)), {
+    .get('/templates', ({ caller, query }) => pagedAsync(query, (l, o) => templates.list(caller.workspace.id, l, o), (t) => templates.toPublic(t)), {
       api: { summary: 'List templates', description: 'Newest first.', tag: 'Templates', scope: 'templates:read', query: pageQuery, ok: { status: 200, data: templateDoc, list: true, description: 'A page of templates.' }, errors: [422] },
     })
-    .get('/templates/:id', ({ caller, params }) => ({ data: templates.toPublic(find(caller.workspace.id, params.id)) }), {
+    .get('/templates/:id', async ({ caller, params }) => ({ data: templates.toPublic(await find(caller.workspace.id, params.id)) }), {
       api: { summary: 'One template', tag: 'Templates', scope: 'templates:read', params: ['id'], ok: { status: 200, data: templateDoc, description: 'The template.' }, errors: [404] },
     })
     .get(
       '/templates/:id/preview',
-      ({ caller, params, query }) => {
-        const tpl = find(caller.workspace.id, params.id)
+      async ({ caller, params, query }) => {
+        const tpl = await find(caller.workspace.id, params.id)
         const q = validate(previewQuery, { contact_id: query.contact_id, name: query.name, phone: query.phone })
         // prototype-free: a query key such as metadata.__proto__ is a value like any other
         const numbered: Record<string, string> = Object.create(null)
@@ -112,10 +112,10 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
     )
     .post(
       '/templates',
-      ({ caller, body, set }) => {
+      async ({ caller, body, set }) => {
         const input = validate(createBody, body)
         set.status = 201
-        return { data: templates.toPublic(templates.create(caller.workspace.id, input)) }
+        return { data: templates.toPublic(await templates.create(caller.workspace.id, input)) }
       },
       {
         api: { summary: 'Create a template', description: 'Unknown placeholders are refused with 422.', tag: 'Templates', scope: 'templates:write', body: createBody, ok: { status: 201, data: templateDoc, description: 'Created.' }, errors: [400, 422] },
@@ -123,12 +123,12 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
     )
     .put(
       '/templates/:id',
-      ({ caller, params, body }) => {
-        find(caller.workspace.id, params.id)
+      async ({ caller, params, body }) => {
+        await find(caller.workspace.id, params.id)
         const input = validate(updateBody, body, (v, errors) => {
           if (v.name === undefined && v.body === undefined && v.category === undefined && v.whatsapp === undefined) fieldError(errors, 'body', 'Give at least one of name, body, category or whatsapp.')
         })
-        return { data: templates.toPublic(templates.update(caller.workspace.id, params.id, input)) }
+        return { data: templates.toPublic(await templates.update(caller.workspace.id, params.id, input)) }
       },
       {
         api: { summary: 'Update a template', description: 'Changes the fields given. A campaign that already started keeps the body it started with.', tag: 'Templates', scope: 'templates:write', params: ['id'], body: updateBody, ok: { status: 200, data: templateDoc, description: 'Updated.' }, errors: [400, 404, 422] },
@@ -136,9 +136,9 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
     )
     .delete(
       '/templates/:id',
-      ({ caller, params, set }) => {
-        find(caller.workspace.id, params.id)
-        templates.remove(caller.workspace.id, params.id)
+      async ({ caller, params, set }) => {
+        await find(caller.workspace.id, params.id)
+        await templates.remove(caller.workspace.id, params.id)
         set.status = 204
         return ''
       },

@@ -1,4 +1,5 @@
 /** Message templates with placeholders; preview renders them for a contact or given values. */
+import type { Queries } from '../../db/engine'
 import type { Deps } from '../../deps'
 import type { AuditRepo } from '../audit/repo'
 import { conflict, notFound, validationFailed } from '../../http/errors'
@@ -6,7 +7,7 @@ import { iso, uuid } from '../../http/format'
 import { NUMBERED, placeholders, render, type RenderValues } from './render'
 import type { NetworkTemplateDefinition } from '../../network/driver'
 import type { PublicTemplate } from './model'
-import { TemplateRepo, type TemplateRow } from './repo'
+import { TemplateStore, type TemplateRow } from './store'
 
 /** The Meta-approved WhatsApp template a Capstan template stands for (Cloud API numbers send it). */
 export interface WhatsAppTemplate {
@@ -42,13 +43,13 @@ const whatsappShape = (w: WhatsAppTemplate): NonNullable<PublicTemplate['whatsap
 const whatsappJson = (w: WhatsAppTemplate | null | undefined) => (w ? JSON.stringify(whatsappShape(w)) : null)
 
 export class TemplateService {
-  private readonly repo: TemplateRepo
+  private readonly store: TemplateStore
 
   constructor(
     private readonly deps: Deps,
     private readonly audit: AuditRepo,
   ) {
-    this.repo = new TemplateRepo(deps.db)
+    this.store = new TemplateStore(deps.engine)
   }
 
   toPublic(row: TemplateRow): PublicTemplate {
@@ -69,13 +70,13 @@ export class TemplateService {
     return whatsappShape(JSON.parse(json) as WhatsAppTemplate)
   }
   /** The workspace's template, or null (no 404). */
-  find(workspaceId: string, id: string): TemplateRow | null {
-    return this.repo.get(workspaceId, id)
+  find(workspaceId: string, id: string, q?: Queries): Promise<TemplateRow | null> {
+    return this.store.get(workspaceId, id, q)
   }
 
   /** A page of the workspace's templates, newest first. */
   list(workspaceId: string, limit: number, offset: number) {
-    return this.repo.list(workspaceId, limit, offset)
+    return this.store.list(workspaceId, limit, offset)
   }
 
   /**
@@ -102,39 +103,39 @@ export class TemplateService {
     return variables
   }
 
-  get(workspaceId: string, id: string): TemplateRow {
-    const row = this.repo.get(workspaceId, id)
+  async get(workspaceId: string, id: string, q?: Queries): Promise<TemplateRow> {
+    const row = await this.store.get(workspaceId, id, q)
     if (!row) throw notFound('template')
     return row
   }
 
-  create(workspaceId: string, input: Required<Pick<TemplateInput, 'name' | 'body'>> & TemplateInput): TemplateRow {
+  async create(workspaceId: string, input: Required<Pick<TemplateInput, 'name' | 'body'>> & TemplateInput): Promise<TemplateRow> {
     const variables = this.variablesOf(input.body, input.whatsapp ?? null)
     const now = this.deps.clock.now()
     const row: TemplateRow = { id: uuid(), workspace_id: workspaceId, name: input.name, body: input.body, category: input.category ?? 'utility', variables: JSON.stringify(variables), whatsapp: whatsappJson(input.whatsapp), imported: null, created_at: now, updated_at: now, deleted_at: null }
-    this.deps.writer.now(() => this.repo.insert(row))
+    await this.deps.engine.write((tx) => this.store.insert(tx, row))
     return row
   }
 
-  update(workspaceId: string, id: string, input: TemplateInput): TemplateRow {
-    const row = this.get(workspaceId, id)
+  async update(workspaceId: string, id: string, input: TemplateInput): Promise<TemplateRow> {
+    const row = await this.get(workspaceId, id)
     const body = input.body ?? row.body
     const whatsapp = input.whatsapp === undefined ? row.whatsapp : whatsappJson(input.whatsapp)
     const link = whatsapp === null ? null : (JSON.parse(whatsapp) as WhatsAppTemplate)
     const variables = this.variablesOf(body, link)
     // a campaign takes the template as it is when it starts: one waiting to start with media
     // could not send a template whose header became text
-    if (link?.header_text && !this.hasTextHeader(row) && this.repo.scheduledWithMedia(id) > 0) throw validationFailed({ 'whatsapp.header_text': ['A scheduled campaign sends this template with media (media_id); a template with a text header takes none.'] })
+    if (link?.header_text && !this.hasTextHeader(row) && (await this.store.scheduledWithMedia(id)) > 0) throw validationFailed({ 'whatsapp.header_text': ['A scheduled campaign sends this template with media (media_id); a template with a text header takes none.'] })
     const next: TemplateRow = { ...row, name: input.name ?? row.name, body, category: input.category ?? row.category, variables: JSON.stringify(variables), whatsapp, updated_at: this.deps.clock.now() }
-    this.deps.writer.now(() => this.repo.update(next))
+    await this.deps.engine.write((tx) => this.store.update(tx, next))
     return next
   }
 
-  remove(workspaceId: string, id: string) {
-    this.deps.writer.now(() => {
-      this.get(workspaceId, id)
-      if (this.repo.activeUses(id) > 0) throw conflict('template_in_use', 'The template is used by a scheduled, running or paused campaign.')
-      this.repo.remove(id, this.deps.clock.now())
+  async remove(workspaceId: string, id: string) {
+    await this.deps.engine.write(async (tx) => {
+      await this.get(workspaceId, id, tx)
+      if ((await this.store.activeUses(id, tx)) > 0) throw conflict('template_in_use', 'The template is used by a scheduled, running or paused campaign.')
+      await this.store.remove(tx, id, this.deps.clock.now())
     })
   }
 
@@ -149,16 +150,16 @@ export class TemplateService {
    * be sent is listed with the reason. Audited as `templates.imported`, naming the number.
    */
   importFrom(workspaceId: string, connectionId: string, defs: NetworkTemplateDefinition[]) {
-    return this.deps.writer.now(() => {
-      const result = this.importInTx(workspaceId, defs)
-      this.audit.add(workspaceId, 'templates.imported', null, this.deps.clock.now(), connectionId)
+    return this.deps.engine.write(async (tx) => {
+      const result = await this.importIn(tx, workspaceId, defs)
+      await this.audit.addIn(tx, workspaceId, 'templates.imported', null, this.deps.clock.now(), connectionId)
       return result
     })
   }
 
-  private importInTx(workspaceId: string, defs: NetworkTemplateDefinition[]) {
+  private async importIn(tx: Queries, workspaceId: string, defs: NetworkTemplateDefinition[]) {
     const key = (name: string, language: string) => `${name}\u0000${language}`
-    const have = new Map(this.repo.linked(workspaceId).map((r) => [key(...this.linkOf(r)), r]))
+    const have = new Map((await this.store.linked(workspaceId, tx)).map((r) => [key(...this.linkOf(r)), r]))
     const created: TemplateRow[] = []
     const updated: TemplateRow[] = []
     const existing: TemplateRow[] = []
@@ -183,22 +184,22 @@ export class TemplateService {
       const now = this.deps.clock.now()
       const known = have.get(key(def.name, def.language))
       if (known) {
-        const action = this.reimport(known, imported, fresh.whatsapp)
+        const action = await this.reimport(tx, known, imported, fresh.whatsapp)
         if (action === 'keep') existing.push(known)
         else if (action === 'adopt') {
           // already what the import makes (made by hand so, or imported before imports were
           // recorded): from now on it is as imported
-          this.repo.update({ ...known, imported })
+          await this.store.update(tx, { ...known, imported })
           existing.push(known)
         } else if (action === 'update') {
           const row: TemplateRow = { ...known, ...fresh, imported, updated_at: now }
-          this.repo.update(row)
+          await this.store.update(tx, row)
           updated.push(row)
         } else skipped.push({ name: def.name, language: def.language, reason: action })
         continue
       }
       const row: TemplateRow = { id: uuid(), workspace_id: workspaceId, name: `${def.name} (${def.language})`.slice(0, 120), ...fresh, imported, created_at: now, updated_at: now, deleted_at: null }
-      this.repo.insert(row)
+      await this.store.insert(tx, row)
       have.set(key(def.name, def.language), row)
       created.push(row)
     }
@@ -211,12 +212,12 @@ export class TemplateService {
    * that already), update it (still as last imported, and the network's has changed since), or
    * the reason it was left as it is. A template made by hand is kept.
    */
-  private reimport(row: TemplateRow, imported: string, whatsapp: string | null): 'keep' | 'adopt' | 'update' | string {
+  private async reimport(tx: Queries, row: TemplateRow, imported: string, whatsapp: string | null): Promise<'keep' | 'adopt' | 'update' | string> {
     if (importStamp(row) === imported) return row.imported === imported ? 'keep' : 'adopt'
     if (row.imported === null || row.imported === imported) return 'keep'
     if (importStamp(row) !== row.imported) return `Meta's template has changed since it was imported, and template ${row.id} was edited here since: it was left as it is; edit it to match.`
     // as PUT /templates: a campaign waiting to start with media could not send a text header
-    if (this.hasTextHeader({ ...row, whatsapp }) && !this.hasTextHeader(row) && this.repo.scheduledWithMedia(row.id) > 0) return `Meta's template now has a text header, and a scheduled campaign sends template ${row.id} with media: it was left as it is.`
+    if (this.hasTextHeader({ ...row, whatsapp }) && !this.hasTextHeader(row) && (await this.store.scheduledWithMedia(row.id, tx)) > 0) return `Meta's template now has a text header, and a scheduled campaign sends template ${row.id} with media: it was left as it is.`
     return 'update'
   }
 
