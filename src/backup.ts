@@ -99,7 +99,12 @@ function copyDir(from: string, to: string, added: string[] = []) {
   }
 }
 
-export function backup(dataDir: string, dir: string): BackupResult {
+/**
+ * `mediaIn`: the bucket the media files live in (CAPSTAN_MEDIA_STORE), or null for the data
+ * directory's: with a bucket, the backup holds the database and its keys, and the manifest names
+ * the bucket — whose own versioning or replication keeps the files.
+ */
+export function backup(dataDir: string, dir: string, mediaIn: string | null = null): BackupResult {
   const source = join(dataDir, 'capstan.db')
   if (!existsSync(source)) throw new Error(`no database at ${source}`)
   if (existsSync(join(dir, 'capstan.db'))) throw new Error(`${dir} already holds a backup`)
@@ -109,14 +114,14 @@ export function backup(dataDir: string, dir: string): BackupResult {
   const made = !existsSync(dir)
   mkdirSync(dir, { recursive: true, mode: 0o700 })
   try {
-    return writeBackup(source, dataDir, dir)
+    return writeBackup(source, dataDir, dir, mediaIn)
   } catch (e) {
     for (const path of made ? [dir] : added) rmSync(path, { recursive: true, force: true })
     throw new Error(`the backup could not be written and nothing of it was kept: ${(e as Error).message}`)
   }
 }
 
-function writeBackup(source: string, dataDir: string, dir: string): BackupResult {
+function writeBackup(source: string, dataDir: string, dir: string, mediaIn: string | null): BackupResult {
   const db = new Database(source, { readonly: true })
   db.run('PRAGMA busy_timeout = 10000')
   try {
@@ -125,7 +130,7 @@ function writeBackup(source: string, dataDir: string, dir: string): BackupResult
     db.close()
   }
   const copy = new Database(join(dir, 'capstan.db'), { readonly: true })
-  const shas = mediaShas(copy)
+  const shas = mediaIn === null ? mediaShas(copy) : []
   const messages = copy.query<{ n: number }, []>('SELECT COUNT(*) AS n FROM messages').get()!.n
   copy.close()
   const missing: string[] = []
@@ -143,7 +148,7 @@ function writeBackup(source: string, dataDir: string, dir: string): BackupResult
   if (existsSync(join(dataDir, 'secret.key'))) copyPrivate(join(dataDir, 'secret.key'), join(dir, 'secret.key'))
   if (existsSync(join(dataDir, JOURNAL))) copyPrivate(join(dataDir, JOURNAL), join(dir, JOURNAL))
   copyDir(join(dataDir, 'sandbox'), join(dir, 'sandbox'))
-  writeFileSync(join(dir, 'manifest.json'), JSON.stringify({ capstan: VERSION, created_at: new Date().toISOString(), messages, media_files: shas.length - missing.length, media_linked: linked, missing_media: missing }, null, 2))
+  writeFileSync(join(dir, 'manifest.json'), JSON.stringify({ capstan: VERSION, created_at: new Date().toISOString(), messages, media_files: shas.length - missing.length, media_linked: linked, missing_media: missing, ...(mediaIn === null ? {} : { media_kept_in: mediaIn }) }, null, 2))
   return { dir, messages, media: shas.length - missing.length, linked, missing }
 }
 

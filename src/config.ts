@@ -10,12 +10,21 @@ import { isIpRange } from './http/ip-ranges'
 
 export type ClamdAddress = { kind: 'unix'; path: string } | { kind: 'tcp'; host: string; port: number }
 
+/**
+ * Where media files live: the data directory (the default), or an S3-compatible bucket
+ * (CAPSTAN_MEDIA_STORE=s3://bucket/prefix) reached with the usual S3_* / AWS_* variables.
+ */
+export type MediaStoreConfig =
+  | { kind: 'local' }
+  | { kind: 's3'; bucket: string; prefix: string; endpoint: string | null; region: string | null; accessKeyId: string | null; secretAccessKey: string | null; sessionToken: string | null }
+
 export interface Config {
   host: string
   port: number
   dataDir: string
   dbPath: string
   mediaDir: string
+  mediaStore: MediaStoreConfig
   adminToken: string | null
   /** Key material for secrets stored encrypted (null: a key file, see secretKeyFile). */
   secretKey: string | null
@@ -96,6 +105,28 @@ function trustedProxies(env: Record<string, string | undefined>): string[] {
 }
 
 /** Build the config from an environment map (process.env by default). Throws ConfigError. */
+/** CAPSTAN_MEDIA_STORE: unset or empty → the data directory; s3://bucket[/prefix] → that bucket. */
+function mediaStore(env: Record<string, string | undefined>): MediaStoreConfig {
+  const raw = env.CAPSTAN_MEDIA_STORE?.trim()
+  if (!raw) return { kind: 'local' }
+  const m = /^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:\/([A-Za-z0-9!_.*'()\/-]*))?$/.exec(raw)
+  if (!m) throw new ConfigError('CAPSTAN_MEDIA_STORE must be s3://bucket or s3://bucket/prefix (a bucket name of 3-63 lower-case letters, digits, dots and hyphens)')
+  const prefix = (m[2] ?? '').replace(/^\/+|\/+$/g, '')
+  const first = (...names: string[]) => names.map((n) => env[n]?.trim()).find((v) => v) ?? null
+  const endpoint = first('S3_ENDPOINT', 'AWS_ENDPOINT', 'AWS_ENDPOINT_URL_S3', 'AWS_ENDPOINT_URL')
+  if (endpoint !== null && !/^https?:\/\/[^\s/]+\/?$/.test(endpoint)) throw new ConfigError('S3_ENDPOINT must be an http:// or https:// address (scheme, host and port only)')
+  return {
+    kind: 's3',
+    bucket: m[1]!,
+    prefix: prefix ? `${prefix}/` : '',
+    endpoint,
+    region: first('S3_REGION', 'AWS_REGION', 'AWS_DEFAULT_REGION'),
+    accessKeyId: first('S3_ACCESS_KEY_ID', 'AWS_ACCESS_KEY_ID'),
+    secretAccessKey: first('S3_SECRET_ACCESS_KEY', 'AWS_SECRET_ACCESS_KEY'),
+    sessionToken: first('S3_SESSION_TOKEN', 'AWS_SESSION_TOKEN'),
+  }
+}
+
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const dataDir = resolve(env.CAPSTAN_DATA_DIR || './data')
   const logLevel = (env.CAPSTAN_LOG_LEVEL || 'info').trim().toLowerCase()
@@ -123,6 +154,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     dataDir,
     dbPath: join(dataDir, 'capstan.db'),
     mediaDir: join(dataDir, 'media'),
+    mediaStore: mediaStore(env),
     adminToken,
     secretKey: env.CAPSTAN_SECRET_KEY?.trim() || null,
     secretKeyFile,

@@ -121,8 +121,9 @@ async function main(argv: string[]) {
       const target = operands[0]!
       try {
         if (command === 'backup') {
-          const r = backup(config.dataDir, target)
-          console.log(`backup written to ${r.dir}: ${r.messages} messages, ${r.media} media files${r.linked ? ` (${r.linked} shared with the backup beside it)` : ''}${r.missing.length ? ` (${r.missing.length} media files deleted by retention meanwhile)` : ''}`)
+          const bucket = config.mediaStore.kind === 's3' ? `s3://${config.mediaStore.bucket}/${config.mediaStore.prefix}` : null
+          const r = backup(config.dataDir, target, bucket)
+          console.log(`backup written to ${r.dir}: ${r.messages} messages, ${bucket ? `media kept in ${bucket} (not copied)` : `${r.media} media files`}${r.linked ? ` (${r.linked} shared with the backup beside it)` : ''}${r.missing.length ? ` (${r.missing.length} media files deleted by retention meanwhile)` : ''}`)
         } else {
           // held (referenced) until the restore is done: an unreferenced handle may be collected and closed
           const lock = lockOrExit(config.dataDir)

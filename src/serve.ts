@@ -8,6 +8,7 @@ import { startCheckpointer } from './db/checkpoint'
 import { SqliteEngine } from './db/engine'
 import { Writer } from './db/writer'
 import { Logger } from './http/log'
+import { S3MediaStore } from './modules/media/store'
 import { buildApp } from './server'
 import { startJobs, warnIfDiskLow } from './scheduler/jobs'
 import { buildServices, settleServices, startServices, stopServices } from './services'
@@ -41,6 +42,11 @@ export async function serve() {
     } catch (e) {
       fail(`cannot listen on ${config.host}:${config.port}: ${listenFailure(e)}`)
     }
+  }
+  // media in a bucket: it must be there and take the credentials, before anything is written
+  if (config.mediaStore.kind === 's3') {
+    const why = await new S3MediaStore(config.mediaStore).check()
+    if (why) fail(`CAPSTAN_MEDIA_STORE: ${why}`)
   }
   const lock = lockOrExit(config.dataDir)
   const box = secretBoxOrExit(config)

@@ -15,7 +15,7 @@ import { GroupService } from './modules/groups/service'
 import { AuditRepo } from './modules/audit/repo'
 import { KeyService } from './modules/keys/service'
 import { MediaService } from './modules/media/service'
-import { MediaStore } from './modules/media/store'
+import { mediaStoreFor } from './modules/media/store'
 import { ClamdScanner, type Scanner } from './scanner/clamd'
 import { MessageService } from './modules/messages/service'
 import { MessageRetention } from './modules/messages/retention'
@@ -64,7 +64,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   const suppressions = new SuppressionService(deps, audit)
   const connections = new ConnectionService(deps, box, log, audit)
   const webhooks = new WebhookService(deps, box, log, audit)
-  const media = new MediaService(deps, new MediaStore(deps.config.mediaDir), opts.scanner ?? new ClamdScanner(deps.config.clamd, deps.config.clamdTimeoutMs), workspaces, log)
+  const media = new MediaService(deps, mediaStoreFor(deps.config.mediaStore, deps.config.mediaDir), opts.scanner ?? new ClamdScanner(deps.config.clamd, deps.config.clamdTimeoutMs), workspaces, log)
   const templates = new TemplateService(deps, audit)
   const messages = new MessageService(deps, workspaces, contacts, suppressions, connections, webhooks, media, templates)
   const groups = new GroupService(deps, connections, messages, log)

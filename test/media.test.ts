@@ -1,4 +1,5 @@
 /** Media (spec §4 POST /media, media:read; CONTRACT §2): real clamd, real store, real server. */
+import type { LocalMediaStore } from '../src/modules/media/store'
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readdirSync, statSync } from 'node:fs'
@@ -429,7 +430,7 @@ describe('retention', () => {
       env.clock.t += 86_400_000 + 1
       await svc.media.purgeExpired()
       expect(svc.media.find(ws.id, used.id)?.id).toBe(used.id)
-      expect(existsSync(svc.media.store.pathFor(used.blob))).toBe(true)
+      expect(existsSync((svc.media.store as LocalMediaStore).pathFor(used.blob))).toBe(true)
       expect(svc.media.find(ws.id, unused.id)).toBeNull()
       // moved to another time, it still holds it
       await svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 86_400_000).toISOString())
@@ -439,7 +440,7 @@ describe('retention', () => {
       svc.campaigns.cancel(ws.id, c.id)
       await svc.media.purgeExpired()
       expect(svc.media.find(ws.id, used.id)).toBeNull()
-      expect(existsSync(svc.media.store.pathFor(used.blob))).toBe(false)
+      expect(existsSync((svc.media.store as LocalMediaStore).pathFor(used.blob))).toBe(false)
     })
   })
 
@@ -455,7 +456,7 @@ describe('retention', () => {
       timers.advance(2 * 3_600_000)
       await svc.media.purgeExpired()
       expect(svc.media.find(ws.id, m.id)?.id).toBe(m.id)
-      expect(existsSync(svc.media.store.pathFor(m.blob))).toBe(true)
+      expect(existsSync((svc.media.store as LocalMediaStore).pathFor(m.blob))).toBe(true)
       expect(() => svc.media.get(ws.id, m.id)).toThrow() // expired for new sends all the same
       // back online, the message goes out with its file; then nothing holds it any more
       svc.connections.setStatus(conn.id, 'online', null)
@@ -466,7 +467,7 @@ describe('retention', () => {
       expect(storesOf(svc).messages.get(ws.id, row.id)).toMatchObject({ status: 'sent', error_code: null })
       await svc.media.purgeExpired()
       expect(svc.media.find(ws.id, m.id)).toBeNull()
-      expect(existsSync(svc.media.store.pathFor(m.blob))).toBe(false)
+      expect(existsSync((svc.media.store as LocalMediaStore).pathFor(m.blob))).toBe(false)
     })
   })
 
@@ -476,7 +477,7 @@ describe('retention', () => {
       const conn = svc.connections.create(ws.id, { phone: '+15550000077', driver: 'sandbox' })
       const bytes = files.pdf()
       const m = await svc.media.upload(ws.id, new File([bytes], 'a.pdf'))
-      const path = svc.media.store.pathFor(m.blob)
+      const path = (svc.media.store as LocalMediaStore).pathFor(m.blob)
       expect(existsSync(path)).toBe(true)
       env.clock.t += 86_400_000 - 1
       const keep = await svc.media.upload(ws.id, new File([files.png()], 'b.png'))
@@ -489,7 +490,7 @@ describe('retention', () => {
       expect(existsSync(path)).toBe(false)
       expect(svc.media.find(ws.id, m.id)).toBeNull()
       // a later upload is untouched
-      expect(existsSync(svc.media.store.pathFor(keep.blob))).toBe(true)
+      expect(existsSync((svc.media.store as LocalMediaStore).pathFor(keep.blob))).toBe(true)
       expect(svc.media.get(ws.id, keep.id).id).toBe(keep.id)
     })
   })

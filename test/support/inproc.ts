@@ -53,9 +53,9 @@ export class ManualTimers implements Timers {
   }
 }
 
-export async function inProcess(opts: { clamd?: string } = {}) {
+export async function inProcess(opts: { clamd?: string; env?: Record<string, string> } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'capstan-inproc-'))
-  const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent', ...(opts.clamd ? { CAPSTAN_CLAMD: opts.clamd } : {}) })
+  const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent', ...(opts.clamd ? { CAPSTAN_CLAMD: opts.clamd } : {}), ...opts.env })
   const db = openDatabase(config.dbPath)
   migrate(db)
   const clock = new ManualClock()

@@ -24,10 +24,8 @@ function disposition(name: string) {
 }
 
 /** A stored file as a download: its bytes, type, length and name (`extra`: more headers). */
-export function downloadResponse(svc: Services, row: MediaRow, extra: Record<string, string> = {}) {
-  return new Response(svc.media.store.file(row.blob), {
-    headers: { ...SECURITY_HEADERS, 'content-type': row.mime_type, 'content-length': String(row.size), 'content-disposition': disposition(row.filename), ...extra },
-  })
+export function downloadResponse(svc: Services, row: MediaRow, range: string | null, extra: Record<string, string> = {}) {
+  return svc.media.store.response(row.blob, row.size, { ...SECURITY_HEADERS, 'content-type': row.mime_type, 'content-length': String(row.size), 'content-disposition': disposition(row.filename), ...extra }, range)
 }
 
 export function mediaApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
@@ -67,15 +65,15 @@ export function mediaApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin
     })
     .get(
       '/media/:id/download',
-      ({ caller, params, set }) => {
+      ({ caller, params, set, request }) => {
         const row = find(caller.workspace.id, params.id)
-        return downloadResponse(svc, row, {
+        return downloadResponse(svc, row, request.headers.get('range'), {
           'x-ratelimit-limit': String(set.headers['x-ratelimit-limit'] ?? ''),
           'x-ratelimit-remaining': String(set.headers['x-ratelimit-remaining'] ?? ''),
         })
       },
       {
-        api: { summary: 'Download media', description: 'Streams the stored bytes with their type, Content-Length and Content-Disposition: attachment.', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, binary: true, description: 'The whole file, in its own type (mime_type).', headers: DOWNLOAD_HEADERS }, alsoOk: [{ status: 206, description: 'The part a `Range: bytes=…` header asked for (Content-Range says which).', headers: { ...DOWNLOAD_HEADERS, 'Content-Range': { schema: { type: 'string' }, description: 'bytes first-last/size' } } }], errors: [404, 416] },
+        api: { summary: 'Download media', description: 'Streams the stored bytes with their type, Content-Disposition: attachment, and Content-Length — or, from media kept in an S3 bucket (CAPSTAN_MEDIA_STORE), chunked as they arrive, without one.', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, binary: true, description: 'The whole file, in its own type (mime_type).', headers: DOWNLOAD_HEADERS }, alsoOk: [{ status: 206, description: 'The part a `Range: bytes=…` header asked for (Content-Range says which).', headers: { ...DOWNLOAD_HEADERS, 'Content-Range': { schema: { type: 'string' }, description: 'bytes first-last/size' } } }], errors: [404, 416] },
       },
     )
 }

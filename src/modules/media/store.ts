@@ -1,15 +1,40 @@
 /**
- * The local media store: CAPSTAN_DATA_DIR/media/<name[0:2]>/<name>, named by a 64-hex digest (the
- * media record's `blob`: per workspace, see blobOf), so identical bytes of one workspace are
- * stored once. Every write goes to a temp file that is fsynced and renamed
- * into place; a partial file is removed on any error. Names are validated before any path is built.
+ * Where media files are kept, named by a 64-hex digest (the media record's `blob`: per workspace,
+ * see blobOf), so identical bytes of one workspace are stored once: the data directory
+ * (`LocalMediaStore`, the default) or an S3-compatible bucket (`S3MediaStore`,
+ * CAPSTAN_MEDIA_STORE=s3://bucket/prefix). Files are scanned before they are put; a name is
+ * checked before any path or key is built from it.
  */
 import { mkdir, open, rename, rm, stat } from 'node:fs/promises'
 import { join } from 'node:path'
+import { S3Client } from 'bun'
+import type { MediaStoreConfig } from '../../config'
 
 const SHA = /^[0-9a-f]{64}$/
 
-export class MediaStore {
+export interface MediaStore {
+  /** Make ready: create what is missing, remove what a crash left (`keepTemp`: only create). */
+  init(opts?: { keepTemp?: boolean }): Promise<void>
+  has(sha: string): Promise<boolean>
+  /** Store the bytes under their name, durably; a no-op when they are already there. */
+  put(sha: string, bytes: Uint8Array): Promise<void>
+  /** The whole file (a send hands it to its network). */
+  bytes(sha: string): Promise<Uint8Array>
+  /** The file as an HTTP answer: streamed, with `headers`; one `Range: bytes=…` answered 206 (416 outside it). */
+  response(sha: string, size: number, headers: Record<string, string>, range: string | null): Response
+  remove(sha: string): Promise<void>
+}
+
+/** The store CAPSTAN_MEDIA_STORE names. */
+export function mediaStoreFor(config: MediaStoreConfig, mediaDir: string): MediaStore {
+  return config.kind === 's3' ? new S3MediaStore(config) : new LocalMediaStore(mediaDir)
+}
+
+/**
+ * CAPSTAN_DATA_DIR/media/<name[0:2]>/<name>. Every write goes to a temp file that is fsynced and
+ * renamed into place; a partial file is removed on any error.
+ */
+export class LocalMediaStore implements MediaStore {
   private readonly tmp: string
 
   constructor(readonly root: string) {
@@ -63,11 +88,106 @@ export class MediaStore {
     }
   }
 
-  file(sha: string) {
-    return Bun.file(this.pathFor(sha))
+  async bytes(sha: string) {
+    return new Uint8Array(await Bun.file(this.pathFor(sha)).arrayBuffer())
+  }
+
+  // a file of the disk: Bun's server answers a Range itself
+  response(sha: string, _size: number, headers: Record<string, string>): Response {
+    return new Response(Bun.file(this.pathFor(sha)), { headers })
   }
 
   async remove(sha: string) {
     await rm(this.pathFor(sha), { force: true })
+  }
+}
+
+/** A `Range` header's one range over `size` bytes: [first, last], 'unsatisfiable', or null (none, or one this does not answer: served whole). */
+export function byteRange(header: string | null, size: number): [number, number] | 'unsatisfiable' | null {
+  const m = header === null ? null : /^bytes=(\d*)-(\d*)$/.exec(header.trim())
+  if (!m || (m[1] === '' && m[2] === '')) return null
+  if (m[1] === '') {
+    // the last n bytes
+    const n = Number(m[2])
+    return n === 0 ? 'unsatisfiable' : [Math.max(0, size - n), size - 1]
+  }
+  const first = Number(m[1])
+  const last = m[2] === '' ? size - 1 : Math.min(Number(m[2]), size - 1)
+  if (first >= size || first > last) return 'unsatisfiable'
+  return [first, last]
+}
+
+/**
+ * An S3-compatible bucket through Bun's S3 client: each file one object, <prefix><name>. A put is
+ * one request that the service acknowledges once stored (S3's writes are durable when answered).
+ */
+export class S3MediaStore implements MediaStore {
+  readonly client: S3Client
+  readonly bucket: string
+  private readonly prefix: string
+
+  constructor(config: Extract<MediaStoreConfig, { kind: 's3' }>) {
+    this.bucket = config.bucket
+    this.prefix = config.prefix
+    this.client = new S3Client({
+      bucket: config.bucket,
+      ...(config.endpoint ? { endpoint: config.endpoint } : {}),
+      ...(config.region ? { region: config.region } : {}),
+      ...(config.accessKeyId ? { accessKeyId: config.accessKeyId } : {}),
+      ...(config.secretAccessKey ? { secretAccessKey: config.secretAccessKey } : {}),
+      ...(config.sessionToken ? { sessionToken: config.sessionToken } : {}),
+    })
+  }
+
+  private key(sha: string) {
+    if (!SHA.test(sha)) throw new Error('invalid content address')
+    return `${this.prefix}${sha}`
+  }
+
+  /** Nothing to create; the bucket's existence and the credentials are checked at start (`check`). */
+  async init() {}
+
+  /** Reach the bucket: null when it answers, else why not (for the one line a start stops with). */
+  async check(): Promise<string | null> {
+    try {
+      await this.client.list({ prefix: this.prefix, maxKeys: 1 })
+      return null
+    } catch (e) {
+      const code = String((e as { code?: unknown })?.code ?? '')
+      if (code === 'NoSuchBucket') return `the bucket ${this.bucket} does not exist`
+      if (/AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|ERR_S3_MISSING_CREDENTIALS|ERR_S3_INVALID_SIGNATURE/.test(code)) return `the bucket ${this.bucket} refused the credentials (${code}); check S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY`
+      return `the bucket ${this.bucket} cannot be reached (${code || (e as Error)?.message || e}); check S3_ENDPOINT`
+    }
+  }
+
+  has(sha: string) {
+    return this.client.exists(this.key(sha))
+  }
+
+  async put(sha: string, bytes: Uint8Array) {
+    if (await this.has(sha)) return
+    await this.client.write(this.key(sha), bytes)
+  }
+
+  async bytes(sha: string) {
+    return new Uint8Array(await this.client.file(this.key(sha)).arrayBuffer())
+  }
+
+  // streamed as it arrives from the bucket: Bun's server sends a stream chunked, without a
+  // Content-Length (a whole S3 file as the body would be a redirect to the bucket instead)
+  response(sha: string, size: number, { 'content-length': _, ...headers }: Record<string, string>, range: string | null): Response {
+    const file = this.client.file(this.key(sha))
+    const r = byteRange(range, size)
+    if (r === 'unsatisfiable') return new Response(null, { status: 416, headers: { 'content-range': `bytes */${size}` } })
+    if (r === null) return new Response(file.stream(), { headers: { ...headers, 'accept-ranges': 'bytes' } })
+    const [first, last] = r
+    return new Response(file.slice(first, last + 1).stream(), {
+      status: 206,
+      headers: { ...headers, 'accept-ranges': 'bytes', 'content-range': `bytes ${first}-${last}/${size}` },
+    })
+  }
+
+  async remove(sha: string) {
+    await this.client.delete(this.key(sha))
   }
 }

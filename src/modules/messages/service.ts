@@ -634,7 +634,7 @@ export class MessageService {
     for (const id of JSON.parse(row.attachments) as string[]) {
       const m = this.media.find(row.workspace_id, id)
       if (!m) return null
-      out.push({ id: m.id, mimeType: m.mime_type, filename: m.filename, bytes: async () => new Uint8Array(await this.media.store.file(m.blob).arrayBuffer()) })
+      out.push({ id: m.id, mimeType: m.mime_type, filename: m.filename, bytes: () => this.media.store.bytes(m.blob) })
     }
     return out
   }

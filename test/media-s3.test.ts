@@ -1,0 +1,136 @@
+/**
+ * Media in an S3-compatible bucket (CAPSTAN_MEDIA_STORE=s3://bucket/prefix; s3rver as the bucket,
+ * a real clamd as the scanner): uploads are scanned before anything is stored and land as objects
+ * under the prefix, nothing in the data directory; downloads stream from the bucket, a Range
+ * answered 206 (416 outside the file); retention deletes the objects; a bucket that does not
+ * exist or cannot be reached stops the start with one line and exit code 2.
+ */
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { existsSync, readdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { byteRange } from '../src/modules/media/store'
+import { EICAR, TestClamd } from './support/clamd'
+import * as files from './support/files'
+import { inProcess } from './support/inproc'
+import { TestS3 } from './support/s3'
+import { hostEnv, TestServer } from './support/server'
+
+setDefaultTimeout(60_000)
+
+let s3: TestS3
+let clamd: TestClamd
+let srv: TestServer
+let key: string
+beforeAll(async () => {
+  s3 = await TestS3.start(['capstan-media', 'other-bucket'])
+  clamd = await TestClamd.start()
+  srv = await TestServer.start({ env: { CAPSTAN_CLAMD: `unix:${clamd.socket}`, ...s3.env('s3://capstan-media/shop-a') } })
+  key = (await srv.tenant()).key
+})
+afterAll(async () => {
+  await srv.close()
+  await clamd.stop()
+  await s3.stop()
+})
+
+const upload = (bytes: Uint8Array, name: string, type: string) => {
+  const form = new FormData()
+  form.append('file', new File([bytes], name, { type }))
+  return srv.api(key, 'POST', '/media', { multipart: form })
+}
+
+describe('media in a bucket', () => {
+  test('an upload is scanned, then stored as one object under the prefix; none in the data directory; the same bytes again are one object', async () => {
+    const before = await s3.keys('capstan-media')
+    const refused = await upload(Buffer.concat([files.pdf(), EICAR]), 'bad.pdf', 'application/pdf')
+    expect([refused.status, refused.json.code]).toEqual([422, 'malware_detected'])
+    expect(await s3.keys('capstan-media')).toEqual(before)
+    const pdf = files.pdf()
+    const a = await upload(pdf, 'invoice.pdf', 'application/pdf')
+    const b = await upload(pdf, 'again.pdf', 'application/pdf')
+    expect([a.status, b.status]).toEqual([201, 201])
+    const keys = await s3.keys('capstan-media')
+    expect(keys.length).toBe(before.length + 1)
+    expect(keys.at(-1)).toMatch(/^shop-a\/[0-9a-f]{64}$/)
+    const mediaDir = join(srv.dataDir, 'media')
+    expect(existsSync(mediaDir) ? readdirSync(mediaDir).filter((f) => f !== 'tmp') : []).toEqual([])
+    expect(await s3.keys('other-bucket')).toEqual([])
+  })
+
+  test('a download streams the object: whole, or the part a Range asks for (206), 416 outside it', async () => {
+    const bytes = new Uint8Array(300_000).map((_, i) => (i * 7) % 256)
+    const up = await upload(Buffer.concat([Buffer.from('%PDF-1.4\n'), bytes]), 'big.pdf', 'application/pdf')
+    expect(up.status).toBe(201)
+    const size = up.json.data.size as number
+    const whole = await fetch(`${srv.base}/api/v1/media/${up.json.data.id}/download`, { headers: { authorization: `Bearer ${key}` } })
+    const body = new Uint8Array(await whole.arrayBuffer())
+    // streamed as it comes from the bucket: chunked, no Content-Length
+    expect([whole.status, whole.headers.get('content-type'), whole.headers.get('transfer-encoding'), body.length, whole.headers.get('accept-ranges')]).toEqual([200, 'application/pdf', 'chunked', size, 'bytes'])
+    expect(whole.headers.get('content-disposition')).toBe('attachment; filename="big.pdf"; filename*=UTF-8\'\'big.pdf')
+    expect(Buffer.from(body.subarray(9)).equals(Buffer.from(bytes))).toBe(true)
+    const part = await fetch(`${srv.base}/api/v1/media/${up.json.data.id}/download`, { headers: { authorization: `Bearer ${key}`, range: 'bytes=9-18' } })
+    expect([part.status, part.headers.get('content-range')]).toEqual([206, `bytes 9-18/${size}`])
+    expect([...new Uint8Array(await part.arrayBuffer())]).toEqual([...bytes.subarray(0, 10)])
+    const tail = await fetch(`${srv.base}/api/v1/media/${up.json.data.id}/download`, { headers: { authorization: `Bearer ${key}`, range: 'bytes=-4' } })
+    expect([tail.status, [...new Uint8Array(await tail.arrayBuffer())]]).toEqual([206, [...bytes.subarray(-4)]])
+    const outside = await fetch(`${srv.base}/api/v1/media/${up.json.data.id}/download`, { headers: { authorization: `Bearer ${key}`, range: `bytes=${size}-` } })
+    expect([outside.status, outside.headers.get('content-range')]).toEqual([416, `bytes */${size}`])
+  })
+
+  test('the Range header read as HTTP says: one range, open-ended or the last n bytes; anything else served whole', () => {
+    expect(byteRange('bytes=0-0', 10)).toEqual([0, 0])
+    expect(byteRange('bytes=5-', 10)).toEqual([5, 9])
+    expect(byteRange('bytes=5-100', 10)).toEqual([5, 9])
+    expect(byteRange('bytes=-3', 10)).toEqual([7, 9])
+    expect(byteRange('bytes=-30', 10)).toEqual([0, 9])
+    expect(byteRange('bytes=10-', 10)).toBe('unsatisfiable')
+    expect(byteRange('bytes=6-5', 10)).toBe('unsatisfiable')
+    expect(byteRange('bytes=-0', 10)).toBe('unsatisfiable')
+    for (const h of [null, 'bytes=1-2,4-5', 'items=1-2', 'bytes=-', 'bytes=a-b']) expect(byteRange(h, 10)).toBeNull()
+  })
+
+  test('retention deletes the object with its record; a send hands the bytes from the bucket to its network', async () => {
+    const env = await inProcess({ clamd: `unix:${clamd.socket}`, env: s3.env('s3://capstan-media/retention') })
+    try {
+      const { svc, timers } = env
+      const ws = await svc.workspaces.create({ name: 'Bucket retention' })
+      await svc.workspaces.patch(ws.id, { settings: { media: { retention_days: 1, max_bytes: 1 << 20 } } })
+      const png = files.png()
+      const m = await svc.media.upload(ws.id, new File([png], 'photo.png'))
+      expect(await s3.keys('capstan-media', 'retention/')).toEqual([`retention/${m.blob}`])
+      expect(Buffer.from(await svc.media.store.bytes(m.blob)).equals(Buffer.from(png))).toBe(true)
+      timers.advance(25 * 3_600_000)
+      await svc.media.purgeExpired()
+      expect(svc.media.find(ws.id, m.id)).toBeNull()
+      expect(await s3.keys('capstan-media', 'retention/')).toEqual([])
+    } finally {
+      await env.close()
+    }
+  })
+})
+
+describe('a bucket Capstan cannot use stops the start', () => {
+  const start = async (env: Record<string, string>) => {
+    const dir = `${srv.dataDir}-start-${crypto.randomUUID()}`
+    const proc = Bun.spawn(['bun', 'src/main.ts', 'serve'], { env: { ...hostEnv(), CAPSTAN_DATA_DIR: dir, CAPSTAN_PORT: '0', CAPSTAN_ADMIN_TOKEN: 'a-start-that-must-stop-0123456789', ...env }, stdout: 'pipe', stderr: 'pipe' })
+    const code = await proc.exited
+    return { code, err: (await new Response(proc.stderr).text()).trim(), made: existsSync(join(dir, 'capstan.db')) }
+  }
+
+  test('a bucket that does not exist: one line, exit code 2, no database made', async () => {
+    const r = await start(s3.env('s3://no-such-bucket/x'))
+    expect(r).toEqual({ code: 2, err: 'capstan: CAPSTAN_MEDIA_STORE: the bucket no-such-bucket does not exist', made: false })
+  })
+
+  test('an endpoint nobody answers: one line, exit code 2', async () => {
+    const r = await start({ ...s3.env('s3://capstan-media'), S3_ENDPOINT: 'http://127.0.0.1:9' })
+    expect(r.code).toBe(2)
+    expect(r.err.split('\n')).toHaveLength(1)
+    expect(r.err).toStartWith('capstan: CAPSTAN_MEDIA_STORE: the bucket capstan-media cannot be reached (')
+  })
+
+  test('a malformed CAPSTAN_MEDIA_STORE: one line, exit code 2', async () => {
+    const r = await start({ CAPSTAN_MEDIA_STORE: 'ftp://bucket' })
+    expect([r.code, r.err]).toEqual([2, 'capstan: CAPSTAN_MEDIA_STORE must be s3://bucket or s3://bucket/prefix (a bucket name of 3-63 lower-case letters, digits, dots and hyphens)'])
+  })
+})
