@@ -152,8 +152,8 @@ export class KeyService {
     return { ...this.toAdmin(row), key: `cap_${keyId}.${secret}` }
   }
 
-  revoke(id: string): Promise<KeyRow> {
-    return this.deps.engine.write(async (tx) => {
+  async revoke(id: string): Promise<KeyRow> {
+    const row = await this.deps.engine.write(async (tx) => {
       const row = await this.store.get(id, tx)
       if (!row) throw notFound('API key')
       await this.keepUseIn(tx, row.key_id)
@@ -164,18 +164,24 @@ export class KeyService {
       }
       return (await this.store.get(id, tx))!
     })
+    // and again once it is committed: a lookup that read the key meanwhile (on an engine whose
+    // reads can come between, PostgreSQL) must not keep it
+    this.cache.delete(row.key_id)
+    return row
   }
 
   /** Remove a revoked key from the list (409 while it is still active). */
   async remove(id: string) {
-    await this.deps.engine.write(async (tx) => {
+    const keyId = await this.deps.engine.write(async (tx) => {
       const row = await this.store.get(id, tx)
       if (!row) throw notFound('API key')
       if (row.status !== 'revoked') throw conflict('key_active', 'Only a revoked key can be removed; revoke it first.')
       this.cache.delete(row.key_id)
       await this.store.remove(tx, id)
       await this.audit.addIn(tx, row.workspace_id, 'api_key.removed', id, this.deps.clock.now())
+      return row.key_id
     })
+    this.cache.delete(keyId)
   }
 
   /**
