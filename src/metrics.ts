@@ -208,7 +208,7 @@ export class Metrics {
       return ws ? [[{ connection: c.row.id, workspace: c.row.workspace_id }, svc.connections.policyFor(c.row, svc.workspaces.settings(ws).sending_policy, now).daily_cap]] : []
     })
     out.metric('capstan_number_daily_cap', 'gauge', 'The daily cap a number sends under today (lower while it warms up).', caps)
-    const media = svc.media.bytesPerWorkspace(now)
+    const media = await svc.media.bytesPerWorkspace(now)
     out.metric('capstan_media_bytes', 'gauge', 'Bytes of a workspace’s kept media (each record counted).', media.map((r) => [{ workspace: r.workspace_id }, r.n]))
     const quotas = svc.workspaces.all().flatMap((w): Sample[] => {
       const max = svc.workspaces.settings(w).media.max_total_bytes

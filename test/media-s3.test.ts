@@ -101,7 +101,7 @@ describe('media in a bucket', () => {
       expect(Buffer.from(await svc.media.store.bytes(m.blob)).equals(Buffer.from(png))).toBe(true)
       timers.advance(25 * 3_600_000)
       await svc.media.purgeExpired()
-      expect(svc.media.find(ws.id, m.id)).toBeNull()
+      expect(await svc.media.find(ws.id, m.id)).toBeNull()
       expect(await s3.keys('capstan-media', 'retention/')).toEqual([])
     } finally {
       await env.close()

@@ -429,17 +429,17 @@ describe('retention', () => {
       await svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 2 * 86_400_000).toISOString())
       env.clock.t += 86_400_000 + 1
       await svc.media.purgeExpired()
-      expect(svc.media.find(ws.id, used.id)?.id).toBe(used.id)
+      expect((await svc.media.find(ws.id, used.id))?.id).toBe(used.id)
       expect(existsSync((svc.media.store as LocalMediaStore).pathFor(used.blob))).toBe(true)
-      expect(svc.media.find(ws.id, unused.id)).toBeNull()
+      expect(await svc.media.find(ws.id, unused.id)).toBeNull()
       // moved to another time, it still holds it
       await svc.campaigns.schedule(ws.id, c.id, new Date(env.clock.now() + 86_400_000).toISOString())
       await svc.media.purgeExpired()
-      expect(svc.media.find(ws.id, used.id)?.id).toBe(used.id)
+      expect((await svc.media.find(ws.id, used.id))?.id).toBe(used.id)
       // cancelled, the campaign no longer holds it
       svc.campaigns.cancel(ws.id, c.id)
       await svc.media.purgeExpired()
-      expect(svc.media.find(ws.id, used.id)).toBeNull()
+      expect(await svc.media.find(ws.id, used.id)).toBeNull()
       expect(existsSync((svc.media.store as LocalMediaStore).pathFor(used.blob))).toBe(false)
     })
   })
@@ -455,9 +455,9 @@ describe('retention', () => {
       svc.connections.setStatus(conn.id, 'offline', 'test')
       timers.advance(2 * 3_600_000)
       await svc.media.purgeExpired()
-      expect(svc.media.find(ws.id, m.id)?.id).toBe(m.id)
+      expect((await svc.media.find(ws.id, m.id))?.id).toBe(m.id)
       expect(existsSync((svc.media.store as LocalMediaStore).pathFor(m.blob))).toBe(true)
-      expect(() => svc.media.get(ws.id, m.id)).toThrow() // expired for new sends all the same
+      await expect(svc.media.get(ws.id, m.id)).rejects.toThrow() // expired for new sends all the same
       // back online, the message goes out with its file; then nothing holds it any more
       svc.connections.setStatus(conn.id, 'online', null)
       for (let i = 0; i < 3; i++) {
@@ -466,7 +466,7 @@ describe('retention', () => {
       }
       expect(storesOf(svc).messages.get(ws.id, row.id)).toMatchObject({ status: 'sent', error_code: null })
       await svc.media.purgeExpired()
-      expect(svc.media.find(ws.id, m.id)).toBeNull()
+      expect(await svc.media.find(ws.id, m.id)).toBeNull()
       expect(existsSync((svc.media.store as LocalMediaStore).pathFor(m.blob))).toBe(false)
     })
   })
@@ -482,16 +482,16 @@ describe('retention', () => {
       env.clock.t += 86_400_000 - 1
       const keep = await svc.media.upload(ws.id, new File([files.png()], 'b.png'))
       await svc.media.purgeExpired()
-      expect(svc.media.get(ws.id, m.id).id).toBe(m.id)
+      expect((await svc.media.get(ws.id, m.id)).id).toBe(m.id)
       env.clock.t += 1
-      expect(() => svc.media.get(ws.id, m.id)).toThrow()
+      await expect(svc.media.get(ws.id, m.id)).rejects.toThrow()
       await expect(svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550000078', attachments: [m.id] })).rejects.toMatchObject({ status: 404 })
       await svc.media.purgeExpired()
       expect(existsSync(path)).toBe(false)
-      expect(svc.media.find(ws.id, m.id)).toBeNull()
+      expect(await svc.media.find(ws.id, m.id)).toBeNull()
       // a later upload is untouched
       expect(existsSync((svc.media.store as LocalMediaStore).pathFor(keep.blob))).toBe(true)
-      expect(svc.media.get(ws.id, keep.id).id).toBe(keep.id)
+      expect((await svc.media.get(ws.id, keep.id)).id).toBe(keep.id)
     })
   })
 })

@@ -230,11 +230,11 @@ describe('metrics of kept media', () => {
       const ws = await svc.workspaces.create({ name: 'Media metrics' })
       const other = await svc.workspaces.create({ name: 'Other' })
       const row = (workspace_id: string, size: number, expires_at: number) => ({ id: crypto.randomUUID(), workspace_id, sha256: 'b'.repeat(64), blob: 'b'.repeat(64), filename: 'f.pdf', mime_type: 'application/pdf' as const, size, created_at: clock.t, expires_at })
-      svc.deps.writer.now(() => {
-        svc.media.insertInTx(row(ws.id, 1000, clock.t + 1000))
-        svc.media.insertInTx(row(ws.id, 2500, clock.t + 1000))
-        svc.media.insertInTx(row(ws.id, 7000, clock.t - 1)) // expired, not yet purged
-        svc.media.insertInTx(row(other.id, 40, clock.t + 1000))
+      await svc.deps.engine.write(async (tx) => {
+        await svc.media.insertIn(tx, row(ws.id, 1000, clock.t + 1000))
+        await svc.media.insertIn(tx, row(ws.id, 2500, clock.t + 1000))
+        await svc.media.insertIn(tx, row(ws.id, 7000, clock.t - 1)) // expired, not yet purged
+        await svc.media.insertIn(tx, row(other.id, 40, clock.t + 1000))
       })
       const text = await new Metrics(svc, new ResponseCounts(), {}).render()
       expect(text.split('\n').filter((l) => l.startsWith('capstan_media_bytes{')).sort()).toEqual([`capstan_media_bytes{workspace="${ws.id}"} 3500`, `capstan_media_bytes{workspace="${other.id}"} 40`].sort())

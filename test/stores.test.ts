@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { stmt, UniqueViolation, type Engine } from '../src/db/engine'
 import { AuditRepo, auditIn } from '../src/modules/audit/repo'
 import { type KeyRow, KeyStore } from '../src/modules/keys/store'
+import { MediaRecordStore, type MediaRow } from '../src/modules/media/records'
 import { SuppressionStore } from '../src/modules/suppressions/store'
 import { type TemplateRow, TemplateStore } from '../src/modules/templates/store'
 import { type WorkspaceRow, WorkspaceStore } from '../src/modules/workspaces/store'
@@ -194,5 +195,33 @@ describe.each(ENGINES)('templates on %s', (name) => {
     const page = await store.list(ws, 10, 0)
     expect([page.total, page.rows.map((t) => t.id)]).toEqual([2, [b.id, a.id]])
     expect([await store.activeUses(a.id), await store.scheduledWithMedia(a.id)]).toEqual([0, 0])
+  })
+})
+
+describe.each(ENGINES)('media records on %s', (name) => {
+  test('records by workspace; the expired ones nothing queued still sends; references per file; bytes kept, per workspace and in all', async () => {
+    const engine = engines[name]
+    const store = new MediaRecordStore(engine)
+    const ws = await workspace(engine)
+    const blob = (c: string) => c.repeat(64)
+    const rec = (over: Partial<MediaRow>): MediaRow => ({ id: crypto.randomUUID(), workspace_id: ws, sha256: blob('a'), blob: blob('a'), filename: 'menü.pdf', mime_type: 'application/pdf', size: 1000, created_at: 1, expires_at: 10_000, ...over })
+    const [kept, old, queuedFor, shared] = [rec({ size: 3_000_000_000 }), rec({ expires_at: 50, blob: blob('b') }), rec({ expires_at: 50, blob: blob('c') }), rec({ expires_at: 50 })]
+    const conn = crypto.randomUUID()
+    await engine.write(async (tx) => {
+      for (const r of [kept, old, queuedFor, shared]) await store.insert(tx, r)
+      await tx.run(stmt("INSERT INTO connections (id, workspace_id, phone, name, driver, status, status_reason, receives, config, warmup, created_at, updated_at, deleted_at) VALUES (?, ?, '+15550001111', NULL, 'sandbox', 'online', NULL, 1, '{}', NULL, 0, 0, NULL)"), conn, ws)
+      // a message still waiting to send one of them keeps it past its time
+      await tx.run(stmt("INSERT INTO messages (id, workspace_id, connection_id, direction, status, attachments, created_at, updated_at) VALUES (?, ?, ?, 'outbound', 'queued', ?, 0, 0)"), crypto.randomUUID(), ws, conn, JSON.stringify([queuedFor.id]))
+    })
+    expect(await store.get(ws, kept.id)).toEqual(kept)
+    expect(await store.get(crypto.randomUUID(), kept.id)).toBeNull()
+    expect((await store.expired(100, 10)).map((r) => r.id).sort()).toEqual([old.id, shared.id].sort())
+    expect([await store.references(blob('a')), await store.references(blob('b')), await store.references(blob('z'))]).toEqual([2, 1, 0])
+    expect(await store.bytesUsed(ws, 100)).toBe(3_000_000_000)
+    expect((await store.bytesPerWorkspace(100)).find((r) => r.workspace_id === ws)).toEqual({ workspace_id: ws, n: 3_000_000_000 })
+    expect(await engine.write((tx) => store.expire(tx, ws, kept.id, 99))).toBe(true)
+    expect(await engine.write((tx) => store.expire(tx, ws, kept.id, 99))).toBe(false)
+    await engine.write((tx) => store.remove(tx, old.id))
+    expect((await store.expired(100, 10)).map((r) => r.id).sort()).toEqual([kept.id, shared.id].sort())
   })
 })

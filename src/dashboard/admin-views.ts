@@ -98,10 +98,10 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     // a file of the message log (what a customer sent, or what was sent to them), for the dashboard
     .get(
       '/workspaces/:id/media/:mediaId/download',
-      ({ params, request }) => {
+      async ({ params, request }) => {
         svc.workspaces.get(params.id)
         if (!UUID.test(params.mediaId)) throw notFound('media')
-        return downloadResponse(svc, svc.media.get(params.id, params.mediaId.toLowerCase()), request.headers.get('range'))
+        return downloadResponse(svc, await svc.media.get(params.id, params.mediaId.toLowerCase()), request.headers.get('range'))
       },
       { admin: true, detail: adminOp({ summary: 'A file of the message log', tag, ok: { status: 200, binary: true, description: 'The file, in its own type, as an attachment.' }, alsoOk: [{ status: 206, description: 'The part a Range header asked for.' }], errors: [404, 416] }) },
     )

@@ -21,7 +21,7 @@ import { ApiError, authRateLimited, payloadTooLarge } from '../http/errors'
 import type { ClientAddress } from '../http/auth'
 import type { WindowCounter } from '../http/limits'
 import { clipCodePoints } from '../http/schema'
-import type { MediaRow } from '../modules/media/repo'
+import type { MediaRow } from '../modules/media/records'
 import type { Services } from '../services'
 import { CloudApiConnection, MARKETING_STOPPED, TEMPLATE_REFUSED } from './cloud-api'
 

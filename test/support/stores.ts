@@ -5,7 +5,6 @@
  */
 import { CampaignRepo } from '../../src/modules/campaigns/repo'
 import { ContactRepo } from '../../src/modules/contacts/repo'
-import { MediaRepo } from '../../src/modules/media/repo'
 import { MessageRepo } from '../../src/modules/messages/repo'
 import { WebhookRepo } from '../../src/modules/webhooks/repo'
 import type { Services } from '../../src/services'
@@ -13,7 +12,7 @@ import type { Services } from '../../src/services'
 const made = new WeakMap<Services, ReturnType<typeof make>>()
 const make = (svc: Services) => {
   const db = svc.deps.db
-  return { campaigns: new CampaignRepo(db), contacts: new ContactRepo(db), media: new MediaRepo(db), messages: new MessageRepo(db), webhooks: new WebhookRepo(db) }
+  return { campaigns: new CampaignRepo(db), contacts: new ContactRepo(db), messages: new MessageRepo(db), webhooks: new WebhookRepo(db) }
 }
 
 export function storesOf(svc: Services) {

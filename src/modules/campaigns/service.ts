@@ -145,15 +145,15 @@ export class CampaignService {
   private async checkRefs(workspaceId: string, input: CampaignInput) {
     if (input.template_id) await this.templates.get(workspaceId, input.template_id)
     if (input.connection_id) this.connections.get(workspaceId, input.connection_id)
-    if (input.media_id) this.headerMedia(workspaceId, input.media_id)
+    if (input.media_id) await this.headerMedia(workspaceId, input.media_id)
   }
 
   /**
    * A campaign's media: live media of the workspace (else 404) that can stand above the text —
    * an image, a video or a document (a WhatsApp template's media header; audio cannot).
    */
-  private headerMedia(workspaceId: string, id: string) {
-    const m = this.media.get(workspaceId, id)
+  private async headerMedia(workspaceId: string, id: string) {
+    const m = await this.media.get(workspaceId, id)
     if (!templateHeaderKind(m.mime_type)) throw validationFailed({ media_id: ['The media_id field must name an image (JPEG or PNG), a video or a document.'] })
   }
 
@@ -249,7 +249,7 @@ export class CampaignService {
     await this.checkHeaderPair(workspaceId, row.template_id, row.media_id)
     // still there: from scheduling on, retention keeps it until the campaign ends (so a campaign
     // scheduled again holds it even past its expiry)
-    if (row.media_id && !(row.status === 'scheduled' && this.media.find(workspaceId, row.media_id))) this.headerMedia(workspaceId, row.media_id)
+    if (row.media_id && !(row.status === 'scheduled' && (await this.media.find(workspaceId, row.media_id)))) await this.headerMedia(workspaceId, row.media_id)
     const now = this.deps.clock.now()
     const when = at ? Date.parse(at) : (row.scheduled_at ?? now)
     if (when <= now) this.messages.checkAllowance(workspaceId, now)

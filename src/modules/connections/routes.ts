@@ -106,7 +106,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         if (live.row.receives !== 1) throw refused('connection_not_receiving', 'This number does not receive messages.')
         // a reply to one of the workspace's messages (as a network reports a quoted reply)
         const replyTo = input.reply_to ? svc.messages.get(live.row.workspace_id, input.reply_to.toLowerCase()).id : null
-        const file = input.media_id ? svc.media.copyOf(live.row.workspace_id, input.media_id.toLowerCase()) : undefined
+        const file = input.media_id ? await svc.media.copyOf(live.row.workspace_id, input.media_id.toLowerCase()) : undefined
         const row = await svc.messages.inbound(params.id, input.from, input.body, { file, replyTo, senderName: input.name ?? null })
         set.status = 201
         return { data: svc.messages.toPublic(row) }

@@ -111,7 +111,7 @@ export class ContactEraser {
       events += writer.now(() => this.webhooks.dropEventsMentioningInTx(from, Math.min(from + this.eventSlice - 1, scanned), workspaceId, first.id))
       await nextTurn()
     }
-    const { report, campaigns, number, now } = writer.now(() => {
+    const { report, campaigns, number, now } = await this.deps.engine.write(async (tx) => {
       const { contact, rows } = find()
       const now = this.deps.clock.now()
       // (a contact made anew under the number meanwhile has had none of its events read yet)
@@ -124,7 +124,7 @@ export class ContactEraser {
       const queued = rows.filter((m) => m.status === 'queued')
       for (const m of queued) this.messages.advanceInTx(m.id, 'failed', now, ERASED)
       let media = 0
-      for (const m of rows) if (m.direction === 'inbound') for (const id of JSON.parse(m.attachments) as string[]) if (this.media.expireInTx(workspaceId, id, now - 1)) media++
+      for (const m of rows) if (m.direction === 'inbound') for (const id of JSON.parse(m.attachments) as string[]) if (await this.media.expireIn(tx, workspaceId, id, now - 1)) media++
       this.contacts.eraseInTx(contact)
       this.audit.add(workspaceId, 'contact.erased', null, now)
       sql.setAppliedThrough.run(String(now))

@@ -61,12 +61,14 @@ export class ContactExport {
           return out.enqueue(encoder.encode(`${first ? '' : ','}${batch.map((m) => JSON.stringify(this.messages.toPublic(m))).join(',')}`))
         }
         const suppression = await this.suppressions.find(workspaceId, contact.phone)
+        // the files of those messages that are still kept (retention may have removed some)
+        const media = []
+        for (const id of mediaIds) {
+          const row = await this.media.find(workspaceId, id)
+          if (row) media.push(this.media.toPublic(row))
+        }
         const tail = [
-          // the files of those messages that are still kept (retention may have removed some)
-          json('media', [...mediaIds].flatMap((id) => {
-            const row = this.media.find(workspaceId, id)
-            return row ? [this.media.toPublic(row)] : []
-          })),
+          json('media', media),
           json('campaigns', this.campaigns.ofContact(contact.id)),
           json('network_addresses', this.contacts.addressesOf(workspaceId, contact.phone)),
           json('suppression', suppression ? this.suppressions.toPublic(suppression) : null),

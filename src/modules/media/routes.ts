@@ -6,7 +6,7 @@ import { notFound } from '../../http/errors'
 import { s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { mediaDoc } from './model'
-import type { MediaRow } from './repo'
+import type { MediaRow } from './records'
 import { SUPPORTED_TYPES } from './sniff'
 
 const uploadBody = s.object({ file: s.file().describe(`The file (multipart field "file"). Supported types, decided from the bytes: ${SUPPORTED_TYPES.join(', ')}.`) })
@@ -60,13 +60,13 @@ export function mediaApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         },
       },
     )
-    .get('/media/:id', ({ caller, params }) => ({ data: media.toPublic(find(caller.workspace.id, params.id)) }), {
+    .get('/media/:id', async ({ caller, params }) => ({ data: media.toPublic(await find(caller.workspace.id, params.id)) }), {
       api: { summary: 'A media record', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, data: mediaDoc, description: 'The media record.' }, errors: [404] },
     })
     .get(
       '/media/:id/download',
-      ({ caller, params, set, request }) => {
-        const row = find(caller.workspace.id, params.id)
+      async ({ caller, params, set, request }) => {
+        const row = await find(caller.workspace.id, params.id)
         return downloadResponse(svc, row, request.headers.get('range'), {
           'x-ratelimit-limit': String(set.headers['x-ratelimit-limit'] ?? ''),
           'x-ratelimit-remaining': String(set.headers['x-ratelimit-remaining'] ?? ''),

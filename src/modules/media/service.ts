@@ -4,6 +4,7 @@
  * transaction; the row is inserted by the write that uses it (POST /media, or the message that
  * carries the file), so a refused send leaves no row behind.
  */
+import type { Queries } from '../../db/engine'
 import type { Deps } from '../../deps'
 import { Tally } from '../../tally'
 import { ApiError, notFound, refused, validationFailed } from '../../http/errors'
@@ -13,7 +14,7 @@ import { type Scanner, ScannerUnavailable, ScanTooLarge } from '../../scanner/cl
 import type { WorkspaceRow } from '../workspaces/store'
 import type { WorkspaceService } from '../workspaces/service'
 import type { PublicMedia } from './model'
-import { MediaRepo, type MediaRow } from './repo'
+import { MediaRecordStore, type MediaRow } from './records'
 import { cleanFilename, sniff } from './sniff'
 import type { MediaStore } from './store'
 import { noRoom } from '../../db/open'
@@ -33,7 +34,7 @@ export const scannerUnavailable = () => new ApiError(503, 'scanner_unavailable',
 export const blobOf = (workspaceId: string, sha: string) => new Bun.CryptoHasher('sha256').update(`capstan-media.${workspaceId}.${sha}`).digest('hex')
 
 export class MediaService {
-  private readonly repo: MediaRepo
+  private readonly records: MediaRecordStore
   /** Content addresses prepared but not yet committed as rows; retention leaves their files alone. */
   private readonly pending = new Tally()
 
@@ -44,7 +45,7 @@ export class MediaService {
     private readonly workspaces: WorkspaceService,
     private readonly log: Logger,
   ) {
-    this.repo = new MediaRepo(deps.db)
+    this.records = new MediaRecordStore(deps.engine)
   }
 
   toPublic(row: MediaRow): PublicMedia {
@@ -79,7 +80,7 @@ export class MediaService {
     if (file.size === 0) throw validationFailed({ [field]: [`The ${field} field must not be empty.`] })
     if (file.size > max_bytes) throw fileTooLarge(field, max_bytes)
     // the workspace's share of the disk: what it keeps, plus uploads under way, plus this one
-    if (max_total_bytes !== null && this.repo.bytesUsed(workspaceId, this.deps.clock.now()) + this.reserved.get(workspaceId) + file.size > max_total_bytes) {
+    if (max_total_bytes !== null && (await this.records.bytesUsed(workspaceId, this.deps.clock.now())) + this.reserved.get(workspaceId) + file.size > max_total_bytes) {
       this.log.warn('upload refused: the workspace has used its media storage', { workspace_id: workspaceId, max_total_bytes })
       throw refused('media_quota_exceeded', 'The workspace has used its media storage; the file was not stored.')
     }
@@ -144,8 +145,8 @@ export class MediaService {
    * stored file with a retention of its own — a sandbox customer's file, say. Settled like
    * `prepare`'s rows.
    */
-  copyOf(workspaceId: string, id: string): MediaRow {
-    const m = this.get(workspaceId, id)
+  async copyOf(workspaceId: string, id: string): Promise<MediaRow> {
+    const m = await this.get(workspaceId, id)
     const { retention_days } = this.workspaces.settings(this.workspaces.cached(workspaceId)!).media
     const now = this.deps.clock.now()
     this.pending.add(m.blob)
@@ -153,14 +154,14 @@ export class MediaService {
   }
 
   /** Insert a prepared row (inside the write that uses it). */
-  insertInTx(row: MediaRow) {
-    this.repo.insert(row)
+  insertIn(tx: Queries, row: MediaRow) {
+    return this.records.insert(tx, row)
   }
 
   /** After the write that inserted (or refused) a prepared row: drop an unreferenced file. */
   async settle(row: MediaRow, committed: boolean) {
     this.pending.remove(row.blob)
-    if (!committed && !this.pending.has(row.blob) && this.repo.references(row.blob) === 0) await this.store.remove(row.blob)
+    if (!committed && !this.pending.has(row.blob) && (await this.records.references(row.blob)) === 0) await this.store.remove(row.blob)
   }
 
   /** POST /media: prepare, then commit the row. */
@@ -168,7 +169,7 @@ export class MediaService {
     const row = await this.prepare(workspaceId, file)
     let committed = false
     try {
-      await this.deps.writer.write(() => this.insertInTx(row))
+      await this.deps.engine.write((tx) => this.insertIn(tx, row))
       committed = true
       return row
     } finally {
@@ -176,23 +177,23 @@ export class MediaService {
     }
   }
   /** Inside a write: the record expires now (the next purge removes it and, unless shared, its file); whether it was still kept. */
-  expireInTx(workspaceId: string, id: string, now: number): boolean {
-    return this.repo.expire(workspaceId, id, now)
+  expireIn(tx: Queries, workspaceId: string, id: string, now: number): Promise<boolean> {
+    return this.records.expire(tx, workspaceId, id, now)
   }
 
   /** For /metrics: bytes of each workspace's kept media. */
   bytesPerWorkspace(now: number) {
-    return this.repo.bytesPerWorkspace(now)
+    return this.records.bytesPerWorkspace(now)
   }
 
   /** The workspace's media record, or null (no 404). */
-  find(workspaceId: string, id: string): MediaRow | null {
-    return this.repo.get(workspaceId, id)
+  find(workspaceId: string, id: string, q?: Queries): Promise<MediaRow | null> {
+    return this.records.get(workspaceId, id, q)
   }
 
   /** A live (unexpired) media record of this workspace, else 404 "media". */
-  get(workspaceId: string, id: string): MediaRow {
-    const row = this.repo.get(workspaceId, id)
+  async get(workspaceId: string, id: string, q?: Queries): Promise<MediaRow> {
+    const row = await this.records.get(workspaceId, id, q)
     if (!row || row.expires_at <= this.deps.clock.now()) throw notFound('media')
     return row
   }
@@ -200,13 +201,13 @@ export class MediaService {
   /** Retention: delete expired rows, then files no row refers to any more. */
   async purgeExpired() {
     for (;;) {
-      const batch = this.repo.expired(this.deps.clock.now(), 500)
+      const batch = await this.records.expired(this.deps.clock.now(), 500)
       if (batch.length === 0) return
-      this.deps.writer.now(() => {
-        for (const m of batch) this.repo.remove(m.id)
+      await this.deps.engine.write(async (tx) => {
+        for (const m of batch) await this.records.remove(tx, m.id)
       })
       for (const blob of new Set(batch.map((m) => m.blob))) {
-        if (!this.pending.has(blob) && this.repo.references(blob) === 0) await this.store.remove(blob)
+        if (!this.pending.has(blob) && (await this.records.references(blob)) === 0) await this.store.remove(blob)
       }
     }
   }

@@ -13,7 +13,7 @@ import type { Accepted, NetworkTemplate, ReceiptStatus } from '../../network/dri
 import { DriverError, type OutboundMedia, STOPPED, TemplateRefused, UnconfirmedSend, templateHeaderKind } from '../../network/driver'
 import type { ConnectionService, LiveConnection } from '../connections/service'
 import type { ContactService } from '../contacts/service'
-import type { MediaRow } from '../media/repo'
+import type { MediaRow } from '../media/records'
 import type { MediaService } from '../media/service'
 import type { SuppressionService } from '../suppressions/service'
 import type { ContactRow } from '../contacts/repo'
@@ -279,7 +279,8 @@ export class MessageService {
         ? this.contacts.find(workspaceId, input.contact_id)
         : this.contacts.byPhoneOrAddress(workspaceId, input.recipient!)
       if (input.contact_id && !contact) throw notFound('contact')
-      const media = input.attachments.map((id) => this.media.get(workspaceId, id))
+      const media: MediaRow[] = []
+      for (const id of input.attachments) media.push(await this.media.get(workspaceId, id, tx))
       const phone = contact ? contact.phone : input.recipient!
       const filled = input.template_id === undefined ? null : await this.fillTemplate(tx, workspaceId, input, contact, phone, upload !== undefined || media.length > 0)
       if (filled?.networkTemplate) checkTemplateHeader(media, upload, filled.headerText !== null)
@@ -287,7 +288,7 @@ export class MessageService {
       if ((await this.suppressions.isSuppressed(workspaceId, phone, tx)) || (input.recipient !== undefined && input.recipient !== phone && (await this.suppressions.isSuppressed(workspaceId, input.recipient, tx)))) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
       if (filled?.marketing && contact?.consent_status !== 'opted_in') throw refused('recipient_not_opted_in', 'A marketing template goes only to contacts who opted in.')
       this.checkSendable(live, workspaceId, now)
-      if (upload) this.media.insertInTx(upload)
+      if (upload) await this.media.insertIn(tx, upload)
       if (!contact) contact = this.contacts.upsertInTx(workspaceId, { phone }, 'send', null).row
       else this.contacts.touchInTx(contact.id, now)
       const attachments = upload ? [...input.attachments, upload.id] : input.attachments
@@ -461,8 +462,8 @@ export class MessageService {
     let row: MessageRow | undefined
     try {
       let fresh = false
-      row = await this.deps.writer.write(() => {
-        const r = this.inboundInTx(live, from, body, extra)
+      row = await this.deps.engine.write(async (tx) => {
+        const r = await this.inboundIn(tx, live, from, body, extra)
         fresh = r.seq === 0 // (one logged before is read back with its place in the log)
         return r
       })
@@ -474,7 +475,7 @@ export class MessageService {
     }
   }
 
-  private inboundInTx(live: LiveConnection, address: string, body: string, { externalId = null, file, replyTo = null, senderName = null }: InboundExtra): MessageRow {
+  private async inboundIn(tx: Queries, live: LiveConnection, address: string, body: string, { externalId = null, file, replyTo = null, senderName = null }: InboundExtra): Promise<MessageRow> {
     const connectionId = live.row.id
     if (externalId !== null) {
       const seen = this.repo.byExternal(connectionId, externalId)
@@ -489,7 +490,7 @@ export class MessageService {
     const name = senderName?.trim() ? clipCodePoints(senderName.trim(), 255) : null
     if (!contact || (name !== null && !contact.name)) contact = this.contacts.upsertInTx(ws, { phone: from, ...(name !== null ? { name } : {}) }, 'inbound', contact).row
     else this.contacts.touchInTx(contact.id, now)
-    if (file) this.media.insertInTx(file)
+    if (file) await this.media.insertIn(tx, file)
     const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: JSON.stringify(file ? [file.id] : []), reply_to: replyTo }, 'inbound', 'delivered', now)
     row.delivered_at = now
     row.external_id = externalId
@@ -629,10 +630,10 @@ export class MessageService {
   onThrottled: (connectionId: string) => void = () => {}
 
   /** The message's attachments as the driver gets them; null when one is gone (expired). */
-  private outboundMedia(row: MessageRow): OutboundMedia[] | null {
+  private async outboundMedia(row: MessageRow): Promise<OutboundMedia[] | null> {
     const out: OutboundMedia[] = []
     for (const id of JSON.parse(row.attachments) as string[]) {
-      const m = this.media.find(row.workspace_id, id)
+      const m = await this.media.find(row.workspace_id, id)
       if (!m) return null
       out.push({ id: m.id, mimeType: m.mime_type, filename: m.filename, bytes: () => this.media.store.bytes(m.blob) })
     }
@@ -643,7 +644,7 @@ export class MessageService {
     const backoff = [1000, 2000, 4000, 8000, 16000]
     // a network that asks to slow down is given time (about half an hour) before the message fails
     const throttleBackoff = [5000, 15000, 30000, 60000, 120000, 300000, 600000, 900000]
-    const attachments = this.outboundMedia(row)
+    const attachments = await this.outboundMedia(row)
     if (!attachments) {
       await this.record(() => this.markFailed(row.id, 'media_unavailable', 'An attachment expired before the message was sent.'))
       this.onSettled(row)
