@@ -121,11 +121,7 @@ export class SqliteEngine implements Engine {
   }
 
   async get<T>(s: Statement, ...params: Param[]): Promise<T | null> {
-    try {
-      return (this.statement(s).get(...params) as T | undefined) ?? null
-    } catch (e) {
-      throw normalized(e)
-    }
+    return this.now.get<T>(s, ...params)
   }
 
   async run(s: Statement, ...params: Param[]): Promise<number> {

@@ -37,6 +37,9 @@ const ERROR_TEXT: Record<number, string> = {
   507: "storage_full: the server's disk is full; the write was rolled back and nothing was stored.",
 }
 
+/** An error status's response: the contract's error body. */
+const errorResponse = (description: string) => ({ description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } })
+
 /** Answered by the HTTP server itself, before any route: no JSON body. */
 const NO_BODY = new Set([416, 431])
 
@@ -113,7 +116,7 @@ export function op(o: OpOptions) {
   const writes = o.writes ?? (o.body !== undefined || o.requestBody !== undefined || o.idempotent || [201, 202, 204].includes(o.ok.status))
   const codes = new Set([...(o.scope ? [401, 403, 429] : []), 431, ...(writes ? [507] : []), ...(o.errors ?? [])])
   for (const c of [...codes].sort()) {
-    responses[String(c)] = NO_BODY.has(c) ? { description: ERROR_TEXT[c] } : { description: ERROR_TEXT[c] ?? 'Error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } }
+    responses[String(c)] = NO_BODY.has(c) ? { description: ERROR_TEXT[c] } : errorResponse(ERROR_TEXT[c] ?? 'Error')
   }
   const parameters: Json[] = []
   for (const p of o.params ?? []) parameters.push({ name: p, in: 'path', required: true, schema: { type: 'string' } })
@@ -226,9 +229,7 @@ export type AdminOpOptions = Omit<OpOptions, 'scope' | 'params'>
 export function adminOp(o: AdminOpOptions) {
   const detail = op(o) as Json
   const responses = detail.responses as Json
-  for (const [code, description] of Object.entries(ADMIN_ERRORS)) {
-    responses[code] = { description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } }
-  }
+  for (const [code, description] of Object.entries(ADMIN_ERRORS)) responses[code] = errorResponse(description)
   detail.security = [{ adminToken: [] }]
   return { hide: true, [ADMIN_OPERATION]: detail }
 }
