@@ -11,7 +11,7 @@ const N = Number(process.argv[2] ?? 100_000)
 const env = await inProcess()
 const { svc, db } = env
 const ws = await svc.workspaces.create({ name: 'Export' })
-const conn = svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
+const conn = await svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
 const first = await svc.messages.inbound(conn.id, '+15550007001', 'x'.repeat(300))
 copyRow(db, 'messages', first.id, N - 1, 'copy-')
 Bun.gc(true)
@@ -19,7 +19,7 @@ const rss0 = process.memoryUsage().rss
 let bytes = 0
 let peak = rss0
 const { ms, heldMs } = await timedHold(async () => {
-  const reader = svc.contactExport.export(ws.id, '+15550007001').getReader()
+  const reader = (await svc.contactExport.export(ws.id, '+15550007001')).getReader()
   for (let r = await reader.read(); !r.done; r = await reader.read()) {
     bytes += r.value.length
     peak = Math.max(peak, process.memoryUsage().rss)

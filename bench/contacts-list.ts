@@ -17,7 +17,7 @@ const rows: string[] = []
 const totals: string[] = []
 for (let i = 0; i < 5; i++) {
   let started = performance.now()
-  storesOf(svc).contacts.list(ws.id, 50, 0)
+  await storesOf(svc).contacts.list(ws.id, 50, 0)
   rows.push((performance.now() - started).toFixed(2))
   started = performance.now()
   storesOf(svc).contacts.count(ws.id)

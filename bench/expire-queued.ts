@@ -16,7 +16,7 @@ const BURST = Number(process.argv[3] ?? 100_000)
   const env = await inProcess()
   const { svc, db } = env
   const ws = await svc.workspaces.create({ name: 'Log' })
-  const conn = svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
+  const conn = await svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
   copyRow(db, 'messages', (await svc.messages.inbound(conn.id, '+15550007001', 'x'.repeat(200))).id, LOG - 1, 'log-')
   const took: string[] = []
   for (let i = 0; i < 5; i++) {

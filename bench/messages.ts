@@ -73,7 +73,7 @@ async function release() {
   const numbers = 1000
   const perNumber = 30
   const conns = []
-  for (let i = 0; i < numbers; i++) conns.push(svc.connections.create(ws.id, { phone: `+1555${String(i).padStart(7, '0')}`, driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } }))
+  for (let i = 0; i < numbers; i++) conns.push(await svc.connections.create(ws.id, { phone: `+1555${String(i).padStart(7, '0')}`, driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } }))
   // fill the queues before the pacer runs
   const sends = []
   for (let j = 0; j < perNumber; j++) for (const c of conns) sends.push(svc.messages.send(ws.id, { connection_id: c.id, recipient: `+1666${String(sends.length).padStart(7, '0')}`, body: 'release bench', attachments: [] }))

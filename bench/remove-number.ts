@@ -11,7 +11,7 @@ const env = await inProcess()
 const { svc, db } = env
 const conn = await offlineBacklog(env, N)
 const remove = async () => {
-  svc.connections.remove(conn.id, () => svc.campaigns.cancelForConnectionInTx(conn.id))
+  await svc.connections.remove(conn.id, (tx) => svc.campaigns.cancelForConnectionIn(tx, conn.id))
   await svc.messages.failQueuedOf(conn.id)
 }
 const { ms, heldMs } = await timedHold(remove)

@@ -225,11 +225,11 @@ export async function timedHold<T>(work: () => Promise<T>): Promise<{ result: T;
 export async function offlineBacklog(env: Awaited<ReturnType<typeof import('../test/support/inproc').inProcess>>, count: number) {
   const { svc, db } = env
   const ws = await svc.workspaces.create({ name: 'Backlog' })
-  svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
+  await svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
   svc.webhooks.stop()
-  const conn = svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
+  const conn = await svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
   const first = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550007001', body: 'x'.repeat(200), attachments: [] })
-  svc.connections.patch(conn.id, { status: 'offline' })
+  await svc.connections.patch(conn.id, { status: 'offline' })
   copyRow(db, 'messages', first.id, count - 1, 'queued-', { status: "'queued'" })
   return conn
 }
@@ -244,7 +244,7 @@ export async function benchServices(name: string, start = true) {
   const db = openDatabase(config.dbPath)
   migrate(db)
   const writer = new Writer(db)
-  const svc = buildServices({ config, db, writer, engine: new SqliteEngine(db, writer), clock: systemClock }, new Logger('silent'), SecretBox.load(dir, null))
+  const svc = buildServices({ config, engine: new SqliteEngine(db, writer), clock: systemClock }, new Logger('silent'), SecretBox.load(dir, null))
   if (start) await startServices(svc)
   return {
     dir,
@@ -262,20 +262,20 @@ export async function benchServices(name: string, start = true) {
 export const rssMiB = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))![1]) / 1024
 
 /**
- * Time two synchronous calls in turns, `times` times each, and give each one's median in ms: the
- * new way against the old, in the same database and the same minutes.
+ * Time two calls in turns (each awaited), `times` times each, and give each one's median in ms:
+ * the new way against the old, in the same database and the same minutes.
  */
-export function pairedMedians(times: number, a: () => unknown, b: () => unknown): [number, number] {
-  const time = (f: () => unknown) => {
+export async function pairedMedians(times: number, a: () => unknown, b: () => unknown): Promise<[number, number]> {
+  const time = async (f: () => unknown) => {
     const t = performance.now()
-    f()
+    await f()
     return performance.now() - t
   }
   const as: number[] = []
   const bs: number[] = []
   for (let i = 0; i < times; i++) {
-    as.push(time(a))
-    bs.push(time(b))
+    as.push(await time(a))
+    bs.push(await time(b))
   }
   return [median(as), median(bs)]
 }

@@ -29,7 +29,7 @@ async function list(extras: boolean) {
   const { env, svc, db, ws } = await list(true)
   const oldPage = db.query('SELECT * FROM suppressions NOT INDEXED WHERE workspace_id = ? ORDER BY created_at DESC, phone LIMIT 50 OFFSET 0')
   const oldCount = db.query('SELECT COUNT(*) AS n FROM suppressions WHERE workspace_id = ?')
-  const [now, before] = pairedMedians(
+  const [now, before] = await pairedMedians(
     11,
     () => svc.suppressions.list(ws.id, 50, 0),
     () => ({ rows: oldPage.all(ws.id), total: oldCount.get(ws.id) }),

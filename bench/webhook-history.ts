@@ -16,10 +16,10 @@ async function history(triggers: boolean) {
   const env = await inProcess()
   const { svc, db } = env
   const ws = await svc.workspaces.create({ name: 'History' })
-  const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
+  const hook = await svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
   svc.webhooks.stop()
   if (!triggers) db.run('DROP TRIGGER webhook_delivery_counts_insert; DROP TRIGGER webhook_delivery_counts_delete')
-  svc.deps.writer.now(() => svc.webhooks.enqueueInTx(ws.id, 'message.received', { id: 'x', body: 'x'.repeat(300) } as never))
+  await svc.deps.engine.write((tx) => svc.webhooks.enqueueIn(tx, ws.id, 'message.received', { id: 'x', body: 'x'.repeat(300) } as never))
   db.run("UPDATE webhook_deliveries SET status = 'delivered'")
   copyRow(db, 'webhook_deliveries', (db.query('SELECT id FROM webhook_deliveries').get() as { id: string }).id, N - 1, 'd')
   // copyRow writes rows directly: the kept count is set to what they are
@@ -31,10 +31,10 @@ async function history(triggers: boolean) {
 {
   const { env, svc, db, hook } = await history(true)
   const count = db.query<{ n: number }, [string]>('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE endpoint_id = ?')
-  const [kept, counted] = pairedMedians(
+  const [kept, counted] = await pairedMedians(
     21,
     () => svc.webhooks.deliveries(hook.id, 50, 0),
-    () => ({ rows: svc.webhooks.deliveries(hook.id, 50, 0).rows, total: count.get(hook.id)!.n }),
+    async () => ({ rows: (await svc.webhooks.deliveries(hook.id, 50, 0)).rows, total: count.get(hook.id)!.n }),
   )
   console.log(`a page of 50 of ${N} deliveries, median of 21: kept count ${kept.toFixed(2)} ms, counting the rows ${counted.toFixed(2)} ms`)
   await env.close()
@@ -48,7 +48,10 @@ for (let round = 0; round < 2; round++) {
     const name = triggers ? 'with' : 'without'
     // 20,000 events enqueued in writes of 100, as message status changes arrive
     const t = performance.now()
-    for (let w = 0; w < 200; w++) svc.deps.writer.now(() => { for (let i = 0; i < 100; i++) svc.webhooks.enqueueInTx(ws.id, 'message.sent', { id: `m${w}-${i}` } as never) })
+    for (let w = 0; w < 200; w++)
+      await svc.deps.engine.write(async (tx) => {
+        for (let i = 0; i < 100; i++) await svc.webhooks.enqueueIn(tx, ws.id, 'message.sent', { id: `m${w}-${i}` } as never)
+      })
     enqueue[name]!.push((performance.now() - t) / 20_000)
     env.db.run("UPDATE webhook_deliveries SET status = 'delivered'")
     env.clock.t += 31 * 86_400_000

@@ -15,9 +15,9 @@ async function backlog() {
   const { svc, db } = env
   const ws = await svc.workspaces.create({ name: 'Prune' })
   await svc.workspaces.patch(ws.id, { settings: { messages: { content_retention_days: 1 } } })
-  const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
+  const hook = await svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
   svc.webhooks.stop()
-  svc.deps.writer.now(() => svc.webhooks.enqueueInTx(ws.id, 'message.received', { id: 'x', body: 'x'.repeat(300) } as never))
+  await svc.deps.engine.write((tx) => svc.webhooks.enqueueIn(tx, ws.id, 'message.received', { id: 'x', body: 'x'.repeat(300) } as never))
   db.run("UPDATE webhook_deliveries SET status = 'delivered'")
   copyRow(db, 'webhook_deliveries', (db.query('SELECT id FROM webhook_deliveries').get() as { id: string }).id, N - 1, 'd')
   db.run('PRAGMA wal_checkpoint(TRUNCATE)')

@@ -23,6 +23,11 @@ export interface Config {
   port: number
   dataDir: string
   dbPath: string
+  /**
+   * PostgreSQL instead of the embedded SQLite file (CAPSTAN_DATABASE_URL, postgres://…); null: the
+   * SQLite file in the data directory. Holds a password: never logged or shown.
+   */
+  databaseUrl: string | null
   mediaDir: string
   mediaStore: MediaStoreConfig
   adminToken: string | null
@@ -58,6 +63,26 @@ export interface Config {
 }
 
 export class ConfigError extends Error {}
+
+/**
+ * CAPSTAN_DATABASE_URL: a postgres:// (or postgresql://) URL with a host or a socket folder
+ * (`?host=/run/postgresql`) and a database name. Its value is never repeated in an error: it may
+ * hold a password.
+ */
+function databaseUrl(env: Record<string, string | undefined>): string | null {
+  const raw = env.CAPSTAN_DATABASE_URL?.trim()
+  if (!raw) return null
+  let url: URL
+  try {
+    url = new URL(raw)
+  } catch {
+    throw new ConfigError('CAPSTAN_DATABASE_URL must be a URL such as postgres://user:password@host:5432/capstan')
+  }
+  if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') throw new ConfigError('CAPSTAN_DATABASE_URL must start with postgres:// (unset, Capstan uses its embedded SQLite file)')
+  if (!url.hostname && !url.searchParams.get('host')) throw new ConfigError('CAPSTAN_DATABASE_URL must name a host (or a socket folder with ?host=/path)')
+  if (url.pathname.length <= 1) throw new ConfigError('CAPSTAN_DATABASE_URL must name a database, as in postgres://host/capstan')
+  return raw
+}
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const
 
@@ -153,6 +178,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     port: int(env, 'CAPSTAN_PORT', 8080, 0, 65535),
     dataDir,
     dbPath: join(dataDir, 'capstan.db'),
+    databaseUrl: databaseUrl(env),
     mediaDir: join(dataDir, 'media'),
     mediaStore: mediaStore(env),
     adminToken,

@@ -8,7 +8,7 @@
  * connection and campaign ids, never a phone number or a name.
  */
 import { readFileSync, readdirSync } from 'node:fs'
-import { databaseOk } from './db/open'
+import { reachable } from './db/engine'
 import { diskSpace } from './disk'
 import { NETWORK_CODE_PATTERN, OUTCOME_CODES } from './modules/messages/outcomes'
 import type { Services } from './services'
@@ -173,7 +173,7 @@ export class Metrics {
     const version = await svc.media.scannerVersion().catch(() => null)
     const signed = version === null ? null : signatureTime(version)
     if (signed !== null) out.metric('capstan_clamav_signatures_age_seconds', 'gauge', 'Age of the ClamAV signature database clamd has loaded (from its VERSION answer): alert when freshclam stops updating it.', [[{}, Math.max(0, Math.round((Date.now() - signed) / 1000))]])
-    const databaseUp = databaseOk(svc.deps.db)
+    const databaseUp = await reachable(svc.deps.engine)
     out.metric('capstan_database_up', 'gauge', 'Whether the database can be read (1) or not (0).', [[{}, databaseUp ? 1 : 0]])
     for (const [name, probe] of Object.entries(this.probes)) {
       out.metric(`capstan_${name}_up`, 'gauge', `Whether the ${name} is reachable (1) or not (0).`, [[{}, (await probe().catch(() => false)) ? 1 : 0]])
@@ -189,7 +189,7 @@ export class Metrics {
       out.metric('capstan_backup_failing', 'gauge', 'Whether the last automatic backup failed (1) or not (0).', [[{}, backup.state === 'failed' ? 1 : 0]])
     }
     if (!databaseUp) return out.text()
-    const messages = svc.messages.gauges()
+    const [messages, webhookGauges, campaignCounts] = await Promise.all([svc.messages.gauges(), svc.webhooks.pendingGauges(), svc.campaigns.countByStatus()])
     out.metric('capstan_message_outcomes_total', 'counter', 'Outbound messages that reached sent, delivered, read or failed (by error code; codes outside the documented table count as other), ever.', this.outcomes(messages.outcomes))
     out.metric('capstan_messages', 'gauge', 'Messages in the log, by workspace, direction and status.', messages.counts.map((r) => [{ workspace: r.workspace_id, direction: r.direction, status: r.status }, r.n]))
     const queued = new Map(messages.queued.map((r) => [r.connection_id, r.n]))
@@ -197,11 +197,11 @@ export class Metrics {
     out.metric('capstan_connection_up', 'gauge', 'Whether a connected number is online (1) or offline (0).', connections.map((c) => [{ connection: c.row.id, workspace: c.row.workspace_id, driver: c.row.driver }, c.row.status === 'online' ? 1 : 0]))
     out.metric('capstan_queue_depth', 'gauge', 'One-to-one and group messages queued on a number (campaign recipients not yet released are not counted).', connections.map((c) => [{ connection: c.row.id, workspace: c.row.workspace_id }, queued.get(c.row.id) ?? 0]))
     out.metric('capstan_messages_sending', 'gauge', 'Messages handed to a network whose outcome is not recorded yet.', [[{}, messages.sending]])
-    const { pending: hooks, perEndpoint } = svc.webhooks.pendingGauges()
+    const { pending: hooks, perEndpoint } = webhookGauges
     out.metric('capstan_webhook_deliveries_pending', 'gauge', 'Webhook deliveries not yet delivered (first attempts and retries).', [[{}, hooks.n]])
     out.metric('capstan_webhook_oldest_pending_seconds', 'gauge', 'Age of the oldest webhook delivery still pending (0 when none).', [[{}, hooks.oldest === null ? 0 : Math.max(0, Math.round((now - hooks.oldest) / 1000))]])
     out.metric('capstan_webhook_endpoint_pending', 'gauge', 'Webhook deliveries not yet delivered, per endpoint (endpoints with none are left out).', perEndpoint.map((r) => [{ endpoint: r.endpoint_id, workspace: r.workspace_id }, r.n]))
-    out.metric('capstan_campaigns', 'gauge', 'Campaigns by status.', svc.campaigns.countByStatus().map((r) => [{ status: r.status }, r.n]))
+    out.metric('capstan_campaigns', 'gauge', 'Campaigns by status.', campaignCounts.map((r) => [{ status: r.status }, r.n]))
     // the cap a number sends under today (lower while it warms up)
     const caps = connections.flatMap((c): Sample[] => {
       const ws = svc.workspaces.cached(c.row.workspace_id)

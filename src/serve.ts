@@ -53,7 +53,9 @@ export async function serve() {
   const log = new Logger(config.logLevel)
   const { db, applied, fullDisk } = databaseOrExit(config.dbPath)
   if (fullDisk) log.error('the disk of the data directory is full: the database is opened for this process alone (no checkpointer thread, no backups) until Capstan is restarted with room on the disk', { data_dir: config.dataDir })
-  const admin = resolveAdminToken(db, config.adminToken)
+  const writer = new Writer(db)
+  const engine = new SqliteEngine(db, writer)
+  const admin = await resolveAdminToken(engine, config.adminToken)
   if (admin.generated) {
     process.stdout.write(`Capstan admin token (shown once; only its hash is stored): ${admin.generated}\n`)
   }
@@ -64,8 +66,7 @@ export async function serve() {
   process.on('uncaughtException', unexpected)
   process.on('unhandledRejection', unexpected)
   const checkpointer = config.walCheckpointer && !fullDisk ? startCheckpointer(config.dbPath, log) : null
-  const writer = new Writer(db)
-  const deps = { config, db, writer, engine: new SqliteEngine(db, writer), clock: systemClock }
+  const deps = { config, engine, clock: systemClock }
   const svc = buildServices(deps, log, box)
   await startServices(svc)
   const jobs = startJobs(svc)

@@ -7,7 +7,7 @@ import { openapi } from '@elysiajs/openapi'
 import { Elysia } from 'elysia'
 import { dashboardAdminRoutes } from './dashboard/admin-views'
 import { dashboardRoutes } from './dashboard/routes'
-import { databaseOk } from './db/open'
+import { reachable } from './db/engine'
 import { diskSpace } from './disk'
 import { Metrics, RequestDurations, ResponseCounts } from './metrics'
 import type { Scope } from './modules/keys/model'
@@ -71,7 +71,7 @@ const declaredLength = (request: Request) => Number(request.headers.get('content
 
 export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const { config } = svc.deps
-  const sessions = new Sessions(adminTokenHash, svc.deps.db, svc.deps.writer, () => svc.deps.clock.now())
+  const sessions = new Sessions(adminTokenHash, svc.deps.engine, () => svc.deps.clock.now())
   let root: Elysia<any, any, any, any, any, any, any> | null = null
   const clients = new ClientAddresses(config.trustedProxies.length ? ipRanges(config.trustedProxies) : null, (request) => root?.server?.requestIP(request) ?? null)
   const ipOf = (request: Request) => clients.ip(request)
@@ -240,7 +240,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     .get(
       '/readyz',
       async ({ set }) => {
-        const database = databaseOk(svc.deps.db)
+        const database = await reachable(svc.deps.engine)
         const checks: Record<string, unknown> = { database: database ? 'ok' : 'unavailable' }
         for (const [name, probe] of Object.entries(probes)) checks[name] = (await probe().catch(() => false)) ? 'ok' : 'unavailable'
         // reported, not a reason to be unready: a low disk still serves (a full one answers 507)

@@ -27,6 +27,10 @@ import { type Timers, Pacer, realTimers } from './scheduler/pacer'
 import type { SecretBox } from './secrets'
 import { EventCounters } from './counters'
 import { noRoom } from './db/open'
+import { stmt } from './db/engine'
+
+/** When the server last started (a setting): written first, so a start on a full disk finds out at once. */
+const STARTED_AT = stmt("INSERT INTO system_settings (name, value) VALUES ('started_at', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value")
 
 export interface Services {
   deps: Deps
@@ -58,7 +62,7 @@ export interface Services {
 }
 
 export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { timers?: Timers; random?: () => number; scanner?: Scanner } = {}): Services {
-  const audit = new AuditRepo(deps.engine, deps.db)
+  const audit = new AuditRepo(deps.engine)
   const workspaces = new WorkspaceService(deps, audit)
   const contacts = new ContactService(deps)
   const suppressions = new SuppressionService(deps, audit)
@@ -70,23 +74,25 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   const groups = new GroupService(deps, connections, messages, log)
   const campaigns = new CampaignService(deps, templates, connections, contacts, suppressions, messages, media, webhooks, log)
   const pacer = new Pacer(deps, messages, connections, workspaces, log, deps.clock, opts.timers ?? realTimers, opts.random ?? Math.random)
-  contacts.onConsentChanged = (row, from, source) =>
-    webhooks.enqueueInTx(row.workspace_id, 'contact.consent_changed', { ...contacts.toPublic(row), consent_change: { from, to: row.consent_status, source } })
+  // work started by an event and not awaited by it: a failure is logged (the next sweep or start goes on with it)
+  const background = (what: string, work: () => Promise<unknown>) => void work().catch((e) => log.error(`${what} failed`, { error: String((e as Error)?.message ?? e) }))
+  contacts.onConsentChanged = (tx, row, from, source) =>
+    webhooks.enqueueIn(tx, row.workspace_id, 'contact.consent_changed', { ...contacts.toPublic(row), consent_change: { from, to: row.consent_status, source } })
   messages.onQueued = (id) => pacer.wake(id)
   messages.onThrottled = (id) => pacer.slowDown(id)
   pacer.groupExternalId = (row) => groups.externalIdOf(row)
-  messages.groupRefusal = (row) => groups.refusalAtRelease(row)
-  pacer.campaignLane = (connectionId, now) => campaigns.releaseNextInTx(connectionId, now)
+  messages.groupRefusal = (row, q) => groups.refusalAtRelease(row, q)
+  pacer.campaignLane = (tx, connectionId, now) => campaigns.releaseNextIn(tx, connectionId, now)
   campaigns.onRunnable = (id) => pacer.wake(id)
   messages.onSettled = (row) => {
-    if (row.campaign_id) campaigns.checkComplete(row.campaign_id)
+    if (row.campaign_id) background('campaign completion check', () => campaigns.checkComplete(row.campaign_id!))
   }
   messages.onTemplateRefused = (row, code) => {
-    if (row.campaign_id) campaigns.templateRefused(row.campaign_id, code)
+    if (row.campaign_id) background('pausing a campaign whose template was refused', () => campaigns.templateRefused(row.campaign_id!, code))
   }
   const idempotency = new Idempotency(deps)
   const eraser = new ContactEraser(deps, contacts, messages, media, campaigns, webhooks, idempotency, audit, log, box)
-  eraser.onCampaignChanged = (id) => campaigns.checkComplete(id)
+  eraser.onCampaignChanged = (id) => background('campaign completion check', () => campaigns.checkComplete(id))
   eraser.onErased = (workspaceId, number) => connections.forgetNumber(workspaceId, number)
   const messageRetention = new MessageRetention(deps, workspaces, webhooks, log)
   messageRetention.onContentExpired = (workspaceId, cutoff) => connections.forgetContentBefore(workspaceId, cutoff)
@@ -97,11 +103,11 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   media.onScan = (verdict) => EventCounters.bump(events.scans, verdict)
   messages.onInbound = (driver) => EventCounters.bump(events.inbound, driver)
   connections.onChange = (id) => pacer.wake(id)
-  connections.onStatusChangedInTx = (row, from) => webhooks.enqueueInTx(row.workspace_id, 'connection.status_changed', connections.toEvent(row, from))
+  connections.onStatusChangedIn = (tx, row, from) => webhooks.enqueueIn(tx, row.workspace_id, 'connection.status_changed', connections.toEvent(row, from))
   workspaces.onChange = (id) => {
     pacer.wakeWorkspace(id)
     // a higher allowance lets campaigns paused for it go on
-    campaigns.resumeWhereRoom(id)
+    background('resuming campaigns paused for the allowance', () => campaigns.resumeWhereRoom(id))
   }
   return {
     deps,
@@ -115,7 +121,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     eraser,
     contactExport: new ContactExport(deps, contacts, messages, media, suppressions, campaigns, audit),
     contactImport: new ContactImport(deps, contacts, audit),
-    contactList: new ContactListExport(deps, audit),
+    contactList: new ContactListExport(deps, contacts, audit),
     backups: new AutoBackups(deps.config, log, deps.clock, selfCommand()),
     suppressions,
     connections,
@@ -162,7 +168,7 @@ export async function startServices(svc: Services, retryMs = STARTUP_RETRY_MS) {
     void persist(write, () => svc.connections.stopped, (e) => svc.log.error(`${what} could not be written yet`, { error: String((e as Error)?.message ?? e) })).catch((e) =>
       svc.log.error(`${what} failed`, { error: String(e) }),
     )
-  svc.connections.start({
+  await svc.connections.start({
     receipt: (_connectionId, messageId, status, error) => keep('receipt', () => svc.messages.receipt(messageId, status, error)),
     inbound: (connectionId, from, body) => keep('inbound message', () => svc.messages.inbound(connectionId, from, body)),
     marketingStopped: (connectionId, phone, source) => keep('consent change', () => svc.messages.marketingStopped(connectionId, phone, source)),
@@ -184,21 +190,21 @@ export async function startServices(svc: Services, retryMs = STARTUP_RETRY_MS) {
           return again()
         }
         if (svc.connections.stopped) return
-        runBackground(svc)
+        await runBackground(svc)
         svc.log.info('there is room on the disk again: recovery done, sending resumed')
       }, retryMs)
     }
     again()
     return
   }
-  runBackground(svc)
+  await runBackground(svc)
 }
 
 /** The start-up's writes: settle what a crash left, then what expired while the server was down. */
 async function recoverAtStart(svc: Services) {
   // one write whatever there is to recover: a start on a full disk finds out here, not at the
   // first request or send
-  await svc.deps.writer.write(() => svc.deps.db.query("INSERT INTO system_settings (name, value) VALUES ('started_at', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value").run(new Date(svc.deps.clock.now()).toISOString()))
+  await svc.deps.engine.write((tx) => tx.run(STARTED_AT, new Date(svc.deps.clock.now()).toISOString()))
   await svc.media.store.init({ keepTemp: true })
   await svc.messages.recoverInterrupted()
   // after a restore: erasures recorded since that backup was made are done again, before anything is sent or served
@@ -208,10 +214,10 @@ async function recoverAtStart(svc: Services) {
   await svc.media.purgeExpired()
 }
 
-function runBackground(svc: Services) {
-  svc.pacer.start(svc.campaigns.connectionsWithRunning())
-  svc.campaigns.armAll()
-  svc.campaigns.resumeWhereRoom()
+async function runBackground(svc: Services) {
+  await svc.pacer.start(await svc.campaigns.connectionsWithRunning())
+  await svc.campaigns.armAll()
+  await svc.campaigns.resumeWhereRoom()
   svc.webhooks.start()
   svc.startup.state = 'ready'
 }

@@ -5,7 +5,9 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { migrate } from '../src/db/open'
-import { CampaignRepo, type Counts, RUNNING_FOR_CONNECTION } from '../src/modules/campaigns/repo'
+import { CampaignStore, type Counts, RUNNING_FOR_CONNECTION } from '../src/modules/campaigns/store'
+import { SqliteEngine } from '../src/db/engine'
+import { Writer } from '../src/db/writer'
 import { inProcess, settle } from './support/inproc'
 import { databaseAtSchema } from './support/schema'
 import { TestServer, newPhone } from './support/server'
@@ -302,45 +304,45 @@ describe('the campaign lane (controlled clock)', () => {
       // the env's clock starts at 09:00 UTC: 04:00 in New York
       const ws = await svc.workspaces.create({ name: 'Window' })
       await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(40) } })
-      const conn = svc.connections.create(ws.id, { phone: '+15550002100', driver: 'sandbox', config: NO_RECEIPTS })
+      const conn = await svc.connections.create(ws.id, { phone: '+15550002100', driver: 'sandbox', config: NO_RECEIPTS })
       for (let i = 0; i < 3; i++) await svc.contacts.upsert(ws.id, { phone: `+155560000${i}0`, consent_status: 'opted_in' }, 'test')
       const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
       // open 09:00–09:01 New York time (14:00–14:01 UTC in November): room for two releases 40 s apart
       const c = await svc.campaigns.create(ws.id, { name: 'Daytime', template_id: tpl.id, connection_id: conn.id, send_window: { from: '09:00', to: '09:01', time_zone: 'America/New_York' } })
-      expect(svc.campaigns.toPublic(c).send_window).toEqual({ from: '09:00', to: '09:01', time_zone: 'America/New_York' })
+      expect((await svc.campaigns.toPublic(c)).send_window).toEqual({ from: '09:00', to: '09:01', time_zone: 'America/New_York' })
       await svc.campaigns.schedule(ws.id, c.id, null)
-      timers.advance(0)
+      await timers.advance(0)
       await settle()
-      const counts = () => svc.campaigns.toPublic(storesOf(svc).campaigns.getAny(c.id)!).counts
-      expect([storesOf(svc).campaigns.getAny(c.id)!.status, counts().sent, counts().queued]).toEqual(['running', 0, 3])
+      const counts = async () => (await svc.campaigns.toPublic((await storesOf(svc).campaigns.getAny(c.id))!)).counts
+      expect([(await storesOf(svc).campaigns.getAny(c.id))!.status, (await counts()).sent, (await counts()).queued]).toEqual(['running', 0, 3])
       // the number itself is not held: a one-to-one message goes out at once
       const order = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550009999', body: 'Your order shipped', attachments: [] })
-      timers.advance(0)
+      await timers.advance(0)
       await settle()
-      expect(svc.messages.getAny(order.id)!.status).toBe('sent')
+      expect((await svc.messages.getAny(order.id))!.status).toBe('sent')
       // the window opens at 14:00 UTC; the minute's sweep wakes the number
-      timers.advanceTo(Date.UTC(2026, 10, 21, 14, 0, 0))
+      await timers.advanceTo(Date.UTC(2026, 10, 21, 14, 0, 0))
       await svc.campaigns.sweep()
-      timers.advance(0)
+      await timers.advance(0)
       await settle()
-      timers.advance(40_000)
+      await timers.advance(40_000)
       await settle()
-      expect(counts().sent).toBe(2)
+      expect((await counts()).sent).toBe(2)
       // 14:01 UTC: closed again; the third waits for the next day's window
-      timers.advance(60_000)
+      await timers.advance(60_000)
       await svc.campaigns.sweep()
       await settle()
-      expect([counts().sent, counts().queued]).toEqual([2, 1])
-      timers.advanceTo(Date.UTC(2026, 10, 22, 13, 59, 0))
+      expect([(await counts()).sent, (await counts()).queued]).toEqual([2, 1])
+      await timers.advanceTo(Date.UTC(2026, 10, 22, 13, 59, 0))
       await svc.campaigns.sweep()
       await settle()
-      expect(counts().sent).toBe(2)
-      timers.advanceTo(Date.UTC(2026, 10, 22, 14, 0, 0))
+      expect((await counts()).sent).toBe(2)
+      await timers.advanceTo(Date.UTC(2026, 10, 22, 14, 0, 0))
       await svc.campaigns.sweep()
-      timers.advance(0)
+      await timers.advance(0)
       await settle()
-      expect(counts().sent).toBe(3)
-      expect(storesOf(svc).campaigns.getAny(c.id)!.status).toBe('completed')
+      expect((await counts()).sent).toBe(3)
+      expect((await storesOf(svc).campaigns.getAny(c.id))!.status).toBe('completed')
     } finally {
       await env.close()
     }
@@ -352,21 +354,21 @@ describe('the campaign lane (controlled clock)', () => {
       const { svc, timers } = env
       const ws = await svc.workspaces.create({ name: 'Skips' })
       await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10) } })
-      const conn = svc.connections.create(ws.id, { phone: '+15550002000', driver: 'sandbox', config: NO_RECEIPTS })
+      const conn = await svc.connections.create(ws.id, { phone: '+15550002000', driver: 'sandbox', config: NO_RECEIPTS })
       const phones = Array.from({ length: 250 }, (_, i) => `+1555500${String(i).padStart(4, '0')}`)
       for (const phone of phones) await svc.contacts.upsert(ws.id, { phone, consent_status: 'opted_in' }, 'test')
       const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
       const c = await svc.campaigns.create(ws.id, { name: 'Big', template_id: tpl.id, connection_id: conn.id })
       await svc.campaigns.schedule(ws.id, c.id, null)
-      timers.advance(0)
+      await timers.advance(0)
       await settle()
       // after the first release, everyone opts out before their turn
       for (const phone of phones) await svc.contacts.upsert(ws.id, { phone, consent_status: 'opted_out' }, 'test')
       for (let i = 0; i < 4; i++) {
-        timers.advance(10_000)
+        await timers.advance(10_000)
         await settle()
       }
-      const after = svc.campaigns.toPublic(storesOf(svc).campaigns.getAny(c.id)!)
+      const after = await svc.campaigns.toPublic((await storesOf(svc).campaigns.getAny(c.id))!)
       expect([after.status, after.counts]).toEqual(['completed', { total: 250, queued: 0, sent: 1, delivered: 0, read: 0, failed: 0, skipped: 249 }])
     } finally {
       await env.close()
@@ -377,37 +379,37 @@ describe('the campaign lane (controlled clock)', () => {
     const env = await inProcess()
     try {
       const { svc, timers, clock } = env
-      timers.advanceTo(Date.UTC(2026, 10, 30, 23, 0, 0))
+      await timers.advanceTo(Date.UTC(2026, 10, 30, 23, 0, 0))
       const ws = await svc.workspaces.create({ name: 'Month' })
       await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10), message_allowance: 2 } })
-      const conn = svc.connections.create(ws.id, { phone: '+15550003000', driver: 'sandbox', config: NO_RECEIPTS })
+      const conn = await svc.connections.create(ws.id, { phone: '+15550003000', driver: 'sandbox', config: NO_RECEIPTS })
       for (let i = 0; i < 4; i++) await svc.contacts.upsert(ws.id, { phone: `+1555600${String(i).padStart(4, '0')}`, consent_status: 'opted_in' }, 'test')
       const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
       const c = await svc.campaigns.create(ws.id, { name: 'Rollover', template_id: tpl.id, connection_id: conn.id })
       await svc.campaigns.schedule(ws.id, c.id, null)
-      const state = () => {
-        const p = svc.campaigns.toPublic(storesOf(svc).campaigns.getAny(c.id)!)
+      const state = async () => {
+        const p = await svc.campaigns.toPublic((await storesOf(svc).campaigns.getAny(c.id))!)
         return [p.status, p.paused_reason, p.counts.sent, p.counts.skipped]
       }
       for (let i = 0; i < 4; i++) {
-        timers.advance(10_000)
+        await timers.advance(10_000)
         await settle()
       }
-      expect(state()).toEqual(['paused', 'allowance_exhausted', 2, 0])
+      expect(await state()).toEqual(['paused', 'allowance_exhausted', 2, 0])
       // the hourly check within the same month: still no room
-      timers.advance(30 * 60_000)
-      svc.campaigns.resumeWhereRoom()
-      expect(state()).toEqual(['paused', 'allowance_exhausted', 2, 0])
+      await timers.advance(30 * 60_000)
+      await svc.campaigns.resumeWhereRoom()
+      expect(await state()).toEqual(['paused', 'allowance_exhausted', 2, 0])
       // the first check of December
-      timers.advanceTo(Date.UTC(2026, 11, 1, 0, 0, 5))
+      await timers.advanceTo(Date.UTC(2026, 11, 1, 0, 0, 5))
       expect(clock.now()).toBe(Date.UTC(2026, 11, 1, 0, 0, 5))
-      svc.campaigns.resumeWhereRoom()
-      expect(state().slice(0, 2)).toEqual(['running', null])
+      await svc.campaigns.resumeWhereRoom()
+      expect((await state()).slice(0, 2)).toEqual(['running', null])
       for (let i = 0; i < 4; i++) {
-        timers.advance(10_000)
+        await timers.advance(10_000)
         await settle()
       }
-      expect(state()).toEqual(['completed', null, 4, 0])
+      expect(await state()).toEqual(['completed', null, 4, 0])
     } finally {
       await env.close()
     }
@@ -419,15 +421,15 @@ describe('the campaign lane (controlled clock)', () => {
       const { svc } = env
       const ws = await svc.workspaces.create({ name: 'Fair' })
       await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(10) } })
-      const conn = svc.connections.create(ws.id, { phone: '+15550001000', driver: 'sandbox', config: NO_RECEIPTS })
+      const conn = await svc.connections.create(ws.id, { phone: '+15550001000', driver: 'sandbox', config: NO_RECEIPTS })
       for (let i = 0; i < 20; i++) await svc.contacts.upsert(ws.id, { phone: `+1555300${String(i).padStart(4, '0')}`, consent_status: 'opted_in' }, 'test')
       const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
       const c = await svc.campaigns.create(ws.id, { name: 'Big', template_id: tpl.id, connection_id: conn.id })
       await svc.campaigns.schedule(ws.id, c.id, null)
-      env.timers.advance(0)
+      await env.timers.advance(0)
       const orders = []
       for (let i = 0; i < 3; i++) orders.push(await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+1555400${i}000`, body: `order ${i}`, attachments: [] }))
-      env.timers.advance(60_000)
+      await env.timers.advance(60_000)
       const released = env.db.query("SELECT body, sending_at FROM messages WHERE sending_at IS NOT NULL ORDER BY sending_at, seq").all() as { body: string; sending_at: number }[]
       expect(released.slice(0, 7).map((r) => r.body)).toEqual(['Offer', 'order 0', 'Offer', 'order 1', 'Offer', 'order 2', 'Offer'])
       const gaps = released.slice(1).map((r, i) => r.sending_at - released[i]!.sending_at)
@@ -443,29 +445,29 @@ describe('the campaign lane (controlled clock)', () => {
       const { svc, timers, db } = env
       const ws = await svc.workspaces.create({ name: 'Sweep' })
       await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy(0) } })
-      const conn = svc.connections.create(ws.id, { phone: '+15550003000', driver: 'sandbox', config: NO_RECEIPTS })
+      const conn = await svc.connections.create(ws.id, { phone: '+15550003000', driver: 'sandbox', config: NO_RECEIPTS })
       await svc.contacts.upsert(ws.id, { phone: '+15550003001', consent_status: 'opted_in' }, 'test')
       const tpl = await svc.templates.create(ws.id, { name: 'T', body: 'Offer' })
       const c = await svc.campaigns.create(ws.id, { name: 'Now', template_id: tpl.id, connection_id: conn.id })
-      svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', ['campaign.completed'])
-      const status = () => storesOf(svc).campaigns.getAny(c.id)!.status
+      await svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', ['campaign.completed'])
+      const status = async () => (await storesOf(svc).campaigns.getAny(c.id))!.status
       const failing = (to: string) => db.run(`CREATE TRIGGER full_disk BEFORE UPDATE OF status ON campaigns WHEN NEW.status = '${to}' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`)
       // launched now, but the start cannot be written: it stays scheduled, due, with nothing armed
       failing('running')
       await expect(svc.campaigns.schedule(ws.id, c.id, null)).rejects.toThrow('database or disk is full')
-      expect(status()).toBe('scheduled')
+      expect(await status()).toBe('scheduled')
       db.run('DROP TRIGGER full_disk')
       await svc.campaigns.sweep()
-      expect(status()).toBe('running')
+      expect(await status()).toBe('running')
       // its one message is sent; marking the campaign completed then cannot be written
       failing('completed')
-      timers.advance(0)
+      await timers.advance(0)
       await settle(20)
-      expect(storesOf(svc).campaigns.counts(c.id)).toMatchObject({ total: 1, sent: 1 })
-      expect(status()).toBe('running')
+      expect(await storesOf(svc).campaigns.counts(c.id)).toMatchObject({ total: 1, sent: 1 })
+      expect(await status()).toBe('running')
       db.run('DROP TRIGGER full_disk')
       await svc.campaigns.sweep()
-      expect(status()).toBe('completed')
+      expect(await status()).toBe('completed')
       // announced once, with the completion
       expect(db.query("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE type = 'campaign.completed'").get()).toEqual({ n: 1 })
     } finally {
@@ -569,12 +571,12 @@ describe('live counts', () => {
       }
       message.run('orphan', 'sent') // its recipient was erased before the upgrade
       expect(migrate(db)).toContain(31)
-      expect(new CampaignRepo(db).counts('c1')).toEqual(counted(db, 'c1'))
+      expect(await new CampaignStore(new SqliteEngine(db, new Writer(db))).counts('c1')).toEqual(counted(db, 'c1'))
       expect(counted(db, 'c1')).toEqual({ total: 9, skipped: 1, queued: 3, sent: 1, delivered: 1, read: 2, failed: 1 })
       expect(db.query("SELECT campaign_id FROM messages WHERE id = 'orphan'").get()).toEqual({ campaign_id: null })
       // and from there the triggers keep it: the orphan's receipt counts nowhere
       db.run("UPDATE messages SET status = 'delivered' WHERE id IN ('orphan', 'm2')")
-      expect(new CampaignRepo(db).counts('c1')).toEqual(counted(db, 'c1'))
+      expect(await new CampaignStore(new SqliteEngine(db, new Writer(db))).counts('c1')).toEqual(counted(db, 'c1'))
     } finally {
       db.close()
       rmSync(dir, { recursive: true, force: true })
@@ -636,7 +638,7 @@ describe('audience freeze in slices', () => {
     const env = await inProcess()
     const { svc } = env
     const ws = await svc.workspaces.create({ name: 'Freeze' })
-    const conn = svc.connections.create(ws.id, { phone: '+15550009000', driver: 'sandbox', config: NO_RECEIPTS })
+    const conn = await svc.connections.create(ws.id, { phone: '+15550009000', driver: 'sandbox', config: NO_RECEIPTS })
     // contacts created in another order than their numbers' (the freeze walks numbers)
     for (const [phone, consent_status, metadata] of [...people].reverse()) await svc.contacts.upsert(ws.id, { phone, consent_status: consent_status as any, metadata: metadata as any }, 'test')
     await svc.suppressions.add(ws.id, '+15550009005', null)
@@ -675,14 +677,14 @@ describe('audience freeze in slices', () => {
           svc.campaigns.freezeSliceSize = slice
           const c = await campaign(audience)
           let midway: number | null = null
-          setImmediate(() => (midway = storesOf(svc).campaigns.counts(c.id).total))
+          setImmediate(async () => (midway = (await storesOf(svc).campaigns.counts(c.id)).total))
           const started = await svc.campaigns.schedule(ws.id, c.id, null)
           expect([audience, slice, recipients(c.id)]).toEqual([audience, slice, [...expected]])
-          expect([started.freeze_after, svc.campaigns.toPublic(started).counts.total]).toEqual([null, expected.length])
+          expect([started.freeze_after, (await svc.campaigns.toPublic(started)).counts.total]).toEqual([null, expected.length])
           // more than one slice: the event loop turned before the last one, which the answer waited for
           if (slice < people.length && expected.length > 0) expect(midway!).toBeLessThan(expected.length)
           expect(started.status).toBe(expected.length ? 'running' : 'completed')
-          if (expected.length) svc.campaigns.cancel(ws.id, c.id)
+          if (expected.length) await svc.campaigns.cancel(ws.id, c.id)
         }
       }
     } finally {
@@ -699,25 +701,25 @@ describe('audience freeze in slices', () => {
       const c = await campaign()
       const starting = svc.campaigns.schedule(ws.id, c.id, null)
       // the start and the first slice are one write
-      await waitFor(() => storesOf(svc).campaigns.getAny(c.id)!.status === 'running')
+      await waitFor(async () => (await storesOf(svc).campaigns.getAny(c.id))!.status === 'running')
       expect(recipients(c.id)).toEqual(['+15550009001', '+15550009002'])
       env.clock.t += 1000
       await svc.contacts.upsert(ws.id, { phone: '+15550009008', consent_status: 'opted_in' }, 'test')
-      expect(storesOf(svc).campaigns.getAny(c.id)!.freeze_after).not.toBeNull()
-      svc.campaigns.pause(ws.id, c.id)
+      expect((await storesOf(svc).campaigns.getAny(c.id))!.freeze_after).not.toBeNull()
+      await svc.campaigns.pause(ws.id, c.id)
       gate.open()
       await starting
-      expect([storesOf(svc).campaigns.getAny(c.id)!.status, recipients(c.id)]).toEqual(['paused', ['+15550009001', '+15550009002', '+15550009004', '+15550009007']])
+      expect([(await storesOf(svc).campaigns.getAny(c.id))!.status, recipients(c.id)]).toEqual(['paused', ['+15550009001', '+15550009002', '+15550009004', '+15550009007']])
 
       const d = await campaign()
       gate.close()
       const cancelled = svc.campaigns.schedule(ws.id, d.id, null)
-      await waitFor(() => storesOf(svc).campaigns.getAny(d.id)!.status === 'running')
-      svc.campaigns.cancel(ws.id, d.id)
+      await waitFor(async () => (await storesOf(svc).campaigns.getAny(d.id))!.status === 'running')
+      await svc.campaigns.cancel(ws.id, d.id)
       gate.open()
       const after = await cancelled
       expect([after.status, after.freeze_after, recipients(d.id)]).toEqual(['cancelled', null, ['+15550009001', '+15550009002']])
-      expect(svc.campaigns.toPublic(after).counts).toMatchObject({ total: 2, skipped: 2 })
+      expect((await svc.campaigns.toPublic(after)).counts).toMatchObject({ total: 2, skipped: 2 })
       // a later campaign has the new contact
       svc.campaigns.freezeSliceSize = 5_000
       const e = await campaign()
@@ -737,7 +739,7 @@ describe('audience freeze in slices', () => {
       const answered = await svc.campaigns.schedule(ws.id, c.id, null)
       expect(answered.status).toBe('running')
       expect(answered.freeze_after).not.toBeNull()
-      await waitFor(() => storesOf(svc).campaigns.getAny(c.id)!.freeze_after === null)
+      await waitFor(async () => (await storesOf(svc).campaigns.getAny(c.id))!.freeze_after === null)
       expect(recipients(c.id)).toEqual(['+15550009001', '+15550009002', '+15550009004', '+15550009007'])
     } finally {
       await env.close()
@@ -752,25 +754,25 @@ describe('audience freeze in slices', () => {
       const gate = holdSlices(svc)
       const c = await campaign()
       const starting = svc.campaigns.schedule(ws.id, c.id, null)
-      await waitFor(() => storesOf(svc).campaigns.getAny(c.id)!.status === 'running')
+      await waitFor(async () => (await storesOf(svc).campaigns.getAny(c.id))!.status === 'running')
       env.db.run("CREATE TRIGGER full_disk BEFORE INSERT ON campaign_recipients BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
       gate.open()
       const started = await starting
       expect([started.status, started.freeze_after, recipients(c.id)]).toEqual(['running', '+15550009002', ['+15550009001', '+15550009002']])
       // the two frozen are sent; with more to come, the campaign is not completed
       for (let i = 0; i < 3; i++) {
-        env.timers.advance(0)
+        await env.timers.advance(0)
         await settle()
       }
-      expect([storesOf(svc).campaigns.getAny(c.id)!.status, storesOf(svc).campaigns.counts(c.id).sent]).toEqual(['running', 2])
+      expect([(await storesOf(svc).campaigns.getAny(c.id))!.status, (await storesOf(svc).campaigns.counts(c.id)).sent]).toEqual(['running', 2])
       env.db.run('DROP TRIGGER full_disk')
       await svc.campaigns.sweep()
-      await waitFor(() => storesOf(svc).campaigns.getAny(c.id)!.freeze_after === null)
+      await waitFor(async () => (await storesOf(svc).campaigns.getAny(c.id))!.freeze_after === null)
       for (let i = 0; i < 3; i++) {
-        env.timers.advance(0)
+        await env.timers.advance(0)
         await settle()
       }
-      expect([storesOf(svc).campaigns.getAny(c.id)!.status, recipients(c.id), storesOf(svc).campaigns.counts(c.id).sent]).toEqual(['completed', ['+15550009001', '+15550009002', '+15550009004', '+15550009007'], 4])
+      expect([(await storesOf(svc).campaigns.getAny(c.id))!.status, recipients(c.id), (await storesOf(svc).campaigns.counts(c.id)).sent]).toEqual(['completed', ['+15550009001', '+15550009002', '+15550009004', '+15550009007'], 4])
     } finally {
       await env.close()
     }

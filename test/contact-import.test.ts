@@ -230,8 +230,8 @@ describe('the CLI and the writes', () => {
       clearInterval(tick)
       expect(done).toEqual({ created: 4, updated: 1 })
       expect(turned).toBeGreaterThan(0)
-      expect(storesOf(svc).contacts.count(ws.id)).toBe(5)
-      expect(svc.contacts.getByPhone(ws.id, '+15550010003')!.name).toBe('Old')
+      expect(await storesOf(svc).contacts.count(ws.id)).toBe(5)
+      expect((await svc.contacts.getByPhone(ws.id, '+15550010003'))!.name).toBe('Old')
     } finally {
       await env.close()
     }

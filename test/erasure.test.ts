@@ -143,12 +143,12 @@ describe('exporting, in process', () => {
     try {
       const { svc, db } = env
       const ws = await svc.workspaces.create({ name: 'Long' })
-      const conn = svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
+      const conn = await svc.connections.create(ws.id, { phone: '+15550007000', driver: 'sandbox' })
       const first = await svc.messages.inbound(conn.id, '+15550007001', 'message 0')
       // 1,200 more from the same person: the first message's row copied with its own id and text
       copyRow(db, 'messages', first.id, 1200, 'copy-', { body: "'message ' || i" })
       const pieces: string[] = []
-      const reader = svc.contactExport.export(ws.id, '+15550007001').getReader()
+      const reader = (await svc.contactExport.export(ws.id, '+15550007001')).getReader()
       for (let r = await reader.read(); !r.done; r = await reader.read()) pieces.push(new TextDecoder().decode(r.value))
       // the head, three batches of messages (500, 500, 201), the tail
       expect(pieces).toHaveLength(5)
@@ -157,7 +157,7 @@ describe('exporting, in process', () => {
       expect(Object.keys(doc)).toEqual(['exported_at', 'contact', 'consent', 'messages', 'media', 'campaigns', 'network_addresses', 'suppression'])
       expect(doc.contact.phone).toBe('+15550007001')
       // an unknown number is refused before anything is streamed
-      expect(() => svc.contactExport.export(ws.id, '+15550007999')).toThrow('The contact was not found.')
+      expect(svc.contactExport.export(ws.id, '+15550007999')).rejects.toThrow('The contact was not found.')
     } finally {
       await env.close()
     }
@@ -170,12 +170,12 @@ describe('erasure, in process', () => {
     try {
       const { svc, db } = env
       const ws = await svc.workspaces.create({ name: 'Slices' })
-      svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
+      await svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
       const ada = (await svc.contacts.upsert(ws.id, { phone: '+15550003001' }, 'test')).row
       const bob = (await svc.contacts.upsert(ws.id, { phone: '+15550003002' }, 'test')).row
       // 50 events, every third one about Ada
-      svc.deps.writer.now(() => {
-        for (let i = 0; i < 50; i++) svc.webhooks.enqueueInTx(ws.id, 'message.received', { id: crypto.randomUUID(), contact_id: i % 3 === 0 ? ada.id : bob.id } as never)
+      await svc.deps.engine.write(async (tx) => {
+        for (let i = 0; i < 50; i++) await svc.webhooks.enqueueIn(tx, ws.id, 'message.received', { id: crypto.randomUUID(), contact_id: i % 3 === 0 ? ada.id : bob.id } as never)
       })
       const count = (id: string) => (db.query('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE instr(payload, ?) > 0').get(id) as { n: number }).n
       expect([count(ada.id), count(bob.id)]).toEqual([17, 33])
@@ -193,18 +193,18 @@ describe('erasure, in process', () => {
     try {
       const { svc, db } = env
       const ws = await svc.workspaces.create({ name: 'Busy' })
-      svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
-      const conn = svc.connections.create(ws.id, { phone: '+15550004000', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } } as any)
+      await svc.webhooks.create(ws.id, 'http://127.0.0.1:9/hook', undefined)
+      const conn = await svc.connections.create(ws.id, { phone: '+15550004000', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } } as any)
       const sent = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550004001', body: 'On its way', attachments: [] })
-      svc.deps.writer.now(() => svc.webhooks.enqueueInTx(ws.id, 'message.received', { contact_id: sent.contact_id } as never))
-      svc.deps.writer.now(() => svc.messages.markSendingInTx([sent.id], env.clock.now()))
+      await svc.deps.engine.write((tx) => svc.webhooks.enqueueIn(tx, ws.id, 'message.received', { contact_id: sent.contact_id } as never))
+      await svc.deps.engine.write((tx) => svc.messages.markSendingIn(tx, [sent.id], env.clock.now()))
       const events = () => (db.query('SELECT COUNT(*) AS n FROM webhook_deliveries').get() as { n: number }).n
       expect(events()).toBe(1)
       let refusal: any = null
       await svc.eraser.erase(ws.id, '+15550004001').catch((e) => (refusal = e))
       expect([refusal?.status, refusal?.code]).toEqual([409, 'contact_busy'])
-      expect(svc.contacts.getByPhone(ws.id, '+15550004001')).not.toBeNull()
-      expect(svc.messages.getAny(sent.id)).toMatchObject({ body: 'On its way', contact_id: sent.contact_id })
+      expect(await svc.contacts.getByPhone(ws.id, '+15550004001')).not.toBeNull()
+      expect(await svc.messages.getAny(sent.id)).toMatchObject({ body: 'On its way', contact_id: sent.contact_id })
       expect(events()).toBe(1)
     } finally {
       await env.close()

@@ -420,7 +420,7 @@ describe('retention', () => {
   test('media a campaign that has not ended still sends is kept past its retention, and goes once the campaign ends', async () => {
     await withOneDayRetention('Campaign media', async (env, ws) => {
       const { svc } = env
-      const conn = svc.connections.create(ws.id, { phone: '+15550000081', driver: 'sandbox' })
+      const conn = await svc.connections.create(ws.id, { phone: '+15550000081', driver: 'sandbox' })
       await svc.contacts.upsert(ws.id, { phone: '+15550000082', consent_status: 'opted_in' }, 'test')
       const used = await svc.media.upload(ws.id, new File([files.pdf()], 'menu.pdf'))
       const unused = await svc.media.upload(ws.id, new File([files.png()], 'other.png'))
@@ -437,7 +437,7 @@ describe('retention', () => {
       await svc.media.purgeExpired()
       expect((await svc.media.find(ws.id, used.id))?.id).toBe(used.id)
       // cancelled, the campaign no longer holds it
-      svc.campaigns.cancel(ws.id, c.id)
+      await svc.campaigns.cancel(ws.id, c.id)
       await svc.media.purgeExpired()
       expect(await svc.media.find(ws.id, used.id)).toBeNull()
       expect(existsSync((svc.media.store as LocalMediaStore).pathFor(used.blob))).toBe(false)
@@ -447,24 +447,24 @@ describe('retention', () => {
   test('media a queued message still has to send is kept past its retention, and goes once the message is sent', async () => {
     await withOneDayRetention('Queued media', async (env, ws) => {
       const { svc, timers } = env
-      const conn = svc.connections.create(ws.id, { phone: '+15550000083', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })
+      const conn = await svc.connections.create(ws.id, { phone: '+15550000083', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })
       const m = await svc.media.upload(ws.id, new File([files.pdf()], 'invoice.pdf'))
-      timers.advance(23 * 3_600_000)
+      await timers.advance(23 * 3_600_000)
       // sent an hour before the file expires, while the number is down: it waits in the queue
       const row = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550000084', attachments: [m.id] })
-      svc.connections.setStatus(conn.id, 'offline', 'test')
-      timers.advance(2 * 3_600_000)
+      await svc.connections.setStatus(conn.id, 'offline', 'test')
+      await timers.advance(2 * 3_600_000)
       await svc.media.purgeExpired()
       expect((await svc.media.find(ws.id, m.id))?.id).toBe(m.id)
       expect(existsSync((svc.media.store as LocalMediaStore).pathFor(m.blob))).toBe(true)
       await expect(svc.media.get(ws.id, m.id)).rejects.toThrow() // expired for new sends all the same
       // back online, the message goes out with its file; then nothing holds it any more
-      svc.connections.setStatus(conn.id, 'online', null)
+      await svc.connections.setStatus(conn.id, 'online', null)
       for (let i = 0; i < 3; i++) {
-        timers.advance(15_000)
+        await timers.advance(15_000)
         await settle()
       }
-      expect(storesOf(svc).messages.get(ws.id, row.id)).toMatchObject({ status: 'sent', error_code: null })
+      expect(await storesOf(svc).messages.get(ws.id, row.id)).toMatchObject({ status: 'sent', error_code: null })
       await svc.media.purgeExpired()
       expect(await svc.media.find(ws.id, m.id)).toBeNull()
       expect(existsSync((svc.media.store as LocalMediaStore).pathFor(m.blob))).toBe(false)
@@ -474,7 +474,7 @@ describe('retention', () => {
   test('expired media is deleted with its file; later sends naming it get 404', async () => {
     await withOneDayRetention('Retention', async (env, ws) => {
       const { svc } = env
-      const conn = svc.connections.create(ws.id, { phone: '+15550000077', driver: 'sandbox' })
+      const conn = await svc.connections.create(ws.id, { phone: '+15550000077', driver: 'sandbox' })
       const bytes = files.pdf()
       const m = await svc.media.upload(ws.id, new File([bytes], 'a.pdf'))
       const path = (svc.media.store as LocalMediaStore).pathFor(m.blob)

@@ -1,7 +1,7 @@
 /** Pacing (CONTRACT §3) with a controlled clock: gaps, hourly and daily caps, FIFO, online only. */
 import { afterEach, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { dueAt } from '../src/scheduler/pacer'
-import { inProcess, settle } from './support/inproc'
+import { eachTurn, inProcess, settle } from './support/inproc'
 import { copyRow } from './support/rows'
 
 setDefaultTimeout(60_000)
@@ -23,7 +23,7 @@ async function number(policy: PolicyInput, warmup?: { days: number; start_daily_
   const { svc } = env
   const ws = await svc.workspaces.create({ name: 'Pace' })
   await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy } })
-  const conn = svc.connections.create(ws.id, { phone: '+15550000001', driver: 'sandbox', config: NO_RECEIPTS, ...(warmup ? { warmup } : {}) })
+  const conn = await svc.connections.create(ws.id, { phone: '+15550000001', driver: 'sandbox', config: NO_RECEIPTS, ...(warmup ? { warmup } : {}) })
   return { ws, conn }
 }
 
@@ -40,59 +40,61 @@ async function setup(policy: PolicyInput, count: number) {
 }
 
 /** Release times (ms after t0) of the given messages, in id order; null = not released. */
-function releases(ids: string[], t0: number) {
-  return ids.map((id) => {
-    const row = env!.svc.messages.getAny(id)!
-    return row.sending_at === null ? null : (row.sending_at - t0) / 1000
-  })
+async function releases(ids: string[], t0: number) {
+  return Promise.all(
+    ids.map(async (id) => {
+      const row = (await env!.svc.messages.getAny(id))!
+      return row.sending_at === null ? null : (row.sending_at - t0) / 1000
+    }),
+  )
 }
 
 describe('pacer', () => {
   test('a fixed gap spaces releases exactly, in FIFO order', async () => {
     const { ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 10, max_gap_seconds: 10 }, 4)
     const t0 = env!.clock.t
-    env!.timers.advance(0)
-    expect(releases(ids, t0)).toEqual([0, null, null, null])
-    env!.timers.advance(9_999)
-    expect(releases(ids, t0)).toEqual([0, null, null, null])
-    env!.timers.advance(1)
-    expect(releases(ids, t0)).toEqual([0, 10, null, null])
-    env!.timers.advance(60_000)
-    expect(releases(ids, t0)).toEqual([0, 10, 20, 30])
+    await env!.timers.advance(0)
+    expect(await releases(ids, t0)).toEqual([0, null, null, null])
+    await env!.timers.advance(9_999)
+    expect(await releases(ids, t0)).toEqual([0, null, null, null])
+    await env!.timers.advance(1)
+    expect(await releases(ids, t0)).toEqual([0, 10, null, null])
+    await env!.timers.advance(60_000)
+    expect(await releases(ids, t0)).toEqual([0, 10, 20, 30])
     await settle()
-    expect(ids.map((id) => env!.svc.messages.getAny(id)!.status)).toEqual(['sent', 'sent', 'sent', 'sent'])
+    expect((await Promise.all(ids.map((id) => env!.svc.messages.getAny(id)))).map((m) => m!.status)).toEqual(['sent', 'sent', 'sent', 'sent'])
   })
 
   test('the random gap is drawn in [min, max]', async () => {
     // random() = 0.5 in these tests: gap = min + 0.5 * (max - min) = 7 s
     const { ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 4, max_gap_seconds: 10 }, 3)
     const t0 = env!.clock.t
-    env!.timers.advance(30_000)
-    expect(releases(ids, t0)).toEqual([0, 7, 14])
+    await env!.timers.advance(30_000)
+    expect(await releases(ids, t0)).toEqual([0, 7, 14])
   })
 
   test('the hourly cap holds over a trailing hour', async () => {
     const { ids } = await setup({ hourly_cap: 3, daily_cap: 1000, min_gap_seconds: 1, max_gap_seconds: 1 }, 5)
     const t0 = env!.clock.t
-    env!.timers.advance(3_599_000)
-    expect(releases(ids, t0)).toEqual([0, 1, 2, null, null])
-    env!.timers.advance(1_000) // t0 + 3600 s: the first release leaves the window
-    expect(releases(ids, t0)).toEqual([0, 1, 2, 3600, null])
-    env!.timers.advance(1_000)
-    expect(releases(ids, t0)).toEqual([0, 1, 2, 3600, 3601])
+    await env!.timers.advance(3_599_000)
+    expect(await releases(ids, t0)).toEqual([0, 1, 2, null, null])
+    await env!.timers.advance(1_000) // t0 + 3600 s: the first release leaves the window
+    expect(await releases(ids, t0)).toEqual([0, 1, 2, 3600, null])
+    await env!.timers.advance(1_000)
+    expect(await releases(ids, t0)).toEqual([0, 1, 2, 3600, 3601])
   })
 
   test('the daily cap holds over a trailing 24 hours', async () => {
     const { ids } = await setup({ hourly_cap: 2, daily_cap: 3, min_gap_seconds: 0, max_gap_seconds: 0 }, 5)
     const t0 = env!.clock.t
-    env!.timers.advance(0)
-    expect(releases(ids, t0)).toEqual([0, 0, null, null, null])
-    env!.timers.advance(3_600_000)
-    expect(releases(ids, t0)).toEqual([0, 0, 3600, null, null])
-    env!.timers.advance(86_400_000 - 3_600_000 - 1)
-    expect(releases(ids, t0)).toEqual([0, 0, 3600, null, null])
-    env!.timers.advance(1) // 24 h after the first two
-    expect(releases(ids, t0)).toEqual([0, 0, 3600, 86400, 86400])
+    await env!.timers.advance(0)
+    expect(await releases(ids, t0)).toEqual([0, 0, null, null, null])
+    await env!.timers.advance(3_600_000)
+    expect(await releases(ids, t0)).toEqual([0, 0, 3600, null, null])
+    await env!.timers.advance(86_400_000 - 3_600_000 - 1)
+    expect(await releases(ids, t0)).toEqual([0, 0, 3600, null, null])
+    await env!.timers.advance(1) // 24 h after the first two
+    expect(await releases(ids, t0)).toEqual([0, 0, 3600, 86400, 86400])
   })
 
   test('releases whose write fails (a full disk) count against no cap: the number sends as soon as writes succeed again', async () => {
@@ -102,27 +104,27 @@ describe('pacer', () => {
     // for a minute the release write cannot commit, as when the disk is full: each second the
     // pacer takes the first two messages in one write, and the second one's update fails it
     db.run(`CREATE TRIGGER full_disk BEFORE UPDATE OF status ON messages WHEN NEW.status = 'sending' AND OLD.id = '${ids[1]}' BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`)
-    timers.advance(60_000)
-    expect(releases(ids, t0)).toEqual([null, null, null, null, null])
+    await timers.advance(60_000)
+    expect(await releases(ids, t0)).toEqual([null, null, null, null, null])
     db.run('DROP TRIGGER full_disk')
-    timers.advance(10_000)
+    await timers.advance(10_000)
     // the three the hourly cap allows, right after the fault — not an hour later
-    expect(releases(ids, t0)).toEqual([61, 61, 61, null, null])
+    expect(await releases(ids, t0)).toEqual([61, 61, 61, null, null])
   })
 
   test('an offline number releases nothing until it is back online', async () => {
     const { conn, ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 0)
     const { svc } = env!
-    svc.connections.patch(conn.id, { status: 'offline' })
+    await svc.connections.patch(conn.id, { status: 'offline' })
     // queued while online, then the number dropped: send directly through the service's write path
-    svc.connections.patch(conn.id, { status: 'online' })
+    await svc.connections.patch(conn.id, { status: 'online' })
     const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15552220000', body: 'x', attachments: [] })
-    svc.connections.patch(conn.id, { status: 'offline' })
-    env!.timers.advance(60_000)
-    expect(svc.messages.getAny(m.id)!.status).toBe('queued')
-    svc.connections.patch(conn.id, { status: 'online' })
-    env!.timers.advance(0)
-    expect(svc.messages.getAny(m.id)!.status).toBe('sending')
+    await svc.connections.patch(conn.id, { status: 'offline' })
+    await env!.timers.advance(60_000)
+    expect((await svc.messages.getAny(m.id))!.status).toBe('queued')
+    await svc.connections.patch(conn.id, { status: 'online' })
+    await env!.timers.advance(0)
+    expect((await svc.messages.getAny(m.id))!.status).toBe('sending')
     expect(ids).toEqual([])
   })
 
@@ -130,11 +132,11 @@ describe('pacer', () => {
     const { ws, ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 2)
     const { svc } = env!
     await svc.workspaces.patch(ws.id, { status: 'inactive' })
-    env!.timers.advance(60_000)
-    expect(ids.map((id) => svc.messages.getAny(id)!.status)).toEqual(['queued', 'queued'])
+    await env!.timers.advance(60_000)
+    expect((await Promise.all(ids.map((id) => svc.messages.getAny(id)))).map((m) => m!.status)).toEqual(['queued', 'queued'])
     await svc.workspaces.patch(ws.id, { status: 'active' })
-    env!.timers.advance(0)
-    expect(ids.map((id) => svc.messages.getAny(id)!.status)).toEqual(['sending', 'sending'])
+    await env!.timers.advance(0)
+    expect((await Promise.all(ids.map((id) => svc.messages.getAny(id)))).map((m) => m!.status)).toEqual(['sending', 'sending'])
   })
 
   test('numbers are paced independently', async () => {
@@ -142,18 +144,18 @@ describe('pacer', () => {
     const { svc } = env
     const ws = await svc.workspaces.create({ name: 'Two numbers' })
     await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 100, daily_cap: 100, min_gap_seconds: 5, max_gap_seconds: 5 } } })
-    const a = svc.connections.create(ws.id, { phone: '+15550000011', driver: 'sandbox', config: NO_RECEIPTS })
-    const b = svc.connections.create(ws.id, { phone: '+15550000012', driver: 'sandbox', config: NO_RECEIPTS })
+    const a = await svc.connections.create(ws.id, { phone: '+15550000011', driver: 'sandbox', config: NO_RECEIPTS })
+    const b = await svc.connections.create(ws.id, { phone: '+15550000012', driver: 'sandbox', config: NO_RECEIPTS })
     const send = (c: string, r: string) => svc.messages.send(ws.id, { connection_id: c, recipient: r, body: 'x', attachments: [] })
     const ids = [(await send(a.id, '+15553330001')).id, (await send(a.id, '+15553330002')).id, (await send(b.id, '+15553330003')).id, (await send(b.id, '+15553330004')).id]
     const t0 = env.clock.t
-    env.timers.advance(5_000)
-    expect(releases(ids, t0)).toEqual([0, 5, 0, 5])
+    await env.timers.advance(5_000)
+    expect(await releases(ids, t0)).toEqual([0, 5, 0, 5])
   })
 
   test('after a restart the caps still count releases made before it', () => {
     const now = 100 * 3_600_000
-    const st = { campaignNext: false, last: now - 1000, gap: 0, times: [now - 1000, now - 500], start: 0 }
+    const st = { campaignNext: false, last: now - 1000, gap: 0, times: [now - 1000, now - 500], start: 0, loaded: true }
     expect(dueAt(st, { hourly_cap: 2, daily_cap: 10, min_gap_seconds: 0, max_gap_seconds: 0 }, now)).toBe(now - 1000 + 3_600_000)
     expect(dueAt(st, { hourly_cap: 5, daily_cap: 2, min_gap_seconds: 0, max_gap_seconds: 0 }, now)).toBe(now - 1000 + 86_400_000)
     expect(dueAt(st, { hourly_cap: 5, daily_cap: 10, min_gap_seconds: 3, max_gap_seconds: 3 }, now)).toBe(now - 1000 + 3000)
@@ -163,13 +165,13 @@ describe('pacer', () => {
     const { conn, ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 0)
     const { svc } = env!
     const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15554440000', body: 'x', attachments: [] })
-    svc.connections.patch(conn.id, { status: 'offline' })
+    await svc.connections.patch(conn.id, { status: 'offline' })
     env!.clock.t += 86_400_000 - 1
     await svc.messages.expireQueued()
-    expect(svc.messages.getAny(m.id)!.status).toBe('queued')
+    expect((await svc.messages.getAny(m.id))!.status).toBe('queued')
     env!.clock.t += 1
     await svc.messages.expireQueued()
-    const row = svc.messages.getAny(m.id)!
+    const row = (await svc.messages.getAny(m.id))!
     expect([row.status, row.error_code]).toEqual(['failed', 'expired'])
     expect(ids).toEqual([])
   })
@@ -179,19 +181,18 @@ describe('pacer', () => {
     const { conn } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 }, 0)
     const { svc, db } = env!
     const m = await svc.messages.send(conn.workspace_id, { connection_id: conn.id, recipient: '+15554440001', body: 'x', attachments: [] })
-    svc.connections.patch(conn.id, { status: 'offline' })
+    await svc.connections.patch(conn.id, { status: 'offline' })
     copyRow(db, 'messages', m.id, count - 1, 'queued-')
     return { svc, db, conn }
   }
 
   test('the queue of a removed number fails as connection_removed in batches of 500, the server working between them', async () => {
     const { svc, db, conn } = await offlineQueue(1200)
-    svc.connections.remove(conn.id, () => {})
+    await svc.connections.remove(conn.id, async () => {})
     const left = () => (db.query("SELECT status, error_code, COUNT(*) AS n FROM messages WHERE connection_id = ? GROUP BY status, error_code ORDER BY status").all(conn.id) as { status: string; error_code: string | null; n: number }[])
-    let between: unknown = null
-    setImmediate(() => (between = left()))
+    const turns = eachTurn(left)
     await svc.messages.failQueuedOf(conn.id)
-    expect(between).toEqual([{ status: 'failed', error_code: 'connection_removed', n: 500 }, { status: 'queued', error_code: null, n: 700 }])
+    expect(turns.stop()).toContainEqual([{ status: 'failed', error_code: 'connection_removed', n: 500 }, { status: 'queued', error_code: null, n: 700 }])
     expect(left()).toEqual([{ status: 'failed', error_code: 'connection_removed', n: 1200 }])
   })
 
@@ -200,24 +201,23 @@ describe('pacer', () => {
     const queued = () => (db.query("SELECT COUNT(*) AS n FROM messages WHERE connection_id = ? AND status = 'queued'").get(conn.id) as { n: number }).n
     expect(queued()).toBe(1200)
     env!.clock.t += 86_400_000
-    let between = -1
-    setImmediate(() => (between = queued()))
+    const turns = eachTurn(queued)
     await svc.messages.expireQueued()
-    expect([between, queued()]).toEqual([700, 0])
+    expect([turns.stop(), queued()]).toEqual([[1200, 700, 200, 0], 0])
   })
 
   test('a long run of queued messages whose recipients were suppressed meanwhile is failed through, and the next one still leaves', async () => {
     const { ws, ids } = await setup({ hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 10, max_gap_seconds: 10 }, 250)
     const { svc, timers, clock } = env!
     const t0 = clock.t
-    timers.advance(0)
+    await timers.advance(0)
     // everyone between the first and the last is suppressed while their message waits
-    for (let i = 1; i < 249; i++) await svc.suppressions.add(ws.id, svc.messages.getAny(ids[i]!)!.recipient!, null)
-    timers.advance(10_000)
+    for (let i = 1; i < 249; i++) await svc.suppressions.add(ws.id, (await svc.messages.getAny(ids[i]!))!.recipient!, null)
+    await timers.advance(10_000)
     await settle()
-    timers.advance(0)
-    expect(releases([ids[0]!, ids[1]!, ids[249]!], t0)).toEqual([0, null, 10])
-    const failed = ids.slice(1, 249).map((id) => svc.messages.getAny(id)!)
+    await timers.advance(0)
+    expect(await releases([ids[0]!, ids[1]!, ids[249]!], t0)).toEqual([0, null, 10])
+    const failed = (await Promise.all(ids.slice(1, 249).map((id) => svc.messages.getAny(id)))).map((m) => m!)
     expect(failed.every((m) => m.status === 'failed' && m.error_code === 'recipient_suppressed' && m.sending_at === null)).toBe(true)
   })
 })
@@ -234,14 +234,14 @@ describe('warming up a new number', () => {
     const perDay: number[] = []
     let before = 0
     for (let day = 0; day < 6; day++) {
-      timers.advanceTo(t0 + day * DAY + 23 * HOUR)
-      const now = released(ids)
+      await timers.advanceTo(t0 + day * DAY + 23 * HOUR)
+      const now = await released(ids)
       perDay.push(now - before)
       before = now
     }
     expect(perDay).toEqual([10, 33, 55, 78, 100, 100])
     // the order still holds
-    const times = releases(ids, t0).filter((t) => t !== null) as number[]
+    const times = (await releases(ids, t0)).filter((t) => t !== null) as number[]
     expect(times).toEqual([...times].sort((a, b) => a - b))
   })
 
@@ -249,20 +249,20 @@ describe('warming up a new number', () => {
     const { ws, conn } = await number({ hourly_cap: 1000, daily_cap: 50, min_gap_seconds: 1, max_gap_seconds: 1 }, { days: 2, start_daily_cap: 5 })
     const { clock, timers } = env!
     const t0 = clock.t
-    timers.advanceTo(t0 + 12 * HOUR)
+    await timers.advanceTo(t0 + 12 * HOUR)
     const ids = await queue(ws.id, conn.id, 20)
-    timers.advanceTo(t0 + 12 * HOUR + 60_000)
-    expect(released(ids)).toBe(5)
+    await timers.advanceTo(t0 + 12 * HOUR + 60_000)
+    expect(await released(ids)).toBe(5)
     // day two (cap 28) begins at t0 + 24 h: the other fifteen go then, twelve hours before the first send leaves the window
-    timers.advanceTo(t0 + DAY + 30_000)
-    expect(released(ids)).toBe(20)
+    await timers.advanceTo(t0 + DAY + 30_000)
+    expect(await released(ids)).toBe(20)
   })
 
   test('a warm-up is started, shown (day, end) and ended; after its last day the workspace\'s policy applies', async () => {
     const { ws, conn } = await number({ hourly_cap: 60, daily_cap: 500, min_gap_seconds: 3, max_gap_seconds: 12 })
     const { svc, clock } = env!
     expect(svc.connections.toAdmin(conn).warmup).toBeNull()
-    const warm = svc.connections.patch(conn.id, { warmup: { days: 14, start_daily_cap: 20 } })
+    const warm = await svc.connections.patch(conn.id, { warmup: { days: 14, start_daily_cap: 20 } })
     expect(svc.connections.toAdmin(warm).warmup).toEqual({ days: 14, start_daily_cap: 20, started_at: new Date(clock.t).toISOString(), ends_at: new Date(clock.t + 14 * DAY).toISOString(), day: 1 })
     const base = svc.workspaces.settings(ws).sending_policy
     expect(svc.connections.policyFor(warm, base)).toMatchObject({ daily_cap: 20, hourly_cap: 20 })
@@ -272,7 +272,7 @@ describe('warming up a new number', () => {
     clock.t += 7 * DAY
     expect(svc.connections.toAdmin(warm).warmup!.day).toBeNull()
     expect(svc.connections.policyFor(warm, base)).toBe(base)
-    const ended = svc.connections.patch(conn.id, { warmup: null })
+    const ended = await svc.connections.patch(conn.id, { warmup: null })
     expect(svc.connections.toAdmin(ended).warmup).toBeNull()
   })
 })
@@ -281,23 +281,25 @@ describe('the system clock set back', () => {
   test('a number goes on after its gap instead of waiting until the clock catches up with its last release; caps still hold', async () => {
     const { ids } = await setup({ hourly_cap: 3, daily_cap: 1000, min_gap_seconds: 10, max_gap_seconds: 10 }, 5)
     const { clock, timers } = env!
-    timers.advance(0)
-    expect(released(ids)).toBe(1)
+    await timers.advance(0)
+    expect(await released(ids)).toBe(1)
     // the clock jumps two hours back
     clock.t -= 2 * 3_600_000
     // (a real timer fires after its delay whatever the wall clock says; the test's timers follow
     // the clock, so the pacer is woken as that timer would)
-    env!.svc.pacer.wake(env!.svc.messages.getAny(ids[0]!)!.connection_id)
-    timers.advance(10_000)
-    expect(released(ids)).toBe(2)
-    timers.advance(10_000)
+    env!.svc.pacer.wake((await env!.svc.messages.getAny(ids[0]!))!.connection_id)
+    await timers.advance(10_000)
+    expect(await released(ids)).toBe(2)
+    await timers.advance(10_000)
     // the hourly cap of 3 still holds over the next hour
-    timers.advance(10 * 60_000)
-    expect(released(ids)).toBe(3)
+    await timers.advance(10 * 60_000)
+    expect(await released(ids)).toBe(3)
   })
 })
 
 /** How many of the messages were released. */
-function released(ids: string[]) {
-  return ids.filter((id) => env!.svc.messages.getAny(id)!.sending_at !== null).length
+async function released(ids: string[]) {
+  let n = 0
+  for (const id of ids) if ((await env!.svc.messages.getAny(id))!.sending_at !== null) n++
+  return n
 }

@@ -8,7 +8,7 @@ import { migrate } from '../src/db/open'
 import { databaseAtSchema } from './support/schema'
 import { Webhook } from 'standardwebhooks'
 import { EVENT_TYPES, RETRY_SCHEDULE_S } from '../src/modules/webhooks/service'
-import { inProcess } from './support/inproc'
+import { eachTurn, inProcess } from './support/inproc'
 import { TestServer, newPhone } from './support/server'
 import { waitFor } from './support/wait'
 import { storesOf } from './support/stores'
@@ -48,15 +48,15 @@ function receiver(answerAfterMs = 0) {
  * workspace's endpoint, and a sandbox number (`connection` adds to it); both closed after `run`.
  */
 type InProcess = Awaited<ReturnType<typeof inProcess>>
-type Hooked = { env: InProcess; svc: InProcess['svc']; clock: InProcess['clock']; rx: ReturnType<typeof receiver>; ws: { id: string }; hook: ReturnType<InProcess['svc']['webhooks']['create']>; conn: { id: string } }
+type Hooked = { env: InProcess; svc: InProcess['svc']; clock: InProcess['clock']; rx: ReturnType<typeof receiver>; ws: { id: string }; hook: Awaited<ReturnType<InProcess['svc']['webhooks']['create']>>; conn: { id: string } }
 async function hooked(events: string[], connection: Record<string, unknown>, run: (t: Hooked) => Promise<void>) {
   const env = await inProcess()
   const rx = receiver()
   try {
     const { svc } = env
     const ws = await svc.workspaces.create({ name: 'Hooked' })
-    const hook = svc.webhooks.create(ws.id, rx.url, events)
-    const conn = svc.connections.create(ws.id, { phone: '+15550000099', driver: 'sandbox', ...connection } as any)
+    const hook = await svc.webhooks.create(ws.id, rx.url, events)
+    const conn = await svc.connections.create(ws.id, { phone: '+15550000099', driver: 'sandbox', ...connection } as any)
     await run({ env, svc, clock: env.clock, rx, ws, hook, conn })
   } finally {
     rx.stop()
@@ -232,7 +232,7 @@ describe('delivery', () => {
   test('connection.status_changed: a number taken offline by its network or the operator, and back online; no config in it; a reason alone changing sends nothing', async () => {
     await hooked(['connection.status_changed'], { phone: '+15550000499', name: 'Shop', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } }, async ({ svc, rx, conn }) => {
       // the network refuses its token
-      svc.connections.setStatus(conn.id, 'offline', 'the access token was rejected')
+      await svc.connections.setStatus(conn.id, 'offline', 'the access token was rejected')
       await waitFor(() => rx.got.length === 1)
       expect(rx.got[0]!.json).toMatchObject({
         type: 'connection.status_changed',
@@ -240,9 +240,9 @@ describe('delivery', () => {
       })
       expect(Object.keys(rx.got[0]!.json.data)).not.toContain('config')
       // a new reason while still offline: no event
-      svc.connections.setStatus(conn.id, 'offline', 'still rejected')
+      await svc.connections.setStatus(conn.id, 'offline', 'still rejected')
       // the operator takes it online again
-      svc.connections.patch(conn.id, { status: 'online' })
+      await svc.connections.patch(conn.id, { status: 'online' })
       await waitFor(() => rx.got.length === 2)
       await Bun.sleep(200)
       expect(rx.got.map((r) => [r.json.data.previous_status, r.json.data.status, r.json.data.status_reason])).toEqual([
@@ -250,7 +250,7 @@ describe('delivery', () => {
         ['offline', 'online', null],
       ])
       // a change that leaves the status as it was: nothing
-      svc.connections.patch(conn.id, { name: 'Shop 2' })
+      await svc.connections.patch(conn.id, { name: 'Shop 2' })
       await Bun.sleep(200)
       expect(rx.got).toHaveLength(2)
     })
@@ -449,8 +449,8 @@ describe('durability and administration', () => {
       await svc.messages.inbound(conn.id, '+15550000200', 'one')
       await waitFor(() => rx.got.length === 1)
       expect(verifies(hook.secret, rx.got[0]!)).toBe(true)
-      await waitFor(() => svc.webhooks.deliveries(hook.id, 1, 0).rows[0]!.attempts === 1)
-      const rotated = svc.webhooks.rotateSecret(hook.id, 2)
+      await waitFor(async () => (await svc.webhooks.deliveries(hook.id, 1, 0)).rows[0]!.attempts === 1)
+      const rotated = await svc.webhooks.rotateSecret(hook.id, 2)
       expect(rotated.previous_secret_expires_at).toBe(new Date(clock.t + 2 * 3_600_000).toISOString())
       // its retry (same webhook-id) carries the new secret's signature and the old one's
       clock.t += 5000
@@ -464,7 +464,7 @@ describe('durability and administration', () => {
       await waitFor(() => rx.got.length === 3)
       expect(signatures(rx.got[2]!)).toHaveLength(2)
       clock.t += 60_000
-      expect(svc.webhooks.toAdmin(svc.webhooks.get(hook.id)).previous_secret_expires_at).toBeNull()
+      expect(svc.webhooks.toAdmin(await svc.webhooks.get(hook.id)).previous_secret_expires_at).toBeNull()
       await svc.messages.inbound(conn.id, '+15550000200', 'three')
       await waitFor(() => rx.got.length === 4)
       expect([signatures(rx.got[3]!).length, verifies(rotated.secret, rx.got[3]!), verifies(hook.secret, rx.got[3]!)]).toEqual([1, true, false])
@@ -553,26 +553,26 @@ describe('durability and administration', () => {
       await svc.messages.inbound(conn.id, '+15550000100', 'one')
       await waitFor(() => attempts() >= 1)
       await Bun.sleep(50)
-      expect(storesOf(svc).webhooks.endpoint(hook.id)!.failing_since).toBe(env.clock.t)
+      expect((await storesOf(svc).webhooks.endpoint(hook.id))!.failing_since).toBe(env.clock.t)
       // three days later, the next failure disables the endpoint and fails its pending deliveries
       env.clock.t += 3 * 86_400_000
       await svc.messages.inbound(conn.id, '+15550000100', 'two')
-      await waitFor(() => storesOf(svc).webhooks.endpoint(hook.id)!.status === 'disabled')
+      await waitFor(async () => (await storesOf(svc).webhooks.endpoint(hook.id))!.status === 'disabled')
       await Bun.sleep(200)
-      const { rows } = svc.webhooks.deliveries(hook.id, 10, 0)
+      const { rows } = await svc.webhooks.deliveries(hook.id, 10, 0)
       expect(rows).toHaveLength(2)
       expect(rows.every((d) => d.status === 'failed')).toBe(true)
       const before = attempts()
       await svc.messages.inbound(conn.id, '+15550000100', 'three')
       await Bun.sleep(200)
       expect(attempts()).toBe(before)
-      expect(svc.webhooks.deliveries(hook.id, 10, 0).total).toBe(2)
+      expect((await svc.webhooks.deliveries(hook.id, 10, 0)).total).toBe(2)
       // the receiver is fixed and the operator enables the endpoint again: the two held deliveries
       // go out with their own webhook-ids; nothing from while it was disabled
       rx.plan.length = 0
       const held = rows.map((d) => d.id).reverse()
-      expect(svc.webhooks.toAdmin(svc.webhooks.patch(hook.id, { status: 'active' }))).toMatchObject({ status: 'active', failing_since: null })
-      await waitFor(() => svc.webhooks.deliveries(hook.id, 10, 0).rows.every((d) => d.status === 'delivered'))
+      expect(svc.webhooks.toAdmin(await svc.webhooks.patch(hook.id, { status: 'active' }))).toMatchObject({ status: 'active', failing_since: null })
+      await waitFor(async () => (await svc.webhooks.deliveries(hook.id, 10, 0)).rows.every((d) => d.status === 'delivered'))
       const after = rx.got.slice(before).map((r) => [r.headers['webhook-id'], r.json.data.body])
       expect(after.sort()).toEqual([
         [held[0], 'one'],
@@ -583,10 +583,10 @@ describe('durability and administration', () => {
 
   test('a receiver down longer than the retry schedule: its failed deliveries since a time go out again (same webhook-id), older and delivered ones do not', async () => {
     await hooked(['message.received'], { phone: '+15550000299' }, async ({ svc, clock, rx, hook, conn }) => {
-      const statusOf = (body: string) => svc.webhooks.deliveries(hook.id, 100, 0).rows.find((d) => JSON.parse(d.payload).data.body === body)!
+      const statusOf = async (body: string) => (await svc.webhooks.deliveries(hook.id, 100, 0)).rows.find((d) => JSON.parse(d.payload).data.body === body)!
       // delivered while the receiver was up
       await svc.messages.inbound(conn.id, '+15550000300', 'delivered')
-      await waitFor(() => statusOf('delivered').status === 'delivered')
+      await waitFor(async () => (await statusOf('delivered')).status === 'delivered')
       // then it goes down: an event written two days before the recovery, and one an hour later,
       // each tried 8 times over about 28 hours until their retries run out
       const failAll = async (body: string) => {
@@ -595,12 +595,12 @@ describe('durability and administration', () => {
         await svc.messages.inbound(conn.id, '+15550000300', body)
         await waitFor(() => rx.got.length === before + 1)
         for (const [i, delay] of RETRY_SCHEDULE_S.entries()) {
-          await waitFor(() => statusOf(body).attempts === i + 1)
+          await waitFor(async () => (await statusOf(body)).attempts === i + 1)
           clock.t += delay * 1000
           svc.webhooks.kick()
           await waitFor(() => rx.got.length === before + i + 2)
         }
-        await waitFor(() => statusOf(body).status === 'failed')
+        await waitFor(async () => (await statusOf(body)).status === 'failed')
         rx.plan.length = 0
         return statusOf(body)
       }
@@ -608,7 +608,7 @@ describe('durability and administration', () => {
       clock.t += 3_600_000
       const since = clock.t
       const lost = await failAll('lost')
-      expect(svc.webhooks.get(hook.id).status).toBe('active')
+      expect((await svc.webhooks.get(hook.id)).status).toBe('active')
       expect([older.attempts, lost.attempts, lost.last_error]).toEqual([8, 8, 'HTTP 503'])
       // the receiver is back: nothing goes to it on its own
       const tries = rx.got.length
@@ -618,16 +618,16 @@ describe('durability and administration', () => {
       expect(rx.got.length).toBe(tries)
       // the operator sends again what failed since the older one
       expect(await svc.webhooks.recover(hook.id, since)).toBe(1)
-      await waitFor(() => statusOf('lost').status === 'delivered')
+      await waitFor(async () => (await statusOf('lost')).status === 'delivered')
       const again = rx.got.slice(tries)
       expect(again.map((r) => [r.headers['webhook-id'], r.json.data.body])).toEqual([[lost.id, 'lost']])
       expect(new Webhook(hook.secret).verify(again[0]!.body, signedHeaders(again[0]!))).toMatchObject({ type: 'message.received' })
-      expect([statusOf('older').status, statusOf('delivered').status, statusOf('lost').attempts]).toEqual(['failed', 'delivered', 1])
+      expect([(await statusOf('older')).status, (await statusOf('delivered')).status, (await statusOf('lost')).attempts]).toEqual(['failed', 'delivered', 1])
       // a second recovery finds nothing; a disabled endpoint is refused and nothing changes
       expect(await svc.webhooks.recover(hook.id, since)).toBe(0)
-      svc.webhooks.patch(hook.id, { status: 'disabled' })
+      await svc.webhooks.patch(hook.id, { status: 'disabled' })
       expect(svc.webhooks.recover(hook.id, 0)).rejects.toThrow('The endpoint is disabled; enable it first.')
-      expect(statusOf('older').status).toBe('failed')
+      expect((await statusOf('older')).status).toBe('failed')
     })
   }, 30_000)
 
@@ -638,11 +638,11 @@ describe('durability and administration', () => {
       svc.webhooks.stop() // rows are written directly below; nothing is to be sent
       svc.webhooks.recoverSlice = 5
       const ws = await svc.workspaces.create({ name: 'Slices' })
-      const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/', undefined)
-      const other = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/other', undefined)
+      const hook = await svc.webhooks.create(ws.id, 'http://127.0.0.1:9/', undefined)
+      const other = await svc.webhooks.create(ws.id, 'http://127.0.0.1:9/other', undefined)
       const repo = storesOf(svc).webhooks
       const t0 = clock.t
-      env.db.transaction(() => {
+      await svc.deps.engine.write(async (tx) => {
         for (let i = 0; i < 40; i++) {
           // interleaved: old failed, new failed, new delivered, the other endpoint's new failed
           const [id, endpoint, at, end] = (
@@ -653,14 +653,14 @@ describe('durability and administration', () => {
               [`other${i}`, other.id, t0 + i, 'failed'],
             ] as const
           )[i % 4]!
-          repo.enqueue(id, endpoint, ws.id, 'message.sent', '{}', at)
-          if (end === 'failed') repo.fail(id, 503, 'HTTP 503', at)
-          else repo.delivered(id, 200, at)
+          await repo.enqueue(tx, id, endpoint, ws.id, 'message.sent', '{}', at)
+          if (end === 'failed') await repo.fail(tx, id, 503, 'HTTP 503', at)
+          else await repo.delivered(tx, id, 200, at)
         }
-      })()
+      })
       clock.t = t0 + 86_400_000
       expect(await svc.webhooks.recover(hook.id, t0)).toBe(10)
-      const rows = [...repo.deliveries(hook.id, 100, 0).rows, ...repo.deliveries(other.id, 100, 0).rows]
+      const rows = [...(await repo.deliveries(hook.id, 100, 0)).rows, ...(await repo.deliveries(other.id, 100, 0)).rows]
       const pending = rows.filter((d) => d.status === 'pending')
       expect(pending.map((d) => d.id).sort()).toEqual(rows.filter((d) => d.id.startsWith('new')).map((d) => d.id).sort())
       expect(pending.every((d) => d.attempts === 0 && d.next_attempt_at === clock.t)).toBe(true)
@@ -693,32 +693,30 @@ describe('durability and administration', () => {
       const { svc, clock } = env
       svc.webhooks.stop() // rows are written directly below; nothing is to be sent
       const ws = await svc.workspaces.create({ name: 'Prune' })
-      const hook = svc.webhooks.create(ws.id, 'http://127.0.0.1:9/', undefined)
+      const hook = await svc.webhooks.create(ws.id, 'http://127.0.0.1:9/', undefined)
       const repo = storesOf(svc).webhooks
       const t0 = clock.t
-      const add = (id: string, end: 'delivered' | 'failed' | null, at: number) => {
-        env.db.transaction(() => {
-          repo.enqueue(id, hook.id, ws.id, 'message.sent', '{}', at)
-          if (end === 'delivered') repo.delivered(id, 200, at)
-          if (end === 'failed') repo.fail(id, 500, 'HTTP 500', at)
-        })()
-      }
-      for (let i = 0; i < 2500; i++) add(`msg_old${i}`, 'delivered', t0)
-      add('msg_oldfailed', 'failed', t0)
-      add('msg_oldpending', null, t0)
-      add('msg_recent', 'delivered', t0 + 20 * 86_400_000)
+      const add = (id: string, end: 'delivered' | 'failed' | null, at: number) =>
+        svc.deps.engine.write(async (tx) => {
+          await repo.enqueue(tx, id, hook.id, ws.id, 'message.sent', '{}', at)
+          if (end === 'delivered') await repo.delivered(tx, id, 200, at)
+          if (end === 'failed') await repo.fail(tx, id, 500, 'HTTP 500', at)
+        })
+      await Promise.all(Array.from({ length: 2500 }, (_, i) => add(`msg_old${i}`, 'delivered', t0)))
+      await add('msg_oldfailed', 'failed', t0)
+      await add('msg_oldpending', null, t0)
+      await add('msg_recent', 'delivered', t0 + 20 * 86_400_000)
       clock.t = t0 + 31 * 86_400_000
       // in slices of 1,000 with the server working between: after the first, 1,503 rows are left
       const rows = () => (env.db.query('SELECT COUNT(*) AS n FROM webhook_deliveries').get() as { n: number }).n
-      let between = 0
-      setImmediate(() => (between = rows()))
+      const turns = eachTurn(rows)
       expect(await svc.webhooks.pruneFinished()).toBe(2501)
-      expect(between).toBe(1503)
-      expect(repo.deliveries(hook.id, 10, 0).rows.map((d) => d.id).sort()).toEqual(['msg_oldpending', 'msg_recent'])
+      expect(turns.stop()).toEqual([2503, 1503, 503])
+      expect((await repo.deliveries(hook.id, 10, 0)).rows.map((d) => d.id).sort()).toEqual(['msg_oldpending', 'msg_recent'])
       expect(await svc.webhooks.pruneFinished()).toBe(0)
       clock.t = t0 + 51 * 86_400_000
       expect(await svc.webhooks.pruneFinished()).toBe(1)
-      expect(repo.deliveries(hook.id, 10, 0).rows.map((d) => d.id)).toEqual(['msg_oldpending'])
+      expect((await repo.deliveries(hook.id, 10, 0)).rows.map((d) => d.id)).toEqual(['msg_oldpending'])
     } finally {
       await env.close()
     }
@@ -730,30 +728,30 @@ describe('durability and administration', () => {
       const { svc, clock, db } = env
       svc.webhooks.stop()
       const ws = await svc.workspaces.create({ name: 'Counts' })
-      const [a, b] = [svc.webhooks.create(ws.id, 'http://127.0.0.1:9/a', undefined), svc.webhooks.create(ws.id, 'http://127.0.0.1:9/b', undefined)]
+      const [a, b] = [await svc.webhooks.create(ws.id, 'http://127.0.0.1:9/a', undefined), await svc.webhooks.create(ws.id, 'http://127.0.0.1:9/b', undefined)]
       const repo = storesOf(svc).webhooks
-      const total = (id: string) => repo.deliveries(id, 1, 0).total
+      const total = async (id: string) => (await repo.deliveries(id, 1, 0)).total
       const rows = (id: string) => (db.query('SELECT COUNT(*) AS n FROM webhook_deliveries WHERE endpoint_id = ?').get(id) as { n: number }).n
-      const both = () => [total(a.id), total(b.id)]
-      expect(both()).toEqual([0, 0])
+      const both = async () => [await total(a.id), await total(b.id)]
+      expect(await both()).toEqual([0, 0])
       const t0 = clock.t
-      db.transaction(() => {
+      await svc.deps.engine.write(async (tx) => {
         for (let i = 0; i < 30; i++) {
-          repo.enqueue(`a${i}`, a.id, ws.id, i % 2 ? 'message.sent' : 'connection.status_changed', '{}', t0)
-          repo.delivered(`a${i}`, 200, t0)
+          await repo.enqueue(tx, `a${i}`, a.id, ws.id, i % 2 ? 'message.sent' : 'connection.status_changed', '{}', t0)
+          await repo.delivered(tx, `a${i}`, 200, t0)
         }
-        for (let i = 0; i < 7; i++) repo.enqueue(`b${i}`, b.id, ws.id, 'message.sent', '{}', t0)
-      })()
-      expect(both()).toEqual([30, 7])
+        for (let i = 0; i < 7; i++) await repo.enqueue(tx, `b${i}`, b.id, ws.id, 'message.sent', '{}', t0)
+      })
+      expect(await both()).toEqual([30, 7])
       // retention takes a's finished message events; the 30-day prune the rest of its finished ones
       clock.t = t0 + 86_400_000
       expect(await svc.webhooks.pruneMessageEvents(ws.id, clock.t)).toBe(15)
-      expect(both()).toEqual([15, 7])
+      expect(await both()).toEqual([15, 7])
       clock.t = t0 + 31 * 86_400_000
       expect(await svc.webhooks.pruneFinished()).toBe(15)
       db.run("DELETE FROM webhook_deliveries WHERE id = 'b3'")
-      expect(both()).toEqual([0, 6])
-      expect(both()).toEqual([rows(a.id), rows(b.id)])
+      expect(await both()).toEqual([0, 6])
+      expect(await both()).toEqual([rows(a.id), rows(b.id)])
 
       // a database at schema 33 with deliveries: migrating counts what it holds
       const dir = mkdtempSync(join(tmpdir(), 'capstan-delivery-counts-'))

@@ -50,15 +50,15 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     .use(auth)
     .get(
       '/workspaces/:id/numbers/live',
-      ({ params }) => {
+      async ({ params }) => {
         const ws = svc.workspaces.get(params.id)
         const workspacePolicy = svc.workspaces.settings(ws).sending_policy
         const now = svc.deps.clock.now()
         return {
-          data: svc.connections.listForWorkspace(ws.id).map((c) => {
+          data: await Promise.all(svc.connections.listForWorkspace(ws.id).map(async (c) => {
             const policy = svc.connections.policyFor(c.row, workspacePolicy, now)
-            const releases = svc.messages.releasesSince(c.row.id, now - DAY)
-            const depth = svc.messages.queuedCount(c.row.id) + svc.campaigns.pendingFor(c.row.id)
+            const [releases, queued, pending] = await Promise.all([svc.messages.releasesSince(c.row.id, now - DAY), svc.messages.queuedCount(c.row.id), svc.campaigns.pendingFor(c.row.id)])
+            const depth = queued + pending
             return {
               id: c.row.id,
               phone: c.row.phone,
@@ -70,19 +70,19 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
               hourly_cap: policy.hourly_cap,
               daily_cap: policy.daily_cap,
               warming_up: policy !== workspacePolicy,
-              next_release_at: depth > 0 && c.row.status === 'online' ? iso(svc.pacer.nextReleaseAt(c.row.id, policy)) : null,
+              next_release_at: depth > 0 && c.row.status === 'online' ? iso(await svc.pacer.nextReleaseAt(c.row.id, policy)) : null,
             }
-          }),
+          })),
         }
       },
       { admin: true, detail: adminOp({ summary: 'Each number now: queue against its caps', tag, ok: { status: 200, data: d.list(liveDoc), description: 'One row per number of the workspace.' }, errors: [404] }) },
     )
     .get(
       '/workspaces/:id/messages',
-      ({ params, query }) => {
+      async ({ params, query }) => {
         svc.workspaces.get(params.id)
         const q = validate(logQuery, { ...query, phone: queryPhone(query.phone) })
-        const contactId = q.phone === undefined ? undefined : svc.contacts.byNumber(params.id, q.phone).id
+        const contactId = q.phone === undefined ? undefined : (await svc.contacts.byNumber(params.id, q.phone)).id
         return paged(query, (l, o) => svc.messages.list(params.id, { direction: q.direction, status: q.status, contactId }, l, o), (m) => svc.messages.toPublic(m))
       },
       { admin: true, detail: adminOp({ summary: "A workspace's message log", description: 'Newest first; phone narrows it to one contact\'s conversation.', tag, query: logQuery, ok: { status: 200, data: messageDoc, list: true, description: 'A page of messages.' }, errors: [404, 422] }) },
@@ -115,7 +115,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     )
     .get(
       '/workspaces/:id/stats/daily',
-      ({ params, query }) => {
+      async ({ params, query }) => {
         svc.workspaces.get(params.id)
         const days = validate(daysQuery, query).days ?? 14
         const today = Math.floor(svc.deps.clock.now() / DAY) * DAY
@@ -125,18 +125,18 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
           const day = new Date(d).toISOString().slice(0, 10)
           rows.set(day, { day, sent: 0, delivered: 0, read: 0, failed: 0 })
         }
-        for (const [step, counts] of Object.entries(svc.messages.perDay(params.id, since))) for (const r of counts) if (rows.has(r.day)) rows.get(r.day)![step as 'sent'] = r.n
+        for (const [step, counts] of Object.entries(await svc.messages.perDay(params.id, since))) for (const r of counts) if (rows.has(r.day)) rows.get(r.day)![step as 'sent'] = r.n
         return { data: [...rows.values()] }
       },
       { admin: true, detail: adminOp({ summary: 'Outbound messages per day', tag, query: daysQuery, ok: { status: 200, data: d.list(dayDoc), description: 'The last `days` days (default 14), oldest first, by when each step happened.' }, errors: [404, 422] }) },
     )
     .post(
       '/webhooks/:id/test',
-      ({ params, set }) => {
-        const hook = svc.webhooks.get(params.id)
+      async ({ params, set }) => {
+        const hook = await svc.webhooks.get(params.id)
         // a disabled endpoint would hold the test until it is enabled: say so instead
         if (hook.status !== 'active') throw conflict('endpoint_disabled', 'The endpoint is disabled; enable it to send a test event.')
-        const id = svc.webhooks.sendTest(hook)
+        const id = await svc.webhooks.sendTest(hook)
         set.status = 202
         return { data: { id, type: 'webhook.test' } }
       },

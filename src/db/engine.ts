@@ -10,6 +10,7 @@
  * (db/writer.ts: the callback must await only `tx`); on PostgreSQL it is a transaction of its own.
  */
 import type { Database, Statement as Prepared } from 'bun:sqlite'
+import { emptyWal } from './wal'
 import type { Writer } from './writer'
 
 /** One statement in both dialects. */
@@ -66,7 +67,26 @@ export interface Engine extends Queries {
   readonly now: ReadsNow | null
   /** The callback's statements, committed together and durable before this resolves (see header). */
   write<T>(fn: (tx: Queries) => Promise<T>): Promise<T>
+  /**
+   * After personal data was deleted or overwritten: leave no older copy of those rows in the
+   * engine's own files, where the engine can see to it at once. SQLite zeroes what it deletes
+   * (`secure_delete`) and here empties its WAL into the database (false: another process was
+   * reading it, it happens at a later checkpoint). PostgreSQL's dead row versions are reclaimed
+   * by its autovacuum; nothing to do here.
+   */
+  scrub(): Promise<boolean>
   close(): Promise<void>
+}
+
+const PING = stmt('SELECT 1 AS ok')
+
+/** Whether the database answers a read now (readiness, /metrics). */
+export async function reachable(db: Queries): Promise<boolean> {
+  try {
+    return (await db.get(PING)) !== null
+  } catch {
+    return false
+  }
 }
 
 /** A row with that key (a primary key or a UNIQUE index) is already there: the same on both engines. */
@@ -94,7 +114,8 @@ export class SqliteEngine implements Engine {
       }
     },
   }
-  private readonly prepared = new Map<Statement, Prepared>()
+  // weakly held: a statement made for one call (an audience's filter) goes with it
+  private prepared = new WeakMap<Statement, Prepared>()
 
   constructor(
     private readonly db: Database,
@@ -136,8 +157,12 @@ export class SqliteEngine implements Engine {
     return this.writer.write(() => fn(this))
   }
 
+  scrub(): Promise<boolean> {
+    return emptyWal(this.db)
+  }
+
   async close() {
-    this.prepared.clear()
+    this.prepared = new WeakMap()
   }
 }
 
@@ -207,6 +232,10 @@ export class PgEngine implements Engine {
 
   write<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
     return this.client.begin((tx) => fn(pgQueries(tx))) as Promise<T>
+  }
+
+  async scrub() {
+    return true
   }
 
   async close() {

@@ -59,22 +59,7 @@ export function databaseOk(db: Database): boolean {
   }
 }
 
-/**
- * Write the WAL into the database and empty it (TRUNCATE checkpoint): after deleting personal
- * data, the WAL still holds the pages as they were before. SQLite answers busy at once, without
- * waiting, while another connection runs a checkpoint — the checkpointer thread does, for moments,
- * ten times a second — so it is tried again every 10 ms for up to `tries` times. False when it
- * still could not be done (another process reading the database, say a backup being taken): then
- * it happens at a later checkpoint.
- */
-export async function emptyWal(db: Database, tries = 200): Promise<boolean> {
-  const truncate = db.query<{ busy: number }, []>('PRAGMA wal_checkpoint(TRUNCATE)')
-  for (let i = 1; ; i++) {
-    if (!truncate.get()?.busy) return true
-    if (i >= tries) return false
-    await Bun.sleep(10)
-  }
-}
+export { emptyWal } from './wal'
 
 /** The newest migration this binary carries. */
 export const LATEST_SCHEMA = Math.max(...MIGRATIONS.map((m) => m.version))

@@ -141,10 +141,10 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: 
   }
 
   /** How an operator signed a request — the admin token, or a dashboard session — else 429/401 like keyHolder. */
-  const operatorVia = (request: Request): 'token' | 'session' => {
+  const operatorVia = async (request: Request): Promise<'token' | 'session'> => {
     const header = request.headers.get('authorization')
     if (isAdminToken(bearerToken(header))) return 'token'
-    if (!header && sessions.valid(request.headers.get('cookie'))) return 'session'
+    if (!header && (await sessions.valid(request.headers.get('cookie')))) return 'session'
     failed(request)
     throw adminUnauthenticated()
   }
@@ -155,9 +155,9 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: 
    * multipart) only to be refused after it. The route checks again, in full, once the body is in.
    * Returns the key and workspace of an /api/v1 request (null for any other).
    */
-  const admitBody = (request: Request, path: string) => {
+  const admitBody = async (request: Request, path: string) => {
     if (path.startsWith('/api/v1/')) return keyHolder(request)
-    if (path.startsWith('/admin/api/')) operatorVia(request)
+    if (path.startsWith('/admin/api/')) await operatorVia(request)
     else if (path === SIGN_IN) refuseIfOverLimit(request)
     return null
   }
@@ -211,13 +211,13 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: 
      */
     api: (operation: OpOptions & { scope: Scope }) => ({ detail: op(operation), resolve: resolveCaller(operation.scope) }),
     admin: (enabled: boolean) => ({
-      resolve({ request, body, set, params }): { operator: true } {
+      async resolve({ request, body, set, params }): Promise<{ operator: true }> {
         lowerPathId(params as Record<string, string> | undefined)
         if (!enabled) return { operator: true }
         noteOf(set)
         Object.assign(set.headers, SECURITY_HEADERS)
         // the dashboard's session cookie needs the CSRF header on anything that changes state
-        if (operatorVia(request) === 'session' && request.method !== 'GET' && request.method !== 'HEAD' && request.headers.get('x-capstan-csrf') !== '1') throw csrfFailed()
+        if ((await operatorVia(request)) === 'session' && request.method !== 'GET' && request.method !== 'HEAD' && request.headers.get('x-capstan-csrf') !== '1') throw csrfFailed()
         if (body === UNREADABLE) throw badRequest()
         return { operator: true }
       },

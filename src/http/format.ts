@@ -59,15 +59,8 @@ export function listEnvelope<T>(data: T[], page: Page, total: number) {
 }
 
 /** Read page/per_page from the query, fetch that page, map its rows, wrap in the list envelope. */
-export function paged<R, T>(query: Record<string, unknown>, fetch: (limit: number, offset: number) => { rows: R[]; total: number }, map: (row: R) => T) {
-  const page = readPage(query)
-  const { rows, total } = fetch(page.perPage, page.offset)
-  return listEnvelope(rows.map(map), page, total)
-}
-
-/** `paged` for a store on the seam: its page comes as a promise. */
-export async function pagedAsync<R, T>(query: Record<string, unknown>, fetch: (limit: number, offset: number) => Promise<{ rows: R[]; total: number }>, map: (row: R) => T) {
+export async function paged<R, T>(query: Record<string, unknown>, fetch: (limit: number, offset: number) => Promise<{ rows: R[]; total: number }>, map: (row: R) => T | Promise<T>) {
   const page = readPage(query)
   const { rows, total } = await fetch(page.perPage, page.offset)
-  return listEnvelope(rows.map(map), page, total)
+  return listEnvelope(await Promise.all(rows.map(map)), page, total)
 }

@@ -7,7 +7,7 @@
  * transaction as the message (so a crash can never leave one without the other); a refusal
  * (404/422) is stored right after. A second request while the first runs gets 409.
  */
-import type { Database } from 'bun:sqlite'
+import { type Queries, stmt } from '../db/engine'
 import type { Deps } from '../deps'
 import { ApiError, conflict } from './errors'
 
@@ -39,26 +39,28 @@ async function canonical(value: unknown): Promise<unknown> {
   return value
 }
 
+const Q = {
+  get: stmt('SELECT fingerprint, status, body, created_at FROM idempotency_keys WHERE api_key_id = ? AND method = ? AND path = ? AND idem_key = ?'),
+  // (a record past its 24 h is replaced)
+  put: stmt(
+    `INSERT INTO idempotency_keys (api_key_id, method, path, idem_key, fingerprint, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+     ON CONFLICT (api_key_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, body = excluded.body, created_at = excluded.created_at`,
+  ),
+  purge: stmt('DELETE FROM idempotency_keys WHERE created_at <= ?'),
+  forget: stmt(
+    'DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE workspace_id = ?) AND instr(body, ?) > 0',
+    'DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE workspace_id = $1) AND strpos(body, $2) > 0',
+  ),
+}
+
 export class Idempotency {
   private inflight = new Set<string>()
-  private getStmt
-  private putStmt
-  private purgeStmt
 
-  constructor(
-    private readonly deps: Deps,
-    private readonly db: Database = deps.db,
-  ) {
-    this.getStmt = db.query<{ fingerprint: string; status: number; body: string; created_at: number }, [string, string, string, string]>(
-      'SELECT fingerprint, status, body, created_at FROM idempotency_keys WHERE api_key_id = ? AND method = ? AND path = ? AND idem_key = ?',
-    )
-    this.putStmt = db.query('INSERT OR REPLACE INTO idempotency_keys (api_key_id, method, path, idem_key, fingerprint, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
-    this.purgeStmt = db.query('DELETE FROM idempotency_keys WHERE created_at <= ?')
-  }
+  constructor(private readonly deps: Deps) {}
 
   /** Forget the workspace's stored responses that mention `text` (an erased contact's id), inside a write. */
-  forgetMentioningInTx(workspaceId: string, text: string) {
-    this.db.query('DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE workspace_id = ?) AND instr(body, ?) > 0').run(workspaceId, text)
+  async forgetMentioningIn(tx: Queries, workspaceId: string, text: string) {
+    await tx.run(Q.forget, workspaceId, text)
   }
 
   /**
@@ -70,7 +72,7 @@ export class Idempotency {
     if (!KEY_FORMAT.test(header)) throw new ApiError(422, 'invalid_idempotency_key', 'The Idempotency-Key header must be 8 to 255 characters from A-Z, a-z, 0-9, dot, underscore, colon and hyphen.')
     const fingerprint = Bun.CryptoHasher.hash('sha256', JSON.stringify([method, path, await canonical(body ?? {})])).toString('hex')
     const id = JSON.stringify([apiKeyId, method, path, header])
-    const stored = this.getStmt.get(apiKeyId, method, path, header)
+    const stored = await this.deps.engine.get<{ fingerprint: string; status: number; body: string; created_at: number }>(Q.get, apiKeyId, method, path, header)
     if (stored && stored.created_at > this.deps.clock.now() - IDEMPOTENCY_TTL_MS) {
       if (stored.fingerprint !== fingerprint) throw conflict('idempotency_conflict', 'This Idempotency-Key was already used with a different request body.')
       return { replay: { status: stored.status, body: stored.body } }
@@ -81,13 +83,13 @@ export class Idempotency {
   }
 
   /** Store the response inside the write that made it. */
-  recordInTx(t: Ticket, status: number, body: string) {
-    this.putStmt.run(t.apiKeyId, t.method, t.path, t.key, t.fingerprint, status, body, this.deps.clock.now())
+  async recordIn(tx: Queries, t: Ticket, status: number, body: string) {
+    await tx.run(Q.put, t.apiKeyId, t.method, t.path, t.key, t.fingerprint, status, body, this.deps.clock.now())
   }
 
   /** Store a refusal (nothing else was written). */
   async record(t: Ticket, status: number, body: string) {
-    await this.deps.writer.write(() => this.recordInTx(t, status, body))
+    await this.deps.engine.write((tx) => this.recordIn(tx, t, status, body))
   }
 
   end(t: Ticket | undefined) {
@@ -95,8 +97,8 @@ export class Idempotency {
   }
 
   /** Forget records older than 24 h. */
-  purge() {
-    return this.deps.writer.now(() => this.purgeStmt.run(this.deps.clock.now() - IDEMPOTENCY_TTL_MS).changes)
+  purge(): Promise<number> {
+    return this.deps.engine.write((tx) => tx.run(Q.purge, this.deps.clock.now() - IDEMPOTENCY_TTL_MS))
   }
 
   /**
@@ -105,17 +107,17 @@ export class Idempotency {
    */
   async handle(
     opts: { apiKeyId: string; method: string; path: string; header: string | null | undefined; body: unknown },
-    run: (record: (status: number, body: unknown) => string) => Promise<{ status: number; body: string }>,
+    run: (record: (tx: Queries, status: number, body: unknown) => Promise<string>) => Promise<{ status: number; body: string }>,
   ): Promise<{ status: number; body: string; replayed: boolean }> {
     // no Idempotency-Key: nothing to look up, record or release
-    if (opts.header === null || opts.header === undefined) return { ...(await run((_status, body) => JSON.stringify(body))), replayed: false }
+    if (opts.header === null || opts.header === undefined) return { ...(await run(async (_tx, _status, body) => JSON.stringify(body))), replayed: false }
     const begun = await this.begin(opts.apiKeyId, opts.method, opts.path, opts.header, opts.body)
     if (begun && 'replay' in begun) return { ...begun.replay, replayed: true }
     const ticket = begun?.ticket
     try {
-      const out = await run((status, body) => {
+      const out = await run(async (tx, status, body) => {
         const text = JSON.stringify(body)
-        if (ticket) this.recordInTx(ticket, status, text)
+        if (ticket) await this.recordIn(tx, ticket, status, text)
         return text
       })
       return { ...out, replayed: false }
@@ -129,19 +131,19 @@ export class Idempotency {
 
   /**
    * A send endpoint's whole answer: run `queue` under the optional Idempotency-Key; it calls
-   * `inTx(row)` inside the write that queued the message, which records the 202 body. Sets the
+   * `inTx(tx, row)` inside the write that queued the message, which records the 202 body. Sets the
    * status and headers (Idempotency-Replayed on a replay) and returns the JSON text.
    */
   async send202<R>(
     opts: { apiKeyId: string; method: string; path: string; header: string | null | undefined; body: unknown },
     set: { status?: number | string; headers: Record<string, string | number> },
-    queue: (inTx: (row: R) => void) => Promise<unknown>,
+    queue: (inTx: (tx: Queries, row: R) => Promise<void>) => Promise<unknown>,
     present: (row: R) => unknown,
   ): Promise<string> {
     const out = await this.handle(opts, async (record) => {
       let text = ''
-      await queue((row) => {
-        text = record(202, { data: present(row) })
+      await queue(async (tx, row) => {
+        text = await record(tx, 202, { data: present(row) })
       })
       return { status: 202, body: text }
     })

@@ -7,9 +7,8 @@
  * `X-Capstan-CSRF: 1` — a header a cross-site page cannot send without a CORS preflight, which
  * Capstan never grants.
  */
-import type { Database } from 'bun:sqlite'
 import { timingSafeEqual } from 'node:crypto'
-import type { Writer } from '../db/writer'
+import { type Engine, stmt } from '../db/engine'
 import { randomString } from './format'
 
 export const SESSION_COOKIE = 'capstan_session'
@@ -18,22 +17,19 @@ export const SESSION_TTL_MS = 8 * 3_600_000
 /** What is stored of a session id: its SHA-256, so a copy of the database holds no live cookie. */
 const storedId = (id: string) => new Bun.CryptoHasher('sha256').update(id).digest('hex')
 
-export class Sessions {
-  private readonly sql
+const Q = {
+  live: stmt('SELECT 1 AS one FROM dashboard_sessions WHERE id = ? AND expires_at > ?'),
+  insert: stmt('INSERT INTO dashboard_sessions (id, expires_at) VALUES (?, ?)'),
+  remove: stmt('DELETE FROM dashboard_sessions WHERE id = ?'),
+  sweep: stmt('DELETE FROM dashboard_sessions WHERE expires_at <= ?'),
+}
 
+export class Sessions {
   constructor(
     private readonly key: Uint8Array,
-    db: Database,
-    private readonly writer: Writer,
+    private readonly engine: Engine,
     private readonly now: () => number = Date.now,
-  ) {
-    this.sql = {
-      live: db.prepare<{ one: number }, [string, number]>('SELECT 1 AS one FROM dashboard_sessions WHERE id = ? AND expires_at > ?'),
-      insert: db.prepare('INSERT INTO dashboard_sessions (id, expires_at) VALUES (?, ?)'),
-      remove: db.prepare('DELETE FROM dashboard_sessions WHERE id = ?'),
-      sweep: db.prepare('DELETE FROM dashboard_sessions WHERE expires_at <= ?'),
-    }
-  }
+  ) {}
 
   private sign(expiry: number, id: string) {
     return new Bun.CryptoHasher('sha256', this.key).update(`capstan-session.${expiry}.${id}`).digest('base64url')
@@ -44,9 +40,9 @@ export class Sessions {
     const now = this.now()
     const expiry = now + SESSION_TTL_MS
     const id = randomString(43)
-    await this.writer.write(() => {
-      this.sql.sweep.run(now)
-      this.sql.insert.run(storedId(id), expiry)
+    await this.engine.write(async (tx) => {
+      await tx.run(Q.sweep, now)
+      await tx.run(Q.insert, storedId(id), expiry)
     })
     return { value: `${expiry}.${id}.${this.sign(expiry, id)}`, maxAge: SESSION_TTL_MS / 1000 }
   }
@@ -68,15 +64,15 @@ export class Sessions {
   }
 
   /** Whether the Cookie header holds a live session (signed, unexpired, not signed out). */
-  valid(cookieHeader: string | null): boolean {
+  async valid(cookieHeader: string | null): Promise<boolean> {
     const id = this.sessionId(cookieHeader)
-    return id !== null && this.sql.live.get(storedId(id), this.now()) !== null
+    return id !== null && (await this.engine.get(Q.live, storedId(id), this.now())) !== null
   }
 
   /** Sign out: the session in the Cookie header (if any) ends for every copy of the cookie. */
   async end(cookieHeader: string | null): Promise<void> {
     const id = this.sessionId(cookieHeader)
-    if (id !== null) await this.writer.write(() => this.sql.remove.run(storedId(id)))
+    if (id !== null) await this.engine.write((tx) => tx.run(Q.remove, storedId(id)))
   }
 }
 

@@ -200,12 +200,12 @@ async function apply(body: any, connectionId: string, svc: Services, driver: Clo
         const text = inboundText(m)
         // Meta's message id (wamid): a webhook delivered again logs nothing twice
         const wamid = typeof m.id === 'string' && m.id.length > 0 && m.id.length <= 256 ? m.id : null
-        if (wamid !== null && svc.messages.byExternal(connectionId, wamid)) continue
+        if (wamid !== null && (await svc.messages.byExternal(connectionId, wamid))) continue
         const file = await inboundFile(m, connectionId, svc, driver)
         // a reply or a button tap quotes the wamid of the message it answers, a reaction names the
         // one it reacts to: ours, if we sent it
         const quotedId = m.context?.id ?? (m.type === 'reaction' ? m.reaction?.message_id : undefined)
-        const quoted = typeof quotedId === 'string' && quotedId.length <= 256 ? svc.messages.byAnyPart(connectionId, quotedId) : null
+        const quoted = typeof quotedId === 'string' && quotedId.length <= 256 ? await svc.messages.byAnyPart(connectionId, quotedId) : null
         const replyTo = quoted?.direction === 'outbound' ? quoted.id : null
         await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]', { externalId: wamid, file: file ?? undefined, replyTo, senderName: names.get(m.from) ?? null })
       }
@@ -235,16 +235,16 @@ interface StatusReport {
  */
 async function applyStatus(connectionId: string, report: StatusReport, svc: Services, driver: CloudApiConnection, attempt: number): Promise<void> {
   const { wamid, status, error, ours } = report
-  let row = svc.messages.byExternal(connectionId, wamid)
+  let row = await svc.messages.byExternal(connectionId, wamid)
   if (row?.direction === 'inbound') return // statuses describe our sends, never a customer's message
   // a later part of a message sent as several: recorded with it, or named by our id
   let laterPart = false
   if (!row) {
-    row = svc.messages.byLaterPart(connectionId, wamid)
+    row = await svc.messages.byLaterPart(connectionId, wamid)
     laterPart = row !== null
   }
   if (!row && ours !== null) {
-    const named = ours.length <= 64 ? svc.messages.getAny(ours) : null
+    const named = ours.length <= 64 ? await svc.messages.getAny(ours) : null
     if (named?.connection_id === connectionId && named.direction === 'outbound') {
       if (named.external_id !== null) {
         row = named

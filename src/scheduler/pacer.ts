@@ -13,7 +13,8 @@ import type { Deps } from '../deps'
 import type { Logger } from '../http/log'
 import type { ConnectionService } from '../modules/connections/service'
 import type { MessageService } from '../modules/messages/service'
-import type { MessageRow } from '../modules/messages/repo'
+import type { MessageRow } from '../modules/messages/store'
+import type { Queries } from '../db/engine'
 import type { WorkspaceService } from '../modules/workspaces/service'
 import { nextWarmupStep } from './warmup'
 
@@ -43,6 +44,8 @@ interface NumberState {
   /** release times within the last 24 h, ascending; `start` skips pruned entries */
   times: number[]
   start: number
+  /** whether `times` and `last` hold what the table says (read once, when the number is first looked at) */
+  loaded: boolean
 }
 
 export interface Policy {
@@ -115,6 +118,10 @@ export class Pacer {
   private timerAt = Infinity
   private running = false
   private ticking = false
+  /** a tick was asked for while one ran: it runs again right after */
+  private tickAgain = false
+  /** numbers woken while a tick runs: they stay pending whatever that tick found */
+  private readonly rewoken = new Set<string>()
 
   constructor(
     private readonly deps: Deps,
@@ -127,9 +134,9 @@ export class Pacer {
     private readonly random: () => number = Math.random,
   ) {}
 
-  start(extra: string[] = []) {
+  async start(extra: string[] = []) {
     this.running = true
-    for (const id of [...this.messages.connectionsWithQueue(), ...extra]) this.pending.add(id)
+    for (const id of [...(await this.messages.connectionsWithQueue()), ...extra]) this.pending.add(id)
     this.schedule(0)
   }
 
@@ -143,7 +150,13 @@ export class Pacer {
   /** A number may have something to release (new message, came online, policy changed). */
   wake(connectionId: string) {
     this.pending.add(connectionId)
+    if (this.ticking) this.rewoken.add(connectionId)
     this.schedule(0)
+  }
+
+  /** Resolves once no tick is running (tests that drive the timers wait for each tick's write). */
+  async settled() {
+    while (this.ticking) await new Promise((r) => setImmediate(r))
   }
 
   /** The network throttled this number: release nothing more from it for `ms`. */
@@ -155,21 +168,35 @@ export class Pacer {
 
   /** Wake every number of a workspace (its policy or status changed). */
   wakeWorkspace(workspaceId: string) {
-    for (const c of this.connections.listForWorkspace(workspaceId)) this.pending.add(c.row.id)
-    this.schedule(0)
+    for (const c of this.connections.listForWorkspace(workspaceId)) this.wake(c.row.id)
   }
 
   /** When a number may release next under its policy (ms), from what the scheduler knows. */
-  nextReleaseAt(connectionId: string, policy: Policy): number {
-    return Math.max(dueAt(this.state(connectionId), policy, this.clock.now()), this.clock.now())
+  async nextReleaseAt(connectionId: string, policy: Policy): Promise<number> {
+    return Math.max(dueAt(await this.loaded(connectionId), policy, this.clock.now()), this.clock.now())
   }
 
   private state(connectionId: string): NumberState {
     let st = this.states.get(connectionId)
     if (!st) {
-      const times = this.messages.releasesSince(connectionId, this.clock.now() - DAY)
-      st = { campaignNext: false, last: times.length ? times[times.length - 1]! : null, gap: 0, times, start: 0 }
+      st = { campaignNext: false, last: null, gap: 0, times: [], start: 0, loaded: false }
       this.states.set(connectionId, st)
+    }
+    return st
+  }
+
+  /** The number's state with its releases of the last 24 h read from the table (once). */
+  private async loaded(connectionId: string): Promise<NumberState> {
+    const st = this.state(connectionId)
+    if (!st.loaded) {
+      const times = await this.messages.releasesSince(connectionId, this.clock.now() - DAY)
+      if (!st.loaded) {
+        // (releases made here meanwhile are in the table too)
+        st.times = times
+        st.start = 0
+        st.last = times.length ? Math.max(times[times.length - 1]!, st.last ?? -Infinity) : st.last
+        st.loaded = true
+      }
     }
     return st
   }
@@ -196,46 +223,72 @@ export class Pacer {
    * number fairly: one-to-one and group messages (FIFO), and campaign recipients. When both have
    * something waiting they alternate, so an order update waits behind at most one campaign message.
    */
-  private take(connectionId: string, st: NumberState, now: number): MessageRow | null {
+  private async take(tx: Queries, connectionId: string, st: NumberState, now: number): Promise<MessageRow | null> {
     const lanes = st.campaignNext ? [this.campaignLane, this.directLane] : [this.directLane, this.campaignLane]
     for (const lane of lanes) {
-      const row = lane(connectionId, now)
+      const row = await lane(tx, connectionId, now)
       if (row) {
         st.campaignNext = lane === this.directLane
-        this.messages.markSendingInTx([row.id], now)
+        await this.messages.markSendingIn(tx, [row.id], now)
         return row
       }
     }
     return null
   }
 
-  private directLane = (connectionId: string, now: number): MessageRow | null => this.messages.releasableHeadInTx(connectionId, now)
+  private directLane = (tx: Queries, connectionId: string, now: number): Promise<MessageRow | null> => this.messages.releasableHeadIn(tx, connectionId, now)
 
   /** Set by the campaigns module: the next campaign message of a number, queued inside the write. */
-  campaignLane: (connectionId: string, now: number) => MessageRow | null = () => null
+  campaignLane: (tx: Queries, connectionId: string, now: number) => Promise<MessageRow | null> = async () => null
 
-  /** Release everything that is due now, then arm the timer for the next due release. */
+  /** Release everything that is due now, then arm the timer for the next due release; one tick at a time. */
   tick() {
-    if (!this.running || this.ticking) return
+    if (!this.running) return
+    if (this.ticking) {
+      this.tickAgain = true
+      return
+    }
     this.ticking = true
+    void this.release().finally(() => {
+      this.ticking = false
+      if (this.tickAgain) {
+        this.tickAgain = false
+        this.tick()
+      }
+    })
+  }
+
+  private async release() {
+    this.rewoken.clear()
+    // the numbers to look at, their releases of the last day read first (outside the write)
+    const ids = [...this.pending]
+    for (const id of ids) await this.loaded(id)
     // each number's state before this tick's releases, put back if their write does not commit
     const before: Saved[] = []
-    let committed = false
+    let released: { live: NonNullable<ReturnType<ConnectionService['find']>>; row: MessageRow }[] = []
+    /** numbers with nothing more to release now: they leave `pending` once the write is made */
+    let idle: string[] = []
+    let next = Infinity
+    const now = this.clock.now()
     try {
-      const now = this.clock.now()
-      let next = Infinity
-      const released: { live: NonNullable<ReturnType<ConnectionService['find']>>; row: MessageRow }[] = []
-      this.deps.writer.now(() => {
-        for (const id of this.pending) {
+      await this.deps.engine.write(async (tx) => {
+        // the write may run again (SQLite runs a batch again when another write in it failed
+        // half-way): each run starts from the state the tick started from
+        for (const saved of before) restore(saved)
+        before.length = 0
+        released = []
+        idle = []
+        next = Infinity
+        for (const id of ids) {
           const live = this.connections.find(id)
           if (!live || live.row.status !== 'online') {
-            this.pending.delete(id) // woken again when it comes online
+            idle.push(id) // woken again when it comes online
             continue
           }
           // an inactive workspace sends nothing (its queue waits; reactivating it wakes its numbers)
           const ws = this.workspaces.cached(live.row.workspace_id)
           if (!ws || ws.status !== 'active') {
-            this.pending.delete(id)
+            idle.push(id)
             continue
           }
           // the workspace's policy, with lower caps while the number warms up
@@ -244,10 +297,12 @@ export class Pacer {
           let due = dueAt(st, policy, now)
           if (due <= now) before.push(save(st))
           let burst = 0
+          let empty = false
           while (due <= now && burst < BURST) {
-            const row = this.take(id, st, now)
+            const row = await this.take(tx, id, st, now)
             if (!row) {
-              this.pending.delete(id)
+              empty = true
+              idle.push(id)
               break
             }
             released.push({ live, row })
@@ -259,26 +314,31 @@ export class Pacer {
             burst++
             due = dueAt(st, policy, now)
           }
-          // look again when the next release is due (an emptied queue has left `pending`), or
+          // look again when the next release is due (an emptied queue leaves `pending`), or
           // when a warming-up number's cap rises, if that comes first
-          if (this.pending.has(id)) next = Math.min(next, Math.max(Math.min(due, nextWarmupStep(this.connections.warmupOf(live.row), now)), now))
+          if (!empty) next = Math.min(next, Math.max(Math.min(due, nextWarmupStep(this.connections.warmupOf(live.row), now)), now))
         }
       })
-      committed = true
-      for (const r of released) void this.messages.dispatch(r.live, r.row, this.groupExternalId(r.row))
-      if (next < Infinity) this.schedule(next - now)
     } catch (e) {
       // nothing was released (e.g. the disk is full): releases counted in memory must not count
       // against the caps, or after the fault a number would wait out an hour or a day for nothing
-      if (!committed) for (const saved of before) restore(saved)
+      for (const saved of before) restore(saved)
       // tried again each second: a lasting fault is told once a minute, a storage one without a stack
       this.log.errorAtMostEvery(60_000, 'pacer tick failed', { error: String((transientWriteError(e) ? (e as Error).message : (e as Error)?.stack) ?? e) })
       this.schedule(1000)
-    } finally {
-      this.ticking = false
+      return
     }
+    // a number woken while the write was made keeps its place (something new may be queued)
+    for (const id of idle) if (!this.rewoken.has(id)) this.pending.delete(id)
+    for (const r of released) void this.dispatch(r.live, r.row)
+    if (next < Infinity) this.schedule(next - now)
+  }
+
+  /** Hand a released message to its driver (a group message with its group's network id). */
+  private async dispatch(live: NonNullable<ReturnType<ConnectionService['find']>>, row: MessageRow) {
+    await this.messages.dispatch(live, row, row.group_id === null ? null : await this.groupExternalId(row).catch(() => null))
   }
 
   /** Group messages carry the network's group id; set by the groups module. */
-  groupExternalId: (row: MessageRow) => string | null = () => null
+  groupExternalId: (row: MessageRow) => Promise<string | null> = async () => null
 }

@@ -23,10 +23,15 @@ export class ManualClock implements Clock {
   }
 }
 
-/** Timers that fire only when the test advances the clock. */
+/**
+ * Timers that fire only when the test advances the clock. The work a timer starts (a pacer tick:
+ * a write, then the next timer) is waited for before the next due timer fires (`quiet`).
+ */
 export class ManualTimers implements Timers {
   private seq = 0
   private pending = new Map<number, { at: number; fn: () => void }>()
+  /** Resolves once what the fired timers started has settled. */
+  quiet: () => Promise<void> = () => settle()
   constructor(private readonly clock: ManualClock) {}
   set(fn: () => void, ms: number) {
     const id = ++this.seq
@@ -37,8 +42,9 @@ export class ManualTimers implements Timers {
     this.pending.delete(h as number)
   }
   /** Move time forward to `until`, firing due timers in order at their due times. */
-  advanceTo(until: number) {
+  async advanceTo(until: number) {
     for (;;) {
+      await this.quiet()
       let next: [number, { at: number; fn: () => void }] | null = null
       for (const e of this.pending) if (e[1].at <= until && (!next || e[1].at < next[1].at)) next = e
       if (!next) break
@@ -49,7 +55,7 @@ export class ManualTimers implements Timers {
     this.clock.t = until
   }
   advance(ms: number) {
-    this.advanceTo(this.clock.t + ms)
+    return this.advanceTo(this.clock.t + ms)
   }
 }
 
@@ -61,8 +67,12 @@ export async function inProcess(opts: { clamd?: string; env?: Record<string, str
   const clock = new ManualClock()
   const timers = new ManualTimers(clock)
   const writer = new Writer(db)
-  const deps = { config, db, writer, engine: new SqliteEngine(db, writer), clock }
+  const deps = { config, engine: new SqliteEngine(db, writer), clock }
   const svc = buildServices(deps, new Logger('silent'), SecretBox.load(dir, null), { timers, random: () => 0.5 })
+  timers.quiet = async () => {
+    await settle()
+    await svc.pacer.settled()
+  }
   await startServices(svc)
   return {
     svc,
@@ -82,4 +92,26 @@ export async function inProcess(opts: { clamd?: string; env?: Record<string, str
 /** Let pending promise callbacks and setImmediate batches (group commits) run. */
 export const settle = async (rounds = 5) => {
   for (let i = 0; i < rounds; i++) await new Promise((r) => setImmediate(r))
+}
+
+/**
+ * What `read` says at every turn of the event loop until `stop` is called: the states a piece of
+ * work passed through where other work could run (between its writes), each one once, in order.
+ */
+export function eachTurn<T>(read: () => T) {
+  const seen: T[] = []
+  let on = true
+  const look = () => {
+    if (!on) return
+    const v = read()
+    if (!seen.some((s) => Bun.deepEquals(s, v))) seen.push(v)
+    setImmediate(look)
+  }
+  setImmediate(look)
+  return {
+    stop() {
+      on = false
+      return seen
+    },
+  }
 }

@@ -4,7 +4,6 @@
  * workspace, number or webhook endpoint; an entry about a person (an erased or exported contact,
  * a suppressed number) names neither: it records that it happened, not whom.
  */
-import type { Database } from 'bun:sqlite'
 import { type Queries, stmt } from '../../db/engine'
 
 const INSERT = stmt('INSERT INTO audit_log (workspace_id, action, key_id, subject_id, at) VALUES (?, ?, ?, ?, ?)')
@@ -48,23 +47,10 @@ export async function auditIn(tx: Queries, workspaceId: string, action: AuditAct
 }
 
 export class AuditRepo {
-  private insertStmt
+  /** `engine`: where the log is read. */
+  constructor(private readonly engine: Queries) {}
 
-  /** `engine`: reads; `db`: the SQLite connection the synchronous `add` writes through, for the modules not yet on the seam. */
-  constructor(
-    private readonly engine: Queries,
-    db?: Database,
-  ) {
-    this.insertStmt = db?.query(INSERT.sqlite)
-  }
-
-  /** One entry; runs inside the write that makes the change it records. */
-  add(workspaceId: string, action: AuditAction, keyId: string | null, at: number, subjectId: string | null = null) {
-    if (!this.insertStmt) throw new Error('the synchronous audit add needs the SQLite connection')
-    this.insertStmt.run(workspaceId, action, keyId, subjectId, at)
-  }
-
-  /** The same entry through a write of the store seam (`tx`: that write's queries), on either engine. */
+  /** One entry through a write of the store seam (`tx`: that write's queries), on either engine. */
   addIn(tx: Queries, workspaceId: string, action: AuditAction, keyId: string | null, at: number, subjectId: string | null = null) {
     return auditIn(tx, workspaceId, action, keyId, at, subjectId)
   }

@@ -60,9 +60,9 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
   }
   const action = (name: 'pause' | 'resume' | 'cancel', summary: string, description: string) =>
     ({
-      handler: ({ caller, params }: any) => {
-        find(caller.workspace.id, params.id)
-        return { data: campaigns.toPublic(campaigns[name](caller.workspace.id, params.id)) }
+      handler: async ({ caller, params }: any) => {
+        await find(caller.workspace.id, params.id)
+        return { data: await campaigns.toPublic(await campaigns[name](caller.workspace.id, params.id)) }
       },
       opts: {
         api: { summary, description, tag: 'Campaigns', scope: 'campaigns:send', params: ['id'], ok: { status: 200, data: campaignDoc, description: 'The campaign.' }, errors: name === 'resume' ? [404, 409, 422] : [404, 409] },
@@ -95,13 +95,13 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         },
       },
     )
-    .get('/campaigns/:id', ({ caller, params }) => ({ data: campaigns.toPublic(find(caller.workspace.id, params.id)) }), {
+    .get('/campaigns/:id', async ({ caller, params }) => ({ data: await campaigns.toPublic(await find(caller.workspace.id, params.id)) }), {
       api: { summary: 'One campaign', description: 'With live counts.', tag: 'Campaigns', scope: 'campaigns:read', params: ['id'], ok: { status: 200, data: campaignDoc, description: 'The campaign.' }, errors: [404] },
     })
     .get(
       '/campaigns/:id/recipients',
-      ({ caller, params, query }) => {
-        find(caller.workspace.id, params.id)
+      async ({ caller, params, query }) => {
+        await find(caller.workspace.id, params.id)
         return paged(query, (l, o) => campaigns.recipients(params.id, l, o), (r): PublicRecipient => ({
           contact_id: r.contact_id,
           phone: r.phone,
@@ -120,7 +120,7 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
       async ({ caller, body, set }) => {
         const input = validate(createBody, body, numberedKeys)
         set.status = 201
-        return { data: campaigns.toPublic(await campaigns.create(caller.workspace.id, input)) }
+        return { data: await campaigns.toPublic(await campaigns.create(caller.workspace.id, input)) }
       },
       {
         api: { summary: 'Create a campaign', description: 'Created as draft. Schedule it with POST /campaigns/{id}/schedule (campaigns:send).', tag: 'Campaigns', scope: 'campaigns:write', body: createBody, ok: { status: 201, data: campaignDoc, description: 'Created.' }, errors: [400, 404, 422] },
@@ -129,12 +129,12 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
     .put(
       '/campaigns/:id',
       async ({ caller, params, body }) => {
-        find(caller.workspace.id, params.id)
+        await find(caller.workspace.id, params.id)
         const input = validate(updateBody, body, (v, errors) => {
           if (Object.values(v).every((x) => x === undefined)) fieldError(errors, 'name', 'Give at least one field to change.')
           numberedKeys(v, errors)
         })
-        return { data: campaigns.toPublic(await campaigns.update(caller.workspace.id, params.id, input)) }
+        return { data: await campaigns.toPublic(await campaigns.update(caller.workspace.id, params.id, input)) }
       },
       {
         api: { summary: 'Update a campaign', description: 'Only while draft or scheduled (else 409 invalid_campaign_state); changes the fields given.', tag: 'Campaigns', scope: 'campaigns:write', params: ['id'], body: updateBody, ok: { status: 200, data: campaignDoc, description: 'Updated.' }, errors: [400, 404, 409, 422] },
@@ -142,9 +142,9 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
     )
     .delete(
       '/campaigns/:id',
-      ({ caller, params, set }) => {
-        find(caller.workspace.id, params.id)
-        campaigns.remove(caller.workspace.id, params.id)
+      async ({ caller, params, set }) => {
+        await find(caller.workspace.id, params.id)
+        await campaigns.remove(caller.workspace.id, params.id)
         set.status = 204
         return ''
       },
@@ -155,9 +155,9 @@ export function campaignApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
     .post(
       '/campaigns/:id/schedule',
       async ({ caller, params, body }) => {
-        find(caller.workspace.id, params.id)
+        await find(caller.workspace.id, params.id)
         const input = validate(scheduleBody, body ?? {})
-        return { data: campaigns.toPublic(await campaigns.schedule(caller.workspace.id, params.id, input.at ?? input.scheduled_at)) }
+        return { data: await campaigns.toPublic(await campaigns.schedule(caller.workspace.id, params.id, input.at ?? input.scheduled_at)) }
       },
       {
         api: {

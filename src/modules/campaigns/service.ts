@@ -15,7 +15,7 @@ import { templateHeaderKind } from '../../network/driver'
 import type { ConnectionService } from '../connections/service'
 import type { ContactService } from '../contacts/service'
 import { headerFault, renderedFault } from '../messages/model'
-import type { MessageRow } from '../messages/repo'
+import type { MessageRow } from '../messages/store'
 import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
 import type { SuppressionService } from '../suppressions/service'
@@ -23,7 +23,8 @@ import { fill } from '../templates/render'
 import type { TemplateService } from '../templates/service'
 import type { WebhookService } from '../webhooks/service'
 import type { PublicCampaign } from './model'
-import { type Audience, CampaignRepo, type CampaignRow, type CampaignStatus, type PausedReason } from './repo'
+import type { Queries } from '../../db/engine'
+import { type Audience, CampaignStore, type CampaignRow, type CampaignStatus, type PausedReason } from './store'
 import { inSendWindow, knownTimeZone, type SendWindow } from './window'
 
 export interface CampaignInput {
@@ -51,7 +52,7 @@ const windowOf = (row: CampaignRow): SendWindow | null => (row.send_window === n
 const MAX_SKIPS_PER_RELEASE = 200
 
 export class CampaignService {
-  private readonly repo: CampaignRepo
+  private readonly store: CampaignStore
   private jobs = new Map<string, Cron>()
   /** A campaign started or resumed on a number: the pacer should look at it. */
   onRunnable: (connectionId: string) => void = () => {}
@@ -67,51 +68,52 @@ export class CampaignService {
     private readonly webhooks: WebhookService,
     private readonly log: Logger,
   ) {
-    this.repo = new CampaignRepo(deps.db)
+    this.store = new CampaignStore(deps.engine)
   }
   /** A page of the workspace's campaigns, newest first. */
   list(workspaceId: string, limit: number, offset: number) {
-    return this.repo.list(workspaceId, limit, offset)
+    return this.store.list(workspaceId, limit, offset)
   }
 
   /** How many contacts an audience holds now, and a sample of them (creates nothing). */
   preview(workspaceId: string, audience: Audience, sample: number, slice?: number) {
-    return this.repo.preview(workspaceId, audience, sample, slice)
+    return this.store.preview(workspaceId, audience, sample, slice)
   }
 
   /** A page of a campaign's recipients, in the order they were frozen. */
   recipients(campaignId: string, limit: number, offset: number) {
-    return this.repo.recipients(campaignId, limit, offset)
+    return this.store.recipients(campaignId, limit, offset)
   }
 
   /** The campaigns the contact is a recipient of, with its status in each (a contact export). */
-  ofContact(contactId: string) {
-    return this.repo.ofContact(contactId).map((c) => ({ id: c.id, name: c.name, campaign_status: c.campaign_status, recipient_status: c.status, skipped_reason: c.skipped_reason, message_id: c.message_id }))
+  async ofContact(contactId: string) {
+    return (await this.store.ofContact(contactId)).map((c) => ({ id: c.id, name: c.name, campaign_status: c.campaign_status, recipient_status: c.status, skipped_reason: c.skipped_reason, message_id: c.message_id }))
   }
 
   /** Inside an erasure's write: the contact leaves every campaign; returns the ids of those it was in. */
-  removeRecipientInTx(contactId: string): string[] {
-    const ids = this.repo.campaignIdsOf(contactId)
-    this.repo.removeRecipient(contactId)
+  async removeRecipientIn(tx: Queries, contactId: string): Promise<string[]> {
+    const ids = await this.store.campaignIdsOf(contactId, tx)
+    await this.store.removeRecipient(tx, contactId)
     return ids
   }
 
   /** For /metrics: campaigns by status. */
   countByStatus() {
-    return this.repo.countByStatus()
+    return this.store.countByStatus()
   }
 
   /** Recipients still to be released by the number's running campaigns. */
-  pendingFor(connectionId: string): number {
-    return this.repo.pendingFor(connectionId)
+  pendingFor(connectionId: string): Promise<number> {
+    return this.store.pendingFor(connectionId)
   }
 
   /** The numbers some running campaign sends through. */
-  connectionsWithRunning(): string[] {
-    return this.repo.connectionsWithRunning()
+  connectionsWithRunning(): Promise<string[]> {
+    return this.store.connectionsWithRunning()
   }
 
-  toPublic(row: CampaignRow): PublicCampaign {
+  /** The campaign as the API shows it, with its counts (`q`: the write it is read in, if any). */
+  async toPublic(row: CampaignRow, q?: Queries): Promise<PublicCampaign> {
     return {
       id: row.id,
       name: row.name,
@@ -128,12 +130,12 @@ export class CampaignService {
       finished_at: iso(row.finished_at),
       created_at: iso(row.created_at),
       updated_at: iso(row.updated_at),
-      counts: this.repo.counts(row.id),
+      counts: await this.store.counts(row.id, q),
     }
   }
 
-  get(workspaceId: string, id: string): CampaignRow {
-    const row = this.repo.get(workspaceId, id)
+  async get(workspaceId: string, id: string, q?: Queries): Promise<CampaignRow> {
+    const row = await this.store.get(workspaceId, id, q)
     if (!row) throw notFound('campaign')
     return row
   }
@@ -196,13 +198,13 @@ export class CampaignService {
       deleted_at: null,
       freeze_after: null,
     }
-    this.deps.writer.now(() => this.repo.insert(row))
+    await this.deps.engine.write((tx) => this.store.insert(tx, row))
     return row
   }
 
   /** PUT: only while draft or scheduled. A scheduled campaign is re-armed with its new time. */
   async update(workspaceId: string, id: string, input: CampaignInput): Promise<CampaignRow> {
-    const row = this.get(workspaceId, id)
+    const row = await this.get(workspaceId, id)
     if (row.status !== 'draft' && row.status !== 'scheduled') throw this.illegal(row, 'changed')
     await this.checkRefs(workspaceId, input)
     await this.checkHeaderPair(workspaceId, input.template_id ?? row.template_id, input.media_id === undefined ? row.media_id : input.media_id)
@@ -218,20 +220,25 @@ export class CampaignService {
       fields.scheduled_at = this.scheduledTime(input.scheduled_at)
       if (row.status === 'scheduled' && fields.scheduled_at === null) throw validationFailed({ scheduled_at: ['A scheduled campaign needs a scheduled_at time; cancel it to stop it.'] })
     }
-    this.deps.writer.now(() => this.repo.update(id, fields))
-    const next = this.repo.getAny(id)!
+    // checked again in the write: the lookups above waited, and a start may have come meanwhile
+    const next = await this.deps.engine.write(async (tx) => {
+      const current = (await this.store.getAny(id, tx))!
+      if (current.status !== 'draft' && current.status !== 'scheduled') throw this.illegal(current, 'changed')
+      await this.store.update(tx, id, fields)
+      return (await this.store.getAny(id, tx))!
+    })
     if (next.status === 'scheduled') this.arm(next)
     return next
   }
 
-  remove(workspaceId: string, id: string) {
-    const row = this.get(workspaceId, id)
-    if (row.status === 'running') throw this.illegal(row, 'deleted while running; pause or cancel it first')
-    this.disarm(id)
+  async remove(workspaceId: string, id: string) {
     const now = this.deps.clock.now()
-    this.deps.writer.now(() => {
-      this.repo.skipAllPending(id, 'cancelled', now)
-      this.repo.update(id, { deleted_at: now, updated_at: now, ...(row.status === 'completed' || row.status === 'cancelled' ? {} : { status: 'cancelled' as CampaignStatus, paused_reason: null, finished_at: now }) })
+    await this.deps.engine.write(async (tx) => {
+      const row = await this.get(workspaceId, id, tx)
+      if (row.status === 'running') throw this.illegal(row, 'deleted while running; pause or cancel it first')
+      this.disarm(id)
+      await this.store.skipAllPending(tx, id, 'cancelled', now)
+      await this.store.update(tx, id, { deleted_at: now, updated_at: now, ...(row.status === 'completed' || row.status === 'cancelled' ? {} : { status: 'cancelled' as CampaignStatus, paused_reason: null, finished_at: now }) })
     })
   }
 
@@ -241,7 +248,7 @@ export class CampaignService {
    * freeze going on: an answer held longer would meet the server's idle timeout).
    */
   async schedule(workspaceId: string, id: string, at: string | null | undefined): Promise<CampaignRow> {
-    const row = this.get(workspaceId, id)
+    const row = await this.get(workspaceId, id)
     if (row.status !== 'draft' && row.status !== 'scheduled') throw this.illegal(row, 'scheduled')
     const tpl = await this.templates.get(workspaceId, row.template_id)
     this.connections.get(workspaceId, row.connection_id)
@@ -252,23 +259,23 @@ export class CampaignService {
     if (row.media_id && !(row.status === 'scheduled' && (await this.media.find(workspaceId, row.media_id)))) await this.headerMedia(workspaceId, row.media_id)
     const now = this.deps.clock.now()
     const when = at ? Date.parse(at) : (row.scheduled_at ?? now)
-    if (when <= now) this.messages.checkAllowance(workspaceId, now)
+    if (when <= now) await this.messages.checkAllowance(workspaceId, now)
     // checked again in the write: the lookups above waited, and a cancel may have come meanwhile
-    this.deps.writer.now(() => {
-      const current = this.repo.getAny(id)!
+    await this.deps.engine.write(async (tx) => {
+      const current = (await this.store.getAny(id, tx))!
       if (current.status !== 'draft' && current.status !== 'scheduled') throw this.illegal(current, 'scheduled')
-      this.repo.update(id, { status: 'scheduled', scheduled_at: Math.max(when, now), updated_at: now })
+      await this.store.update(tx, id, { status: 'scheduled', scheduled_at: Math.max(when, now), updated_at: now })
     })
     if (when <= now) {
       let timer: Timer | undefined
       const waited = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), this.freezeWaitMs)))
       try {
-        return (await Promise.race([this.start(id), waited])) ?? this.repo.getAny(id)!
+        return (await Promise.race([this.start(id), waited])) ?? (await this.store.getAny(id))!
       } finally {
         clearTimeout(timer)
       }
     }
-    const next = this.repo.getAny(id)!
+    const next = (await this.store.getAny(id))!
     this.arm(next)
     return next
   }
@@ -281,28 +288,28 @@ export class CampaignService {
    */
   async start(id: string): Promise<CampaignRow> {
     this.disarm(id)
-    const row = this.repo.getAny(id)
+    const row = await this.store.getAny(id)
     if (!row || row.deleted_at !== null || row.status !== 'scheduled') return row!
     const now = this.deps.clock.now()
-    // (the freeze below is still the campaigns' synchronous SQL: on SQLite's connection, inside
-    // this same write, until the campaigns module is on the seam)
     const more = await this.deps.engine.write(async (tx) => {
+      // (started meanwhile by another caller: the sweep and the armed job can meet)
+      if ((await this.store.getAny(id, tx))?.status !== 'scheduled') return false
       const tpl = await this.templates.find(row.workspace_id, row.template_id, tx)
       if (!tpl) {
-        this.repo.update(id, { status: 'cancelled', finished_at: now, updated_at: now })
+        await this.store.update(tx, id, { status: 'cancelled', finished_at: now, updated_at: now })
         return null
       }
-      this.repo.update(id, { status: 'running', started_at: now, body: tpl.body, whatsapp: tpl.whatsapp, updated_at: now, freeze_after: '' })
-      return this.freezeStepInTx(id)
+      await this.store.update(tx, id, { status: 'running', started_at: now, body: tpl.body, whatsapp: tpl.whatsapp, updated_at: now, freeze_after: '' })
+      return this.freezeStepIn(tx, id)
     })
     if (more === null) {
       this.log.warn('campaign cancelled at start: its template is gone', { campaign_id: id })
-      return this.repo.getAny(id)!
+      return (await this.store.getAny(id))!
     }
     this.onRunnable(row.connection_id)
     if (more) await this.freezeRest(id)
-    else this.checkComplete(id)
-    return this.repo.getAny(id)!
+    else await this.checkComplete(id)
+    return (await this.store.getAny(id))!
   }
 
   /** Contacts read per slice of an audience freeze (at ~5-8 µs each: ≤ ~40 ms per write). */
@@ -320,11 +327,14 @@ export class CampaignService {
    * once the campaign is no longer running or paused (cancelled between slices). Returns whether
    * more is left.
    */
-  private freezeStepInTx(id: string): boolean {
-    const row = this.repo.getAny(id)
+  private async freezeStepIn(tx: Queries, id: string): Promise<boolean> {
+    const row = await this.store.getAny(id, tx)
     if (!row || row.freeze_after === null) return false
-    const next = row.status === 'running' || row.status === 'paused' ? this.repo.freezeSlice(id, row.workspace_id, JSON.parse(row.audience) as Audience, row.freeze_after, row.started_at!, this.deps.clock.now(), this.freezeSliceSize) : null
-    this.repo.update(id, { freeze_after: next })
+    const next =
+      row.status === 'running' || row.status === 'paused'
+        ? await this.store.freezeSlice(tx, id, row.workspace_id, JSON.parse(row.audience) as Audience, row.freeze_after, row.started_at!, this.deps.clock.now(), this.freezeSliceSize)
+        : null
+    await this.store.update(tx, id, { freeze_after: next })
     return next !== null
   }
 
@@ -342,7 +352,7 @@ export class CampaignService {
           await this.betweenSlices()
           // stopping: the next start goes on from here
           if (this.stopped) return
-          more = this.deps.writer.now(() => this.freezeStepInTx(id))
+          more = await this.deps.engine.write((tx) => this.freezeStepIn(tx, id))
         }
       } catch (e) {
         this.log.error('campaign audience freeze failed; the next sweep goes on with it', { campaign_id: id, error: String(e) })
@@ -350,10 +360,10 @@ export class CampaignService {
       } finally {
         this.freezes.delete(id)
       }
-      const row = this.repo.getAny(id)
+      const row = await this.store.getAny(id)
       if (row) {
         this.onRunnable(row.connection_id)
-        this.checkComplete(id)
+        await this.checkComplete(id)
       }
     })()
     this.freezes.set(id, run)
@@ -361,40 +371,43 @@ export class CampaignService {
   }
 
   /** Freezes cut off by a restart or a failed write go on (at start and from the minute's sweep). */
-  resumeFreezes() {
-    for (const row of this.repo.freezing()) void this.freezeRest(row.id)
+  async resumeFreezes() {
+    for (const row of await this.store.freezing()) void this.freezeRest(row.id)
   }
 
   pause(workspaceId: string, id: string) {
     return this.transition(workspaceId, id, ['running'], 'paused', 'paused', 'requested')
   }
 
-  resume(workspaceId: string, id: string) {
-    if (this.get(workspaceId, id).status === 'paused') this.messages.checkAllowance(workspaceId, this.deps.clock.now())
-    const row = this.transition(workspaceId, id, ['paused'], 'running', 'resumed', null)
+  async resume(workspaceId: string, id: string) {
+    if ((await this.get(workspaceId, id)).status === 'paused') await this.messages.checkAllowance(workspaceId, this.deps.clock.now())
+    const row = await this.transition(workspaceId, id, ['paused'], 'running', 'resumed', null)
     this.onRunnable(row.connection_id)
-    this.checkComplete(id)
-    return this.repo.getAny(id)!
+    await this.checkComplete(id)
+    return (await this.store.getAny(id))!
   }
 
   /** Cancel: nothing already sent is touched; nothing more is released. */
-  cancel(workspaceId: string, id: string) {
-    const row = this.get(workspaceId, id)
-    if (!['draft', 'scheduled', 'running', 'paused'].includes(row.status)) throw this.illegal(row, 'cancelled')
-    this.disarm(id)
+  async cancel(workspaceId: string, id: string) {
     const now = this.deps.clock.now()
-    this.deps.writer.now(() => {
-      this.repo.skipAllPending(id, 'cancelled', now)
-      this.repo.update(id, { status: 'cancelled', paused_reason: null, finished_at: now, updated_at: now })
+    return this.deps.engine.write(async (tx) => {
+      const row = await this.get(workspaceId, id, tx)
+      if (!['draft', 'scheduled', 'running', 'paused'].includes(row.status)) throw this.illegal(row, 'cancelled')
+      this.disarm(id)
+      await this.store.skipAllPending(tx, id, 'cancelled', now)
+      await this.store.update(tx, id, { status: 'cancelled', paused_reason: null, finished_at: now, updated_at: now })
+      return (await this.store.getAny(id, tx))!
     })
-    return this.repo.getAny(id)!
   }
 
+  /** The state checked and changed in one write (two requests on two instances cannot both pass the check). */
   private transition(workspaceId: string, id: string, from: CampaignStatus[], to: CampaignStatus, verb: string, pausedReason: PausedReason | null) {
-    const row = this.get(workspaceId, id)
-    if (!from.includes(row.status)) throw this.illegal(row, verb)
-    this.deps.writer.now(() => this.repo.update(id, { status: to, paused_reason: pausedReason, updated_at: this.deps.clock.now() }))
-    return this.repo.getAny(id)!
+    return this.deps.engine.write(async (tx) => {
+      const row = await this.get(workspaceId, id, tx)
+      if (!from.includes(row.status)) throw this.illegal(row, verb)
+      await this.store.update(tx, id, { status: to, paused_reason: pausedReason, updated_at: this.deps.clock.now() })
+      return (await this.store.getAny(id, tx))!
+    })
   }
 
   /**
@@ -403,11 +416,11 @@ export class CampaignService {
    * campaign pauses (`template_refused`) until the operator fixes the template and resumes it.
    * The message that was refused keeps its failure.
    */
-  templateRefused(id: string, code: string) {
-    const paused = this.deps.writer.now(() => {
-      const row = this.repo.getAny(id)
+  async templateRefused(id: string, code: string) {
+    const paused = await this.deps.engine.write(async (tx) => {
+      const row = await this.store.getAny(id, tx)
       if (row?.status !== 'running') return false
-      this.repo.update(id, { status: 'paused', paused_reason: 'template_refused', updated_at: this.deps.clock.now() })
+      await this.store.update(tx, id, { status: 'paused', paused_reason: 'template_refused', updated_at: this.deps.clock.now() })
       return true
     })
     if (paused) this.log.warn('campaign paused: the network refused its template; fix the template, then resume the campaign', { campaign_id: id, error_code: code })
@@ -418,15 +431,22 @@ export class CampaignService {
    * there is room: after a settings change of their workspace (a higher or no allowance), from the
    * hourly job (a new month) and at start. A campaign paused on request is left alone.
    */
-  resumeWhereRoom(workspaceId?: string) {
+  async resumeWhereRoom(workspaceId?: string) {
     const now = this.deps.clock.now()
-    // read and written in one synchronous step (nothing can change in between); a write only when due
-    const due = this.repo.waitingForAllowance().filter((c) => (!workspaceId || c.workspace_id === workspaceId) && !this.messages.allowanceExhausted(c.workspace_id, now))
-    if (due.length === 0) return
-    this.deps.writer.now(() => {
-      for (const c of due) this.repo.update(c.id, { status: 'running', paused_reason: null, updated_at: now })
+    const waiting = (await this.store.waitingForAllowance()).filter((c) => !workspaceId || c.workspace_id === workspaceId)
+    if (waiting.length === 0) return
+    // read again in the write: only a campaign still paused for the allowance goes on
+    const resumed = await this.deps.engine.write(async (tx) => {
+      const out: CampaignRow[] = []
+      for (const c of waiting) {
+        const row = await this.store.getAny(c.id, tx)
+        if (row?.status !== 'paused' || row.paused_reason !== 'allowance_exhausted' || (await this.messages.allowanceExhausted(c.workspace_id, now, tx))) continue
+        await this.store.update(tx, c.id, { status: 'running', paused_reason: null, updated_at: now })
+        out.push(row)
+      }
+      return out
     })
-    for (const c of due) {
+    for (const c of resumed) {
       this.log.info('campaign resumed: the workspace has message allowance again', { campaign_id: c.id })
       this.onRunnable(c.connection_id)
     }
@@ -438,28 +458,28 @@ export class CampaignService {
    * skipped on the way (at most MAX_SKIPS_PER_RELEASE per call; past that it returns null and
    * has the number woken again). null when no running campaign of the number has anyone left.
    */
-  releaseNextInTx(connectionId: string, now: number): MessageRow | null {
+  async releaseNextIn(tx: Queries, connectionId: string, now: number): Promise<MessageRow | null> {
     const live = this.connections.find(connectionId)
     if (!live) return null
     let skips = 0
-    for (const c of this.repo.running(connectionId)) {
+    for (const c of await this.store.running(connectionId, tx)) {
       // outside its send window a campaign waits (the sweep wakes its number when the window opens)
       if (!inSendWindow(windowOf(c), now)) continue
       for (;;) {
-        const r = this.repo.nextPending(c.id)
+        const r = await this.store.nextPending(c.id, tx)
         if (!r) {
-          queueMicrotask(() => this.checkComplete(c.id))
+          queueMicrotask(() => void this.checkComplete(c.id).catch((e) => this.log.error('campaign completion check failed', { campaign_id: c.id, error: String(e) })))
           break
         }
-        const contact = this.contacts.find(c.workspace_id, r.contact_id)
-        const reason = !contact ? 'contact_removed' : contact.consent_status !== 'opted_in' ? 'not_opted_in' : this.suppressions.isSuppressedNow(c.workspace_id, contact.phone) ? 'suppressed' : null
+        const contact = await this.contacts.find(c.workspace_id, r.contact_id, tx)
+        const reason = !contact ? 'contact_removed' : contact.consent_status !== 'opted_in' ? 'not_opted_in' : (await this.suppressions.isSuppressed(c.workspace_id, contact.phone, tx)) ? 'suppressed' : null
         // rendered for this contact: a text no message may carry (nothing, or past the body
         // limit through long metadata values), or a Meta template WhatsApp would refuse (a header
         // it cannot take, a value the contact lacks), is a skip with its reason, not a send that fails
         const filled = contact && !reason ? fill(c.body ?? '', c.whatsapp, { name: contact.name, phone: contact.phone, metadata: JSON.parse(contact.metadata), numbered: JSON.parse(c.variables) }) : null
         const unfit = filled ? (renderedFault(filled.text) ?? headerFault(filled.headerText) ?? (filled.emptyValue === null ? null : 'missing_value')) : null
         if (reason || unfit || !contact || !filled) {
-          this.repo.skip(r.seq, reason ?? unfit ?? 'contact_removed', now)
+          await this.store.skip(tx, r.seq, reason ?? unfit ?? 'contact_removed', now)
           if (++skips >= MAX_SKIPS_PER_RELEASE) {
             // enough for one write: the pacer dropped this number from its round, so ask again
             queueMicrotask(() => this.onRunnable(connectionId))
@@ -467,13 +487,14 @@ export class CampaignService {
           }
           continue
         }
-        if (this.messages.allowanceExhausted(c.workspace_id, now)) {
+        if (await this.messages.allowanceExhausted(c.workspace_id, now, tx)) {
           // campaign messages count against the allowance like any other: wait for room, lose no one
-          this.repo.update(c.id, { status: 'paused', paused_reason: 'allowance_exhausted', updated_at: now })
+          await this.store.update(tx, c.id, { status: 'paused', paused_reason: 'allowance_exhausted', updated_at: now })
           this.log.warn('campaign paused until there is allowance again: the workspace has used its message allowance for this month', { campaign_id: c.id })
           break
         }
-        const msg = this.messages.queueInTx(
+        const msg = await this.messages.queueIn(
+          tx,
           {
             id: uuid(),
             workspace_id: c.workspace_id,
@@ -489,8 +510,8 @@ export class CampaignService {
           },
           now,
         )
-        this.contacts.touchInTx(contact.id, now)
-        this.repo.released(r.seq, msg.id, now)
+        await this.contacts.touchIn(tx, contact.id, now)
+        await this.store.released(tx, r.seq, msg.id, now)
         return msg
       }
     }
@@ -498,25 +519,28 @@ export class CampaignService {
   }
 
   /** A running campaign with nobody pending and nothing in flight is completed (and announced). */
-  checkComplete(id: string) {
-    const row = this.repo.getAny(id)
+  async checkComplete(id: string) {
+    const row = await this.store.getAny(id)
     // a campaign whose audience is still being frozen has more to come
     if (!row || row.status !== 'running' || row.freeze_after !== null) return
-    if (this.repo.hasPending(id) || this.repo.hasInFlight(id)) return
+    if ((await this.store.hasPending(id)) || (await this.store.hasInFlight(id))) return
     const now = this.deps.clock.now()
-    this.deps.writer.now(() => {
-      this.repo.update(id, { status: 'completed', finished_at: now, updated_at: now })
-      this.webhooks.enqueueInTx(row.workspace_id, 'campaign.completed', this.toPublic(this.repo.getAny(id)!))
+    await this.deps.engine.write(async (tx) => {
+      // looked at again in the write: completed once, whoever asks at the same time
+      const current = await this.store.getAny(id, tx)
+      if (current?.status !== 'running' || current.freeze_after !== null || (await this.store.hasPending(id, tx)) || (await this.store.hasInFlight(id, tx))) return
+      await this.store.update(tx, id, { status: 'completed', finished_at: now, updated_at: now })
+      await this.webhooks.enqueueIn(tx, row.workspace_id, 'campaign.completed', await this.toPublic((await this.store.getAny(id, tx))!, tx))
     })
   }
 
   /** A number is being removed (inside its write): its unfinished campaigns are cancelled. */
-  cancelForConnectionInTx(connectionId: string) {
+  async cancelForConnectionIn(tx: Queries, connectionId: string) {
     const now = this.deps.clock.now()
-    for (const c of this.repo.unfinishedFor(connectionId)) {
+    for (const c of await this.store.unfinishedFor(connectionId, tx)) {
       this.disarm(c.id)
-      this.repo.skipAllPending(c.id, 'connection_removed', now)
-      this.repo.update(c.id, { status: 'cancelled', finished_at: now, updated_at: now })
+      await this.store.skipAllPending(tx, c.id, 'connection_removed', now)
+      await this.store.update(tx, c.id, { status: 'cancelled', finished_at: now, updated_at: now })
     }
   }
 
@@ -528,17 +552,17 @@ export class CampaignService {
    */
   async sweep() {
     const now = this.deps.clock.now()
-    this.resumeFreezes()
-    for (const id of this.repo.runningIds()) this.checkComplete(id)
+    await this.resumeFreezes()
+    for (const id of await this.store.runningIds()) await this.checkComplete(id)
     // a send window that has opened: its number may release again
-    for (const c of this.repo.runningWithWindow()) if (inSendWindow(windowOf(c), now)) this.onRunnable(c.connection_id)
-    for (const row of this.repo.scheduled()) if ((row.scheduled_at ?? now) <= now) await this.start(row.id)
+    for (const c of await this.store.runningWithWindow()) if (inSendWindow(windowOf(c), now)) this.onRunnable(c.connection_id)
+    for (const row of await this.store.scheduled()) if ((row.scheduled_at ?? now) <= now) await this.start(row.id)
   }
 
   /** Start-up: freezes cut off go on; every scheduled campaign is re-armed (those already due start now). */
-  armAll() {
-    this.resumeFreezes()
-    for (const row of this.repo.scheduled()) this.arm(row)
+  async armAll() {
+    await this.resumeFreezes()
+    for (const row of await this.store.scheduled()) this.arm(row)
   }
 
   stop() {

@@ -33,7 +33,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
       async ({ params, body, set }) => {
         svc.workspaces.get(params.id)
         const input = validate(createConnectionBody, body)
-        const row = conns.create(params.id, { ...input, config: (body as Record<string, unknown>).config })
+        const row = await conns.create(params.id, { ...input, config: (body as Record<string, unknown>).config })
         set.status = 201
         return { data: conns.toAdmin(await conns.verify(row.id)) }
       },
@@ -54,7 +54,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         conns.getAny(params.id)
         const input = validate(patchConnectionBody, body)
         const raw = body as Record<string, unknown>
-        conns.patch(params.id, { ...input, config: raw.config })
+        await conns.patch(params.id, { ...input, config: raw.config })
         // ask the network again when the config changed or the number was set online
         const row = raw.config !== undefined || input.status === 'online' ? await conns.verify(params.id) : conns.getAny(params.id).row
         return { data: conns.toAdmin(row) }
@@ -74,7 +74,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     .delete(
       '/connections/:id',
       async ({ params, set }) => {
-        conns.remove(params.id, () => svc.campaigns.cancelForConnectionInTx(params.id))
+        await conns.remove(params.id, (tx) => svc.campaigns.cancelForConnectionIn(tx, params.id))
         // answered once its queue has failed (connection_removed), in batches; a crash meanwhile
         // leaves the rest to the next start (startServices)
         await svc.messages.failQueuedOf(params.id)
@@ -105,7 +105,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
         const input = validate(sandboxInboundBody, body)
         if (live.row.receives !== 1) throw refused('connection_not_receiving', 'This number does not receive messages.')
         // a reply to one of the workspace's messages (as a network reports a quoted reply)
-        const replyTo = input.reply_to ? svc.messages.get(live.row.workspace_id, input.reply_to.toLowerCase()).id : null
+        const replyTo = input.reply_to ? (await svc.messages.get(live.row.workspace_id, input.reply_to.toLowerCase())).id : null
         const file = input.media_id ? await svc.media.copyOf(live.row.workspace_id, input.media_id.toLowerCase()) : undefined
         const row = await svc.messages.inbound(params.id, input.from, input.body, { file, replyTo, senderName: input.name ?? null })
         set.status = 201
@@ -116,11 +116,11 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     .post(
       '/messages/:id/sandbox/receipt',
       async ({ params, body }) => {
-        const row = svc.messages.getAny(params.id)
+        const row = await svc.messages.getAny(params.id)
         if (!row) throw notFound('message')
         const input = validate(sandboxReceiptBody, body)
         await svc.messages.receipt(row.id, input.status as 'delivered' | 'read' | 'failed', input.error)
-        return { data: svc.messages.toPublic(svc.messages.getAny(row.id)!) }
+        return { data: svc.messages.toPublic((await svc.messages.getAny(row.id))!) }
       },
       { admin: true, detail: adminOp({ summary: 'A simulated receipt for a sandbox message', tag: sandboxTag, body: sandboxReceiptBody, ok: { status: 200, data: messageDoc, description: 'The message as it is now.' }, errors: [400, 404, 422] }) },
     )

@@ -15,7 +15,8 @@ import { type ConnectionDriver, DriverError, type DriverEvents, type DriverFacto
 import { sandboxDriver } from '../../network/sandbox'
 import type { SecretBox } from '../../secrets'
 import type { AdminConnection, ConnectionStatusEvent, DriverName } from './model'
-import { ConnectionRepo, type ConnectionRow } from './repo'
+import type { Queries } from '../../db/engine'
+import { ConnectionStore, type ConnectionRow } from './store'
 
 export const DRIVERS: Record<string, DriverFactory> = { sandbox: sandboxDriver, cloud_api: cloudApiDriver }
 
@@ -35,7 +36,7 @@ export interface WarmupInput {
 const warmupColumn = (w: WarmupInput | null | undefined, now: number) => (w ? JSON.stringify({ days: w.days, start_daily_cap: w.start_daily_cap, started_at: now }) : null)
 
 export class ConnectionService {
-  private readonly repo: ConnectionRepo
+  private readonly store: ConnectionStore
   private live = new Map<string, LiveConnection>()
   private events: DriverEvents | null = null
   /** Called when a number comes online or changes, so the pacer can look at its queue. */
@@ -47,7 +48,7 @@ export class ConnectionService {
     private readonly log: Logger,
     private readonly audit: AuditRepo,
   ) {
-    this.repo = new ConnectionRepo(deps.db)
+    this.store = new ConnectionStore(deps.engine)
   }
 
   /** Secret config fields are stored sealed ({"$sealed": ...}); everything else as given. */
@@ -72,22 +73,22 @@ export class ConnectionService {
   }
 
   /** Load every connection and start its driver; `events` receives receipts and inbound messages. */
-  start(events: DriverEvents) {
+  async start(events: DriverEvents) {
     this.events = events
     this.stopped = false
-    for (const row of this.repo.all()) this.attach(this.sealStored(row))
+    for (const row of await this.store.all()) this.attach(await this.sealStored(row))
   }
 
   /**
    * A row stored by an older Capstan may hold a field in clear that is now secret (the Cloud API
    * verify token): sealed now, once, so the database holds no secret in clear.
    */
-  private sealStored(row: ConnectionRow): ConnectionRow {
+  private async sealStored(row: ConnectionRow): Promise<ConnectionRow> {
     const stored = JSON.parse(row.config) as Config
     if (!(DRIVERS[row.driver]?.secretFields ?? []).some((f) => typeof stored[f] === 'string')) return row
     const next = { ...row, config: this.seal(row.driver, this.open(row)) }
     try {
-      this.deps.writer.now(() => this.repo.update(next))
+      await this.deps.engine.write((tx) => this.store.update(tx, next))
     } catch {
       // no room to write it (a full disk): sealed at a later start
       return row
@@ -99,6 +100,18 @@ export class ConnectionService {
     this.stopped = true
     for (const c of this.live.values()) c.driver.close()
     this.live.clear()
+  }
+
+  /**
+   * A number's row changes one write at a time, in the order asked (a driver reporting offline
+   * and the operator setting it online must not cross): each change reads the row the one before
+   * it wrote.
+   */
+  private turn: Promise<unknown> = Promise.resolve()
+  private inTurn<T>(change: () => Promise<T>): Promise<T> {
+    const done = this.turn.then(change, change)
+    this.turn = done.catch(() => {})
+    return done
   }
 
   /** Set while the server stops (a driver closed then was not removed). */
@@ -113,7 +126,8 @@ export class ConnectionService {
       phone: row.phone,
       config: this.open(row),
       online: () => entry.row.status === 'online',
-      reportStatus: (status, reason) => this.setStatus(row.id, status, reason),
+      reportStatus: (status, reason) =>
+        void this.setStatus(row.id, status, reason).catch((e) => this.log.error('a number\'s status could not be written', { connection_id: row.id, error: String((e as Error)?.message ?? e) })),
       events: this.events!,
       log: this.log,
       dataDir: this.deps.config.dataDir,
@@ -152,7 +166,7 @@ export class ConnectionService {
    * Called inside the write that takes a number online or offline (the operator, or its network:
    * a rejected token): services.ts turns it into the `connection.status_changed` event.
    */
-  onStatusChangedInTx: (row: ConnectionRow, from: ConnectionRow['status']) => void = () => {}
+  onStatusChangedIn: (tx: Queries, row: ConnectionRow, from: ConnectionRow['status']) => Promise<void> = async () => {}
 
   /** A number as the `connection.status_changed` event carries it: no config (it holds secrets). */
   toEvent(row: ConnectionRow, from: ConnectionRow['status']): ConnectionStatusEvent {
@@ -209,13 +223,17 @@ export class ConnectionService {
   }
 
   /** A driver told us the number's state changed (e.g. its token was rejected). */
-  setStatus(id: string, status: 'online' | 'offline', reason: string | null) {
+  setStatus(id: string, status: 'online' | 'offline', reason: string | null): Promise<void> {
+    return this.inTurn(() => this.writeStatus(id, status, reason))
+  }
+
+  private async writeStatus(id: string, status: 'online' | 'offline', reason: string | null) {
     const c = this.live.get(id)
     if (!c || (c.row.status === status && c.row.status_reason === reason)) return
     const next: ConnectionRow = { ...c.row, status, status_reason: reason, updated_at: this.deps.clock.now() }
-    this.deps.writer.now(() => {
-      this.repo.update(next)
-      if (c.row.status !== status) this.onStatusChangedInTx(next, c.row.status)
+    await this.deps.engine.write(async (tx) => {
+      await this.store.update(tx, next)
+      if (c.row.status !== status) await this.onStatusChangedIn(tx, next, c.row.status)
     })
     c.row = next
     if (status === 'offline') this.log.warn('connection offline', { connection_id: id, reason })
@@ -244,17 +262,17 @@ export class ConnectionService {
     const c = this.getAny(id)
     if (c.driver.probe && c.row.status === 'online') {
       const r = await c.driver.probe()
-      this.setStatus(id, r.online ? 'online' : 'offline', r.reason)
+      await this.setStatus(id, r.online ? 'online' : 'offline', r.reason)
     }
     return this.getAny(id).row
   }
 
-  create(workspaceId: string, input: { phone: string; name?: string | null; driver: DriverName; receives?: boolean; config?: unknown; warmup?: WarmupInput | null }): ConnectionRow {
+  async create(workspaceId: string, input: { phone: string; name?: string | null; driver: DriverName; receives?: boolean; config?: unknown; warmup?: WarmupInput | null }): Promise<ConnectionRow> {
     const factory = DRIVERS[input.driver]!
     const checked = factory.checkConfig(input.config)
     if ('errors' in checked) throw validationFailed(checked.errors)
-    const row = this.deps.writer.now(() => {
-      if (this.repo.byPhone(workspaceId, input.phone)) throw validationFailed({ phone: ['This workspace already has a connection for this phone number.'] })
+    const row = await this.deps.engine.write(async (tx) => {
+      if (await this.store.byPhone(workspaceId, input.phone, tx)) throw validationFailed({ phone: ['This workspace already has a connection for this phone number.'] })
       const now = this.deps.clock.now()
       const r: ConnectionRow = {
         id: uuid(),
@@ -271,8 +289,8 @@ export class ConnectionService {
         updated_at: now,
         deleted_at: null,
       }
-      this.repo.insert(r)
-      this.audit.add(workspaceId, 'connection.created', null, now, r.id)
+      await this.store.insert(tx, r)
+      await this.audit.addIn(tx, workspaceId, 'connection.created', null, now, r.id)
       return r
     })
     this.attach(row)
@@ -283,7 +301,11 @@ export class ConnectionService {
   /**
    * `warmup` (when given) starts a warm-up now, replacing one under way, or ends it (null).
    */
-  patch(id: string, input: { name?: string | null; status?: string; config?: unknown; warmup?: WarmupInput | null }): ConnectionRow {
+  patch(id: string, input: { name?: string | null; status?: string; config?: unknown; warmup?: WarmupInput | null }): Promise<ConnectionRow> {
+    return this.inTurn(() => this.change(id, input))
+  }
+
+  private async change(id: string, input: { name?: string | null; status?: string; config?: unknown; warmup?: WarmupInput | null }): Promise<ConnectionRow> {
     const c = this.getAny(id)
     let config = c.row.config
     if (input.config !== undefined) {
@@ -301,10 +323,10 @@ export class ConnectionService {
       warmup: input.warmup !== undefined ? warmupColumn(input.warmup, this.deps.clock.now()) : c.row.warmup,
       updated_at: this.deps.clock.now(),
     }
-    this.deps.writer.now(() => {
-      this.repo.update(next)
-      this.audit.add(next.workspace_id, 'connection.updated', null, next.updated_at, id)
-      if (next.status !== c.row.status) this.onStatusChangedInTx(next, c.row.status)
+    await this.deps.engine.write(async (tx) => {
+      await this.store.update(tx, next)
+      await this.audit.addIn(tx, next.workspace_id, 'connection.updated', null, next.updated_at, id)
+      if (next.status !== c.row.status) await this.onStatusChangedIn(tx, next, c.row.status)
     })
     c.row = next
     if (input.config !== undefined) c.driver.configure(this.open(next))
@@ -342,12 +364,12 @@ export class ConnectionService {
   }
 
   /** Remove a connection; its queued messages are failed by the caller in the same step. */
-  remove(id: string, inTx: () => void) {
+  async remove(id: string, alsoIn: (tx: Queries) => Promise<void>) {
     const c = this.getAny(id)
-    this.deps.writer.now(() => {
-      this.repo.markDeleted(id, this.deps.clock.now())
-      this.audit.add(c.row.workspace_id, 'connection.removed', null, this.deps.clock.now(), id)
-      inTx()
+    await this.deps.engine.write(async (tx) => {
+      await this.store.markDeleted(tx, id, this.deps.clock.now())
+      await this.audit.addIn(tx, c.row.workspace_id, 'connection.removed', null, this.deps.clock.now(), id)
+      await alsoIn(tx)
     })
     c.driver.close()
     c.driver.discard?.()

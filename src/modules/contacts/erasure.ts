@@ -20,10 +20,9 @@
  * erasure ends with a TRUNCATE checkpoint, which writes the WAL into the database and empties it:
  * no byte of what it removed, nor of older versions of those rows, is left in the database files.
  */
-import type { Database } from 'bun:sqlite'
-import { emptyWal } from '../../db/open'
+import { type Queries, stmt } from '../../db/engine'
 import type { Deps } from '../../deps'
-import { conflict } from '../../http/errors'
+import { conflict, notFound } from '../../http/errors'
 import type { Logger } from '../../http/log'
 import type { AuditRepo } from '../audit/repo'
 import type { Idempotency } from '../../http/idempotency'
@@ -54,8 +53,22 @@ const newestOf = (records: ErasureRecord[]) => records.reduce((m, r) => Math.max
 
 const ERASED = { error_code: 'contact_erased', error_message: 'The contact was erased before the message was sent.' }
 
+/**
+ * The time of the newest erasure this database has seen (ms), kept as a setting: a journal naming a
+ * newer one means the database was put back from before it.
+ */
+const APPLIED = {
+  get: stmt("SELECT value FROM system_settings WHERE name = 'erasures_applied_through'"),
+  set: stmt(
+    "INSERT INTO system_settings (name, value) VALUES ('erasures_applied_through', ?1) ON CONFLICT (name) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), CAST(?1 AS INTEGER)) AS TEXT)",
+    "INSERT INTO system_settings (name, value) VALUES ('erasures_applied_through', $1) ON CONFLICT (name) DO UPDATE SET value = GREATEST(system_settings.value::bigint, $1::bigint)::text",
+  ),
+}
+const setAppliedThrough = async (tx: Queries, at: number) => {
+  await tx.run(APPLIED.set, String(at))
+}
+
 export class ContactEraser {
-  private readonly sql
   /** Webhook deliveries read per write while looking for events naming the contact. */
   eventSlice = 10_000
   /** A campaign lost a recipient or had one's message failed: it may be complete now. */
@@ -74,17 +87,7 @@ export class ContactEraser {
     private readonly audit: AuditRepo,
     private readonly log: Logger,
     private readonly box: SecretBox,
-  ) {
-    // the time of the newest erasure this database has seen (ms): a journal naming a newer one
-    // means the database was put back from before it (a setting of the erasure's own)
-    const db: Database = deps.db
-    this.sql = {
-      appliedThrough: db.query<{ value: string }, []>("SELECT value FROM system_settings WHERE name = 'erasures_applied_through'"),
-      setAppliedThrough: db.query(
-        "INSERT INTO system_settings (name, value) VALUES ('erasures_applied_through', ?1) ON CONFLICT (name) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), CAST(?1 AS INTEGER)) AS TEXT)",
-      ),
-    }
-  }
+  ) {}
 
   /**
    * Erase the workspace's contact with this number (or the network address it was seen under):
@@ -92,42 +95,42 @@ export class ContactEraser {
    * network (seconds; try again).
    */
   async erase(workspaceId: string, phone: string, { record = true } = {}): Promise<ErasureReport> {
-    const { db, writer } = this.deps
-    const sql = this.sql
+    const { engine } = this.deps
     // the contact, and its messages — unless one is being handed to its network right now
-    const find = () => {
-      const contact = this.contacts.byNumber(workspaceId, phone)
-      const rows = this.messages.erasureRowsOf(contact.id)
+    const find = async (q?: Queries) => {
+      const contact = await this.contacts.byPhoneOrAddress(workspaceId, phone, q)
+      if (!contact) throw notFound('contact')
+      const rows = await this.messages.erasureRowsOf(contact.id, q)
       if (rows.some((m) => m.status === 'sending')) throw conflict('contact_busy', 'A message to this contact is being handed to its network; try again in a few seconds.')
       return { contact, rows }
     }
     // Webhook events are kept for 30 days: reading all of them for the contact's id in one write
     // would hold the server for a second or more (300,000 take ~0.5 s). They go first, in slices
     // between which requests are served; the erasure's write takes any that arrived meanwhile.
-    const first = find().contact
-    const scanned = this.webhooks.lastEventSeq()
+    const first = (await find()).contact
+    const scanned = await this.webhooks.lastEventSeq()
     let events = 0
     for (let from = 0; from <= scanned; from += this.eventSlice) {
-      events += writer.now(() => this.webhooks.dropEventsMentioningInTx(from, Math.min(from + this.eventSlice - 1, scanned), workspaceId, first.id))
+      events += await engine.write((tx) => this.webhooks.dropEventsMentioningIn(tx, from, Math.min(from + this.eventSlice - 1, scanned), workspaceId, first.id))
       await nextTurn()
     }
-    const { report, campaigns, number, now } = await this.deps.engine.write(async (tx) => {
-      const { contact, rows } = find()
+    const { report, campaigns, number, now } = await engine.write(async (tx) => {
+      const { contact, rows } = await find(tx)
       const now = this.deps.clock.now()
       // (a contact made anew under the number meanwhile has had none of its events read yet)
-      events += this.webhooks.dropEventsMentioningInTx(contact.id === first.id ? scanned + 1 : 0, Number.MAX_SAFE_INTEGER, workspaceId, contact.id)
-      this.idempotency.forgetMentioningInTx(workspaceId, contact.id)
+      events += await this.webhooks.dropEventsMentioningIn(tx, contact.id === first.id ? scanned + 1 : 0, Number.MAX_SAFE_INTEGER, workspaceId, contact.id)
+      await this.idempotency.forgetMentioningIn(tx, workspaceId, contact.id)
       // the recipient rows go first: each leaves its campaign's counts with its message's status
       // as it is now; then the messages lose their campaign (nothing later is counted for them)
-      const campaigns = this.campaigns.removeRecipientInTx(contact.id)
-      this.messages.redactContactInTx(contact.id, contact.phone, now)
+      const campaigns = await this.campaigns.removeRecipientIn(tx, contact.id)
+      await this.messages.redactContactIn(tx, contact.id, contact.phone, now)
       const queued = rows.filter((m) => m.status === 'queued')
-      for (const m of queued) this.messages.advanceInTx(m.id, 'failed', now, ERASED)
+      for (const m of queued) await this.messages.advanceIn(tx, m.id, 'failed', now, ERASED)
       let media = 0
       for (const m of rows) if (m.direction === 'inbound') for (const id of JSON.parse(m.attachments) as string[]) if (await this.media.expireIn(tx, workspaceId, id, now - 1)) media++
-      this.contacts.eraseInTx(contact)
-      this.audit.add(workspaceId, 'contact.erased', null, now)
-      sql.setAppliedThrough.run(String(now))
+      await this.contacts.eraseIn(tx, contact)
+      await this.audit.addIn(tx, workspaceId, 'contact.erased', null, now)
+      await setAppliedThrough(tx, now)
       return { report: { contact_id: contact.id, messages: rows.length, queued_failed: queued.length, media, events } as ErasureReport, campaigns, number: contact.phone, now }
     })
     if (record) this.record(workspaceId, number, now)
@@ -136,7 +139,7 @@ export class ContactEraser {
     // the expired media goes now (rows and, when no other row shares them, files)
     if (report.media > 0) await this.media.purgeExpired()
     // the WAL holds the pages as they were before; written into the database and emptied now
-    if (!(await emptyWal(db))) this.log.warn('erased contact: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint', { workspace_id: workspaceId })
+    if (!(await engine.scrub())) this.log.warn('erased contact: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint', { workspace_id: workspaceId })
     this.log.info('contact erased', { workspace_id: workspaceId, messages: report.messages, queued_failed: report.queued_failed, media: report.media, events: report.events })
     return report
   }
@@ -176,7 +179,7 @@ export class ContactEraser {
       // a database put back by hand (its file copied in, not by `capstan restore`) is older than
       // the newest erasure recorded beside it: the same as after a restore
       records = readRecords([join(dataDir, JOURNAL), ...beside])
-      if (newestOf(records) <= Number(this.sql.appliedThrough.get()?.value ?? 0)) return 0
+      if (newestOf(records) <= Number((await this.deps.engine.get<{ value: string }>(APPLIED.get))?.value ?? 0)) return 0
       carryOver(dataDir, beside)
       this.log.warn('erasures recorded beside the database are newer than any it has seen (put back from a backup, or its first start with this version): they are done again before serving')
     }
@@ -193,7 +196,7 @@ export class ContactEraser {
     for (const [workspaceId, digests] of byWorkspace) {
       const found: string[] = []
       for (let after = ''; ; ) {
-        const rows = this.contacts.numbersAfter(workspaceId, after, slice)
+        const rows = await this.contacts.numbersAfter(workspaceId, after, slice)
         for (const { phone, created_at } of rows) if (created_at <= (digests.get(this.box.digest(PURPOSE, phone)) ?? -Infinity)) found.push(phone)
         if (rows.length < slice) break
         after = rows.at(-1)!.phone
@@ -211,7 +214,7 @@ export class ContactEraser {
       }
     }
     if (failed === 0) {
-      this.deps.writer.now(() => this.sql.setAppliedThrough.run(String(newestOf(records))))
+      await this.deps.engine.write((tx) => setAppliedThrough(tx, newestOf(records)))
       done(dataDir)
     }
     this.log.info('erasures done again after a restore', { contacts: erased })

@@ -38,12 +38,13 @@ export class ContactExport {
    * The document for the workspace's contact with this number (or network address), as a stream
    * of JSON `{"data": {...}}`; 404 (thrown before anything is streamed) when there is none.
    */
-  export(workspaceId: string, phone: string): ReadableStream<Uint8Array> {
-    const contact = this.contacts.byNumber(workspaceId, phone)
+  async export(workspaceId: string, phone: string): Promise<ReadableStream<Uint8Array>> {
+    const contact = await this.contacts.byNumber(workspaceId, phone)
     // that the person's data was handed out is recorded; not whose
-    this.deps.writer.now(() => this.audit.add(workspaceId, 'contact.exported', null, this.deps.clock.now()))
+    await this.deps.engine.write((tx) => this.audit.addIn(tx, workspaceId, 'contact.exported', null, this.deps.clock.now()))
     const json = (key: string, value: unknown) => `${JSON.stringify(key)}:${JSON.stringify(value)}`
-    const head = [json('exported_at', iso(this.deps.clock.now())), json('contact', this.contacts.toPublic(contact)), json('consent', this.contacts.ledgerOf(contact.id).map((e) => ({ status: e.status, source: e.source, at: iso(e.at) })))]
+    const ledger = await this.contacts.ledgerOf(contact.id)
+    const head = [json('exported_at', iso(this.deps.clock.now())), json('contact', this.contacts.toPublic(contact)), json('consent', ledger.map((e) => ({ status: e.status, source: e.source, at: iso(e.at) })))]
     const mediaIds = new Set<string>()
     let after = -1 // the last message written (seq); -1: nothing written yet
     const encoder = new TextEncoder()
@@ -53,7 +54,7 @@ export class ContactExport {
           after = 0
           return out.enqueue(encoder.encode(`{"data":{${head.join(',')},"messages":[`))
         }
-        const batch = this.messages.ofContact(contact.id, after, MESSAGE_BATCH)
+        const batch = await this.messages.ofContact(contact.id, after, MESSAGE_BATCH)
         if (batch.length) {
           for (const m of batch) for (const id of JSON.parse(m.attachments) as string[]) mediaIds.add(id)
           const first = after === 0
@@ -69,8 +70,8 @@ export class ContactExport {
         }
         const tail = [
           json('media', media),
-          json('campaigns', this.campaigns.ofContact(contact.id)),
-          json('network_addresses', this.contacts.addressesOf(workspaceId, contact.phone)),
+          json('campaigns', await this.campaigns.ofContact(contact.id)),
+          json('network_addresses', await this.contacts.addressesOf(workspaceId, contact.phone)),
           json('suppression', suppression ? this.suppressions.toPublic(suppression) : null),
         ]
         out.enqueue(encoder.encode(`],${tail.join(',')}}}`))

@@ -59,10 +59,10 @@ export class ContactImport {
     let updated = 0
     for (let at = 0; at < rows.length; at += this.sliceSize) {
       if (at > 0) await nextTurn()
-      const made = this.deps.writer.now(() => {
-        if (at === 0) this.audit.add(workspaceId, 'contacts.imported', null, this.deps.clock.now(), workspaceId)
+      const made = await this.deps.engine.write(async (tx) => {
+        if (at === 0) await this.audit.addIn(tx, workspaceId, 'contacts.imported', null, this.deps.clock.now(), workspaceId)
         let n = 0
-        for (const input of rows.slice(at, at + this.sliceSize)) if (this.contacts.upsertInTx(workspaceId, input, SOURCE).created) n++
+        for (const input of rows.slice(at, at + this.sliceSize)) if ((await this.contacts.upsertIn(tx, workspaceId, input, SOURCE)).created) n++
         return n
       })
       created += made

@@ -9,11 +9,10 @@
  * client reads it. A cell a spreadsheet would run as a formula (one starting with =, +, -, @, a
  * tab or a carriage return) is written with a leading apostrophe, which the import takes off again.
  */
-import type { Database } from 'bun:sqlite'
 import { nextTurn } from '../../db/writer'
 import type { Deps } from '../../deps'
 import type { AuditRepo } from '../audit/repo'
-import type { ContactRow } from './repo'
+import type { ContactService } from './service'
 
 /** Contacts read per step of either walk. */
 const SLICE = 2_000
@@ -25,21 +24,17 @@ export function csvCell(value: string, guard = true): string {
 }
 
 export class ContactListExport {
-  private readonly page
-
   constructor(
     private readonly deps: Deps,
+    private readonly contacts: ContactService,
     private readonly audit: AuditRepo,
-  ) {
-    const db: Database = deps.db
-    this.page = db.query<ContactRow, [string, string, number]>('SELECT * FROM contacts WHERE workspace_id = ? AND phone > ? ORDER BY phone LIMIT ?')
-  }
+  ) {}
 
   /** The metadata keys of the workspace's contacts, sorted; one slice per turn of the event loop. */
   private async keys(workspaceId: string): Promise<string[]> {
     const keys = new Set<string>()
     for (let after = ''; ; ) {
-      const rows = this.page.all(workspaceId, after, SLICE)
+      const rows = await this.contacts.pageByPhone(workspaceId, after, SLICE)
       for (const r of rows) for (const k of Object.keys(JSON.parse(r.metadata) as object)) keys.add(k)
       if (rows.length < SLICE) break
       after = rows.at(-1)!.phone
@@ -51,7 +46,7 @@ export class ContactListExport {
   /** The CSV, header first, streamed a slice at a time as it is read; audited as `contacts.exported`. */
   async export(workspaceId: string): Promise<ReadableStream<Uint8Array>> {
     const keys = await this.keys(workspaceId)
-    this.deps.writer.now(() => this.audit.add(workspaceId, 'contacts.exported', null, this.deps.clock.now(), workspaceId))
+    await this.deps.engine.write((tx) => this.audit.addIn(tx, workspaceId, 'contacts.exported', null, this.deps.clock.now(), workspaceId))
     const encoder = new TextEncoder()
     const header = ['phone', 'name', 'consent_status', ...keys.map((k) => `metadata.${k}`)].map((c) => csvCell(c)).join(',')
     let after: string | null = null // null: the header is not written yet
@@ -62,7 +57,7 @@ export class ContactListExport {
           return out.enqueue(encoder.encode(`${header}\r\n`))
         }
         if (after !== '') await nextTurn()
-        const rows = this.page.all(workspaceId, after, SLICE)
+        const rows = await this.contacts.pageByPhone(workspaceId, after, SLICE)
         if (rows.length) {
           const lines = rows.map((r) => {
             const metadata = JSON.parse(r.metadata) as Record<string, unknown>

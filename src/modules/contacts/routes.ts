@@ -85,9 +85,9 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     .use(auth)
     .post(
       '/workspaces/:id/contacts/export',
-      ({ params, body }) => {
+      async ({ params, body }) => {
         svc.workspaces.get(params.id)
-        return new Response(svc.contactExport.export(params.id, validate(byPhone, body).phone), { headers: { 'content-type': 'application/json' } })
+        return new Response(await svc.contactExport.export(params.id, validate(byPhone, body).phone), { headers: { 'content-type': 'application/json' } })
       },
       { admin: true, detail: adminOp({ summary: "Hand over a contact's data", description: 'Everything kept about one number (the number in the body, so it stays out of URLs and logs): the contact, its consent ledger, messages, media, campaigns, network addresses and suppression.', tag: adminTag, body: byPhone, writes: false, ok: { status: 200, data: exportDoc, description: 'The export.' }, errors: [400, 404, 422] }) },
     )

@@ -3,7 +3,8 @@ import type { Deps } from '../../deps'
 import { notFound } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Consent, PublicContact } from './model'
-import { ContactRepo, type ContactRow } from './repo'
+import type { Queries } from '../../db/engine'
+import { ContactStore, type ContactRow } from './store'
 
 export interface UpsertInput {
   phone: string
@@ -13,10 +14,10 @@ export interface UpsertInput {
 }
 
 export class ContactService {
-  private readonly repo: ContactRepo
+  private readonly store: ContactStore
 
   constructor(private readonly deps: Deps) {
-    this.repo = new ContactRepo(deps.db)
+    this.store = new ContactStore(deps.engine)
   }
 
   /**
@@ -24,18 +25,18 @@ export class ContactService {
    * the consent before (null for a contact created with one). services.ts turns it into the
    * `contact.consent_changed` webhook event.
    */
-  onConsentChanged: (row: ContactRow, from: Consent | null, source: string) => void = () => {}
+  onConsentChanged: (tx: Queries, row: ContactRow, from: Consent | null, source: string) => Promise<void> = async () => {}
 
   /** Change a contact's consent inside a write: the contact, the ledger entry with `source`, the event. */
-  setConsentInTx(contact: ContactRow, status: Consent, source: string, now: number) {
-    this.repo.setConsent(contact.id, status, now)
-    this.consentChangedInTx(this.repo.get(contact.workspace_id, contact.id)!, contact.consent_status as Consent, source, now)
+  async setConsentIn(tx: Queries, contact: ContactRow, status: Consent, source: string, now: number) {
+    await this.store.setConsent(tx, contact.id, status, now)
+    await this.consentChangedIn(tx, (await this.store.get(contact.workspace_id, contact.id, tx))!, contact.consent_status as Consent, source, now)
   }
 
   /** After a row's consent was written (`from` before it; null for a new contact): its ledger entry and event. */
-  private consentChangedInTx(row: ContactRow, from: Consent | null, source: string, now: number) {
-    this.repo.ledger(row.workspace_id, row.id, row.consent_status, source, now)
-    this.onConsentChanged(row, from, source)
+  private async consentChangedIn(tx: Queries, row: ContactRow, from: Consent | null, source: string, now: number) {
+    await this.store.ledger(tx, row.workspace_id, row.id, row.consent_status, source, now)
+    await this.onConsentChanged(tx, row, from, source)
   }
 
   toPublic(row: ContactRow): PublicContact {
@@ -51,63 +52,68 @@ export class ContactService {
     }
   }
   /** Inside an erasure's write: the contact, its consent ledger and its network addresses go. */
-  eraseInTx(contact: ContactRow) {
-    this.repo.erase(contact)
+  eraseIn(tx: Queries, contact: ContactRow) {
+    return this.store.erase(tx, contact)
   }
 
   /** The workspace's numbers after `after` in order, at most `limit`, with when each contact was made. */
   numbersAfter(workspaceId: string, after: string, limit: number) {
-    return this.repo.numbersAfter(workspaceId, after, limit)
+    return this.store.numbersAfter(workspaceId, after, limit)
+  }
+
+  /** The workspace's contacts with numbers after `after`, in order of number, at most `limit`. */
+  pageByPhone(workspaceId: string, after: string, limit: number) {
+    return this.store.after(workspaceId, after, limit)
   }
 
   /** The contact's consent ledger, oldest first. */
   ledgerOf(contactId: string) {
-    return this.repo.ledgerOf(contactId)
+    return this.store.ledgerOf(contactId)
   }
 
   /** The addresses a network knows the number by (WhatsApp ids). */
-  addressesOf(workspaceId: string, phone: string): string[] {
-    return this.repo.addressesOf(workspaceId, phone)
+  addressesOf(workspaceId: string, phone: string): Promise<string[]> {
+    return this.store.addressesOf(workspaceId, phone)
   }
 
-  /** The workspace's contact by id, or null. */
-  find(workspaceId: string, id: string): ContactRow | null {
-    return this.repo.get(workspaceId, id)
+  /** The workspace's contact by id, or null (`q`: the write it is read in, if any). */
+  find(workspaceId: string, id: string, q?: Queries): Promise<ContactRow | null> {
+    return this.store.get(workspaceId, id, q)
   }
 
   /** The contact with this number, or the one a network address (a WhatsApp id) points to; or null. */
-  byPhoneOrAddress(workspaceId: string, phoneOrAddress: string): ContactRow | null {
-    return this.repo.getByPhone(workspaceId, phoneOrAddress) ?? this.repo.viaAddress(workspaceId, phoneOrAddress)
+  async byPhoneOrAddress(workspaceId: string, phoneOrAddress: string, q?: Queries): Promise<ContactRow | null> {
+    return (await this.store.byPhone(workspaceId, phoneOrAddress, q)) ?? (await this.store.viaAddress(workspaceId, phoneOrAddress, q))
   }
 
   /** The workspace's contact with exactly this number, or null. */
-  getByPhone(workspaceId: string, phone: string): ContactRow | null {
-    return this.repo.getByPhone(workspaceId, phone)
+  getByPhone(workspaceId: string, phone: string, q?: Queries): Promise<ContactRow | null> {
+    return this.store.byPhone(workspaceId, phone, q)
   }
 
   /** The number a network address stands for (the address itself when none is known). */
-  phoneOf(workspaceId: string, address: string): string {
-    return this.repo.phoneOf(workspaceId, address)
+  phoneOf(workspaceId: string, address: string, q?: Queries): Promise<string> {
+    return this.store.phoneOf(workspaceId, address, q)
   }
 
   /** Remember that the network knows `phone` by `address` (inside a write). */
-  addAddressInTx(workspaceId: string, address: string, phone: string) {
-    this.repo.addAddress(workspaceId, address, phone)
+  addAddressIn(tx: Queries, workspaceId: string, address: string, phone: string) {
+    return this.store.addAddress(tx, workspaceId, address, phone)
   }
 
   /** A message went out to or came in from the contact (inside a write): its last activity. */
-  touchInTx(contactId: string, at: number) {
-    this.repo.touch(contactId, at)
+  touchIn(tx: Queries, contactId: string, at: number) {
+    return this.store.touch(tx, contactId, at)
   }
 
   /**
-   * Create or update the contact with this phone; must run inside a write. Consent changes only
+   * Create or update the contact with this phone inside the write `tx`. Consent changes only
    * when `consent_status` is given, and each change is written to the ledger with `source`.
    */
-  upsertInTx(workspaceId: string, input: UpsertInput, source: string, known?: ContactRow | null): { row: ContactRow; created: boolean } {
+  async upsertIn(tx: Queries, workspaceId: string, input: UpsertInput, source: string, known?: ContactRow | null): Promise<{ row: ContactRow; created: boolean }> {
     const now = this.deps.clock.now()
     // `known`: the caller already looked the phone up in this write (null = it is not there)
-    const existing = known !== undefined ? known : this.repo.getByPhone(workspaceId, input.phone)
+    const existing = known !== undefined ? known : await this.store.byPhone(workspaceId, input.phone, tx)
     if (!existing) {
       const row: ContactRow = {
         id: uuid(),
@@ -120,8 +126,8 @@ export class ContactService {
         updated_at: now,
         last_activity_at: now,
       }
-      this.repo.insert(row)
-      if (input.consent_status && input.consent_status !== 'unknown') this.consentChangedInTx(row, null, source, now)
+      await this.store.insert(tx, row)
+      if (input.consent_status && input.consent_status !== 'unknown') await this.consentChangedIn(tx, row, null, source, now)
       return { row, created: true }
     }
     const row: ContactRow = {
@@ -132,29 +138,30 @@ export class ContactService {
       updated_at: now,
       last_activity_at: Math.max(existing.last_activity_at, now),
     }
-    this.repo.update(row)
-    if (input.consent_status && input.consent_status !== existing.consent_status) this.consentChangedInTx(row, existing.consent_status as Consent, source, now)
+    await this.store.update(tx, row)
+    if (input.consent_status && input.consent_status !== existing.consent_status) await this.consentChangedIn(tx, row, existing.consent_status as Consent, source, now)
     return { row, created: false }
   }
 
   /** POST /contacts: upsert as one durable write. */
   upsert(workspaceId: string, input: UpsertInput, source: string) {
-    return this.deps.writer.write(() => this.upsertInTx(workspaceId, input, source))
+    return this.deps.engine.write((tx) => this.upsertIn(tx, workspaceId, input, source))
   }
 
   /** The workspace's contact with this number, or with a network address it was seen under; 404 when none. */
-  byNumber(workspaceId: string, phone: string): ContactRow {
-    const contact = this.repo.getByPhone(workspaceId, phone) ?? this.repo.viaAddress(workspaceId, phone)
+  async byNumber(workspaceId: string, phone: string): Promise<ContactRow> {
+    const contact = await this.byPhoneOrAddress(workspaceId, phone)
     if (!contact) throw notFound('contact')
     return contact
   }
 
   /** A page of contacts, newest activity first; with `phone`, the one contact with that number (if any). */
-  list(workspaceId: string, limit: number, offset: number, phone?: string) {
+  async list(workspaceId: string, limit: number, offset: number, phone?: string) {
     if (phone !== undefined) {
-      const row = this.repo.getByPhone(workspaceId, phone)
+      const row = await this.store.byPhone(workspaceId, phone)
       return { rows: row && offset === 0 ? [row] : [], total: row ? 1 : 0 }
     }
-    return { rows: this.repo.list(workspaceId, limit, offset), total: this.repo.count(workspaceId) }
+    const [rows, total] = await Promise.all([this.store.list(workspaceId, limit, offset), this.store.count(workspaceId)])
+    return { rows, total }
   }
 }

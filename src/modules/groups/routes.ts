@@ -5,7 +5,7 @@ import { notFound } from '../../http/errors'
 import { paged } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
-import type { MessageRow } from '../messages/repo'
+import type { MessageRow } from '../messages/store'
 import { messageDoc } from '../messages/model'
 import { groupDoc, syncDoc } from './model'
 

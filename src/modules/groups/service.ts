@@ -9,10 +9,11 @@ import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
 import { DriverError, type GroupInfo } from '../../network/driver'
 import type { ConnectionService } from '../connections/service'
-import type { MessageRow } from '../messages/repo'
+import type { MessageRow } from '../messages/store'
 import type { MessageService, Refusal } from '../messages/service'
 import type { PublicGroup, SyncEntry } from './model'
-import { GroupRepo, type GroupRow } from './repo'
+import type { Queries } from '../../db/engine'
+import { GroupStore, type GroupRow } from './store'
 
 export type { SyncEntry }
 
@@ -23,7 +24,7 @@ const adminOnly = (g: GroupRow) => g.announce === 1 && g.is_admin === 0
 export const fold = (s: string) => s.normalize('NFKC').toLowerCase()
 
 export class GroupService {
-  private readonly repo: GroupRepo
+  private readonly store: GroupStore
 
   constructor(
     private readonly deps: Deps,
@@ -31,7 +32,7 @@ export class GroupService {
     private readonly messages: MessageService,
     private readonly log: Logger,
   ) {
-    this.repo = new GroupRepo(deps.db)
+    this.store = new GroupStore(deps.engine)
   }
 
   toPublic(row: GroupRow): PublicGroup {
@@ -62,37 +63,37 @@ export class GroupService {
         }
         if (groups === null) return { ...entry, status: 'unsupported', groups: null, error: 'This network cannot report groups.' }
         const list = groups
-        await this.deps.writer.write(() => this.replaceInTx(workspaceId, live.row.id, list))
+        await this.deps.engine.write((tx) => this.replaceIn(tx, workspaceId, live.row.id, list))
         return { ...entry, status: 'synced', groups: list.length, error: null }
       }),
     )
   }
 
   /** Replace one number's mirror: ids stay stable; groups it left go, with their messages. */
-  private replaceInTx(workspaceId: string, connectionId: string, groups: GroupInfo[]) {
+  private async replaceIn(tx: Queries, workspaceId: string, connectionId: string, groups: GroupInfo[]) {
     const now = this.deps.clock.now()
-    const existing = new Map(this.repo.forConnection(connectionId).map((g) => [g.external_id, g]))
+    const existing = new Map((await this.store.forConnection(connectionId, tx)).map((g) => [g.external_id, g]))
     for (const g of groups) {
       const fields = { name: g.name, name_fold: fold(g.name), participant_count: g.participantCount, announce: g.announce ? 1 : 0, is_admin: g.isAdmin ? 1 : 0, synced_at: now }
       const old = existing.get(g.externalId)
       if (old) {
-        this.repo.update({ ...old, ...fields })
+        await this.store.update(tx, { ...old, ...fields })
         existing.delete(g.externalId)
       } else {
-        this.repo.insert({ id: uuid(), workspace_id: workspaceId, connection_id: connectionId, external_id: g.externalId, created_at: now, ...fields })
+        await this.store.insert(tx, { id: uuid(), workspace_id: workspaceId, connection_id: connectionId, external_id: g.externalId, created_at: now, ...fields })
       }
     }
-    for (const gone of existing.values()) this.repo.remove(gone.id)
+    for (const gone of existing.values()) await this.store.remove(tx, gone.id)
   }
 
-  get(workspaceId: string, id: string): GroupRow {
-    const row = this.repo.get(workspaceId, id)
+  async get(workspaceId: string, id: string, q?: Queries): Promise<GroupRow> {
+    const row = await this.store.get(workspaceId, id, q)
     if (!row) throw notFound('group')
     return row
   }
 
   list(workspaceId: string, search: string | null, limit: number, offset: number) {
-    return this.repo.list(workspaceId, search ? fold(search) : null, limit, offset)
+    return this.store.list(workspaceId, search ? fold(search) : null, limit, offset)
   }
 
   /**
@@ -100,16 +101,16 @@ export class GroupService {
    * written when the group is admins-only and the number is not an admin, or the number is not
    * connected; counts as one message of the allowance.
    */
-  async send(workspaceId: string, groupId: string, body: string, alsoInTx?: (row: MessageRow) => void): Promise<MessageRow> {
-    const row = await this.deps.writer.write(() => {
-      const group = this.get(workspaceId, groupId)
+  async send(workspaceId: string, groupId: string, body: string, alsoIn?: (tx: Queries, row: MessageRow) => Promise<void>): Promise<MessageRow> {
+    const row = await this.deps.engine.write(async (tx) => {
+      const group = await this.get(workspaceId, groupId, tx)
       if (adminOnly(group)) throw refused('group_admin_only', 'Only admins can post in this group, and the number is not an admin.')
       const live = this.connections.find(group.connection_id)
       if (!live || live.row.status !== 'online') throw refused('group_number_disconnected', 'The number that belongs to this group is not connected.')
       const now = this.deps.clock.now()
-      this.messages.checkSendable(live, workspaceId, now)
-      const msg = this.messages.queueInTx({ id: uuid(), workspace_id: workspaceId, connection_id: live.row.id, contact_id: null, group_id: group.id, recipient: null, sender: live.row.phone, body, attachments: '[]' }, now)
-      alsoInTx?.(msg)
+      await this.messages.checkSendable(live, workspaceId, now, tx)
+      const msg = await this.messages.queueIn(tx, { id: uuid(), workspace_id: workspaceId, connection_id: live.row.id, contact_id: null, group_id: group.id, recipient: null, sender: live.row.phone, body, attachments: '[]' }, now)
+      await alsoIn?.(tx, msg)
       return msg
     })
     this.messages.onQueued(row.connection_id)
@@ -121,14 +122,14 @@ export class GroupService {
    * the caps, and a sync since may show the group turned admins-only with the number not an admin.
    * Such a message fails instead of being handed to a network that would refuse it.
    */
-  refusalAtRelease(message: MessageRow): Refusal | null {
-    const group = message.group_id ? this.repo.getAny(message.group_id) : null
+  async refusalAtRelease(message: MessageRow, q?: Queries): Promise<Refusal | null> {
+    const group = message.group_id ? await this.store.getAny(message.group_id, q) : null
     if (group && adminOnly(group)) return { code: 'group_admin_only', message: 'The group became admins-only and the number is not an admin; the message was not sent.' }
     return null
   }
 
   /** The network's id of a group message's group (for the driver). */
-  externalIdOf(message: MessageRow): string | null {
-    return message.group_id ? (this.repo.getAny(message.group_id)?.external_id ?? null) : null
+  async externalIdOf(message: MessageRow): Promise<string | null> {
+    return message.group_id ? ((await this.store.getAny(message.group_id))?.external_id ?? null) : null
   }
 }

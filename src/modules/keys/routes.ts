@@ -2,7 +2,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { adminOp, d } from '../../http/docs'
-import { iso, pagedAsync, pageQuery } from '../../http/format'
+import { iso, paged, pageQuery } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { createKeyBody, keyDoc, newKeyDoc } from './model'
@@ -46,7 +46,7 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
       '/workspaces/:id/audit-log',
       ({ params, query }) => {
         svc.workspaces.get(params.id)
-        return pagedAsync(query, (limit, offset) => svc.audit.list(params.id, limit, offset), (r) => ({ action: r.action, key_id: r.key_id, subject_id: r.subject_id, at: iso(r.at) }))
+        return paged(query, (limit, offset) => svc.audit.list(params.id, limit, offset), (r) => ({ action: r.action, key_id: r.key_id, subject_id: r.subject_id, at: iso(r.at) }))
       },
       { admin: true, detail: adminOp({ summary: "A workspace's audit log", tag, query: pageQuery, ok: { status: 200, data: auditDoc, list: true, description: 'Newest first.' }, errors: [404, 422] }) },
     )

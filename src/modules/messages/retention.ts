@@ -12,8 +12,7 @@
  * slices of `slice` with requests served between, from where the last run stopped: a run reads
  * only what aged out since (after a restart, one walk from the start).
  */
-import type { Database } from 'bun:sqlite'
-import { emptyWal } from '../../db/open'
+import { stmt } from '../../db/engine'
 import type { Deps } from '../../deps'
 import type { Logger } from '../../http/log'
 import type { WebhookService } from '../webhooks/service'
@@ -22,32 +21,27 @@ import { nextTurn } from '../../db/writer'
 
 const DAY_MS = 86_400_000
 
+const Q = {
+  next: stmt('SELECT seq, created_at, status FROM messages WHERE workspace_id = ? AND seq > ? ORDER BY seq LIMIT ?'),
+  redact: stmt(
+    `UPDATE messages SET body = NULL, attachments = '[]', network_template = NULL, updated_at = ?
+     WHERE workspace_id = ? AND seq BETWEEN ? AND ? AND created_at < ? AND status NOT IN ('queued', 'sending')
+       AND (body IS NOT NULL OR attachments != '[]' OR network_template IS NOT NULL)`,
+  ),
+}
+
 export class MessageRetention {
   slice = 5000
   /** The texts the workspace's network drivers keep on disk (the sandbox's record) go too; returns how many. */
   onContentExpired: (workspaceId: string, cutoff: number) => Promise<number> = async () => 0
   /** Per workspace: every message up to this seq has been dealt with. */
   private readonly done = new Map<string, number>()
-  private readonly sql
-
   constructor(
     private readonly deps: Deps,
     private readonly workspaces: WorkspaceService,
     private readonly webhooks: WebhookService,
     private readonly log: Logger,
-  ) {
-    const db: Database = deps.db
-    this.sql = {
-      next: db.query<{ seq: number; created_at: number; status: string }, [string, number, number]>(
-        'SELECT seq, created_at, status FROM messages WHERE workspace_id = ? AND seq > ? ORDER BY seq LIMIT ?',
-      ),
-      redact: db.query(
-        `UPDATE messages SET body = NULL, attachments = '[]', network_template = NULL, updated_at = ?1
-         WHERE workspace_id = ?2 AND seq BETWEEN ?3 AND ?4 AND created_at < ?5 AND status NOT IN ('queued', 'sending')
-           AND (body IS NOT NULL OR attachments != '[]' OR network_template IS NOT NULL)`,
-      ),
-    }
-  }
+  ) {}
 
   /** Remove the content that has aged out in every workspace that sets a retention; returns how many messages lost it. */
   async run(): Promise<number> {
@@ -65,25 +59,25 @@ export class MessageRetention {
       events += e
     }
     // the WAL holds the pages as they were before
-    if (total + events > 0 && !(await emptyWal(this.deps.db))) this.log.warn('message retention: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint')
+    if (total + events > 0 && !(await this.deps.engine.scrub())) this.log.warn('message retention: the WAL could not be emptied yet (another process is reading the database); it will be at a later checkpoint')
     return total
   }
 
   private async runFor(workspaceId: string, cutoff: number): Promise<number> {
-    const { sql, deps } = this
+    const { deps } = this
     let total = 0
     let after = this.done.get(workspaceId) ?? 0
     // the first message found still queued or sending: the next run resumes at it
     let unsettled: number | null = null
     for (;;) {
-      const rows = sql.next.all(workspaceId, after, this.slice)
+      const rows = await deps.engine.all<{ seq: number; created_at: number; status: string }>(Q.next, workspaceId, after, this.slice)
       // the aged-out head of the slice (messages are created in seq order)
       let end = 0
       while (end < rows.length && rows[end]!.created_at < cutoff) end++
       if (end > 0) {
         const first = rows[0]!.seq
         const last = rows[end - 1]!.seq
-        total += deps.writer.now(() => sql.redact.run(deps.clock.now(), workspaceId, first, last, cutoff).changes)
+        total += await deps.engine.write((tx) => tx.run(Q.redact, deps.clock.now(), workspaceId, first, last, cutoff))
         unsettled ??= rows.slice(0, end).find((r) => r.status === 'queued' || r.status === 'sending')?.seq ?? null
         this.done.set(workspaceId, unsettled === null ? last : unsettled - 1)
         after = last

@@ -5,7 +5,7 @@ import { notFound } from '../../http/errors'
 import { paged } from '../../http/format'
 import { fieldError, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
-import type { MessageRow } from './repo'
+import type { MessageRow } from './store'
 import { numberedKeys } from '../templates/model'
 import { listMessagesQuery, MAX_ATTACHMENTS, messageDoc, sendMessageBody } from './model'
 
@@ -80,9 +80,9 @@ export function messageApiRoutes(svc: Services, auth: ReturnType<typeof authPlug
     )
     .get(
       '/messages/:id',
-      ({ caller, params }) => {
+      async ({ caller, params }) => {
         if (!UUID.test(params.id)) throw notFound('message')
-        return { data: messages.toPublic(messages.get(caller.workspace.id, params.id)) }
+        return { data: messages.toPublic(await messages.get(caller.workspace.id, params.id)) }
       },
       {
         api: { summary: 'One message', tag: 'Messages', scope: 'messages:read', params: ['id'], ok: { status: 200, data: messageDoc, description: 'The message with outcome and timeline.' }, errors: [404] },

@@ -16,14 +16,14 @@ import type { ContactService } from '../contacts/service'
 import type { MediaRow } from '../media/records'
 import type { MediaService } from '../media/service'
 import type { SuppressionService } from '../suppressions/service'
-import type { ContactRow } from '../contacts/repo'
+import type { ContactRow } from '../contacts/store'
 import { fill } from '../templates/render'
 import type { TemplateService } from '../templates/service'
 import type { EventType, WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
 import { clipCodePoints } from '../../http/schema'
 import { headerFault, MAX_BODY, MAX_HEADER_TEXT, OPT_OUT_KEYWORDS, type PublicMessage, renderedFault } from './model'
-import { MessageRepo, type MessageRow, type MessageStatus, type NewMessage } from './repo'
+import { MessageStore, type MessageRow, type MessageStatus, type NewMessage } from './store'
 
 const RANK: Record<MessageStatus, number> = { queued: 0, sending: 1, sent: 2, delivered: 3, read: 4, failed: -1 }
 const TIME_COLUMN = { sending: 'sending_at', sent: 'sent_at', delivered: 'delivered_at', read: 'read_at', failed: 'failed_at' } as const
@@ -123,7 +123,7 @@ function checkTemplateHeader(listed: MediaRow[], upload: MediaRow | undefined, t
 }
 
 export class MessageService {
-  private readonly repo: MessageRepo
+  private readonly store: MessageStore
   /** Called after a commit that queued messages on a number. */
   onQueued: (connectionId: string) => void = () => {}
 
@@ -137,67 +137,68 @@ export class MessageService {
     private readonly media: MediaService,
     private readonly templates: TemplateService,
   ) {
-    this.repo = new MessageRepo(deps.db)
+    this.store = new MessageStore(deps.engine)
   }
   /** A message by id in any workspace (the network's own callbacks and the sandbox), or null. */
-  getAny(id: string): MessageRow | null {
-    return this.repo.getAny(id)
+  getAny(id: string, q?: Queries): Promise<MessageRow | null> {
+    return this.store.getAny(id, q)
   }
 
   /** The message a network knows by its own id on this number, or null. */
-  byExternal(connectionId: string, externalId: string): MessageRow | null {
-    return this.repo.byExternal(connectionId, externalId)
+  byExternal(connectionId: string, externalId: string): Promise<MessageRow | null> {
+    return this.store.byExternal(connectionId, externalId)
   }
 
   /** The message any part of which the network knows by this id (a split send), or null. */
-  byAnyPart(connectionId: string, externalId: string): MessageRow | null {
-    return this.repo.byAnyPart(connectionId, externalId)
+  byAnyPart(connectionId: string, externalId: string): Promise<MessageRow | null> {
+    return this.store.byAnyPart(connectionId, externalId)
   }
 
   /** The message whose later part (not the first) the network knows by this id, or null. */
-  byLaterPart(connectionId: string, externalId: string): MessageRow | null {
-    return this.repo.byLaterPart(connectionId, externalId)
+  byLaterPart(connectionId: string, externalId: string): Promise<MessageRow | null> {
+    return this.store.byLaterPart(connectionId, externalId)
   }
 
   /** When the number released its messages since `since` (ms), oldest first: what the pacer counts. */
-  releasesSince(connectionId: string, since: number): number[] {
-    return this.repo.releasesSince(connectionId, since)
+  releasesSince(connectionId: string, since: number): Promise<number[]> {
+    return this.store.releasesSince(connectionId, since)
   }
 
   /** The contact's messages after `afterSeq` (0: from the first), in order, at most `limit`. */
-  ofContact(contactId: string, afterSeq: number, limit: number): MessageRow[] {
-    return this.repo.ofContact(contactId, afterSeq, limit)
+  ofContact(contactId: string, afterSeq: number, limit: number): Promise<MessageRow[]> {
+    return this.store.ofContact(contactId, afterSeq, limit)
   }
 
   /** What an erasure needs of each of the contact's messages: id, direction, status, attachments. */
-  erasureRowsOf(contactId: string) {
-    return this.repo.erasureRowsOf(contactId)
+  erasureRowsOf(contactId: string, q?: Queries) {
+    return this.store.erasureRowsOf(contactId, q)
   }
 
-  /** Inside an erasure's write: the contact's messages lose everything about the person (see MessageRepo.redactContact). */
-  redactContactInTx(contactId: string, phone: string, now: number) {
-    this.repo.redactContact(contactId, phone, now)
+  /** Inside an erasure's write: the contact's messages lose everything about the person (see MessageStore.redactContact). */
+  redactContactIn(tx: Queries, contactId: string, phone: string, now: number) {
+    return this.store.redactContact(tx, contactId, phone, now)
   }
 
-  /** For /metrics (see MessageRepo.gauges). */
+  /** For /metrics (see MessageStore.gauges). */
   gauges() {
-    return this.repo.gauges()
+    return this.store.gauges()
   }
 
   /** How many messages wait in the number's queue. */
-  queuedCount(connectionId: string): number {
-    return this.repo.queuedCount(connectionId)
+  queuedCount(connectionId: string): Promise<number> {
+    return this.store.queuedCount(connectionId)
   }
 
   /** The workspace's outbound messages per UTC day since `since` (ms), by when each reached sent, delivered, read or failed. */
-  perDay(workspaceId: string, since: number) {
+  async perDay(workspaceId: string, since: number) {
     const steps = ['sent', 'delivered', 'read', 'failed'] as const
-    return Object.fromEntries(steps.map((step) => [step, this.repo.perDay(workspaceId, step, since)])) as Record<(typeof steps)[number], { day: string; n: number }[]>
+    const counts = await Promise.all(steps.map((step) => this.store.perDay(workspaceId, step, since)))
+    return Object.fromEntries(steps.map((step, i) => [step, counts[i]!])) as Record<(typeof steps)[number], { day: string; n: number }[]>
   }
 
   /** The numbers with queued messages. */
-  connectionsWithQueue(): string[] {
-    return this.repo.connectionsWithQueue()
+  connectionsWithQueue(): Promise<string[]> {
+    return this.store.connectionsWithQueue()
   }
 
   toPublic(row: MessageRow): PublicMessage {
@@ -234,50 +235,50 @@ export class MessageService {
     }
   }
 
-  get(workspaceId: string, id: string): MessageRow {
-    const row = this.repo.get(workspaceId, id)
+  async get(workspaceId: string, id: string): Promise<MessageRow> {
+    const row = await this.store.get(workspaceId, id)
     if (!row) throw notFound('message')
     return row
   }
 
   /** Refusals shared by one-to-one and group sends: a number that is not online, the allowance. */
-  checkSendable(live: LiveConnection, workspaceId: string, now: number) {
+  async checkSendable(live: LiveConnection, workspaceId: string, now: number, q?: Queries) {
     if (live.row.status !== 'online') throw refused('connection_offline', 'The connection is offline.')
-    this.checkAllowance(workspaceId, now)
+    await this.checkAllowance(workspaceId, now, q)
   }
 
-  /** Whether the workspace has used its message allowance for the month of `now`. */
-  allowanceExhausted(workspaceId: string, now: number): boolean {
+  /** Whether the workspace has used its message allowance for the month of `now` (`q`: the write it is checked in, if any). */
+  async allowanceExhausted(workspaceId: string, now: number, q?: Queries): Promise<boolean> {
     const ws = this.workspaces.cached(workspaceId)
     const allowance = ws ? this.workspaces.settings(ws).message_allowance : null
-    return allowance !== null && this.repo.usage(workspaceId, monthOf(now)) >= allowance
+    return allowance !== null && (await this.store.usage(workspaceId, monthOf(now), q)) >= allowance
   }
 
-  checkAllowance(workspaceId: string, now: number) {
-    if (this.allowanceExhausted(workspaceId, now)) throw refused('allowance_exhausted', 'The workspace has used its message allowance for this month.')
+  async checkAllowance(workspaceId: string, now: number, q?: Queries) {
+    if (await this.allowanceExhausted(workspaceId, now, q)) throw refused('allowance_exhausted', 'The workspace has used its message allowance for this month.')
   }
 
-  /** Insert a queued outbound message and count it against the allowance (inside a write). */
-  queueInTx(fields: MessageFields, now: number): MessageRow {
+  /** Insert a queued outbound message and count it against the allowance (inside the write `tx`). */
+  async queueIn(tx: Queries, fields: MessageFields, now: number): Promise<MessageRow> {
     const row = newMessage(fields, 'outbound', 'queued', now)
-    this.repo.insert(row)
-    this.repo.countUsage(row.workspace_id, monthOf(now))
+    await this.store.insert(tx, row)
+    await this.store.countUsage(tx, row.workspace_id, monthOf(now))
     return { ...row, seq: 0 }
   }
 
   /**
    * Accept a one-to-one send: every refusal is decided before anything is written, and the
    * message, a new contact, an uploaded file's media row (`upload`, already scanned and stored)
-   * and `alsoInTx` (the idempotency record) commit together.
+   * and `alsoIn` (the idempotency record) commit together.
    */
-  async send(workspaceId: string, input: SendInput, alsoInTx?: (row: MessageRow) => void, upload?: MediaRow): Promise<MessageRow> {
+  async send(workspaceId: string, input: SendInput, alsoIn?: (tx: Queries, row: MessageRow) => Promise<void>, upload?: MediaRow): Promise<MessageRow> {
     const row = await this.deps.engine.write(async (tx) => {
       const now = this.deps.clock.now()
       const live = this.connections.get(workspaceId, input.connection_id)
       // a number the network reported for a contact's number (network_addresses) is that contact
       let contact = input.contact_id
-        ? this.contacts.find(workspaceId, input.contact_id)
-        : this.contacts.byPhoneOrAddress(workspaceId, input.recipient!)
+        ? await this.contacts.find(workspaceId, input.contact_id, tx)
+        : await this.contacts.byPhoneOrAddress(workspaceId, input.recipient!, tx)
       if (input.contact_id && !contact) throw notFound('contact')
       const media: MediaRow[] = []
       for (const id of input.attachments) media.push(await this.media.get(workspaceId, id, tx))
@@ -287,12 +288,13 @@ export class MessageService {
       if (contact?.consent_status === 'opted_out') throw refused('recipient_opted_out', 'The recipient has opted out.')
       if ((await this.suppressions.isSuppressed(workspaceId, phone, tx)) || (input.recipient !== undefined && input.recipient !== phone && (await this.suppressions.isSuppressed(workspaceId, input.recipient, tx)))) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
       if (filled?.marketing && contact?.consent_status !== 'opted_in') throw refused('recipient_not_opted_in', 'A marketing template goes only to contacts who opted in.')
-      this.checkSendable(live, workspaceId, now)
+      await this.checkSendable(live, workspaceId, now, tx)
       if (upload) await this.media.insertIn(tx, upload)
-      if (!contact) contact = this.contacts.upsertInTx(workspaceId, { phone }, 'send', null).row
-      else this.contacts.touchInTx(contact.id, now)
+      if (!contact) contact = (await this.contacts.upsertIn(tx, workspaceId, { phone }, 'send', null)).row
+      else await this.contacts.touchIn(tx, contact.id, now)
       const attachments = upload ? [...input.attachments, upload.id] : input.attachments
-      const msg = this.queueInTx(
+      const msg = await this.queueIn(
+        tx,
         {
           id: uuid(),
           workspace_id: workspaceId,
@@ -308,7 +310,7 @@ export class MessageService {
         },
         now,
       )
-      alsoInTx?.(msg)
+      await alsoIn?.(tx, msg)
       return msg
     })
     this.onQueued(row.connection_id)
@@ -339,21 +341,21 @@ export class MessageService {
   }
 
   /** A page of the log (see MessageRepo.list); 404 for a contact that is not the workspace's. */
-  list(workspaceId: string, filter: { direction?: string; status?: string; contactId?: string }, limit: number, offset: number) {
-    if (filter.contactId && !this.contacts.find(workspaceId, filter.contactId)) throw notFound('contact')
-    return this.repo.list(workspaceId, filter, limit, offset)
+  async list(workspaceId: string, filter: { direction?: string; status?: string; contactId?: string }, limit: number, offset: number) {
+    if (filter.contactId && !(await this.contacts.find(workspaceId, filter.contactId))) throw notFound('contact')
+    return this.store.list(workspaceId, filter, limit, offset)
   }
 
-  private emit(row: MessageRow, type: EventType) {
-    this.webhooks.enqueueInTx(row.workspace_id, type, this.toPublic(row))
+  private emit(tx: Queries, row: MessageRow, type: EventType) {
+    return this.webhooks.enqueueIn(tx, row.workspace_id, type, this.toPublic(row))
   }
 
   /**
    * Move a message forward (inside a write). Returns the new row, or null when nothing changed.
    * Group messages stop at sent; failed only follows queued, sending or sent.
    */
-  advanceInTx(id: string, status: MessageStatus, at: number, extra: Partial<MessageRow> = {}): MessageRow | null {
-    const row = this.repo.getAny(id)
+  async advanceIn(tx: Queries, id: string, status: MessageStatus, at: number, extra: Partial<MessageRow> = {}): Promise<MessageRow | null> {
+    const row = await this.store.getAny(id, tx)
     if (!row || row.direction !== 'outbound') return null
     if (row.group_id !== null && (status === 'delivered' || status === 'read')) return null
     const fields: Partial<MessageRow> = { ...extra }
@@ -377,9 +379,9 @@ export class MessageService {
       delete fields.error_code
       delete fields.error_message
     }
-    this.repo.update(id, fields)
+    await this.store.update(tx, id, fields)
     const next = { ...row, ...fields } as MessageRow
-    if (changed && (status === 'sent' || status === 'delivered' || status === 'read' || status === 'failed')) this.emit(next, `message.${status}`)
+    if (changed && (status === 'sent' || status === 'delivered' || status === 'read' || status === 'failed')) await this.emit(tx, next, `message.${status}`)
     return next
   }
 
@@ -388,13 +390,13 @@ export class MessageService {
    * recipient opted out or was suppressed after the message was accepted; for a group message,
    * what the groups module says (`groupRefusal`). null when it may.
    */
-  refusalFor(row: MessageRow): Refusal | null {
+  async refusalFor(row: MessageRow, q?: Queries): Promise<Refusal | null> {
     if (row.direction !== 'outbound') return null
-    if (row.group_id !== null) return this.groupRefusal(row)
-    const contact = row.contact_id ? this.contacts.find(row.workspace_id, row.contact_id) : null
+    if (row.group_id !== null) return this.groupRefusal(row, q)
+    const contact = row.contact_id ? await this.contacts.find(row.workspace_id, row.contact_id, q) : null
     if (contact?.consent_status === 'opted_out') return { code: 'recipient_opted_out', message: 'The recipient opted out before the message was sent.' }
     // in the order `send` checks them, so a message refused at release gets the code a send would
-    if (row.recipient !== null && this.suppressions.isSuppressedNow(row.workspace_id, row.recipient)) return { code: 'recipient_suppressed', message: 'The recipient was suppressed before the message was sent.' }
+    if (row.recipient !== null && (await this.suppressions.isSuppressed(row.workspace_id, row.recipient, q))) return { code: 'recipient_suppressed', message: 'The recipient was suppressed before the message was sent.' }
     if (row.opt_in_required === 1 && contact?.consent_status !== 'opted_in') return { code: 'recipient_not_opted_in', message: 'The recipient was no longer opted in when the marketing message was to be sent.' }
     return null
   }
@@ -407,21 +409,21 @@ export class MessageService {
    * looked at. After MAX_REFUSED_PER_RELEASE refusals in one go it returns null and asks to be
    * woken again (the rest is looked at next tick).
    */
-  releasableHeadInTx(connectionId: string, now: number): MessageRow | null {
+  async releasableHeadIn(tx: Queries, connectionId: string, now: number): Promise<MessageRow | null> {
     for (let refused = 0; refused < MAX_REFUSED_PER_RELEASE; refused++) {
-      const row = this.repo.head(connectionId, 1)[0]
+      const row = (await this.store.head(connectionId, 1, tx))[0]
       if (!row) return null
-      const refusal = this.refusalFor(row)
+      const refusal = await this.refusalFor(row, tx)
       if (!refusal) return row
-      this.advanceInTx(row.id, 'failed', now, { error_code: refusal.code, error_message: refusal.message })
+      await this.advanceIn(tx, row.id, 'failed', now, { error_code: refusal.code, error_message: refusal.message })
     }
     queueMicrotask(() => this.onQueued(connectionId))
     return null
   }
 
   /** Claim messages for release: queued → sending, in one write. */
-  markSendingInTx(ids: string[], at: number) {
-    for (const id of ids) this.advanceInTx(id, 'sending', at)
+  async markSendingIn(tx: Queries, ids: string[], at: number) {
+    for (const id of ids) await this.advanceIn(tx, id, 'sending', at)
   }
 
   /**
@@ -429,22 +431,22 @@ export class MessageService {
    * recipient's address there when that is not the number sent to (see network_addresses).
    */
   markSent(id: string, { externalId, partIds = [], recipientAddress }: Accepted) {
-    return this.deps.writer.write(() => {
-      const row = this.advanceInTx(id, 'sent', this.deps.clock.now(), { external_id: externalId })
-      if (row && partIds.length) this.repo.addParts(row.connection_id, id, partIds)
-      if (row?.recipient && recipientAddress && recipientAddress !== row.recipient) this.contacts.addAddressInTx(row.workspace_id, recipientAddress, row.recipient)
+    return this.deps.engine.write(async (tx) => {
+      const row = await this.advanceIn(tx, id, 'sent', this.deps.clock.now(), { external_id: externalId })
+      if (row && partIds.length) await this.store.addParts(tx, row.connection_id, id, partIds)
+      if (row?.recipient && recipientAddress && recipientAddress !== row.recipient) await this.contacts.addAddressIn(tx, row.workspace_id, recipientAddress, row.recipient)
       return row
     })
   }
 
   markFailed(id: string, code: string, message: string) {
-    return this.deps.writer.write(() => this.advanceInTx(id, 'failed', this.deps.clock.now(), { error_code: code, error_message: message }))
+    return this.deps.engine.write((tx) => this.advanceIn(tx, id, 'failed', this.deps.clock.now(), { error_code: code, error_message: message }))
   }
 
   /** A receipt from the network (driver events or the sandbox admin endpoint). */
   receipt(id: string, status: ReceiptStatus, error?: { code?: string; message?: string } | null) {
     const extra: Partial<MessageRow> = status === 'failed' ? { error_code: error?.code || 'delivery_failed', error_message: error?.message || 'The network reported the message as failed.' } : {}
-    return this.deps.writer.write(() => this.advanceInTx(id, status, this.deps.clock.now(), extra))
+    return this.deps.engine.write((tx) => this.advanceIn(tx, id, status, this.deps.clock.now(), extra))
   }
 
   /**
@@ -478,26 +480,26 @@ export class MessageService {
   private async inboundIn(tx: Queries, live: LiveConnection, address: string, body: string, { externalId = null, file, replyTo = null, senderName = null }: InboundExtra): Promise<MessageRow> {
     const connectionId = live.row.id
     if (externalId !== null) {
-      const seen = this.repo.byExternal(connectionId, externalId)
+      const seen = await this.store.byExternal(connectionId, externalId, tx)
       if (seen) return seen
     }
     const now = this.deps.clock.now()
     const ws = live.row.workspace_id
     // the number the network's address for the sender stands for (usually the address itself)
-    const from = this.contacts.phoneOf(ws, address)
-    let contact = this.contacts.getByPhone(ws, from)
+    const from = await this.contacts.phoneOf(ws, address, tx)
+    let contact = await this.contacts.getByPhone(ws, from, tx)
     // a name the team gave is kept; a contact without one takes the sender's own
     const name = senderName?.trim() ? clipCodePoints(senderName.trim(), 255) : null
-    if (!contact || (name !== null && !contact.name)) contact = this.contacts.upsertInTx(ws, { phone: from, ...(name !== null ? { name } : {}) }, 'inbound', contact).row
-    else this.contacts.touchInTx(contact.id, now)
+    if (!contact || (name !== null && !contact.name)) contact = (await this.contacts.upsertIn(tx, ws, { phone: from, ...(name !== null ? { name } : {}) }, 'inbound', contact)).row
+    else await this.contacts.touchIn(tx, contact.id, now)
     if (file) await this.media.insertIn(tx, file)
     const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: JSON.stringify(file ? [file.id] : []), reply_to: replyTo }, 'inbound', 'delivered', now)
     row.delivered_at = now
     row.external_id = externalId
-    this.repo.insert(row)
+    await this.store.insert(tx, row)
     const full = { ...row, seq: 0 }
-    this.emit(full, 'message.received')
-    if (OPT_OUT_KEYWORDS.has(body.trim().toUpperCase()) && contact.consent_status !== 'opted_out') this.contacts.setConsentInTx(contact, 'opted_out', `inbound:${row.id}`, now)
+    await this.emit(tx, full, 'message.received')
+    if (OPT_OUT_KEYWORDS.has(body.trim().toUpperCase()) && contact.consent_status !== 'opted_out') await this.contacts.setConsentIn(tx, contact, 'opted_out', `inbound:${row.id}`, now)
     return full
   }
 
@@ -512,11 +514,11 @@ export class MessageService {
   async marketingStopped(connectionId: string, phone: string, source: string): Promise<boolean> {
     const live = this.connections.find(connectionId)
     if (!live) return false
-    return this.deps.writer.write(() => {
+    return this.deps.engine.write(async (tx) => {
       const ws = live.row.workspace_id
-      const contact = this.contacts.getByPhone(ws, this.contacts.phoneOf(ws, phone))
+      const contact = await this.contacts.getByPhone(ws, await this.contacts.phoneOf(ws, phone, tx), tx)
       if (contact?.consent_status !== 'opted_in') return false
-      this.contacts.setConsentInTx(contact, 'unknown', source, this.deps.clock.now())
+      await this.contacts.setConsentIn(tx, contact, 'unknown', source, this.deps.clock.now())
       return true
     })
   }
@@ -528,7 +530,7 @@ export class MessageService {
    * HTTP, once the server listens.
    */
   async recoverInterrupted() {
-    for (const row of this.repo.inFlight()) {
+    for (const row of await this.store.inFlight()) {
       const live = this.connections.find(row.connection_id)
       // settleUnknown asks `confirm` first itself
       if (live?.driver.confirmLater) {
@@ -563,7 +565,7 @@ export class MessageService {
   expireQueued(maxAgeMs = 86_400_000) {
     const cutoff = this.deps.clock.now() - maxAgeMs
     // a backlog posted in one burst expires in one burst
-    return this.failInBatches(() => this.repo.queuedBefore(cutoff, EXPIRE_BATCH), { error_code: 'expired', error_message: 'The message was still queued after 24 hours.' })
+    return this.failInBatches(() => this.store.queuedBefore(cutoff, EXPIRE_BATCH), { error_code: 'expired', error_message: 'The message was still queued after 24 hours.' })
   }
 
   /**
@@ -572,17 +574,17 @@ export class MessageService {
    * (`failQueuedOfRemoved`).
    */
   failQueuedOf(connectionId: string) {
-    return this.failInBatches(() => this.repo.queuedFor(connectionId, EXPIRE_BATCH), { error_code: 'connection_removed', error_message: 'The connection was removed before the message was sent.' })
+    return this.failInBatches(() => this.store.queuedFor(connectionId, EXPIRE_BATCH), { error_code: 'connection_removed', error_message: 'The connection was removed before the message was sent.' })
   }
 
   /** Fail the queued messages `next` gives, a batch per write, with requests served between, until it gives none. */
-  private async failInBatches(next: () => MessageRow[], why: { error_code: string; error_message: string }) {
+  private async failInBatches(next: () => Promise<MessageRow[]>, why: { error_code: string; error_message: string }) {
     for (;;) {
-      const batch = next()
+      const batch = await next()
       if (batch.length === 0) return
-      this.deps.writer.now(() => {
+      await this.deps.engine.write(async (tx) => {
         const now = this.deps.clock.now()
-        for (const m of batch) this.advanceInTx(m.id, 'failed', now, why)
+        for (const m of batch) await this.advanceIn(tx, m.id, 'failed', now, why)
       })
       await nextTurn()
     }
@@ -590,7 +592,7 @@ export class MessageService {
 
   /** At start-up: the queued messages of numbers that are removed (`removed` tells which) fail. */
   async failQueuedOfRemoved(removed: (connectionId: string) => boolean) {
-    for (const id of this.repo.connectionsWithQueue()) if (removed(id)) await this.failQueuedOf(id)
+    for (const id of await this.store.connectionsWithQueue()) if (removed(id)) await this.failQueuedOf(id)
   }
 
   /** Sends handed to a driver whose outcome is not recorded yet (a graceful stop waits for them). */
@@ -621,7 +623,7 @@ export class MessageService {
   /** A driver threw something other than a DriverError (a bug): the message fails as driver_error. */
   onDriverBug: (row: MessageRow, e: unknown) => void = () => {}
   /** Why a queued group message may no longer leave (set by the groups module). */
-  groupRefusal: (row: MessageRow) => Refusal | null = () => null
+  groupRefusal: (row: MessageRow, q?: Queries) => Promise<Refusal | null> = async () => null
   /** Called after a released message reached sent or failed (campaign completion watches it). */
   onSettled: (row: MessageRow) => void = () => {}
   /** The network refused a message's template as such (a campaign sending it pauses). */
@@ -654,7 +656,7 @@ export class MessageService {
     let throttles = 0
     for (let attempt = 0; ; attempt++) {
       // a retry can come minutes later (a throttled number): the recipient may have opted out since
-      const refusal = attempt > 0 ? this.refusalFor(row) : null
+      const refusal = attempt > 0 ? await this.refusalFor(row) : null
       if (refusal) {
         await this.record(() => this.markFailed(row.id, refusal.code, refusal.message))
         this.onSettled(row)

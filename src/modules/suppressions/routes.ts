@@ -3,7 +3,7 @@ import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { type BulkSpec, MAX_CSV_ROWS, MAX_JSON_ROWS, bulkRows } from '../../http/bulk'
 import { adminOp, d, importBody } from '../../http/docs'
-import { pagedAsync, pageQuery } from '../../http/format'
+import { paged, pageQuery } from '../../http/format'
 import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { E164, phoneField } from '../contacts/model'
@@ -51,7 +51,7 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
       '/workspaces/:id/suppressions',
       ({ params, query }) => {
         svc.workspaces.get(params.id)
-        return pagedAsync(query, (limit, offset) => sup.list(params.id, limit, offset), (r) => sup.toPublic(r))
+        return paged(query, (limit, offset) => sup.list(params.id, limit, offset), (r) => sup.toPublic(r))
       },
       { admin: true, detail: adminOp({ summary: "A workspace's suppressions", tag, query: pageQuery, ok: { status: 200, data: suppressionDoc, list: true, description: 'A page of suppressed numbers.' }, errors: [404, 422] }) },
     )

@@ -26,14 +26,6 @@ export class SuppressionService {
     return (await this.store.get(workspaceId, phone, q)) !== null
   }
 
-  /**
-   * `isSuppressed` read in this turn, for the release paths still synchronous (the pacer's write:
-   * campaigns, the direct lane) until they move onto the store seam; SQLite only.
-   */
-  isSuppressedNow(workspaceId: string, phone: string): boolean {
-    return this.store.getNow(workspaceId, phone) !== null
-  }
-
   /** The number's entry, or null. */
   find(workspaceId: string, phone: string): Promise<SuppressionRow | null> {
     return this.store.get(workspaceId, phone)

@@ -1,5 +1,5 @@
 /** The suppression list's store on the seam (docs/design/two-engines.md): each statement once, for both engines. */
-import { type Queries, type ReadsNow, stmt } from '../../db/engine'
+import { type Queries, stmt } from '../../db/engine'
 
 export interface SuppressionRow {
   workspace_id: string
@@ -21,18 +21,10 @@ const Q = {
 }
 
 export class SuppressionStore {
-  constructor(private readonly db: Queries & { readonly now?: ReadsNow | null }) {}
+  constructor(private readonly db: Queries) {}
 
   get(workspaceId: string, phone: string, q: Queries = this.db) {
     return q.get<SuppressionRow>(Q.get, workspaceId, phone)
-  }
-  /**
-   * The entry, read in this turn — for the release paths not yet on the seam (the pacer's
-   * synchronous write); only where the engine reads at once (SQLite).
-   */
-  getNow(workspaceId: string, phone: string): SuppressionRow | null {
-    if (!this.db.now) throw new Error('a synchronous read on an engine that has none')
-    return this.db.now.get<SuppressionRow>(Q.get, workspaceId, phone)
   }
   async insert(tx: Queries, r: SuppressionRow) {
     await tx.run(Q.insert, r.workspace_id, r.phone, r.reason, r.created_at)

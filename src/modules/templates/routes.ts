@@ -2,7 +2,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { notFound } from '../../http/errors'
-import { pagedAsync, pageQuery } from '../../http/format'
+import { paged, pageQuery } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { templateDoc } from './model'
@@ -70,7 +70,7 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
   }
   return new Elysia()
     .use(auth)
-    .get('/templates', ({ caller, query }) => pagedAsync(query, (l, o) => templates.list(caller.workspace.id, l, o), (t) => templates.toPublic(t)), {
+    .get('/templates', ({ caller, query }) => paged(query, (l, o) => templates.list(caller.workspace.id, l, o), (t) => templates.toPublic(t)), {
       api: { summary: 'List templates', description: 'Newest first.', tag: 'Templates', scope: 'templates:read', query: pageQuery, ok: { status: 200, data: templateDoc, list: true, description: 'A page of templates.' }, errors: [422] },
     })
     .get('/templates/:id', async ({ caller, params }) => ({ data: templates.toPublic(await find(caller.workspace.id, params.id)) }), {
@@ -91,7 +91,7 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         }
         let values = { name: q.name, phone: q.phone, metadata, numbered }
         if (q.contact_id) {
-          const c = svc.contacts.find(caller.workspace.id, q.contact_id)
+          const c = await svc.contacts.find(caller.workspace.id, q.contact_id)
           if (!c) throw notFound('contact')
           values = { name: q.name ?? c.name ?? undefined, phone: q.phone ?? c.phone, metadata: { ...JSON.parse(c.metadata), ...metadata }, numbered }
         }

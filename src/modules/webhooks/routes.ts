@@ -24,30 +24,30 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     .use(auth)
     .post(
       '/workspaces/:id/webhooks',
-      ({ params, body, set }) => {
+      async ({ params, body, set }) => {
         svc.workspaces.get(params.id)
         const input = validate(createBody, body)
         set.status = 201
-        return { data: hooks.create(params.id, input.url, input.events, input.headers) }
+        return { data: await hooks.create(params.id, input.url, input.events, input.headers) }
       },
       { admin: true, detail: adminOp({ summary: 'Add a webhook endpoint', description: 'No events listed = all of them. The signing secret is in the answer.', tag, body: createBody, ok: { status: 201, data: endpointWithSecretDoc, description: 'Added.' }, errors: [400, 404, 422] }) },
     )
     .get(
       '/workspaces/:id/webhooks',
-      ({ params }) => {
+      async ({ params }) => {
         svc.workspaces.get(params.id)
-        return { data: hooks.endpoints(params.id).map((e) => hooks.toAdmin(e)) }
+        return { data: (await hooks.endpoints(params.id)).map((e) => hooks.toAdmin(e)) }
       },
       { admin: true, detail: adminOp({ summary: "A workspace's webhook endpoints", tag, ok: { status: 200, data: d.list(endpointDoc), description: 'Every endpoint, without secrets.' }, errors: [404] }) },
     )
-    .get('/webhooks/:id', ({ params }) => ({ data: hooks.toAdmin(hooks.get(params.id), true) }), { admin: true, detail: adminOp({ summary: 'A webhook endpoint, with its secret and header values', tag, ok: { status: 200, data: endpointFullDoc, description: 'The endpoint.' }, errors: [404] }) })
+    .get('/webhooks/:id', async ({ params }) => ({ data: hooks.toAdmin(await hooks.get(params.id), true) }), { admin: true, detail: adminOp({ summary: 'A webhook endpoint, with its secret and header values', tag, ok: { status: 200, data: endpointFullDoc, description: 'The endpoint.' }, errors: [404] }) })
     .patch(
       '/webhooks/:id',
-      ({ params, body }) => {
+      async ({ params, body }) => {
         const input = validate(patchBody, body, (v, errors) => {
           if (v.status === undefined && v.url === undefined && v.events === undefined && v.headers === undefined) fieldError(errors, 'status', 'Give at least one of status, url, events or headers.')
         })
-        return { data: hooks.toAdmin(hooks.patch(params.id, input)) }
+        return { data: hooks.toAdmin(await hooks.patch(params.id, input)) }
       },
       { admin: true, detail: adminOp({ summary: 'Change a webhook endpoint', description: 'disabled holds its deliveries; active sends them.', tag, body: patchBody, ok: { status: 200, data: endpointDoc, description: 'The endpoint as stored now.' }, errors: [400, 404, 422] }) },
     )
@@ -65,16 +65,16 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     // a new signing secret; the replaced one keeps signing beside it for keep_previous_hours
     .post(
       '/webhooks/:id/rotate-secret',
-      ({ params, body }) => {
+      async ({ params, body }) => {
         const input = validate(rotateBody, body)
-        return { data: hooks.rotateSecret(params.id, input.keep_previous_hours ?? KEEP_PREVIOUS_HOURS) }
+        return { data: await hooks.rotateSecret(params.id, input.keep_previous_hours ?? KEEP_PREVIOUS_HOURS) }
       },
       { admin: true, detail: adminOp({ summary: 'Rotate the signing secret', description: `The replaced secret keeps signing beside the new one for keep_previous_hours (default ${KEEP_PREVIOUS_HOURS}; 0 drops it at once).`, tag, body: rotateBody, ok: { status: 200, data: endpointWithSecretDoc, description: 'The endpoint with its new secret.' }, errors: [400, 404, 422] }) },
     )
     .delete(
       '/webhooks/:id',
-      ({ params, set }) => {
-        hooks.remove(params.id)
+      async ({ params, set }) => {
+        await hooks.remove(params.id)
         set.status = 204
         return ''
       },
@@ -82,8 +82,8 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     )
     .get(
       '/webhooks/:id/deliveries',
-      ({ params, query }) => {
-        hooks.get(params.id)
+      async ({ params, query }) => {
+        await hooks.get(params.id)
         return paged(query, (limit, offset) => hooks.deliveries(params.id, limit, offset), (row) => hooks.deliveryToAdmin(row))
       },
       { admin: true, detail: adminOp({ summary: "An endpoint's deliveries", tag, query: pageQuery, ok: { status: 200, data: deliveryDoc, list: true, description: 'Newest first.' }, errors: [404, 422] }) },

@@ -15,7 +15,8 @@ import type { SecretBox } from '../../secrets'
 import type { AuditRepo } from '../audit/repo'
 import type { EventData } from './docs'
 import type { AdminEndpoint } from './model'
-import { type DeliveryRow, type EndpointRow, HELD_REASON, WebhookRepo } from './repo'
+import { type DeliveryRow, type EndpointRow, HELD_REASON, WebhookStore } from './store'
+import type { Queries } from '../../db/engine'
 
 export const EVENT_TYPES = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'campaign.completed', 'contact.consent_changed', 'connection.status_changed'] as const
 export type EventType = (typeof EVENT_TYPES)[number]
@@ -85,7 +86,7 @@ const eventsColumn = (events: string[] | undefined) => (events && events.length 
 export class WebhookService {
   /** Deliveries deleted per write when pruning. */
   pruneSlice = 1000
-  private readonly repo: WebhookRepo
+  private readonly store: WebhookStore
   private timer: Timer | null = null
   /** Deliveries sent whose outcome is not recorded yet, by id (a graceful stop waits for them). */
   private readonly underWay = new Set<string>()
@@ -114,7 +115,7 @@ export class WebhookService {
     private readonly log: Logger,
     private readonly audit: AuditRepo,
   ) {
-    this.repo = new WebhookRepo(deps.db)
+    this.store = new WebhookStore(deps.engine)
   }
 
   toAdmin(row: EndpointRow, withSecret = false): AdminEndpoint {
@@ -154,36 +155,36 @@ export class WebhookService {
     return this.previousSecretLive(row) ? [current, this.box.open(row.previous_secret_enc!)] : [current]
   }
   /** The newest event's seq (0 when none): where an erasure's slices of the outbox end. */
-  lastEventSeq(): number {
-    return this.repo.lastSeq()
+  lastEventSeq(): Promise<number> {
+    return this.store.lastSeq()
   }
 
   /** Inside a write: drop the workspace's events with seq in [from, to] that mention `text` (an erased contact's id); returns how many. */
-  dropEventsMentioningInTx(from: number, to: number, workspaceId: string, text: string): number {
-    return this.repo.dropMentioning(from, to, workspaceId, text)
+  dropEventsMentioningIn(tx: Queries, from: number, to: number, workspaceId: string, text: string): Promise<number> {
+    return this.store.dropMentioning(tx, from, to, workspaceId, text)
   }
 
   /** For /metrics: pending deliveries, in all and per endpoint. */
   pendingGauges() {
-    return this.repo.pendingGauges()
+    return this.store.pendingGauges()
   }
 
   /** The workspace's endpoints. */
   endpoints(workspaceId: string) {
-    return this.repo.endpoints(workspaceId)
+    return this.store.endpoints(workspaceId)
   }
 
   /** A page of an endpoint's deliveries, newest first. */
   deliveries(endpointId: string, limit: number, offset: number) {
-    return this.repo.deliveries(endpointId, limit, offset)
+    return this.store.deliveries(endpointId, limit, offset)
   }
 
   /** Queue a `webhook.test` event for one endpoint and wake the sender; returns its webhook-id. */
-  sendTest(endpoint: EndpointRow): string {
+  async sendTest(endpoint: EndpointRow): Promise<string> {
     const now = this.deps.clock.now()
     const payload = JSON.stringify({ type: 'webhook.test', timestamp: new Date(now).toISOString(), data: { endpoint_id: endpoint.id, message: 'A test event from Capstan.' } })
     const id = `msg_${uuid().replaceAll('-', '')}`
-    this.deps.writer.now(() => this.repo.enqueue(id, endpoint.id, endpoint.workspace_id, 'webhook.test', payload, now))
+    await this.deps.engine.write((tx) => this.store.enqueue(tx, id, endpoint.id, endpoint.workspace_id, 'webhook.test', payload, now))
     this.kick()
     return id
   }
@@ -202,7 +203,7 @@ export class WebhookService {
     }
   }
 
-  create(workspaceId: string, url: string, events: string[] | undefined, headers?: Record<string, unknown> | null) {
+  async create(workspaceId: string, url: string, events: string[] | undefined, headers?: Record<string, unknown> | null) {
     const secret = newSecret()
     const now = this.deps.clock.now()
     const row: EndpointRow = {
@@ -220,24 +221,25 @@ export class WebhookService {
       updated_at: now,
       deleted_at: null,
     }
-    this.deps.writer.now(() => {
-      this.repo.createEndpoint(row)
-      this.audit.add(workspaceId, 'webhook.created', null, now, row.id)
+    await this.deps.engine.write(async (tx) => {
+      await this.store.createEndpoint(tx, row)
+      await this.audit.addIn(tx, workspaceId, 'webhook.created', null, now, row.id)
     })
     return { ...this.toAdmin(row), secret }
   }
 
-  get(id: string) {
-    const row = this.repo.endpoint(id)
+  /** The endpoint (`q`: the write it is read in, if any); 404 when there is none. */
+  async get(id: string, q?: Queries): Promise<EndpointRow> {
+    const row = await this.store.endpoint(id, q)
     if (!row) throw notFound('webhook endpoint')
     return row
   }
 
-  remove(id: string) {
-    const row = this.get(id)
-    this.deps.writer.now(() => {
-      this.repo.removeEndpoint(id, this.deps.clock.now())
-      this.audit.add(row.workspace_id, 'webhook.removed', null, this.deps.clock.now(), id)
+  async remove(id: string) {
+    const row = await this.get(id)
+    await this.deps.engine.write(async (tx) => {
+      await this.store.removeEndpoint(tx, id, this.deps.clock.now())
+      await this.audit.addIn(tx, row.workspace_id, 'webhook.removed', null, this.deps.clock.now(), id)
     })
   }
 
@@ -248,21 +250,21 @@ export class WebhookService {
    * fresh retry schedule, to the URL it has then). Events that happened while it was disabled were
    * not written for it. Setting the status it already has changes nothing.
    */
-  patch(id: string, input: { status?: 'active' | 'disabled'; url?: string; events?: string[]; headers?: Record<string, unknown> | null }) {
+  async patch(id: string, input: { status?: 'active' | 'disabled'; url?: string; events?: string[]; headers?: Record<string, unknown> | null }) {
     const now = this.deps.clock.now()
-    const requeued = this.deps.writer.now(() => {
-      const row = this.get(id)
-      this.audit.add(row.workspace_id, 'webhook.updated', null, now, id)
+    const requeued = await this.deps.engine.write(async (tx) => {
+      const row = await this.get(id, tx)
+      await this.audit.addIn(tx, row.workspace_id, 'webhook.updated', null, now, id)
       if (input.url !== undefined || input.events !== undefined || input.headers !== undefined) {
         const headers = input.headers === undefined ? row.headers_enc : this.headersColumn(input.headers)
-        this.repo.updateTarget(id, input.url ?? row.url, input.events === undefined ? row.events : eventsColumn(input.events), headers, now)
+        await this.store.updateTarget(tx, id, input.url ?? row.url, input.events === undefined ? row.events : eventsColumn(input.events), headers, now)
       }
       if (input.status === undefined || input.status === row.status) return 0
       if (input.status === 'disabled') {
-        this.repo.disable(id, now, DISABLED_BY_OPERATOR)
+        await this.store.disable(tx, id, now, DISABLED_BY_OPERATOR)
         return 0
       }
-      return this.repo.enable(id, now)
+      return this.store.enable(tx, id, now)
     })
     if (requeued > 0) this.kick()
     return this.get(id)
@@ -276,15 +278,15 @@ export class WebhookService {
    * within that time replaces the older secret: at most two sign at once. Audited
    * (`webhook.secret_rotated`). Returns the endpoint with its new secret.
    */
-  rotateSecret(id: string, keepPreviousHours: number) {
+  async rotateSecret(id: string, keepPreviousHours: number) {
     const secret = newSecret()
     const now = this.deps.clock.now()
-    const row = this.deps.writer.now(() => {
-      const current = this.get(id)
+    const row = await this.deps.engine.write(async (tx) => {
+      const current = await this.get(id, tx)
       const previous = keepPreviousHours > 0 ? { enc: current.secret_enc, until: now + keepPreviousHours * 3_600_000 } : null
-      this.repo.rotateSecret(id, this.box.seal(secret), previous, now)
-      this.audit.add(current.workspace_id, 'webhook.secret_rotated', null, now, id)
-      return this.get(id)
+      await this.store.rotateSecret(tx, id, this.box.seal(secret), previous, now)
+      await this.audit.addIn(tx, current.workspace_id, 'webhook.secret_rotated', null, now, id)
+      return this.get(id, tx)
     })
     this.log.info('webhook signing secret rotated', { endpoint_id: id, previous_signs_hours: keepPreviousHours })
     return { ...this.toAdmin(row), secret }
@@ -302,14 +304,14 @@ export class WebhookService {
    * the endpoint is disabled or removed meanwhile. Returns how many go out again.
    */
   async recover(id: string, since: number): Promise<number> {
-    const endpoint = this.get(id)
+    const endpoint = await this.get(id)
     if (endpoint.status !== 'active') throw conflict('endpoint_disabled', 'The endpoint is disabled; enable it first.')
-    this.deps.writer.now(() => this.audit.add(endpoint.workspace_id, 'webhook.recovered', null, this.deps.clock.now(), id))
+    await this.deps.engine.write((tx) => this.audit.addIn(tx, endpoint.workspace_id, 'webhook.recovered', null, this.deps.clock.now(), id))
     let total = 0
     for (let after = 0; ; ) {
-      const { requeued, last } = this.deps.writer.now(() => {
-        if (this.repo.endpoint(id)?.status !== 'active') return { requeued: 0, last: null }
-        return this.repo.requeueFailedSlice(id, since, after, this.recoverSlice, this.deps.clock.now())
+      const { requeued, last } = await this.deps.engine.write(async (tx) => {
+        if ((await this.store.endpoint(id, tx))?.status !== 'active') return { requeued: 0, last: null }
+        return this.store.requeueFailedSlice(tx, id, since, after, this.recoverSlice, this.deps.clock.now())
       })
       total += requeued
       if (requeued > 0) this.kick()
@@ -323,17 +325,17 @@ export class WebhookService {
 
   /**
    * Write one event to the outbox of every active endpoint of the workspace that wants it.
-   * Must run inside the write that makes the change it reports.
+   * Must run inside the write that makes the change it reports (`tx`).
    */
-  enqueueInTx<K extends EventType>(workspaceId: string, type: K, data: EventData[K]) {
-    const endpoints = this.repo.activeEndpoints(workspaceId)
+  async enqueueIn<K extends EventType>(tx: Queries, workspaceId: string, type: K, data: EventData[K]) {
+    const endpoints = await this.store.activeEndpoints(workspaceId, tx)
     if (endpoints.length === 0) return
     const now = this.deps.clock.now()
     const payload = JSON.stringify({ type, timestamp: new Date(now).toISOString(), data })
     let any = false
     for (const e of endpoints) {
       if (e.events && !(JSON.parse(e.events) as string[]).includes(type)) continue
-      this.repo.enqueue(`msg_${uuid().replaceAll('-', '')}`, e.id, workspaceId, type, payload, now)
+      await this.store.enqueue(tx, `msg_${uuid().replaceAll('-', '')}`, e.id, workspaceId, type, payload, now)
       any = true
     }
     if (any) this.kickSoon()
@@ -343,9 +345,9 @@ export class WebhookService {
    * Delete finished deliveries older than DELIVERY_RETENTION_MS, so the outbox does not grow with
    * every event ever sent. Pending ones are never touched.
    */
-  pruneFinished(): Promise<number> {
-    const bound = this.repo.firstAfter(this.deps.clock.now() - DELIVERY_RETENTION_MS)
-    return this.inSlices((slice) => this.repo.prune(bound, slice))
+  async pruneFinished(): Promise<number> {
+    const bound = await this.store.firstAfter(this.deps.clock.now() - DELIVERY_RETENTION_MS)
+    return this.inSlices((tx, slice) => this.store.prune(tx, bound, slice))
   }
 
   /**
@@ -355,11 +357,11 @@ export class WebhookService {
    */
   async pruneMessageEvents(workspaceId: string, cutoff: number): Promise<number> {
     let total = 0
-    for (const endpointId of this.repo.everyEndpoint(workspaceId)) {
+    for (const endpointId of await this.store.everyEndpoint(workspaceId)) {
       // per endpoint: the deliveries older than a short retention are most of the 30 days kept,
       // every workspace's — the endpoint's index walks only its own
-      const bound = this.repo.firstAfterFor(endpointId, cutoff)
-      total += await this.inSlices((slice) => this.repo.pruneMessageEvents(endpointId, bound, slice))
+      const bound = await this.store.firstAfterFor(endpointId, cutoff)
+      total += await this.inSlices((tx, slice) => this.store.pruneMessageEvents(tx, endpointId, bound, slice))
     }
     return total
   }
@@ -369,11 +371,11 @@ export class WebhookService {
    * requests served between. The bound it deletes below is found once, before: finding it walks
    * every delivery older than the cutoff, which per slice made a large backlog quadratic.
    */
-  private async inSlices(deleteSlice: (slice: number) => number): Promise<number> {
+  private async inSlices(deleteSlice: (tx: Queries, slice: number) => Promise<number>): Promise<number> {
     const slice = this.pruneSlice
     let total = 0
     for (;;) {
-      const n = this.deps.writer.now(() => deleteSlice(slice))
+      const n = await this.deps.engine.write((tx) => deleteSlice(tx, slice))
       total += n
       if (n < slice) return total
       await nextTurn()
@@ -405,14 +407,39 @@ export class WebhookService {
   /**
    * Deliver what is due now, endpoint by endpoint (each up to its share, see `perEndpoint`), then
    * sleep until the next due attempt of an endpoint that has room. An endpoint at its share, or
-   * a full dispatcher, needs no timer: the end of each attempt looks again.
+   * a full dispatcher, needs no timer: the end of each attempt looks again. One pass at a time:
+   * a kick during a pass makes one more pass after it.
    */
   kick() {
     if (!this.running) return
+    if (this.passing) {
+      this.passAgain = true
+      return
+    }
+    this.passing = true
+    void this.pass()
+      .catch((e) => {
+        // the claims cannot be written (a full disk, the database away): nothing goes out unclaimed; look again soon
+        this.log.errorAtMostEvery(60_000, 'webhook deliveries paused: a delivery could not be claimed', { error: String((e as Error)?.message ?? e) })
+        if (this.running && !this.timer) this.timer = setTimeout(() => this.kick(), 1000)
+      })
+      .finally(() => {
+        this.passing = false
+        if (this.passAgain) {
+          this.passAgain = false
+          this.kick()
+        }
+      })
+  }
+
+  private passing = false
+  private passAgain = false
+
+  private async pass() {
     if (this.timer) clearTimeout(this.timer)
     this.timer = null
     const now = this.deps.clock.now()
-    const endpoints = this.repo.activeEndpointIds()
+    const endpoints = await this.store.activeEndpointIds()
     const picked: DeliveryRow[] = []
     let room = this.maxInFlight - this.inFlight
     let next: number | null = null
@@ -422,7 +449,7 @@ export class WebhookService {
       const free = Math.min(this.perEndpoint - this.busy.get(id), room)
       if (free <= 0) continue
       let taken = 0
-      for (const d of this.repo.due(id, now, free)) {
+      for (const d of await this.store.due(id, now, free)) {
         // still under way here (its outcome waits to be written, its claim ran out): not twice
         if (this.underWay.has(d.id)) skipped = true
         else {
@@ -432,26 +459,23 @@ export class WebhookService {
       }
       room -= taken
       if (taken < free) {
-        const t = this.repo.nextDue(id)
+        const t = await this.store.nextDue(id)
         if (t !== null && (next === null || t < next)) next = t
       }
     }
     this.turn = endpoints.length ? (this.turn + 1) % endpoints.length : 0
     if (picked.length) {
-      // claim them in one write: each next attempt pushed out past the timeout, so none is picked twice
-      try {
-        this.deps.writer.now(() => {
-          for (const d of picked) this.repo.claim(d.id, now + DELIVERY_TIMEOUT_MS + 5000)
-        })
-      } catch (e) {
-        // the claims cannot be written (a full disk): nothing goes out unclaimed; look again soon
-        this.log.errorAtMostEvery(60_000, 'webhook deliveries paused: a delivery could not be claimed', { error: String((e as Error)?.message ?? e) })
-        this.timer = setTimeout(() => this.kick(), 1000)
-        return
-      }
-      for (const d of picked) this.send(d)
+      // claim them in one write: each next attempt pushed out past the timeout, so none is picked
+      // twice; one another instance claimed since it was read is left to that instance
+      const claimed = await this.deps.engine.write(async (tx) => {
+        const mine: DeliveryRow[] = []
+        for (const d of picked) if (await this.store.claim(tx, d.id, now, now + DELIVERY_TIMEOUT_MS + 5000)) mine.push(d)
+        return mine
+      })
+      if (!this.running) return
+      for (const d of claimed) this.send(d)
     }
-    if (room <= 0 || next === null) return
+    if (room <= 0 || next === null || !this.running) return
     // one skipped above stays due until its outcome is written (then this runs again): no busy loop
     this.timer = setTimeout(() => this.kick(), Math.max(skipped ? 1000 : 10, Math.min(next - this.deps.clock.now(), 60_000)))
   }
@@ -474,9 +498,9 @@ export class WebhookService {
    * took the event is not sent it again for a write that could not be made. When the server stops
    * first, the delivery's claim runs out and it is attempted again after the restart.
    */
-  private record(fn: () => void) {
+  private record(fn: (tx: Queries) => Promise<void>) {
     return persist(
-      () => this.deps.writer.write(fn),
+      () => this.deps.engine.write(fn),
       () => !this.running,
       (e) => this.log.error('webhook delivery outcome could not be written yet', { error: String((e as Error)?.message ?? e) }),
     )
@@ -486,9 +510,9 @@ export class WebhookService {
   onAttempt: (result: 'delivered' | 'http_error' | 'timeout' | 'connection_failed') => void = () => {}
 
   private async attempt(d: DeliveryRow) {
-    const endpoint = this.repo.endpoint(d.endpoint_id)
+    const endpoint = await this.store.endpoint(d.endpoint_id)
     if (!endpoint || endpoint.status !== 'active') {
-      await this.record(() => this.repo.fail(d.id, null, endpoint ? HELD_REASON : 'endpoint removed', this.deps.clock.now()))
+      await this.record((tx) => this.store.fail(tx, d.id, null, endpoint ? HELD_REASON : 'endpoint removed', this.deps.clock.now()))
       return
     }
     const ts = Math.floor(Date.now() / 1000)
@@ -514,9 +538,9 @@ export class WebhookService {
       this.onAttempt(res.status >= 200 && res.status < 300 ? 'delivered' : 'http_error')
       if (res.status >= 200 && res.status < 300) {
         const now = this.deps.clock.now()
-        await this.record(() => {
-          this.repo.delivered(d.id, res.status, now)
-          if (endpoint.failing_since !== null) this.repo.markFailing(endpoint.id, null, now)
+        await this.record(async (tx) => {
+          await this.store.delivered(tx, d.id, res.status, now)
+          if (endpoint.failing_since !== null) await this.store.markFailing(tx, endpoint.id, null, now)
         })
         return
       }
@@ -527,19 +551,19 @@ export class WebhookService {
       error = timedOut ? 'timed out after 15 s' : 'connection failed'
     }
     const now = this.deps.clock.now()
-    await this.record(() => {
+    await this.record(async (tx) => {
       const since = endpoint.failing_since ?? now
-      if (endpoint.failing_since === null) this.repo.markFailing(endpoint.id, now, now)
+      if (endpoint.failing_since === null) await this.store.markFailing(tx, endpoint.id, now, now)
       if (now - since >= DISABLE_AFTER_MS) {
         // this attempt is recorded, then the delivery is held with the rest (enabling sends it again)
-        this.repo.retry(d.id, code, error, now, now)
-        this.repo.disable(endpoint.id, now, DISABLED_FAILING)
+        await this.store.retry(tx, d.id, code, error, now, now)
+        await this.store.disable(tx, endpoint.id, now, DISABLED_FAILING)
         this.log.warn('webhook endpoint disabled after failing for 3 days', { endpoint_id: endpoint.id })
         return
       }
       const delay = RETRY_SCHEDULE_S[d.attempts]
-      if (delay === undefined) this.repo.fail(d.id, code, error, now)
-      else this.repo.retry(d.id, code, error, now + delay * 1000, now)
+      if (delay === undefined) await this.store.fail(tx, d.id, code, error, now)
+      else await this.store.retry(tx, d.id, code, error, now + delay * 1000, now)
     })
   }
 }

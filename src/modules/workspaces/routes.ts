@@ -2,7 +2,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { adminOp, d } from '../../http/docs'
-import { pagedAsync, pageQuery } from '../../http/format'
+import { paged, pageQuery } from '../../http/format'
 import { validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { createWorkspaceBody, patchWorkspaceBody, workspaceAdminDoc, workspaceDoc } from './model'
@@ -29,7 +29,7 @@ export function workspaceAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     .get(
       '/workspaces',
       ({ query }) => {
-        return pagedAsync(query, (limit, offset) => ws.list(limit, offset), (r) => ws.toAdmin(r))
+        return paged(query, (limit, offset) => ws.list(limit, offset), (r) => ws.toAdmin(r))
       },
       { admin: true, detail: adminOp({ summary: 'List workspaces', tag: 'Workspaces', query: pageQuery, ok: { status: 200, data: workspaceAdminDoc, list: true, description: 'A page of workspaces.' }, errors: [422] }) },
     )

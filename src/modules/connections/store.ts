@@ -1,0 +1,52 @@
+/** Connected numbers on the store seam (docs/design/two-engines.md). */
+import { type Queries, stmt } from '../../db/engine'
+import type { DriverName } from './model'
+
+export interface ConnectionRow {
+  id: string
+  workspace_id: string
+  phone: string
+  name: string | null
+  driver: DriverName
+  status: 'online' | 'offline'
+  status_reason: string | null
+  receives: number
+  config: string
+  /** JSON Warmup (scheduler/warmup.ts), or null */
+  warmup: string | null
+  created_at: number
+  updated_at: number
+  deleted_at: number | null
+}
+
+const Q = {
+  insert: stmt(
+    'INSERT INTO connections (id, workspace_id, phone, name, driver, status, status_reason, receives, config, warmup, created_at, updated_at, deleted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)',
+  ),
+  update: stmt('UPDATE connections SET name = ?, status = ?, status_reason = ?, config = ?, warmup = ?, updated_at = ? WHERE id = ?'),
+  remove: stmt('UPDATE connections SET deleted_at = ?, updated_at = ? WHERE id = ?'),
+  all: stmt('SELECT * FROM connections WHERE deleted_at IS NULL ORDER BY created_at, id'),
+  byPhone: stmt('SELECT * FROM connections WHERE workspace_id = ? AND phone = ? AND deleted_at IS NULL'),
+}
+
+export class ConnectionStore {
+  /** `db`: the engine, for reads outside a write. */
+  constructor(private readonly db: Queries) {}
+
+  async insert(tx: Queries, r: ConnectionRow) {
+    await tx.run(Q.insert, r.id, r.workspace_id, r.phone, r.name, r.driver, r.status, r.status_reason, r.receives, r.config, r.warmup, r.created_at, r.updated_at)
+  }
+  async update(tx: Queries, r: ConnectionRow) {
+    await tx.run(Q.update, r.name, r.status, r.status_reason, r.config, r.warmup, r.updated_at, r.id)
+  }
+  async markDeleted(tx: Queries, id: string, at: number) {
+    await tx.run(Q.remove, at, at, id)
+  }
+  /** Every number not removed, oldest first. */
+  all() {
+    return this.db.all<ConnectionRow>(Q.all)
+  }
+  byPhone(workspaceId: string, phone: string, q: Queries = this.db) {
+    return q.get<ConnectionRow>(Q.byPhone, workspaceId, phone)
+  }
+}

@@ -1,0 +1,113 @@
+/** Contacts, their consent ledger and network addresses on the store seam (docs/design/two-engines.md). */
+import { type Queries, stmt } from '../../db/engine'
+
+export interface ContactRow {
+  id: string
+  workspace_id: string
+  phone: string
+  name: string | null
+  consent_status: 'unknown' | 'opted_in' | 'opted_out'
+  metadata: string
+  created_at: number
+  updated_at: number
+  last_activity_at: number
+}
+
+const Q = {
+  byPhone: stmt('SELECT * FROM contacts WHERE workspace_id = ? AND phone = ?'),
+  byId: stmt('SELECT * FROM contacts WHERE workspace_id = ? AND id = ?'),
+  insert: stmt('INSERT INTO contacts (id, workspace_id, phone, name, consent_status, metadata, created_at, updated_at, last_activity_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)'),
+  update: stmt('UPDATE contacts SET name = ?, consent_status = ?, metadata = ?, updated_at = ?, last_activity_at = ? WHERE id = ?'),
+  touch: stmt('UPDATE contacts SET last_activity_at = MAX(last_activity_at, ?) WHERE id = ?', 'UPDATE contacts SET last_activity_at = GREATEST(last_activity_at, $1) WHERE id = $2'),
+  consent: stmt(
+    'UPDATE contacts SET consent_status = ?, updated_at = ?, last_activity_at = MAX(last_activity_at, ?) WHERE id = ?',
+    'UPDATE contacts SET consent_status = $1, updated_at = $2, last_activity_at = GREATEST(last_activity_at, $3) WHERE id = $4',
+  ),
+  ledger: stmt('INSERT INTO consent_ledger (workspace_id, contact_id, status, source, at) VALUES (?, ?, ?, ?, ?)'),
+  // ties (one import's contacts share a time) newest made first: SQLite's rowid, PostgreSQL's
+  // time-ordered id (UUIDv7)
+  list: stmt(
+    'SELECT * FROM contacts WHERE workspace_id = ? ORDER BY last_activity_at DESC, rowid DESC LIMIT ? OFFSET ?',
+    'SELECT * FROM contacts WHERE workspace_id = $1 ORDER BY last_activity_at DESC, id DESC LIMIT $2 OFFSET $3',
+  ),
+  // kept by triggers (migration 0029): counting the rows took 100-130 ms with 1,000,000 contacts
+  count: stmt('SELECT n FROM contact_counts WHERE workspace_id = ?'),
+  address: stmt('SELECT phone FROM network_addresses WHERE workspace_id = ? AND address = ?'),
+  addAddress: stmt('INSERT INTO network_addresses (workspace_id, address, phone) VALUES (?, ?, ?) ON CONFLICT (workspace_id, address) DO UPDATE SET phone = excluded.phone'),
+  eraseLedger: stmt('DELETE FROM consent_ledger WHERE contact_id = ?'),
+  eraseAddresses: stmt('DELETE FROM network_addresses WHERE workspace_id = ? AND phone = ?'),
+  erase: stmt('DELETE FROM contacts WHERE id = ?'),
+  after: stmt('SELECT * FROM contacts WHERE workspace_id = ? AND phone > ? ORDER BY phone LIMIT ?'),
+  numbersAfter: stmt('SELECT phone, created_at FROM contacts WHERE workspace_id = ? AND phone > ? ORDER BY phone LIMIT ?'),
+  ledgerOf: stmt('SELECT status, source, at FROM consent_ledger WHERE contact_id = ? ORDER BY id'),
+  addressesOf: stmt('SELECT address FROM network_addresses WHERE workspace_id = ? AND phone = ? ORDER BY address'),
+}
+
+export class ContactStore {
+  /** `db`: the engine, for reads outside a write. */
+  constructor(private readonly db: Queries) {}
+
+  byPhone(workspaceId: string, phone: string, q: Queries = this.db) {
+    return q.get<ContactRow>(Q.byPhone, workspaceId, phone)
+  }
+  /** The number a network address stands for (see network_addresses), or the address itself. */
+  async phoneOf(workspaceId: string, address: string, q: Queries = this.db): Promise<string> {
+    return (await q.get<{ phone: string }>(Q.address, workspaceId, address))?.phone ?? address
+  }
+  /** The contact whose number the network reported under `address` (network_addresses), if any. */
+  async viaAddress(workspaceId: string, address: string, q: Queries = this.db): Promise<ContactRow | null> {
+    const known = await q.get<{ phone: string }>(Q.address, workspaceId, address)
+    return known ? this.byPhone(workspaceId, known.phone, q) : null
+  }
+  /** The network reports `phone` as `address`: its messages from there are that number's. */
+  async addAddress(tx: Queries, workspaceId: string, address: string, phone: string) {
+    await tx.run(Q.addAddress, workspaceId, address, phone)
+  }
+  /** The contact's row, ledger and network addresses go. */
+  async erase(tx: Queries, contact: { id: string; workspace_id: string; phone: string }) {
+    await tx.run(Q.eraseLedger, contact.id)
+    await tx.run(Q.eraseAddresses, contact.workspace_id, contact.phone)
+    await tx.run(Q.erase, contact.id)
+  }
+  /** The workspace's numbers after `after`, in order, at most `limit`, with when each contact was made. */
+  numbersAfter(workspaceId: string, after: string, limit: number) {
+    return this.db.all<{ phone: string; created_at: number }>(Q.numbersAfter, workspaceId, after, limit)
+  }
+  /** The workspace's contacts with numbers after `after`, in order, at most `limit`. */
+  after(workspaceId: string, after: string, limit: number) {
+    return this.db.all<ContactRow>(Q.after, workspaceId, after, limit)
+  }
+  /** The contact's consent ledger, oldest first. */
+  ledgerOf(contactId: string) {
+    return this.db.all<{ status: string; source: string; at: number }>(Q.ledgerOf, contactId)
+  }
+  /** The addresses a network knows the number by. */
+  async addressesOf(workspaceId: string, phone: string): Promise<string[]> {
+    return (await this.db.all<{ address: string }>(Q.addressesOf, workspaceId, phone)).map((a) => a.address)
+  }
+  get(workspaceId: string, id: string, q: Queries = this.db) {
+    return q.get<ContactRow>(Q.byId, workspaceId, id)
+  }
+  async insert(tx: Queries, r: ContactRow) {
+    await tx.run(Q.insert, r.id, r.workspace_id, r.phone, r.name, r.consent_status, r.metadata, r.created_at, r.updated_at, r.last_activity_at)
+  }
+  async update(tx: Queries, r: ContactRow) {
+    await tx.run(Q.update, r.name, r.consent_status, r.metadata, r.updated_at, r.last_activity_at, r.id)
+  }
+  /** Record activity (a message in or out) without changing the contact's fields. */
+  async touch(tx: Queries, id: string, at: number) {
+    await tx.run(Q.touch, at, id)
+  }
+  async setConsent(tx: Queries, id: string, status: string, at: number) {
+    await tx.run(Q.consent, status, at, at, id)
+  }
+  async ledger(tx: Queries, workspaceId: string, contactId: string, status: string, source: string, at: number) {
+    await tx.run(Q.ledger, workspaceId, contactId, status, source, at)
+  }
+  list(workspaceId: string, limit: number, offset: number) {
+    return this.db.all<ContactRow>(Q.list, workspaceId, limit, offset)
+  }
+  async count(workspaceId: string): Promise<number> {
+    return (await this.db.get<{ n: number }>(Q.count, workspaceId))?.n ?? 0
+  }
+}
