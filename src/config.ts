@@ -173,6 +173,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const secretKeyFile = keyFileRaw === null ? join(dataDir, 'secret.key') : resolve(keyFileRaw)
   if (keyFileRaw !== null && (secretKeyFile.startsWith(`${dataDir}/`) || secretKeyFile === dataDir)) throw new ConfigError('CAPSTAN_SECRET_KEY_FILE must be outside CAPSTAN_DATA_DIR (there, backups would carry it)')
   if (keyFileRaw !== null && secretKey) throw new ConfigError('set CAPSTAN_SECRET_KEY or CAPSTAN_SECRET_KEY_FILE, not both')
+  if (backupDir !== null && env.CAPSTAN_DATABASE_URL?.trim()) throw new ConfigError('CAPSTAN_BACKUP_DIR backs up the embedded SQLite file; with CAPSTAN_DATABASE_URL back up PostgreSQL itself (pg_dump, or continuous archiving for point-in-time recovery)')
   return {
     host,
     port: int(env, 'CAPSTAN_PORT', 8080, 0, 65535),

@@ -12,7 +12,7 @@ import { S3MediaStore } from './modules/media/store'
 import { buildApp } from './server'
 import { startJobs, warnIfDiskLow } from './scheduler/jobs'
 import { buildServices, settleServices, startServices, stopServices } from './services'
-import { configOrExit, databaseOrExit, fail, lockOrExit, reasonOf, secretBoxOrExit } from './startup'
+import { configOrExit, databaseOrExit, databaseWhere, fail, lockOrExit, postgresOrExit, reasonOf, secretBoxOrExit } from './startup'
 import { VERSION } from './version'
 
 /** Why Bun.serve could not listen, for the one line the start stops with. */
@@ -27,6 +27,12 @@ function listenFailure(e: unknown): string {
     default:
       return `${reasonOf(e)} (check CAPSTAN_HOST and CAPSTAN_PORT)`
   }
+}
+
+/** The embedded engine: the data directory's SQLite file (opened and migrated, or one line and exit 2) through the group commit. */
+function sqliteEngine(path: string) {
+  const { db, applied, fullDisk } = databaseOrExit(path)
+  return { db, engine: new SqliteEngine(db, new Writer(db)), applied, fullDisk }
 }
 
 export async function serve() {
@@ -51,10 +57,9 @@ export async function serve() {
   const lock = lockOrExit(config.dataDir)
   const box = secretBoxOrExit(config)
   const log = new Logger(config.logLevel)
-  const { db, applied, fullDisk } = databaseOrExit(config.dbPath)
+  // the database: PostgreSQL when CAPSTAN_DATABASE_URL names one, else the SQLite file in the data directory
+  const { db, engine, applied, fullDisk } = config.databaseUrl ? { db: null, ...(await postgresOrExit(config.databaseUrl)), fullDisk: false } : sqliteEngine(config.dbPath)
   if (fullDisk) log.error('the disk of the data directory is full: the database is opened for this process alone (no checkpointer thread, no backups) until Capstan is restarted with room on the disk', { data_dir: config.dataDir })
-  const writer = new Writer(db)
-  const engine = new SqliteEngine(db, writer)
   const admin = await resolveAdminToken(engine, config.adminToken)
   if (admin.generated) {
     process.stdout.write(`Capstan admin token (shown once; only its hash is stored): ${admin.generated}\n`)
@@ -65,14 +70,14 @@ export async function serve() {
   const unexpected = (e: unknown) => log.error('background task failed', { error: String((e as Error)?.stack ?? e) })
   process.on('uncaughtException', unexpected)
   process.on('unhandledRejection', unexpected)
-  const checkpointer = config.walCheckpointer && !fullDisk ? startCheckpointer(config.dbPath, log) : null
+  const checkpointer = db && config.walCheckpointer && !fullDisk ? startCheckpointer(config.dbPath, log) : null
   const deps = { config, engine, clock: systemClock }
   const svc = buildServices(deps, log, box)
   await startServices(svc)
   const jobs = startJobs(svc)
   const app = buildApp({ svc, adminTokenHash: admin.hash, probes: { scanner: () => svc.media.scannerReachable() } })
   app.listen({ hostname: config.host, port: config.port })
-  log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, migrations_applied: applied })
+  log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, database: config.databaseUrl ? `postgres ${databaseWhere(config.databaseUrl)}` : 'sqlite', migrations_applied: applied })
   warnIfDiskLow(svc)
   log.flush()
 
@@ -101,7 +106,8 @@ export async function serve() {
     await checkpointer?.stop()
     log.info('capstan stopped', { signal })
     log.flush()
-    db.close()
+    await engine.close()
+    db?.close()
     lock.release()
     process.exit(0)
   }

@@ -8,6 +8,8 @@ import { DataDirLocked, lockDataDir } from './db/lock'
 import { existsSync } from 'node:fs'
 import { LATEST_SCHEMA, migrate, noRoom, openDatabase, schemaVersion } from './db/open'
 import { SecretBox } from './secrets'
+import { PgEngine } from './db/engine'
+import { migratePostgres, PG_LATEST, SchemaTooNew } from './db/postgres'
 
 export function fail(message: string): never {
   console.error(`capstan: ${message}`)
@@ -74,5 +76,43 @@ export function secretBoxOrExit(config: Config): SecretBox {
     return SecretBox.load(config.dataDir, config.secretKey, config.secretKeyFile)
   } catch (e) {
     fail(`the secret key cannot be used: ${reasonOf(e)}`)
+  }
+}
+
+/** Where CAPSTAN_DATABASE_URL points, without its credentials: for the one line a failed start prints. */
+export function databaseWhere(url: string): string {
+  const u = new URL(url)
+  const host = u.searchParams.get('host') ?? u.host
+  return `${host}${u.pathname}`
+}
+
+/** Why PostgreSQL could not be used, in words an operator acts on (never the URL: it may hold a password). */
+export function postgresFailure(e: unknown, where: string): string {
+  if (e instanceof SchemaTooNew) return `the database ${where} was migrated by a newer Capstan (schema ${e.found}; this binary knows up to ${PG_LATEST}): run that version or newer`
+  const err = e as { errno?: string; code?: string; message?: string }
+  const reason = reasonOf(e)
+  if (err.errno === '28P01' || err.errno === '28000') return `the database ${where} refused the credentials in CAPSTAN_DATABASE_URL: ${reason}`
+  if (err.errno === '3D000') return `the database ${where} does not exist: ${reason} (create it, or correct CAPSTAN_DATABASE_URL)`
+  if (err.code === 'ERR_POSTGRES_CONNECTION_REFUSED' || err.code === 'ERR_POSTGRES_CONNECTION_FAILED' || err.code === 'ERR_POSTGRES_CONNECTION_TIMEOUT')
+    return `cannot reach the PostgreSQL server of CAPSTAN_DATABASE_URL (${where}): ${reason}`
+  return `cannot use the database ${where}: ${reason}`
+}
+
+/**
+ * PostgreSQL (CAPSTAN_DATABASE_URL), reachable, version 15 or newer, and migrated — by one
+ * instance at a time — or one line and exit 2: unreachable, wrong credentials, no such database,
+ * too old a server, or a schema a newer Capstan wrote (nothing is changed then).
+ */
+export async function postgresOrExit(url: string): Promise<{ engine: PgEngine; applied: number[] }> {
+  const where = databaseWhere(url)
+  const admin = new Bun.SQL(url, { max: 1, connectionTimeout: 10, bigint: true })
+  try {
+    const [row] = await admin`SELECT current_setting('server_version_num')::int AS v`
+    if (Number(row.v) < 150000) fail(`the database ${where} runs PostgreSQL ${Math.floor(Number(row.v) / 10000)}; Capstan needs 15 or newer`)
+    return { engine: PgEngine.connect(url), applied: await migratePostgres(admin) }
+  } catch (e) {
+    fail(postgresFailure(e, where))
+  } finally {
+    await admin.close().catch(() => {})
   }
 }
