@@ -96,6 +96,8 @@ export async function serve() {
     stopServices(svc)
     await app.stop()
     const left = await settleServices(svc)
+    // the numbers this instance released go to the others at once (not after their lease runs out)
+    await svc.pacer.leases.releaseAll().catch((e) => log.warn('could not hand the number leases over; they pass to another instance within 15 s', { error: String((e as Error)?.message ?? e).slice(0, 200) }))
     try {
       await svc.keys.flushUse()
     } catch (e) {

@@ -19,7 +19,7 @@ import { SECURITY_HEADERS, SIGN_IN, authPlugin } from './http/auth'
 import { AllowedMethods, methodNotAllowed } from './http/methods'
 import { ClientAddresses } from './http/client'
 import { ipRanges } from './http/ip-ranges'
-import { WindowCounter } from './http/limits'
+import { SharedWindows, WindowCounter } from './http/limits'
 import { DOC_COMPONENTS, DOC_LICENSE, adminDocument, hidden } from './http/docs'
 import { ApiError, diskFull, payloadTooLarge, toErrorResponse } from './http/errors'
 import { noteOf, peekNote, requestIdOf } from './http/log'
@@ -75,7 +75,12 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   let root: Elysia<any, any, any, any, any, any, any> | null = null
   const clients = new ClientAddresses(config.trustedProxies.length ? ipRanges(config.trustedProxies) : null, (request) => root?.server?.requestIP(request) ?? null)
   const ipOf = (request: Request) => clients.ip(request)
-  const auth = authPlugin({ config, clients, keys: svc.keys, adminTokenHash, sessions })
+  // instances sharing a database count the limits together there (60 a minute means 60 in all)
+  const { engine } = svc.deps
+  const windows = engine.shared
+    ? { failures: new SharedWindows(engine, 'auth', config.authFailLimit, config.rateWindowMs), perKey: new SharedWindows(engine, 'key', config.keyRateLimit, config.rateWindowMs) }
+    : undefined
+  const auth = authPlugin({ config, clients, keys: svc.keys, adminTokenHash, sessions, windows })
   const log = svc.log
   const webhookGuard = { failures: new WindowCounter(config.authFailLimit, config.rateWindowMs), clientIp: ipOf }
   const responses = new ResponseCounts()
@@ -266,7 +271,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
         : new Elysia().get(
             '/metrics',
             async ({ request, set }) => {
-              auth.checkMetricsToken(request)
+              await auth.checkMetricsToken(request)
               Object.assign(set.headers, SECURITY_HEADERS)
               set.headers['content-type'] = 'text/plain; version=0.0.4; charset=utf-8'
               return await metrics.render()

@@ -79,6 +79,12 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   contacts.onConsentChanged = (tx, row, from, source) =>
     webhooks.enqueueIn(tx, row.workspace_id, 'contact.consent_changed', { ...contacts.toPublic(row), consent_change: { from, to: row.consent_status, source } })
   messages.onQueued = (id) => pacer.wake(id)
+  // a number this instance now releases (at start, or a dead instance's): its sends cut off are settled first
+  pacer.onTakenOver = (ids) => {
+    const taken = new Set(ids)
+    return messages.recoverInterrupted((id) => taken.has(id))
+  }
+  pacer.tellHolder = (id) => background('telling the instance that releases a number', () => deps.engine.announce(deps.engine, `queued:${id}`))
   messages.onThrottled = (id) => pacer.slowDown(id)
   pacer.groupExternalId = (row) => groups.externalIdOf(row)
   messages.groupRefusal = (row, q) => groups.refusalAtRelease(row, q)
@@ -173,6 +179,8 @@ export async function startServices(svc: Services, retryMs = STARTUP_RETRY_MS) {
     inbound: (connectionId, from, body) => keep('inbound message', () => svc.messages.inbound(connectionId, from, body)),
     marketingStopped: (connectionId, phone, source) => keep('consent change', () => svc.messages.marketingStopped(connectionId, phone, source)),
   })
+  // what other instances on the same database change (PostgreSQL; nothing on SQLite)
+  await svc.deps.engine.listen((what) => void heard(svc, what).catch((e) => svc.log.error('an announced change could not be applied', { change: what.split(':')[0], error: String((e as Error)?.message ?? e) })))
   try {
     await recoverAtStart(svc)
   } catch (e) {
@@ -200,13 +208,41 @@ export async function startServices(svc: Services, retryMs = STARTUP_RETRY_MS) {
   await runBackground(svc)
 }
 
+/**
+ * A change another instance made (Engine.announce): what this one keeps in memory follows. Its own
+ * announcements come back too, and change nothing it does not already know.
+ */
+async function heard(svc: Services, what: string) {
+  const at = what.indexOf(':')
+  const kind = what.slice(0, at)
+  const id = what.slice(at + 1)
+  switch (kind) {
+    case 'workspace':
+      await svc.workspaces.reload(id)
+      svc.pacer.wakeWorkspace(id)
+      return
+    case 'key':
+      svc.keys.forget(id)
+      return
+    case 'connection':
+      if (await svc.connections.reload(id)) svc.pacer.wake(id)
+      return
+    case 'queued':
+      svc.pacer.wakeHere(id)
+      return
+  }
+}
+
 /** The start-up's writes: settle what a crash left, then what expired while the server was down. */
 async function recoverAtStart(svc: Services) {
   // one write whatever there is to recover: a start on a full disk finds out here, not at the
   // first request or send
   await svc.deps.engine.write((tx) => tx.run(STARTED_AT, new Date(svc.deps.clock.now()).toISOString()))
   await svc.media.store.init({ keepTemp: true })
-  await svc.messages.recoverInterrupted()
+  // the leases of the numbers this instance will release; taking them settles their interrupted
+  // sends (and those of numbers since removed)
+  await svc.pacer.claimLeases()
+  await svc.messages.recoverInterrupted((id) => !svc.connections.has(id))
   // after a restore: erasures recorded since that backup was made are done again, before anything is sent or served
   await svc.eraser.reapply()
   await svc.messages.expireQueued()

@@ -84,7 +84,7 @@ let stopping = false
 async function stopAll(code: number) {
   if (stopping) return
   stopping = true
-  proxy?.stop(true)
+  void proxy?.stop(true)
   for (const i of instances) if (i.proc.exitCode === null) i.proc.kill('SIGTERM')
   await Promise.all(instances.map((i) => i.proc.exited))
   await s3.close().catch(() => {})

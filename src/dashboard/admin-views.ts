@@ -51,7 +51,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     .get(
       '/workspaces/:id/numbers/live',
       async ({ params }) => {
-        const ws = svc.workspaces.get(params.id)
+        const ws = await svc.workspaces.find(params.id)
         const workspacePolicy = svc.workspaces.settings(ws).sending_policy
         const now = svc.deps.clock.now()
         return {
@@ -80,7 +80,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     .get(
       '/workspaces/:id/messages',
       async ({ params, query }) => {
-        svc.workspaces.get(params.id)
+        await svc.workspaces.find(params.id)
         const q = validate(logQuery, { ...query, phone: queryPhone(query.phone) })
         const contactId = q.phone === undefined ? undefined : (await svc.contacts.byNumber(params.id, q.phone)).id
         return paged(query, (l, o) => svc.messages.list(params.id, { direction: q.direction, status: q.status, contactId }, l, o), (m) => svc.messages.toPublic(m))
@@ -89,8 +89,8 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     )
     .get(
       '/workspaces/:id/contacts',
-      ({ params, query }) => {
-        svc.workspaces.get(params.id)
+      async ({ params, query }) => {
+        await svc.workspaces.find(params.id)
         return contactsPage(svc, params.id, query)
       },
       { admin: true, detail: adminOp({ summary: "A workspace's contacts", tag, query: listContactsQuery, ok: { status: 200, data: contactDoc, list: true, description: 'A page of contacts, as GET /api/v1/contacts.' }, errors: [404, 422] }) },
@@ -99,7 +99,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     .get(
       '/workspaces/:id/media/:mediaId/download',
       async ({ params, request }) => {
-        svc.workspaces.get(params.id)
+        await svc.workspaces.find(params.id)
         if (!UUID.test(params.mediaId)) throw notFound('media')
         return downloadResponse(svc, await svc.media.get(params.id, params.mediaId.toLowerCase()), request.headers.get('range'))
       },
@@ -107,8 +107,8 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     )
     .get(
       '/workspaces/:id/campaigns',
-      ({ params, query }) => {
-        svc.workspaces.get(params.id)
+      async ({ params, query }) => {
+        await svc.workspaces.find(params.id)
         return paged(query, (l, o) => svc.campaigns.list(params.id, l, o), (c) => svc.campaigns.toPublic(c))
       },
       { admin: true, detail: adminOp({ summary: "A workspace's campaigns", tag, query: pageQuery, ok: { status: 200, data: campaignDoc, list: true, description: 'A page of campaigns, newest first.' }, errors: [404, 422] }) },
@@ -116,7 +116,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     .get(
       '/workspaces/:id/stats/daily',
       async ({ params, query }) => {
-        svc.workspaces.get(params.id)
+        await svc.workspaces.find(params.id)
         const days = validate(daysQuery, query).days ?? 14
         const today = Math.floor(svc.deps.clock.now() / DAY) * DAY
         const since = today - (days - 1) * DAY

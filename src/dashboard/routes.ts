@@ -35,7 +35,7 @@ export function dashboardRoutes(sessions: Sessions, auth: ReturnType<typeof auth
       '/admin/session',
       async ({ request, body, checkAdminToken }) => {
         const token = (body as Record<string, unknown> | null)?.token
-        if (request.headers.get('x-capstan-csrf') !== '1' || !checkAdminToken(request, token)) {
+        if (request.headers.get('x-capstan-csrf') !== '1' || !(await checkAdminToken(request, token))) {
           return new Response(JSON.stringify({ message: 'A valid admin token is required.', code: 'unauthenticated' }), { status: 401, headers: { ...SECURITY_HEADERS, 'content-type': 'application/json; charset=utf-8' } })
         }
         const s = await sessions.issue()

@@ -60,6 +60,12 @@ export interface ReadsNow {
 export interface Engine extends Queries {
   readonly kind: 'sqlite' | 'postgres'
   /**
+   * Whether other processes may be using this database at the same time (several instances on
+   * PostgreSQL): what one instance keeps in memory alone — request counts, a network's simulated
+   * record — must then be kept in the database. The embedded file belongs to one process (its lock).
+   */
+  readonly shared: boolean
+  /**
    * Reads at once, where the engine can (SQLite: its file is local and its calls synchronous);
    * null where every read waits for the network (PostgreSQL). For the few request-path reads
    * that would otherwise make every request wait a turn (an API key not yet in memory).
@@ -75,6 +81,15 @@ export interface Engine extends Queries {
    * by its autovacuum; nothing to do here.
    */
   scrub(): Promise<boolean>
+  /**
+   * Tell every instance on this database that `what` changed ("kind:id"), once `tx` commits — a
+   * key revoked, a workspace deactivated, a number added — so each drops or reloads what it keeps
+   * in memory (PostgreSQL's NOTIFY, delivered in commit order). One process is the whole truth on
+   * SQLite: nothing to tell.
+   */
+  announce(tx: Queries, what: string): Promise<void>
+  /** Hear what the instances announce (this one's own too) until the engine closes. */
+  listen(heard: (what: string) => void): Promise<void>
   close(): Promise<void>
 }
 
@@ -105,6 +120,7 @@ const normalized = (e: unknown) => (isUnique(e) ? new UniqueViolation(e) : e)
 /** The embedded engine: one SQLite connection, its writes through the group commit. */
 export class SqliteEngine implements Engine {
   readonly kind = 'sqlite'
+  readonly shared = false
   readonly now: ReadsNow = {
     get: <T>(s: Statement, ...params: Param[]) => {
       try {
@@ -161,6 +177,10 @@ export class SqliteEngine implements Engine {
     return emptyWal(this.db)
   }
 
+  async announce() {}
+
+  async listen() {}
+
   async close() {
     this.prepared = new WeakMap()
   }
@@ -201,9 +221,14 @@ function pgQueries(runner: PgRunner): Queries {
   }
 }
 
+/** The channel instances announce changes on (see Engine.announce). */
+const CHANNEL = 'capstan_changes'
+const NOTIFY = stmt('', `SELECT pg_notify('${CHANNEL}', $1)`)
+
 /** PostgreSQL through Bun's built-in client: a pool of connections, each write its own transaction. */
 export class PgEngine implements Engine {
   readonly kind = 'postgres'
+  readonly shared = true
   readonly now = null
   private readonly queries: Queries
 
@@ -236,6 +261,14 @@ export class PgEngine implements Engine {
 
   async scrub() {
     return true
+  }
+
+  async announce(tx: Queries, what: string) {
+    await tx.run(NOTIFY, what)
+  }
+
+  async listen(heard: (what: string) => void) {
+    await this.client.listen(CHANNEL, heard)
   }
 
   async close() {

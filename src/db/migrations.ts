@@ -36,6 +36,7 @@ import m0034 from '../../migrations/0034_webhook_delivery_counts.sql' with { typ
 import m0035 from '../../migrations/0035_suppressions_page.sql' with { type: 'text' }
 import m0036 from '../../migrations/0036_media_per_workspace.sql' with { type: 'text' }
 import m0037 from '../../migrations/0037_message_outcome_counts.sql' with { type: 'text' }
+import m0038 from '../../migrations/0038_cluster.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -75,4 +76,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 35, name: '0035_suppressions_page', sql: m0035 },
   { version: 36, name: '0036_media_per_workspace', sql: m0036 },
   { version: 37, name: '0037_message_outcome_counts', sql: m0037 },
+  { version: 38, name: '0038_cluster', sql: m0038 },
 ]

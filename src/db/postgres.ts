@@ -5,12 +5,16 @@
  * two to the same tables, columns, indexes and triggers.
  */
 import pg0037 from '../../migrations/pg/0037_baseline.sql' with { type: 'text' }
+import pg0038 from '../../migrations/pg/0038_cluster.sql' with { type: 'text' }
 
 /**
  * PostgreSQL starts at the SQLite schema's version 37 in one file (no installation ever ran an
  * earlier one); each later version comes as a pair of files, one per engine.
  */
-export const PG_MIGRATIONS: { version: number; name: string; sql: string }[] = [{ version: 37, name: '0037_baseline', sql: pg0037 }]
+export const PG_MIGRATIONS: { version: number; name: string; sql: string }[] = [
+  { version: 37, name: '0037_baseline', sql: pg0037 },
+  { version: 38, name: '0038_cluster', sql: pg0038 },
+]
 
 export const PG_LATEST = Math.max(...PG_MIGRATIONS.map((m) => m.version))
 

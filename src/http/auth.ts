@@ -18,7 +18,7 @@ import type { ClientAddresses } from './client'
 import { inRanges, limitName } from './ip-ranges'
 import { UUID } from './schema'
 import { ApiError, adminUnauthenticated, authRateLimited, badRequest, insufficientScope, rateLimited, unauthenticated, workspaceUnavailable } from './errors'
-import { WindowCounter } from './limits'
+import { WindowCounter, type Windows } from './limits'
 import { noteOf } from './log'
 import { type OpOptions, op } from './docs'
 import type { Sessions } from './session'
@@ -70,12 +70,14 @@ export interface AuthOptions {
   /** SHA-256 of the admin token. */
   adminTokenHash: Uint8Array
   sessions: Sessions
+  /** The limits' windows when several instances count together (else in memory). */
+  windows?: { failures: Windows; perKey: Windows }
 }
 
-export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: AuthOptions) {
+export function authPlugin({ config, clients, keys, adminTokenHash, sessions, windows }: AuthOptions) {
   const ipOf = (request: Request) => clients.ip(request)
-  const failures = new WindowCounter(config.authFailLimit, config.rateWindowMs)
-  const perKey = new WindowCounter(config.keyRateLimit, config.rateWindowMs)
+  const failures: Windows = windows?.failures ?? new WindowCounter(config.authFailLimit, config.rateWindowMs)
+  const perKey: Windows = windows?.perKey ?? new WindowCounter(config.keyRateLimit, config.rateWindowMs)
   const limitHeader = String(config.keyRateLimit)
 
   const matches = (token: unknown, hash: Uint8Array) => typeof token === 'string' && timingSafeEqual(sha256(token), hash)
@@ -84,31 +86,46 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: 
    * A failed credential from the request's client: counted against its address (an IPv6 client by
    * its /64); 429 in place of the 401 while that address is over the failed-auth limit.
    */
-  const failed = (request: Request, ip: string = ipOf(request)) => {
+  const failed = (request: Request, ip: string = ipOf(request)): void | Promise<void> => {
     const name = limitName(ip)
-    if (failures.exceeded(name)) throw authRateLimited()
-    failures.hit(name)
+    const over = failures.exceeded(name)
+    if (over instanceof Promise)
+      return over.then(async (o) => {
+        if (o) throw authRateLimited()
+        await failures.hit(name)
+      })
+    if (over) throw authRateLimited()
+    void failures.hit(name)
+  }
+  /** `failed`, then `error` (or the 429 in its place). */
+  const refuse = (request: Request, error: ApiError, ip?: string): never | Promise<never> => {
+    const counted = failed(request, ip)
+    if (counted)
+      return counted.then(() => {
+        throw error
+      })
+    throw error
   }
   /** Before a body is read where the credential is in the body (sign-in): 429 past the limit. */
-  const refuseIfOverLimit = (request: Request) => {
-    if (failures.active() && failures.exceeded(limitName(ipOf(request)))) throw authRateLimited()
+  const refuseIfOverLimit = async (request: Request) => {
+    if (failures.active() && (await failures.exceeded(limitName(ipOf(request))))) throw authRateLimited()
   }
   /**
    * A presented token against a stored hash. A token that verifies is accepted even from an
    * address over the failed-auth limit (spec §8: the limit is for invalid bearers, so one abuser
    * behind a shared address locks nobody out); one that does not is counted, and 429 past it.
    */
-  const checkToken = (request: Request, token: unknown, hash: Uint8Array): boolean => {
+  const checkToken = async (request: Request, token: unknown, hash: Uint8Array): Promise<boolean> => {
     if (matches(token, hash)) return true
-    failed(request)
+    await failed(request)
     return false
   }
   /** Dashboard sign-in: the admin token. */
   const checkAdminToken = (request: Request, token: unknown) => checkToken(request, token, adminTokenHash)
   const metricsTokenHash = config.metricsToken === null ? null : sha256(config.metricsToken)
   /** GET /metrics: `Authorization: Bearer <CAPSTAN_METRICS_TOKEN>`, else 401 (429 past the limit). */
-  const checkMetricsToken = (request: Request) => {
-    if (metricsTokenHash === null || !checkToken(request, bearerToken(request.headers.get('authorization')), metricsTokenHash)) {
+  const checkMetricsToken = async (request: Request) => {
+    if (metricsTokenHash === null || !(await checkToken(request, bearerToken(request.headers.get('authorization')), metricsTokenHash))) {
       throw new ApiError(401, 'unauthenticated', 'A valid metrics token is required.')
     }
   }
@@ -124,18 +141,12 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: 
     // a key in memory is answered at once; another is read from the database first
     return found instanceof Promise ? found.then((f) => held(request, f)) : held(request, found)
   }
-  const held = (request: Request, found: Authenticated | null): Authenticated => {
-    if (!found) {
-      failed(request)
-      throw unauthenticated()
-    }
+  const held = (request: Request, found: Authenticated | null): Authenticated | Promise<never> => {
+    if (!found) return refuse(request, unauthenticated())
     // a key limited to some addresses is, from any other, no valid key (the same 401, counted)
     if (found.key.allowedFrom !== null) {
       const from = ipOf(request)
-      if (!inRanges(found.key.allowedFrom, from)) {
-        failed(request, from)
-        throw unauthenticated()
-      }
+      if (!inRanges(found.key.allowedFrom, from)) return refuse(request, unauthenticated(), from)
     }
     return found
   }
@@ -145,8 +156,7 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: 
     const header = request.headers.get('authorization')
     if (isAdminToken(bearerToken(header))) return 'token'
     if (!header && (await sessions.valid(request.headers.get('cookie')))) return 'session'
-    failed(request)
-    throw adminUnauthenticated()
+    return refuse(request, adminUnauthenticated())
   }
 
   /**
@@ -158,7 +168,7 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: 
   const admitBody = async (request: Request, path: string) => {
     if (path.startsWith('/api/v1/')) return keyHolder(request)
     if (path.startsWith('/admin/api/')) await operatorVia(request)
-    else if (path === SIGN_IN) refuseIfOverLimit(request)
+    else if (path === SIGN_IN) await refuseIfOverLimit(request)
     return null
   }
 
@@ -174,20 +184,25 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions }: 
   const resolveCaller = (scope: Scope) =>
     keys.answersAtOnce
       ? function resolve({ request, set, body, params }: ResolveContext): { caller: Caller } {
-          const found = keyHolder(request) as Authenticated
-          return { caller: callerOf(scope, set, body, params, found) }
+          const found = admitted(set, keyHolder(request) as Authenticated)
+          const left = perKey.hit(found.key.id) as number
+          return { caller: callerOf(scope, set, body, params, found, left) }
         }
       : async function resolve({ request, set, body, params }: ResolveContext): Promise<{ caller: Caller }> {
-          const found = await keyHolder(request)
-          return { caller: callerOf(scope, set, body, params, found) }
+          const found = admitted(set, await keyHolder(request))
+          const left = await perKey.hit(found.key.id)
+          return { caller: callerOf(scope, set, body, params, found, left) }
         }
   type ResolveContext = { request: Request; set: { headers: Record<string, string | number> }; body: unknown; params?: Record<string, string> }
-  const callerOf = (scope: Scope, set: ResolveContext['set'], body: unknown, params: Record<string, string> | undefined, found: Authenticated): Caller => {
+  /** The key's workspace noted for the log; 403 for an inactive one (before its key's limit counts). */
+  const admitted = (set: ResolveContext['set'], found: Authenticated): Authenticated => {
     const note = noteOf(set)
     note.workspaceId = found.workspace.id
     note.keyId = found.key.keyId
     if (found.workspace.status !== 'active') throw workspaceUnavailable()
-    const left = perKey.hit(found.key.id)
+    return found
+  }
+  const callerOf = (scope: Scope, set: ResolveContext['set'], body: unknown, params: Record<string, string> | undefined, found: Authenticated, left: number): Caller => {
     // a fresh object of one fixed shape (nothing has set a header yet): cheaper for the engine,
     // and for Bun to turn into response headers, than adding to Elysia's null-prototype one
     set.headers = {

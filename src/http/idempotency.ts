@@ -12,6 +12,9 @@ import type { Deps } from '../deps'
 import { ApiError, conflict } from './errors'
 
 export const IDEMPOTENCY_TTL_MS = 86_400_000
+/** A placeholder older than this is of a request whose instance died: the key may be taken again. */
+const IN_PROGRESS_MS = 5 * 60_000
+const inProgress = () => conflict('idempotency_in_progress', 'A request with this Idempotency-Key is still being processed.')
 const KEY_FORMAT = /^[A-Za-z0-9._:-]{8,255}$/
 
 export interface Ticket {
@@ -47,6 +50,14 @@ const Q = {
      ON CONFLICT (api_key_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, body = excluded.body, created_at = excluded.created_at`,
   ),
   purge: stmt('DELETE FROM idempotency_keys WHERE created_at <= ?'),
+  // instances sharing the database: a request takes its key with a placeholder (status 0) before
+  // it runs — unless a response is stored (not expired) or another request holds it (not stale)
+  claim: stmt(
+    `INSERT INTO idempotency_keys (api_key_id, method, path, idem_key, fingerprint, status, body, created_at) VALUES (?, ?, ?, ?, ?, 0, '', ?)
+     ON CONFLICT (api_key_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = 0, body = '', created_at = excluded.created_at
+     WHERE idempotency_keys.created_at <= ? OR (idempotency_keys.status = 0 AND idempotency_keys.created_at <= ?)`,
+  ),
+  unclaim: stmt('DELETE FROM idempotency_keys WHERE api_key_id = ? AND method = ? AND path = ? AND idem_key = ? AND status = 0'),
   forget: stmt(
     'DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE workspace_id = ?) AND instr(body, ?) > 0',
     'DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE workspace_id = $1) AND strpos(body, $2) > 0',
@@ -72,12 +83,27 @@ export class Idempotency {
     if (!KEY_FORMAT.test(header)) throw new ApiError(422, 'invalid_idempotency_key', 'The Idempotency-Key header must be 8 to 255 characters from A-Z, a-z, 0-9, dot, underscore, colon and hyphen.')
     const fingerprint = Bun.CryptoHasher.hash('sha256', JSON.stringify([method, path, await canonical(body ?? {})])).toString('hex')
     const id = JSON.stringify([apiKeyId, method, path, header])
-    const stored = await this.deps.engine.get<{ fingerprint: string; status: number; body: string; created_at: number }>(Q.get, apiKeyId, method, path, header)
-    if (stored && stored.created_at > this.deps.clock.now() - IDEMPOTENCY_TTL_MS) {
-      if (stored.fingerprint !== fingerprint) throw conflict('idempotency_conflict', 'This Idempotency-Key was already used with a different request body.')
-      return { replay: { status: stored.status, body: stored.body } }
+    const { engine } = this.deps
+    const answer = async (): Promise<Begin> => {
+      const stored = await engine.get<{ fingerprint: string; status: number; body: string; created_at: number }>(Q.get, apiKeyId, method, path, header)
+      const now = this.deps.clock.now()
+      if (stored && stored.status !== 0 && stored.created_at > now - IDEMPOTENCY_TTL_MS) {
+        if (stored.fingerprint !== fingerprint) throw conflict('idempotency_conflict', 'This Idempotency-Key was already used with a different request body.')
+        return { replay: { status: stored.status, body: stored.body } }
+      }
+      // (a placeholder of another instance's request still running)
+      if (this.inflight.has(id) || (stored?.status === 0 && stored.created_at > now - IN_PROGRESS_MS)) throw inProgress()
+      return null
     }
-    if (this.inflight.has(id)) throw conflict('idempotency_in_progress', 'A request with this Idempotency-Key is still being processed.')
+    const known = await answer()
+    if (known) return known
+    if (engine.shared) {
+      const now = this.deps.clock.now()
+      const took = await engine.write((tx) => tx.run(Q.claim, apiKeyId, method, path, header, fingerprint, now, now - IDEMPOTENCY_TTL_MS, now - IN_PROGRESS_MS))
+      // another instance took it between the look and the claim: its answer, or 409 while it runs
+      if (!took) return (await answer()) ?? Promise.reject(inProgress())
+    }
+    if (this.inflight.has(id)) throw inProgress()
     this.inflight.add(id)
     return { ticket: { id, apiKeyId, method, path, key: header, fingerprint } }
   }
@@ -92,8 +118,11 @@ export class Idempotency {
     await this.deps.engine.write((tx) => this.recordIn(tx, t, status, body))
   }
 
-  end(t: Ticket | undefined) {
-    if (t) this.inflight.delete(t.id)
+  /** The request is answered: its key is free again here, and a placeholder it left (no response stored) goes. */
+  async end(t: Ticket | undefined) {
+    if (!t) return
+    this.inflight.delete(t.id)
+    if (this.deps.engine.shared) await this.deps.engine.write((tx) => tx.run(Q.unclaim, t.apiKeyId, t.method, t.path, t.key))
   }
 
   /** Forget records older than 24 h. */
@@ -125,7 +154,7 @@ export class Idempotency {
       if (ticket && e instanceof ApiError && (e.status === 404 || e.status === 422)) await this.record(ticket, e.status, JSON.stringify(e.toBody()))
       throw e
     } finally {
-      this.end(ticket)
+      await this.end(ticket).catch(() => {})
     }
   }
 

@@ -47,7 +47,7 @@ export interface SignatureGuard {
 }
 
 export async function handleCloudApiWebhook(request: Request, connectionId: string, svc: Services, guard: SignatureGuard): Promise<Response> {
-  const live = svc.connections.find(connectionId)
+  const live = await svc.connections.load(connectionId)
   if (!live || !(live.driver instanceof CloudApiConnection)) return json(404, { message: 'The connection was not found.', code: 'not_found' })
   const driver = live.driver
   const url = new URL(request.url)
@@ -146,7 +146,7 @@ async function inboundFile(m: any, connectionId: string, svc: Services, driver: 
   const type = String(m.type)
   const media = MEDIA_TYPES.has(type) && Object.hasOwn(m, type) ? m[type] : null
   if (typeof media?.id !== 'string' || media.id.length === 0 || media.id.length > 256) return null
-  const workspaceId = svc.connections.getAny(connectionId).row.workspace_id
+  const workspaceId = (await svc.connections.obtainAny(connectionId)).row.workspace_id
   const { max_bytes } = svc.workspaces.settings(svc.workspaces.cached(workspaceId)!).media
   const skip = (reason: string) => {
     svc.log.warn('inbound file not kept', { connection_id: connectionId, type, reason })

@@ -3,6 +3,7 @@
  * the core never knows which network it talks to. A driver reports what happens later (receipts,
  * inbound messages) through the `DriverEvents` it is given.
  */
+import type { Engine } from '../db/engine'
 
 export interface OutboundMedia {
   id: string
@@ -176,9 +177,9 @@ export interface ConnectionDriver {
   /** Stop timers; the connection was removed or the server stops. */
   close(): void
   /** The connection was removed for good (after `close`): delete what the driver keeps on disk. */
-  discard?(): void
+  discard?(): unknown
   /** A contact with this number was erased: remove the number, and what was sent to it, from what the driver keeps on disk. */
-  forget?(number: string): void
+  forget?(number: string): unknown
   /** Message content retention: drop the texts of sends accepted before this time (ms) from what the driver keeps on disk; how many. */
   forgetContent?(before: number): Promise<number>
 }
@@ -195,6 +196,8 @@ export interface DriverContext {
   log: { warn(msg: string, fields?: Record<string, unknown>): void }
   /** CAPSTAN_DATA_DIR, for drivers that keep state on disk (the sandbox's record of sends). */
   dataDir: string
+  /** The database (the sandbox keeps its record there when several instances share it: Engine.shared). */
+  engine: Engine
   /** The core's clock (ms): what a driver records times with, so retention compares like with like. */
   now: () => number
 }

@@ -11,6 +11,7 @@ import { dirname, join } from 'node:path'
 import type { ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
 import { DriverError } from './driver'
 import { E164 } from '../http/phone'
+import { type Engine, stmt } from '../db/engine'
 
 const NEWLINE = Buffer.from('\n')
 
@@ -330,6 +331,62 @@ export interface SandboxGroup {
   admin: boolean
 }
 
+/** A sandbox send as its record keeps it. */
+type SendEntry = { message_id: string; external_id: string; recipient: string | null; group: string | null; body: string | null; attachments: number; at: string }
+
+/** What the sandbox keeps of the sends it accepted: a file here (SandboxLedger), or the database several instances share. */
+interface SendRecord {
+  record(entry: SendEntry): Promise<void>
+  find(messageId: string): string | null | Promise<string | null>
+  forget(number: string): number | Promise<number>
+  forgetContent(before: string): Promise<number>
+  close(): void
+  discard(): void | Promise<unknown>
+}
+
+const SHARED = {
+  insert: stmt(
+    'INSERT INTO sandbox_sends (connection_id, message_id, external_id, recipient, group_id, body, attachments, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (connection_id, message_id) DO NOTHING',
+  ),
+  find: stmt('SELECT external_id FROM sandbox_sends WHERE connection_id = ? AND message_id = ?'),
+  forget: stmt('UPDATE sandbox_sends SET recipient = NULL, body = NULL WHERE connection_id = ? AND recipient = ?'),
+  forgetContent: stmt('UPDATE sandbox_sends SET body = NULL WHERE connection_id = ? AND at < ? AND body IS NOT NULL'),
+  discard: stmt('DELETE FROM sandbox_sends WHERE connection_id = ?'),
+  groups: stmt('SELECT groups FROM sandbox_groups WHERE connection_id = ?'),
+  setGroups: stmt('INSERT INTO sandbox_groups (connection_id, groups) VALUES (?, ?) ON CONFLICT (connection_id) DO UPDATE SET groups = excluded.groups'),
+  dropGroups: stmt('DELETE FROM sandbox_groups WHERE connection_id = ?'),
+}
+
+/**
+ * The record of sends in the database, where every instance sharing it reads it: crash recovery on
+ * the instance that takes a dead one's numbers over asks it whether a send got through.
+ */
+class DatabaseRecord implements SendRecord {
+  constructor(
+    private readonly engine: Engine,
+    private readonly connectionId: string,
+  ) {}
+  async record(e: SendEntry) {
+    await this.engine.write((tx) => tx.run(SHARED.insert, this.connectionId, e.message_id, e.external_id, e.recipient, e.group, e.body, e.attachments, e.at))
+  }
+  async find(messageId: string) {
+    return (await this.engine.get<{ external_id: string }>(SHARED.find, this.connectionId, messageId))?.external_id ?? null
+  }
+  forget(number: string) {
+    return this.engine.write((tx) => tx.run(SHARED.forget, this.connectionId, number))
+  }
+  forgetContent(before: string) {
+    return this.engine.write((tx) => tx.run(SHARED.forgetContent, this.connectionId, before))
+  }
+  close() {}
+  discard() {
+    return this.engine.write(async (tx) => {
+      await tx.run(SHARED.discard, this.connectionId)
+      await tx.run(SHARED.dropGroups, this.connectionId)
+    })
+  }
+}
+
 const DEFAULTS: SandboxConfig = { delivered_after_ms: 1000, read_after_ms: 3000, fail_recipients: [], accept_after_ms: 0 }
 
 const delay = (v: unknown) => v === null || (typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 86_400_000)
@@ -338,13 +395,14 @@ export class SandboxConnection implements ConnectionDriver {
   private config: SandboxConfig
   private timers = new Set<Timer>()
   private groups: GroupInfo[] = []
-  private ledger: SandboxLedger
+  private ledger: SendRecord
   /** The number was removed (see `discard`). */
   private removed = false
 
   constructor(private readonly ctx: DriverContext) {
     this.config = { ...DEFAULTS, ...(ctx.config as Partial<SandboxConfig>) }
-    this.ledger = new SandboxLedger(join(ctx.dataDir, 'sandbox', `${ctx.connectionId}.jsonl`))
+    // instances sharing a database share the record (and the groups): any of them may settle a send
+    this.ledger = ctx.engine.shared ? new DatabaseRecord(ctx.engine, ctx.connectionId) : new SandboxLedger(join(ctx.dataDir, 'sandbox', `${ctx.connectionId}.jsonl`))
   }
 
   configure(config: Record<string, unknown>) {
@@ -358,7 +416,7 @@ export class SandboxConnection implements ConnectionDriver {
     // removed while this send waited: nothing is recorded again after the record was deleted
     if (this.removed) throw new DriverError('connection_removed', 'The connection was removed before the message was sent.')
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
-    const group = message.groupExternalId === null ? undefined : this.groups.find((g) => g.externalId === message.groupExternalId)
+    const group = message.groupExternalId === null ? undefined : (await this.currentGroups()).find((g) => g.externalId === message.groupExternalId)
     if (group?.announce && !group.isAdmin) throw new DriverError('group_admin_only', 'Only admins can post in this group.')
     if (message.recipient && this.config.fail_recipients.includes(message.recipient)) {
       throw new DriverError('recipient_unreachable', 'The network could not deliver to this recipient.')
@@ -378,17 +436,24 @@ export class SandboxConnection implements ConnectionDriver {
   }
 
   async confirm(messageId: string) {
-    const externalId = this.ledger.find(messageId)
+    const externalId = await this.ledger.find(messageId)
     return externalId ? { externalId } : null
   }
 
   async listGroups(): Promise<GroupInfo[] | null> {
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
-    return this.groups.map((g) => ({ ...g }))
+    return (await this.currentGroups()).map((g) => ({ ...g }))
+  }
+
+  /** The groups it reports: held here, or — instances sharing a database — in the database (counts only). */
+  private async currentGroups(): Promise<GroupInfo[]> {
+    if (!this.ctx.engine.shared) return this.groups
+    const row = await this.ctx.engine.get<{ groups: string }>(SHARED.groups, this.ctx.connectionId)
+    return row ? (JSON.parse(row.groups) as GroupInfo[]) : []
   }
 
   /** What the simulated network reports at the next sync. Participants are counted, then dropped. */
-  setGroups(groups: SandboxGroup[]) {
+  async setGroups(groups: SandboxGroup[]) {
     this.groups = groups.map((g) => ({
       externalId: g.external_id,
       name: g.name,
@@ -396,6 +461,8 @@ export class SandboxConnection implements ConnectionDriver {
       announce: g.announce,
       isAdmin: g.admin,
     }))
+    const counted = JSON.stringify(this.groups)
+    if (this.ctx.engine.shared) await this.ctx.engine.write((tx) => tx.run(SHARED.setGroups, this.ctx.connectionId, counted))
   }
 
   close() {
@@ -406,11 +473,11 @@ export class SandboxConnection implements ConnectionDriver {
 
   discard() {
     this.removed = true
-    this.ledger.discard()
+    return this.ledger.discard()
   }
 
   forget(number: string) {
-    this.ledger.forget(number)
+    return this.ledger.forget(number)
   }
 
   forgetContent(before: number) {

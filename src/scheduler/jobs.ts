@@ -20,23 +20,25 @@ export function warnIfDiskLow(svc: Services) {
 export function startJobs(svc: Services): Cron[] {
   // a job that fails is logged; one that works in steps (returns a promise) is awaited, so that
   // croner's `protect` keeps a run that is still going from overlapping the next
-  const guard = (name: string, fn: () => unknown) => async () => {
+  // a job marked `once` runs on one instance per schedule when several share the database
+  const guard = (name: string, fn: () => unknown, once = false) => async () => {
     try {
+      if (once && !(await svc.pacer.leases.runsJob(name, 50_000))) return
       await fn()
     } catch (e) {
       svc.log.error('job failed', { job: name, error: String((e as Error)?.stack ?? e) })
     }
   }
   return [
-    new Cron('30 * * * * *', { protect: true }, guard('expire-queued', () => svc.messages.expireQueued())),
+    new Cron('30 * * * * *', { protect: true }, guard('expire-queued', () => svc.messages.expireQueued(), true)),
     new Cron('45 * * * * *', { protect: true }, guard('key-last-used', () => svc.keys.flushUse())),
-    new Cron('0 */10 * * * *', { protect: true }, guard('purge-idempotency', () => svc.idempotency.purge())),
-    new Cron('0 35 * * * *', { protect: true }, guard('webhook-delivery-retention', () => svc.webhooks.pruneFinished())),
-    new Cron('5 0 * * * *', { protect: true }, guard('campaigns-allowance', () => svc.campaigns.resumeWhereRoom())),
-    new Cron('15 * * * * *', { protect: true }, guard('campaigns-sweep', () => svc.campaigns.sweep())),
+    new Cron('0 */10 * * * *', { protect: true }, guard('purge-idempotency', () => svc.idempotency.purge(), true)),
+    new Cron('0 35 * * * *', { protect: true }, guard('webhook-delivery-retention', () => svc.webhooks.pruneFinished(), true)),
+    new Cron('5 0 * * * *', { protect: true }, guard('campaigns-allowance', () => svc.campaigns.resumeWhereRoom(), true)),
+    new Cron('15 * * * * *', { protect: true }, guard('campaigns-sweep', () => svc.campaigns.sweep(), true)),
     new Cron('20 */10 * * * *', { protect: true }, guard('disk-space', () => warnIfDiskLow(svc))),
-    new Cron('0 25 * * * *', { protect: true }, guard('message-retention', () => svc.messageRetention.run())),
-    new Cron('0 5 * * * *', { protect: true }, guard('media-retention', () => svc.media.purgeExpired())),
+    new Cron('0 25 * * * *', { protect: true }, guard('message-retention', () => svc.messageRetention.run(), true)),
+    new Cron('0 5 * * * *', { protect: true }, guard('media-retention', () => svc.media.purgeExpired(), true)),
     new Cron('50 */10 * * * *', { protect: true }, guard('automatic-backup', () => svc.backups.runIfDue())),
     // and a minute after the start: a new installation has its first backup at once
     new Cron(new Date(Date.now() + 60_000), { maxRuns: 1 }, guard('automatic-backup', () => svc.backups.runIfDue())),

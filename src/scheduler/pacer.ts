@@ -17,6 +17,7 @@ import type { MessageRow } from '../modules/messages/store'
 import type { Queries } from '../db/engine'
 import type { WorkspaceService } from '../modules/workspaces/service'
 import { nextWarmupStep } from './warmup'
+import { NumberLeases, RENEW_MS } from './leases'
 
 const HOUR = 3_600_000
 const DAY = 86_400_000
@@ -132,12 +133,16 @@ export class Pacer {
     private readonly clock: Clock = deps.clock,
     private readonly timers: Timers = realTimers,
     private readonly random: () => number = Math.random,
-  ) {}
+  ) {
+    this.leases = new NumberLeases(deps.engine)
+  }
 
   async start(extra: string[] = []) {
     this.running = true
     for (const id of [...(await this.messages.connectionsWithQueue()), ...extra]) this.pending.add(id)
     this.schedule(0)
+    // the leases of every number known here: renewed, and a dead instance's taken over
+    this.renewal = setInterval(() => void this.claimLeases().catch((e) => this.log.errorAtMostEvery(60_000, 'number leases could not be renewed', { error: String((e as Error)?.message ?? e) })), RENEW_MS)
   }
 
   stop() {
@@ -145,10 +150,61 @@ export class Pacer {
     if (this.timer !== null) this.timers.clear(this.timer)
     this.timer = null
     this.timerAt = Infinity
+    if (this.renewal) clearInterval(this.renewal)
+    this.renewal = null
   }
 
-  /** A number may have something to release (new message, came online, policy changed). */
+  /** Which instance releases each number (see leases.ts). */
+  readonly leases: NumberLeases
+  private renewal: Timer | null = null
+  /** Numbers whose lease another instance was found to hold, until when (ms, wall clock): asked again after. */
+  private elsewhere = new Map<string, number>()
+
+  /**
+   * Take or renew the leases of every number known here; for the numbers newly taken (at start,
+   * or a dead instance's) `onTakenOver` runs first (its sends cut off are settled), then they are woken.
+   */
+  async claimLeases(ids = this.connections.all().map((c) => c.row.id)) {
+    const fresh = await this.leases.claim(ids)
+    if (fresh.length === 0) return fresh
+    for (const id of fresh) this.elsewhere.delete(id)
+    try {
+      await this.onTakenOver(fresh)
+    } catch (e) {
+      this.leases.forget(fresh)
+      throw e
+    }
+    for (const id of fresh) this.wakeHere(id)
+    return fresh
+  }
+
+  /** Numbers this instance has just taken over (set by services: crash recovery of their sends). */
+  onTakenOver: (connectionIds: string[]) => Promise<void> = async () => {}
+
+  /** Tells the instance that holds a number's lease to look at it (set by services: an announcement). */
+  tellHolder: (connectionId: string) => void = () => {}
+
+  /**
+   * A number may have something to release (new message, came online, policy changed). Its
+   * holder looks at it: this instance, or — told through the database — another; a number nobody
+   * holds yet (just added) is taken here.
+   */
   wake(connectionId: string) {
+    if (this.leases.holds(connectionId)) return this.wakeHere(connectionId)
+    const until = this.elsewhere.get(connectionId)
+    if (until !== undefined && until > Date.now()) return this.tellHolder(connectionId)
+    void this.claimLeases([connectionId])
+      .then((fresh) => {
+        if (fresh.length) return
+        this.elsewhere.set(connectionId, Date.now() + RENEW_MS)
+        this.tellHolder(connectionId)
+      })
+      .catch((e) => this.log.errorAtMostEvery(60_000, 'a number lease could not be taken', { error: String((e as Error)?.message ?? e) }))
+  }
+
+  /** `wake` on this instance only (the holder was told; or the number is this instance's). */
+  wakeHere(connectionId: string) {
+    if (!this.leases.holds(connectionId)) return
     this.pending.add(connectionId)
     if (this.ticking) this.rewoken.add(connectionId)
     this.schedule(0)
@@ -168,7 +224,7 @@ export class Pacer {
 
   /** Wake every number of a workspace (its policy or status changed). */
   wakeWorkspace(workspaceId: string) {
-    for (const c of this.connections.listForWorkspace(workspaceId)) this.wake(c.row.id)
+    for (const c of this.connections.listForWorkspace(workspaceId)) this.wakeHere(c.row.id)
   }
 
   /** When a number may release next under its policy (ms), from what the scheduler knows. */
@@ -260,7 +316,9 @@ export class Pacer {
 
   private async release() {
     this.rewoken.clear()
-    // the numbers to look at, their releases of the last day read first (outside the write)
+    // the numbers to look at — those whose lease is this instance's — with their releases of the
+    // last day read first (outside the write)
+    for (const id of this.pending) if (!this.leases.holds(id)) this.pending.delete(id)
     const ids = [...this.pending]
     for (const id of ids) await this.loaded(id)
     // each number's state before this tick's releases, put back if their write does not commit
@@ -283,6 +341,11 @@ export class Pacer {
           const live = this.connections.find(id)
           if (!live || live.row.status !== 'online') {
             idle.push(id) // woken again when it comes online
+            continue
+          }
+          // the lease went to another instance (this one stood still past it): that one releases
+          if (!(await this.leases.heldIn(tx, id))) {
+            idle.push(id)
             continue
           }
           // an inactive workspace sends nothing (its queue waits; reactivating it wakes its numbers)

@@ -146,7 +146,7 @@ export class CampaignService {
 
   private async checkRefs(workspaceId: string, input: CampaignInput) {
     if (input.template_id) await this.templates.get(workspaceId, input.template_id)
-    if (input.connection_id) this.connections.get(workspaceId, input.connection_id)
+    if (input.connection_id) await this.connections.obtain(workspaceId, input.connection_id)
     if (input.media_id) await this.headerMedia(workspaceId, input.media_id)
   }
 
@@ -251,7 +251,7 @@ export class CampaignService {
     const row = await this.get(workspaceId, id)
     if (row.status !== 'draft' && row.status !== 'scheduled') throw this.illegal(row, 'scheduled')
     const tpl = await this.templates.get(workspaceId, row.template_id)
-    this.connections.get(workspaceId, row.connection_id)
+    await this.connections.obtain(workspaceId, row.connection_id)
     this.templates.requireNumbered(tpl, JSON.parse(row.variables) as Record<string, unknown>)
     await this.checkHeaderPair(workspaceId, row.template_id, row.media_id)
     // still there: from scheduling on, retention keeps it until the campaign ends (so a campaign

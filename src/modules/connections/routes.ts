@@ -21,8 +21,8 @@ const sandboxTag = 'Sandbox network'
 
 export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
   const conns = svc.connections
-  const sandboxOf = (id: string) => {
-    const c = conns.getAny(id)
+  const sandboxOf = async (id: string) => {
+    const c = await conns.obtainAny(id)
     if (!(c.driver instanceof SandboxConnection)) throw refused('not_sandbox', 'This connection is not a sandbox number.')
     return { live: c, driver: c.driver }
   }
@@ -31,7 +31,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     .post(
       '/workspaces/:id/connections',
       async ({ params, body, set }) => {
-        svc.workspaces.get(params.id)
+        await svc.workspaces.find(params.id)
         const input = validate(createConnectionBody, body)
         const row = await conns.create(params.id, { ...input, config: (body as Record<string, unknown>).config })
         set.status = 201
@@ -41,22 +41,22 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     )
     .get(
       '/workspaces/:id/connections',
-      ({ params }) => {
-        svc.workspaces.get(params.id)
+      async ({ params }) => {
+        await svc.workspaces.find(params.id)
         return { data: conns.listForWorkspace(params.id).map((c) => conns.toAdmin(c.row)) }
       },
       { admin: true, detail: adminOp({ summary: "A workspace's numbers", tag, ok: { status: 200, data: d.list(connectionDoc), description: 'Every number of the workspace.' }, errors: [404] }) },
     )
-    .get('/connections/:id', ({ params }) => ({ data: conns.toAdmin(conns.getAny(params.id).row) }), { admin: true, detail: adminOp({ summary: 'A number', tag, ok: { status: 200, data: connectionDoc, description: 'The number.' }, errors: [404] }) })
+    .get('/connections/:id', async ({ params }) => ({ data: conns.toAdmin((await conns.obtainAny(params.id)).row) }), { admin: true, detail: adminOp({ summary: 'A number', tag, ok: { status: 200, data: connectionDoc, description: 'The number.' }, errors: [404] }) })
     .patch(
       '/connections/:id',
       async ({ params, body }) => {
-        conns.getAny(params.id)
+        await conns.obtainAny(params.id)
         const input = validate(patchConnectionBody, body)
         const raw = body as Record<string, unknown>
         await conns.patch(params.id, { ...input, config: raw.config })
         // ask the network again when the config changed or the number was set online
-        const row = raw.config !== undefined || input.status === 'online' ? await conns.verify(params.id) : conns.getAny(params.id).row
+        const row = raw.config !== undefined || input.status === 'online' ? await conns.verify(params.id) : (await conns.obtainAny(params.id)).row
         return { data: conns.toAdmin(row) }
       },
       { admin: true, detail: adminOp({ summary: 'Change a number', description: 'Name, status, warm-up or config (a new config, or online, asks the network again).', tag, body: patchConnectionBody, bodyExtra: { config: connectionDoc.properties.config }, ok: { status: 200, data: connectionDoc, description: 'The number as stored now.' }, errors: [400, 404, 422] }) },
@@ -64,7 +64,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     .post(
       '/connections/:id/import-templates',
       async ({ params }) => {
-        const workspaceId = conns.getAny(params.id).row.workspace_id
+        const workspaceId = (await conns.obtainAny(params.id)).row.workspace_id
         const r = await svc.templates.importFrom(workspaceId, params.id, await conns.networkTemplates(params.id))
         const shown = (rows: typeof r.created) => rows.map((row) => svc.templates.toPublic(row))
         return { data: { created: shown(r.created), updated: shown(r.updated), existing: shown(r.existing), skipped: r.skipped } }
@@ -85,15 +85,15 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     )
     .put(
       '/connections/:id/sandbox/groups',
-      ({ params, body }) => {
-        const { driver } = sandboxOf(params.id)
+      async ({ params, body }) => {
+        const { driver } = await sandboxOf(params.id)
         const input = validate(sandboxGroupsBody, body)
         const ids = new Set<string>()
         for (const g of input.groups) {
           if (ids.has(g.external_id)) throw validationFailed({ groups: ['Each group needs its own external_id.'] })
           ids.add(g.external_id)
         }
-        driver.setGroups(input.groups.map((g) => ({ ...g, announce: g.announce ?? false, admin: g.admin ?? true })))
+        await driver.setGroups(input.groups.map((g) => ({ ...g, announce: g.announce ?? false, admin: g.admin ?? true })))
         return { data: { groups: input.groups.length } }
       },
       { admin: true, detail: adminOp({ summary: "Set a sandbox number's groups", tag: sandboxTag, body: sandboxGroupsBody, ok: { status: 200, data: d.object({ groups: d.integer }), description: 'How many groups it is in now.' }, errors: [400, 404, 422] }) },
@@ -101,7 +101,7 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     .post(
       '/connections/:id/sandbox/inbound',
       async ({ params, body, set }) => {
-        const { live } = sandboxOf(params.id)
+        const { live } = await sandboxOf(params.id)
         const input = validate(sandboxInboundBody, body)
         if (live.row.receives !== 1) throw refused('connection_not_receiving', 'This number does not receive messages.')
         // a reply to one of the workspace's messages (as a network reports a quoted reply)

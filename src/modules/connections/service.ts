@@ -131,6 +131,7 @@ export class ConnectionService {
       events: this.events!,
       log: this.log,
       dataDir: this.deps.config.dataDir,
+      engine: this.deps.engine,
       now: () => this.deps.clock.now(),
     })
     this.live.set(row.id, entry)
@@ -209,6 +210,51 @@ export class ConnectionService {
     return c
   }
 
+  /**
+   * The number, from memory or else from the database (one another instance added a moment ago,
+   * before its announcement arrived); null when there is none.
+   */
+  async load(id: string): Promise<LiveConnection | null> {
+    return this.live.get(id) ?? (await this.reload(id))
+  }
+
+  /** `load` for this workspace, else 404 "connection". */
+  async obtain(workspaceId: string, id: string): Promise<LiveConnection> {
+    const c = await this.load(id)
+    if (!c || c.row.workspace_id !== workspaceId) throw notFound('connection')
+    return c
+  }
+
+  /** `load`, else 404. */
+  async obtainAny(id: string): Promise<LiveConnection> {
+    const c = await this.load(id)
+    if (!c) throw notFound('connection')
+    return c
+  }
+
+  /**
+   * Another instance changed the number (added, changed, went offline, removed): its row is read
+   * again and its driver here follows — started, reconfigured or closed. Returns it, or null when
+   * it is gone.
+   */
+  async reload(id: string): Promise<LiveConnection | null> {
+    if (this.stopped || !this.events) return null
+    const row = await this.store.byId(id)
+    const c = this.live.get(id)
+    if (!row || row.deleted_at !== null) {
+      if (c) {
+        c.driver.close()
+        this.live.delete(id)
+      }
+      return null
+    }
+    if (!c) return this.attach(row)
+    const reconfigured = c.row.config !== row.config
+    c.row = row
+    if (reconfigured) c.driver.configure(this.open(row))
+    return c
+  }
+
   /** Whether the number is connected (not removed); only while the service runs. */
   has(id: string): boolean {
     return this.live.has(id)
@@ -234,6 +280,7 @@ export class ConnectionService {
     await this.deps.engine.write(async (tx) => {
       await this.store.update(tx, next)
       if (c.row.status !== status) await this.onStatusChangedIn(tx, next, c.row.status)
+      await this.deps.engine.announce(tx, `connection:${id}`)
     })
     c.row = next
     if (status === 'offline') this.log.warn('connection offline', { connection_id: id, reason })
@@ -246,7 +293,7 @@ export class ConnectionService {
    * failed or could not be reached (try again).
    */
   async networkTemplates(id: string): Promise<NetworkTemplateDefinition[]> {
-    const c = this.getAny(id)
+    const c = await this.obtainAny(id)
     if (!c.driver.templates) throw refused('templates_not_supported', 'This number’s network has no templates to import.')
     try {
       return await c.driver.templates()
@@ -259,12 +306,12 @@ export class ConnectionService {
 
   /** Ask the network about a number that can tell (cloud_api); sets online/offline with the reason. */
   async verify(id: string): Promise<ConnectionRow> {
-    const c = this.getAny(id)
+    const c = await this.obtainAny(id)
     if (c.driver.probe && c.row.status === 'online') {
       const r = await c.driver.probe()
       await this.setStatus(id, r.online ? 'online' : 'offline', r.reason)
     }
-    return this.getAny(id).row
+    return c.row
   }
 
   async create(workspaceId: string, input: { phone: string; name?: string | null; driver: DriverName; receives?: boolean; config?: unknown; warmup?: WarmupInput | null }): Promise<ConnectionRow> {
@@ -291,6 +338,7 @@ export class ConnectionService {
       }
       await this.store.insert(tx, r)
       await this.audit.addIn(tx, workspaceId, 'connection.created', null, now, r.id)
+      await this.deps.engine.announce(tx, `connection:${r.id}`)
       return r
     })
     this.attach(row)
@@ -306,7 +354,7 @@ export class ConnectionService {
   }
 
   private async change(id: string, input: { name?: string | null; status?: string; config?: unknown; warmup?: WarmupInput | null }): Promise<ConnectionRow> {
-    const c = this.getAny(id)
+    const c = await this.obtainAny(id)
     let config = c.row.config
     if (input.config !== undefined) {
       const checked = DRIVERS[c.row.driver]!.checkConfig(input.config, this.open(c.row))
@@ -327,6 +375,7 @@ export class ConnectionService {
       await this.store.update(tx, next)
       await this.audit.addIn(tx, next.workspace_id, 'connection.updated', null, next.updated_at, id)
       if (next.status !== c.row.status) await this.onStatusChangedIn(tx, next, c.row.status)
+      await this.deps.engine.announce(tx, `connection:${id}`)
     })
     c.row = next
     if (input.config !== undefined) c.driver.configure(this.open(next))
@@ -337,10 +386,11 @@ export class ConnectionService {
   /** A contact of the workspace was erased: each of its numbers' drivers forgets the person's number. */
   forgetNumber(workspaceId: string, number: string) {
     for (const c of this.liveOf(workspaceId)) {
+      const told = (e: unknown) => this.log.error('an erased contact could not be removed from a network driver\'s record', { connection_id: c.row.id, error: String((e as Error)?.message ?? e) })
       try {
-        c.driver.forget?.(number)
+        void Promise.resolve(c.driver.forget?.(number)).catch(told)
       } catch (e) {
-        this.log.error('an erased contact could not be removed from a network driver\'s record', { connection_id: c.row.id, error: String((e as Error)?.message ?? e) })
+        told(e)
       }
     }
   }
@@ -365,14 +415,15 @@ export class ConnectionService {
 
   /** Remove a connection; its queued messages are failed by the caller in the same step. */
   async remove(id: string, alsoIn: (tx: Queries) => Promise<void>) {
-    const c = this.getAny(id)
+    const c = await this.obtainAny(id)
     await this.deps.engine.write(async (tx) => {
       await this.store.markDeleted(tx, id, this.deps.clock.now())
       await this.audit.addIn(tx, c.row.workspace_id, 'connection.removed', null, this.deps.clock.now(), id)
       await alsoIn(tx)
+      await this.deps.engine.announce(tx, `connection:${id}`)
     })
     c.driver.close()
-    c.driver.discard?.()
+    await c.driver.discard?.()
     this.live.delete(id)
   }
 }

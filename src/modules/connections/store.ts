@@ -27,6 +27,7 @@ const Q = {
   remove: stmt('UPDATE connections SET deleted_at = ?, updated_at = ? WHERE id = ?'),
   all: stmt('SELECT * FROM connections WHERE deleted_at IS NULL ORDER BY created_at, id'),
   byPhone: stmt('SELECT * FROM connections WHERE workspace_id = ? AND phone = ? AND deleted_at IS NULL'),
+  byId: stmt('SELECT * FROM connections WHERE id = ?'),
 }
 
 export class ConnectionStore {
@@ -45,6 +46,10 @@ export class ConnectionStore {
   /** Every number not removed, oldest first. */
   all() {
     return this.db.all<ConnectionRow>(Q.all)
+  }
+  /** The row, removed or not. */
+  byId(id: string) {
+    return this.db.get<ConnectionRow>(Q.byId, id)
   }
   byPhone(workspaceId: string, phone: string, q: Queries = this.db) {
     return q.get<ConnectionRow>(Q.byPhone, workspaceId, phone)

@@ -17,7 +17,7 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
     .post(
       '/workspaces/:id/keys',
       async ({ params, body, set }) => {
-        svc.workspaces.get(params.id)
+        await svc.workspaces.find(params.id)
         const input = validate(createKeyBody, body)
         set.status = 201
         return { data: await keys.create(params.id, input) }
@@ -27,7 +27,7 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
     .get(
       '/workspaces/:id/keys',
       async ({ params }) => {
-        svc.workspaces.get(params.id)
+        await svc.workspaces.find(params.id)
         return { data: (await keys.listForWorkspace(params.id)).map((r) => keys.toAdmin(r)) }
       },
       { admin: true, detail: adminOp({ summary: "A workspace's API keys", tag, ok: { status: 200, data: d.list(keyDoc), description: 'Every key of the workspace, revoked ones included.' }, errors: [404] }) },
@@ -44,8 +44,8 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
     )
     .get(
       '/workspaces/:id/audit-log',
-      ({ params, query }) => {
-        svc.workspaces.get(params.id)
+      async ({ params, query }) => {
+        await svc.workspaces.find(params.id)
         return paged(query, (limit, offset) => svc.audit.list(params.id, limit, offset), (r) => ({ action: r.action, key_id: r.key_id, subject_id: r.subject_id, at: iso(r.at) }))
       },
       { admin: true, detail: adminOp({ summary: "A workspace's audit log", tag, query: pageQuery, ok: { status: 200, data: auditDoc, list: true, description: 'Newest first.' }, errors: [404, 422] }) },

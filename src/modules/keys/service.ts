@@ -145,7 +145,7 @@ export class KeyService {
       allowed_ips: ranges === null ? null : JSON.stringify(ranges),
     }
     await this.deps.engine.write(async (tx) => {
-      this.workspaces.get(workspaceId)
+      await this.workspaces.find(workspaceId)
       await this.store.insert(tx, row)
       await this.audit.addIn(tx, workspaceId, 'api_key.created', row.id, now)
     })
@@ -161,6 +161,7 @@ export class KeyService {
         const now = this.deps.clock.now()
         await this.store.revoke(tx, id, now)
         await this.audit.addIn(tx, row.workspace_id, 'api_key.revoked', id, now)
+        await this.deps.engine.announce(tx, `key:${row.key_id}`)
       }
       return (await this.store.get(id, tx))!
     })
@@ -179,6 +180,7 @@ export class KeyService {
       this.cache.delete(row.key_id)
       await this.store.remove(tx, id)
       await this.audit.addIn(tx, row.workspace_id, 'api_key.removed', id, this.deps.clock.now())
+      await this.deps.engine.announce(tx, `key:${row.key_id}`)
       return row.key_id
     })
     this.cache.delete(keyId)
@@ -198,7 +200,16 @@ export class KeyService {
     if (hit) return this.admit(token, hit)
     const row = this.store.byKeyIdNow(keyId)
     if (row !== undefined) return this.admit(token, row && this.remember(row))
-    return this.store.byKeyId(keyId).then((r) => this.admit(token, r && this.remember(r)))
+    return this.store.byKeyId(keyId).then(async (r) => {
+      // its workspace too, when another instance made it a moment ago
+      if (r) await this.workspaces.fetch(r.workspace_id)
+      return this.admit(token, r && this.remember(r))
+    })
+  }
+
+  /** Another instance revoked or removed the key: it is read again at its next use. */
+  forget(keyId: string) {
+    this.cache.delete(keyId)
   }
 
   /** Whether `authenticate` always answers at once (never a promise): the engine reads in the same turn. */

@@ -274,7 +274,7 @@ export class MessageService {
   async send(workspaceId: string, input: SendInput, alsoIn?: (tx: Queries, row: MessageRow) => Promise<void>, upload?: MediaRow): Promise<MessageRow> {
     const row = await this.deps.engine.write(async (tx) => {
       const now = this.deps.clock.now()
-      const live = this.connections.get(workspaceId, input.connection_id)
+      const live = await this.connections.obtain(workspaceId, input.connection_id)
       // a number the network reported for a contact's number (network_addresses) is that contact
       let contact = input.contact_id
         ? await this.contacts.find(workspaceId, input.contact_id, tx)
@@ -459,7 +459,7 @@ export class MessageService {
    * is logged as that number, so a reply or a STOP from it is that contact's.
    */
   async inbound(connectionId: string, from: string, body: string, extra: InboundExtra = {}): Promise<MessageRow> {
-    const live = this.connections.getAny(connectionId)
+    const live = await this.connections.obtainAny(connectionId)
     const file = extra.file
     let row: MessageRow | undefined
     try {
@@ -512,7 +512,7 @@ export class MessageService {
    * a number that is not a contact, is left as it is. Returns whether the consent changed.
    */
   async marketingStopped(connectionId: string, phone: string, source: string): Promise<boolean> {
-    const live = this.connections.find(connectionId)
+    const live = await this.connections.load(connectionId)
     if (!live) return false
     return this.deps.engine.write(async (tx) => {
       const ws = live.row.workspace_id
@@ -527,10 +527,13 @@ export class MessageService {
    * After a crash: a message found in `sending` is never sent again blindly. It is sent only if
    * the driver confirms the network has it; otherwise it fails as send_interrupted. A network
    * that tells later (`confirmLater`) is waited for in the background: its report arrives over
-   * HTTP, once the server listens.
+   * HTTP, once the server listens. `mine`: the numbers whose sends this instance settles (those
+   * it holds the lease of, and removed ones).
    */
-  async recoverInterrupted() {
+  async recoverInterrupted(mine: (connectionId: string) => boolean = () => true) {
     for (const row of await this.store.inFlight()) {
+      // (another instance's send, on a number it holds: not this one's to settle)
+      if (!mine(row.connection_id)) continue
       const live = this.connections.find(row.connection_id)
       // settleUnknown asks `confirm` first itself
       if (live?.driver.confirmLater) {

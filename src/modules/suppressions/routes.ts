@@ -31,7 +31,7 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
     .post(
       '/workspaces/:id/suppressions',
       async ({ params, body, set }) => {
-        svc.workspaces.get(params.id)
+        await svc.workspaces.find(params.id)
         const input = validate(addBody, body)
         const [row, created] = await sup.add(params.id, input.phone, input.reason ?? null)
         set.status = created ? 201 : 200
@@ -42,15 +42,15 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
     .post(
       '/workspaces/:id/suppressions/import',
       async ({ params, body }) => {
-        svc.workspaces.get(params.id)
+        await svc.workspaces.find(params.id)
         return { data: await sup.importRows(params.id, await bulkRows(body, SUPPRESSION_ROWS)) }
       },
       { admin: true, detail: adminOp({ summary: 'Import suppressions', description: `All or nothing: a CSV file of up to ${MAX_CSV_ROWS} rows or a JSON list of up to ${MAX_JSON_ROWS}.`, tag, requestBody: importBody('suppressions', d.object({ phone: d.string('E.164'), reason: d.optional(d.nullable(d.string())) }), 'phone, and reason if you like'), ok: { status: 200, data: d.object({ added: d.integer, already: d.integer }), description: 'How many were added, and how many were there already.' }, errors: [400, 404, 413, 422] }) },
     )
     .get(
       '/workspaces/:id/suppressions',
-      ({ params, query }) => {
-        svc.workspaces.get(params.id)
+      async ({ params, query }) => {
+        await svc.workspaces.find(params.id)
         return paged(query, (limit, offset) => sup.list(params.id, limit, offset), (r) => sup.toPublic(r))
       },
       { admin: true, detail: adminOp({ summary: "A workspace's suppressions", tag, query: pageQuery, ok: { status: 200, data: suppressionDoc, list: true, description: 'A page of suppressed numbers.' }, errors: [404, 422] }) },
@@ -58,7 +58,7 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
     .delete(
       '/workspaces/:id/suppressions/:phone',
       async ({ params, set }) => {
-        svc.workspaces.get(params.id)
+        await svc.workspaces.find(params.id)
         // the router has already decoded the path (%2B → +); decoding again broke on a literal %
         const phone = params.phone
         if (!E164.test(phone)) throw notFound('suppression')

@@ -25,7 +25,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     .post(
       '/workspaces/:id/webhooks',
       async ({ params, body, set }) => {
-        svc.workspaces.get(params.id)
+        await svc.workspaces.find(params.id)
         const input = validate(createBody, body)
         set.status = 201
         return { data: await hooks.create(params.id, input.url, input.events, input.headers) }
@@ -35,7 +35,7 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     .get(
       '/workspaces/:id/webhooks',
       async ({ params }) => {
-        svc.workspaces.get(params.id)
+        await svc.workspaces.find(params.id)
         return { data: (await hooks.endpoints(params.id)).map((e) => hooks.toAdmin(e)) }
       },
       { admin: true, detail: adminOp({ summary: "A workspace's webhook endpoints", tag, ok: { status: 200, data: d.list(endpointDoc), description: 'Every endpoint, without secrets.' }, errors: [404] }) },

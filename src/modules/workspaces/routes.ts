@@ -33,11 +33,11 @@ export function workspaceAdminRoutes(svc: Services, auth: ReturnType<typeof auth
       },
       { admin: true, detail: adminOp({ summary: 'List workspaces', tag: 'Workspaces', query: pageQuery, ok: { status: 200, data: workspaceAdminDoc, list: true, description: 'A page of workspaces.' }, errors: [422] }) },
     )
-    .get('/workspaces/:id', ({ params }) => ({ data: ws.toAdmin(ws.get(params.id)) }), { admin: true, detail: adminOp({ summary: 'A workspace', tag: 'Workspaces', ok: { status: 200, data: workspaceAdminDoc, description: 'The workspace.' }, errors: [404] }) })
+    .get('/workspaces/:id', async ({ params }) => ({ data: ws.toAdmin(await ws.find(params.id)) }), { admin: true, detail: adminOp({ summary: 'A workspace', tag: 'Workspaces', ok: { status: 200, data: workspaceAdminDoc, description: 'The workspace.' }, errors: [404] }) })
     .patch(
       '/workspaces/:id',
       async ({ params, body }) => {
-        ws.get(params.id)
+        await ws.find(params.id)
         const input = validate(patchWorkspaceBody, body)
         return { data: ws.toAdmin(await ws.patch(params.id, input)) }
       },

@@ -107,6 +107,29 @@ export class WorkspaceService {
     return row
   }
 
+  /**
+   * The row, from memory or else from the database (one another instance made a moment ago, before
+   * its announcement arrived); null when there is none.
+   */
+  async fetch(id: string): Promise<WorkspaceRow | null> {
+    return this.rows.get(id) ?? (await this.reload(id))
+  }
+
+  /** `fetch`, or 404. */
+  async find(id: string): Promise<WorkspaceRow> {
+    const row = await this.fetch(id)
+    if (!row) throw notFound('workspace')
+    return row
+  }
+
+  /** Read the row again (another instance changed it); returns it, or null when it is gone. */
+  async reload(id: string): Promise<WorkspaceRow | null> {
+    const row = await this.store.get(id)
+    if (row) this.rows.set(id, row)
+    else this.rows.delete(id)
+    return row
+  }
+
   async create(input: { name: string; slug?: string }): Promise<WorkspaceRow> {
     const row = await this.deps.engine.write(async (tx) => {
       let slug = input.slug
@@ -120,6 +143,7 @@ export class WorkspaceService {
       const now = this.deps.clock.now()
       const row: WorkspaceRow = { id: uuid(), name: input.name, slug, status: 'active', settings: JSON.stringify(DEFAULT_SETTINGS), created_at: now, updated_at: now }
       await this.store.insert(tx, row)
+      await this.deps.engine.announce(tx, `workspace:${row.id}`)
       return row
     })
     this.rows.set(row.id, row)
@@ -133,8 +157,8 @@ export class WorkspaceService {
     return row
   }
 
-  private patchRow(id: string, input: PatchInput): Promise<WorkspaceRow> {
-    this.get(id)
+  private async patchRow(id: string, input: PatchInput): Promise<WorkspaceRow> {
+    await this.find(id)
     return this.deps.engine.write(async (tx) => {
       const row = await this.store.get(id, tx)
       if (!row) throw notFound('workspace')
@@ -163,6 +187,7 @@ export class WorkspaceService {
       }
       await this.store.update(tx, next)
       await this.audit.addIn(tx, id, 'workspace.updated', null, next.updated_at, id)
+      await this.deps.engine.announce(tx, `workspace:${id}`)
       return next
     })
   }

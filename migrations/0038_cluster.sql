@@ -1,0 +1,37 @@
+-- Coordination between instances that share one database (PostgreSQL): which instance releases
+-- each number's queue (a lease it renews; another takes it over once it has run out), and the
+-- request limits counted across instances. On SQLite one process is the whole truth: it holds
+-- every lease, and its limits are counted in memory (the table stays empty).
+
+CREATE TABLE number_leases (
+  connection_id TEXT PRIMARY KEY,
+  owner         TEXT NOT NULL,
+  expires_at    INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE rate_windows (
+  subject    TEXT PRIMARY KEY,
+  started_at INTEGER NOT NULL,
+  n          INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE INDEX rate_windows_start ON rate_windows (started_at);
+
+-- The sandbox network's record of the sends it accepted and the groups the operator gave it, where
+-- every instance can read them (on SQLite the record is a file in the data directory and the
+-- groups stay in memory; these tables stay empty).
+CREATE TABLE sandbox_sends (
+  connection_id TEXT NOT NULL,
+  message_id    TEXT NOT NULL,
+  external_id   TEXT NOT NULL,
+  recipient     TEXT,
+  group_id      TEXT,
+  body          TEXT,
+  attachments   INTEGER NOT NULL,
+  at            TEXT NOT NULL,
+  PRIMARY KEY (connection_id, message_id)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE sandbox_groups (
+  connection_id TEXT PRIMARY KEY,
+  groups        TEXT NOT NULL
+) STRICT, WITHOUT ROWID;

@@ -1,0 +1,96 @@
+/**
+ * Which instance releases each number's queue (docs/design/two-engines.md): a lease per number in
+ * `number_leases`, held by one instance, renewed every RENEW_MS and taken over by another once it
+ * has run out (LEASE_MS after its holder's last renewal: a dead instance's numbers move on within
+ * 15 s). A release checks the lease inside the write that marks the message sending, so an
+ * instance that lost its lease while it stood still (a long pause) releases nothing. Leases run
+ * on the wall clock (they are about instances being alive, not about pacing). On an engine no
+ * other process shares (SQLite) this one process holds every lease: nothing is written or checked.
+ */
+import { type Engine, type Queries, stmt } from '../db/engine'
+
+export const LEASE_MS = 15_000
+export const RENEW_MS = 5_000
+
+const Q = {
+  // a free number, one whose lease ran out, or one this instance holds already (renewed)
+  take: stmt(
+    `INSERT INTO number_leases (connection_id, owner, expires_at) VALUES (?, ?, ?)
+     ON CONFLICT (connection_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+     WHERE number_leases.owner = excluded.owner OR number_leases.expires_at <= ?`,
+  ),
+  held: stmt('SELECT 1 AS yes FROM number_leases WHERE connection_id = ? AND owner = ? AND expires_at > ?'),
+  release: stmt('DELETE FROM number_leases WHERE owner = ?'),
+}
+
+export class NumberLeases {
+  /** The numbers this instance holds, as far as it knows (checked again at each release). */
+  private readonly mine = new Set<string>()
+  /** This instance's name in the table: a new one each start. */
+  readonly owner = crypto.randomUUID()
+
+  constructor(
+    private readonly engine: Engine,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** Whether this instance believes it holds the number's lease. */
+  holds(connectionId: string): boolean {
+    return !this.engine.shared || this.mine.has(connectionId)
+  }
+
+  /**
+   * Take or renew the leases of these numbers, in one write; those held by another live instance
+   * stay theirs. Returns the numbers newly taken (a start, or a dead instance's numbers).
+   */
+  async claim(connectionIds: string[]): Promise<string[]> {
+    if (connectionIds.length === 0) return []
+    if (!this.engine.shared) {
+      const fresh = connectionIds.filter((id) => !this.mine.has(id))
+      for (const id of fresh) this.mine.add(id)
+      return fresh
+    }
+    const now = this.now()
+    const taken = await this.engine.write(async (tx) => {
+      const got: string[] = []
+      for (const id of connectionIds) if ((await tx.run(Q.take, id, this.owner, now + LEASE_MS, now)) > 0) got.push(id)
+      return got
+    })
+    const fresh = taken.filter((id) => !this.mine.has(id))
+    const kept = new Set(taken)
+    for (const id of connectionIds) if (!kept.has(id)) this.mine.delete(id)
+    for (const id of taken) this.mine.add(id)
+    return fresh
+  }
+
+  /** Treat these as not held here (their taking over did not finish): the next claim takes them afresh. */
+  forget(connectionIds: string[]) {
+    for (const id of connectionIds) this.mine.delete(id)
+  }
+
+  /** Inside a release's write: whether the lease is still this instance's (if not, it is forgotten). */
+  async heldIn(tx: Queries, connectionId: string): Promise<boolean> {
+    if (!this.engine.shared || (await tx.get(Q.held, connectionId, this.owner, this.now())) !== null) return true
+    this.mine.delete(connectionId)
+    return false
+  }
+
+  /**
+   * Whether this instance runs a run of the housekeeping job `name` (expiry, retention, pruning):
+   * the first instance to ask takes it for `ms` (shorter than the job's period), the others skip
+   * that run — once per schedule, not once per instance. Always on an unshared engine.
+   */
+  async runsJob(name: string, ms: number): Promise<boolean> {
+    if (!this.engine.shared) return true
+    const now = this.now()
+    // a job's lease is its own row in the same table, told apart by its prefix; another owner's
+    // run is never renewed by this one (a fresh owner name each time)
+    return (await this.engine.write((tx) => tx.run(Q.take, `job:${name}`, crypto.randomUUID(), now + ms, now))) > 0
+  }
+
+  /** At a graceful stop: every lease goes at once (the others need not wait for it to run out). */
+  async releaseAll() {
+    this.mine.clear()
+    if (this.engine.shared) await this.engine.write((tx) => tx.run(Q.release, this.owner))
+  }
+}
