@@ -23,9 +23,9 @@ CREATE TABLE sandbox_sends (
   group_id      TEXT,
   body          TEXT,
   attachments   BIGINT NOT NULL,
-  at            TEXT NOT NULL,
-  PRIMARY KEY (connection_id, message_id)
+  at            TEXT NOT NULL
 );
+CREATE INDEX sandbox_sends_message ON sandbox_sends (connection_id, message_id);
 
 CREATE TABLE sandbox_groups (
   connection_id TEXT PRIMARY KEY,

@@ -123,18 +123,24 @@ proxy = Bun.serve({
     if (client) headers.set('x-forwarded-for', [headers.get('x-forwarded-for'), client].filter(Boolean).join(', '))
     // the body is read once, so a request can go to the next instance when one cannot be reached
     const body = req.method === 'GET' || req.method === 'HEAD' ? undefined : await req.arrayBuffer()
-    for (let tried = 0; tried < instances.length; tried++) {
+    // a refused connection (an instance that died, or one whose queue of new connections is full
+    // for a moment) goes to the next instance; after a round of refusals, a short wait
+    for (let tried = 0; tried < instances.length * 20; tried++) {
+      if (tried > 0 && tried % instances.length === 0) await Bun.sleep(50)
       const target = instances[next++ % instances.length]!
       if (target.proc.exitCode !== null) continue
       try {
         return await fetch(`${target.url}${url.pathname}${url.search}`, { method: req.method, headers, body, redirect: 'manual' })
-      } catch {
-        // not reachable (it died): the next one takes the request
+      } catch (e) {
+        // one that died while it had the request may have done it — the client decides (its Idempotency-Key)
+        if ((e as { code?: string })?.code !== 'ECONNREFUSED') return Response.json({ code: 'bad_gateway', message: 'The instance stopped while it had the request.' }, { status: 502 })
       }
     }
     return Response.json({ code: 'unavailable', message: 'No Capstan instance is reachable.' }, { status: 503 })
   },
 })
+// which process is which (tests stop one of them the hard way)
+writeFileSync(join(dataDir, 'instances.json'), JSON.stringify(instances.map((i) => ({ name: i.name, url: i.url, pid: i.proc.pid }))))
 say(`${count} instance(s) on PostgreSQL (${pg.dir}) and s3rver (${s3dir}), proxied at http://${host}:${proxy.port}`)
 
 // an instance that dies on its own is reported (the proxy skips it); the cluster keeps serving

@@ -104,6 +104,17 @@ export async function reachable(db: Queries): Promise<boolean> {
   }
 }
 
+/**
+ * PostgreSQL could not be used for a moment (the connection refused, closed or timed out; the
+ * server shutting down, starting up or in recovery): the request may be tried again.
+ */
+export const databaseAway = (error: unknown) => {
+  const e = error as { code?: unknown; errno?: unknown } | null
+  const code = String(e?.code ?? '')
+  const state = String(e?.errno ?? '')
+  return /^ERR_POSTGRES_(CONNECTION_(CLOSED|REFUSED|FAILED|TIMEOUT)|IDLE_TIMEOUT|LIFETIME_TIMEOUT)$/.test(code) || /^(57P0[123]|08\d{3})$/.test(state)
+}
+
 /** A row with that key (a primary key or a UNIQUE index) is already there: the same on both engines. */
 export class UniqueViolation extends Error {
   constructor(readonly cause: unknown) {

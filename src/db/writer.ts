@@ -18,6 +18,7 @@
  * runs exactly as before (no promise is made for it).
  */
 import type { Database } from 'bun:sqlite'
+import { databaseAway } from './engine'
 
 /** How long the first write of a batch may wait for others (ms), and the most writes in one. */
 const MAX_WAIT_MS = 2
@@ -242,9 +243,10 @@ export class Writer {
 
 /**
  * A write SQLite could not make for the storage's sake — the disk full, an I/O error, the file
- * busy, locked or read-only — which can succeed later; not one refused for what it wrote.
+ * busy, locked or read-only — or PostgreSQL could not be reached for (databaseAway): one that can
+ * succeed later; not one refused for what it wrote.
  */
-export const transientWriteError = (e: unknown) => /^SQLITE_(FULL|IOERR|BUSY|LOCKED|READONLY)/.test(String((e as { code?: unknown } | null)?.code ?? ''))
+export const transientWriteError = (e: unknown) => /^SQLITE_(FULL|IOERR|BUSY|LOCKED|READONLY)/.test(String((e as { code?: unknown } | null)?.code ?? '')) || databaseAway(e)
 
 /**
  * Runs `write` until it succeeds: for an outcome that already happened elsewhere (a network took

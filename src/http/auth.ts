@@ -88,14 +88,16 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions, wi
    */
   const failed = (request: Request, ip: string = ipOf(request)): void | Promise<void> => {
     const name = limitName(ip)
-    const over = failures.exceeded(name)
-    if (over instanceof Promise)
-      return over.then(async (o) => {
-        if (o) throw authRateLimited()
-        await failures.hit(name)
-      })
-    if (over) throw authRateLimited()
-    void failures.hit(name)
+    if (failures instanceof WindowCounter) {
+      if (failures.exceeded(name)) throw authRateLimited()
+      failures.hit(name)
+      return
+    }
+    // counted together (instances sharing the database): one statement counts and answers, so
+    // failures arriving at once on several instances are each counted once
+    return Promise.resolve(failures.hit(name)).then((left) => {
+      if (left < 0) throw authRateLimited()
+    })
   }
   /** `failed`, then `error` (or the 429 in its place). */
   const refuse = (request: Request, error: ApiError, ip?: string): never | Promise<never> => {

@@ -3,6 +3,8 @@
  * VALIDATION codes — into the contract's JSON error body `{message, code, errors?}`.
  * Messages are fixed texts: no error ever echoes a submitted value, a bearer, a stack or SQL.
  */
+import { databaseAway } from '../db/engine'
+
 export type FieldErrors = Record<string, string[]>
 
 export class ApiError extends Error {
@@ -49,6 +51,9 @@ export const storageFull = () => new ApiError(507, 'storage_full', "The server's
 /** SQLite's "database or disk is full". */
 export const diskFull = (error: unknown) => (error as { code?: unknown } | null)?.code === 'SQLITE_FULL'
 
+/** 503: the database (PostgreSQL) cannot be reached or is failing over; nothing was stored. */
+export const databaseUnavailable = () => new ApiError(503, 'database_unavailable', 'The database cannot be reached right now; nothing was stored. Try again shortly.')
+
 /** 404 naming what was not found: "The connection was not found." */
 export const notFound = (what: string) => new ApiError(404, 'not_found', `The ${what} was not found.`)
 
@@ -77,5 +82,6 @@ export function toErrorResponse(error: unknown, elysiaCode?: string | number): {
   if (status === 413) return { status: 413, body: payloadTooLarge().toBody() }
   // SQLite could not write (its transaction rolled back): the request changed nothing
   if (diskFull(error)) return { status: 507, body: storageFull().toBody() }
+  if (databaseAway(error)) return { status: 503, body: databaseUnavailable().toBody() }
   return { status: 500, body: { message: MESSAGES.internal, code: 'internal_error' } }
 }

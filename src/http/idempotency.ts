@@ -13,7 +13,7 @@ import { ApiError, conflict } from './errors'
 
 export const IDEMPOTENCY_TTL_MS = 86_400_000
 /** A placeholder older than this is of a request whose instance died: the key may be taken again. */
-const IN_PROGRESS_MS = 5 * 60_000
+const IN_PROGRESS_MS = 30_000
 const inProgress = () => conflict('idempotency_in_progress', 'A request with this Idempotency-Key is still being processed.')
 const KEY_FORMAT = /^[A-Za-z0-9._:-]{8,255}$/
 

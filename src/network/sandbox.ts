@@ -346,9 +346,9 @@ interface SendRecord {
 
 const SHARED = {
   insert: stmt(
-    'INSERT INTO sandbox_sends (connection_id, message_id, external_id, recipient, group_id, body, attachments, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (connection_id, message_id) DO NOTHING',
+    'INSERT INTO sandbox_sends (connection_id, message_id, external_id, recipient, group_id, body, attachments, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
   ),
-  find: stmt('SELECT external_id FROM sandbox_sends WHERE connection_id = ? AND message_id = ?'),
+  find: stmt('SELECT external_id FROM sandbox_sends WHERE connection_id = ? AND message_id = ? LIMIT 1'),
   forget: stmt('UPDATE sandbox_sends SET recipient = NULL, body = NULL WHERE connection_id = ? AND recipient = ?'),
   forgetContent: stmt('UPDATE sandbox_sends SET body = NULL WHERE connection_id = ? AND at < ? AND body IS NOT NULL'),
   discard: stmt('DELETE FROM sandbox_sends WHERE connection_id = ?'),

@@ -28,6 +28,10 @@ export const newPhone = (prefix = '+1555') => `${prefix}${String(phoneSeq++ % 10
 export interface StartOptions {
   env?: Record<string, string>
   dataDir?: string
+  /** What is started (default `bun src/main.ts serve`; `bun run cluster`'s script for several instances). */
+  command?: string[]
+  /** How long it may take to answer /healthz (ms). */
+  startMs?: number
 }
 
 /** This process's environment without any CAPSTAN_* variable: a child server gets only the settings its test gives it. */
@@ -70,10 +74,10 @@ export class TestServer {
       ...this.opts.env,
       ...extraEnv,
     })
-    this.proc = Bun.spawn(['bun', 'src/main.ts', 'serve'], { cwd: ROOT, env, stdout: 'pipe', stderr: 'pipe' })
+    this.proc = Bun.spawn(this.opts.command ?? ['bun', 'src/main.ts', 'serve'], { cwd: ROOT, env, stdout: 'pipe', stderr: 'pipe' })
     void this.collect(this.proc.stdout as ReadableStream<Uint8Array>)
     void this.collect(this.proc.stderr as ReadableStream<Uint8Array>)
-    const deadline = Date.now() + 20_000
+    const deadline = Date.now() + (this.opts.startMs ?? 20_000)
     while (Date.now() < deadline) {
       if (this.proc.exitCode !== null) throw new Error(`server exited ${this.proc.exitCode}: ${this.output}`)
       try {
