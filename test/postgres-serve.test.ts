@@ -1,0 +1,133 @@
+/**
+ * `capstan serve` on PostgreSQL (CAPSTAN_DATABASE_URL), against a private server: a database it
+ * cannot use stops the start with one line and exit code 2, never the URL's password nor a stack;
+ * one that goes away while serving answers 503 and is used again when it returns, nothing
+ * accepted lost.
+ */
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { PrivatePostgres } from '../src/cluster/postgres'
+import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
+
+setDefaultTimeout(120_000)
+
+let dir: string
+let pg: PrivatePostgres
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'capstan-pg-serve-'))
+  pg = await PrivatePostgres.start(join(dir, 'pg'))
+})
+afterAll(async () => {
+  await pg.stop()
+  rmSync(dir, { recursive: true, force: true })
+})
+
+/** The same URL with another user, database or password. */
+function urlWith(change: { user?: string; password?: string; database?: string }) {
+  const u = new URL(pg.url)
+  if (change.user) u.username = change.user
+  if (change.password) u.password = change.password
+  if (change.database) u.pathname = `/${change.database}`
+  return u.toString()
+}
+
+describe('a database capstan serve cannot use stops the start', () => {
+  const start = async (env: Record<string, string>) => {
+    const data = join(dir, `start-${crypto.randomUUID()}`)
+    const proc = Bun.spawn(['bun', 'src/main.ts', 'serve'], { env: { ...hostEnv(), CAPSTAN_DATA_DIR: data, CAPSTAN_PORT: '0', CAPSTAN_ADMIN_TOKEN: ADMIN_TOKEN, ...env }, stdout: 'pipe', stderr: 'pipe' })
+    const code = await proc.exited
+    return { code, err: (await new Response(proc.stderr).text()).trim(), out: await new Response(proc.stdout).text(), made: existsSync(join(data, 'capstan.db')) }
+  }
+
+  test('a server nobody answers: one line naming where, exit 2, no password shown, no SQLite file made', async () => {
+    const r = await start({ CAPSTAN_DATABASE_URL: 'postgres://capstan:s3cret-pass@127.0.0.1:9/capstan' })
+    expect([r.code, r.err.split('\n').length, r.made]).toEqual([2, 1, false])
+    expect(r.err).toStartWith('capstan: cannot reach the PostgreSQL server of CAPSTAN_DATABASE_URL (127.0.0.1:9/capstan): ')
+    expect(r.err + r.out).not.toContain('s3cret-pass')
+  })
+
+  test('a role the server does not know, a database that does not exist: one line each, exit 2', async () => {
+    const role = await start({ CAPSTAN_DATABASE_URL: urlWith({ user: 'nobody', password: 'hunter2-pass' }) })
+    expect(role.code).toBe(2)
+    expect(role.err).toMatch(/^capstan: the database .+\/capstan refused the credentials in CAPSTAN_DATABASE_URL: role "nobody" does not exist$/)
+    expect(role.err).not.toContain('hunter2-pass')
+    const db = await start({ CAPSTAN_DATABASE_URL: urlWith({ database: 'elsewhere' }) })
+    expect(db.code).toBe(2)
+    expect(db.err).toMatch(/^capstan: the database .+\/elsewhere does not exist: database "elsewhere" does not exist \(create it, or correct CAPSTAN_DATABASE_URL\)$/)
+  })
+
+  test('a database a newer Capstan migrated: one line, exit 2, nothing changed', async () => {
+    const url = urlWith({ database: 'newer' })
+    const admin = new Bun.SQL(pg.url, { max: 1 })
+    await admin.unsafe('CREATE DATABASE newer')
+    await admin.close()
+    const newer = new Bun.SQL(url, { max: 1 })
+    await newer.unsafe('CREATE TABLE migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)')
+    await newer.unsafe("INSERT INTO migrations VALUES (9999, 'from_the_future', 0)")
+    const r = await start({ CAPSTAN_DATABASE_URL: url })
+    const tables = await newer.unsafe("SELECT COUNT(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'")
+    await newer.close()
+    expect(r.code).toBe(2)
+    expect(r.err).toMatch(/^capstan: the database .+\/newer was migrated by a newer Capstan \(schema 9999; this binary knows up to \d+\): run that version or newer$/)
+    expect(tables[0].n).toBe(1)
+  })
+
+  test('malformed settings: a URL that is not postgres://, or backups of the SQLite file beside a database URL', async () => {
+    const bad = await start({ CAPSTAN_DATABASE_URL: 'mysql://root@localhost/capstan' })
+    expect([bad.code, bad.err]).toEqual([2, 'capstan: CAPSTAN_DATABASE_URL must start with postgres:// (unset, Capstan uses its embedded SQLite file)'])
+    const backups = await start({ CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_BACKUP_DIR: join(dir, 'backups') })
+    expect(backups.code).toBe(2)
+    expect(backups.err).toStartWith('capstan: CAPSTAN_BACKUP_DIR backs up the embedded SQLite file; with CAPSTAN_DATABASE_URL back up PostgreSQL itself')
+  })
+})
+
+describe('a database that goes away while serving', () => {
+  test('requests answer 503 database_unavailable while it is away; when it is back the instance serves again, and the outcomes of sends the network took meanwhile are written', async () => {
+    const url = urlWith({ database: 'away' })
+    const admin = new Bun.SQL(pg.url, { max: 1 })
+    await admin.unsafe('CREATE DATABASE away')
+    await admin.close()
+    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn' } })
+    try {
+      const { ws, key } = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      // a network that takes two seconds to accept each send: the outcomes are due while the database is away
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [], accept_after_ms: 2000 } })).json.data
+      const waiting: string[] = []
+      for (let i = 0; i < 3; i++) {
+        const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1667'), body: `waiting ${i}` } })
+        expect(r.status).toBe(202)
+        waiting.push(r.json.data.id as string)
+      }
+      await pg.stop()
+      // (raw requests: the answers of an outage are not the document's)
+      const raw = (method: string, path: string, json?: unknown) =>
+        fetch(`${srv.base}/api/v1${path}`, { method, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: json === undefined ? undefined : JSON.stringify(json) }).then(async (r) => ({ status: r.status, json: (await r.json()) as { code?: string } }))
+      const away = await raw('GET', '/contacts')
+      expect([away.status, away.json.code]).toEqual([503, 'database_unavailable'])
+      const refused = await raw('POST', '/messages', { connection_id: conn.id, recipient: newPhone('+1667'), body: 'while away' })
+      expect([refused.status, refused.json.code]).toEqual([503, 'database_unavailable'])
+      pg = await PrivatePostgres.start(join(dir, 'pg'))
+      // the pool reconnects: served again, and every send accepted before is recorded as sent
+      let back = 0
+      for (let i = 0; i < 100 && back !== 200; i++) {
+        back = (await raw('GET', '/contacts')).status
+        if (back !== 200) await Bun.sleep(200)
+      }
+      expect(back).toBe(200)
+      for (const id of waiting) {
+        let status = ''
+        for (let i = 0; i < 100 && status !== 'sent'; i++) {
+          status = (await srv.api(key, 'GET', `/messages/${id}`)).json.data.status
+          if (status !== 'sent') await Bun.sleep(200)
+        }
+        expect(status).toBe('sent')
+      }
+      expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1667'), body: 'after' } })).status).toBe(202)
+    } finally {
+      await srv.close()
+    }
+  })
+})
