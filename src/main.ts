@@ -12,7 +12,7 @@ import { dirname, join } from 'node:path'
 import { backup, restore } from './backup'
 import { CLI_HELP, localBase, runAdminCommand } from './cli'
 import { emptyWal } from './db/open'
-import { configOrExit, databaseOrExit, fail, lockOrExit, reasonOf } from './startup'
+import { configOrExit, databaseOrExit, fail, lockOrExit, postgresOrExit, reasonOf } from './startup'
 import { VERSION } from './version'
 
 const HELP = `capstan ${VERSION} — self-hosted messaging API appliance
@@ -20,6 +20,8 @@ const HELP = `capstan ${VERSION} — self-hosted messaging API appliance
 usage:
   capstan serve        run the HTTP API, admin API, docs and scheduler
   capstan migrate      apply database migrations and exit
+  capstan migrate-to-postgres  copy this SQLite installation into CAPSTAN_DATABASE_URL (and its media
+                       into the CAPSTAN_MEDIA_STORE bucket), verified by counts (server stopped)
   capstan backup DIR   consistent copy of the database, media, key file (while the server runs)
   capstan restore DIR  put a backup into CAPSTAN_DATA_DIR (server stopped; --force to overwrite)
   capstan vacuum       rewrite the database without its free space (server stopped)
@@ -56,7 +58,7 @@ function dotEnvValue(raw: string): string {
 }
 
 /** The commands main() runs itself (the admin subcommands are in cli.ts). */
-const BUILT_IN = new Set(['serve', 'migrate', 'vacuum', 'backup', 'restore', 'healthcheck', 'version', '--version'])
+const BUILT_IN = new Set(['serve', 'migrate', 'migrate-to-postgres', 'vacuum', 'backup', 'restore', 'healthcheck', 'version', '--version'])
 
 async function main(argv: string[]) {
   // Everything Capstan writes — the database and its WAL, media, the key file, sandbox records,
@@ -83,8 +85,15 @@ async function main(argv: string[]) {
   switch (command) {
     case 'serve':
       return (await import('./serve')).serve()
+    case 'migrate-to-postgres':
+      return (await import('./migrate-to-postgres')).migrateToPostgres(configOrExit())
     case 'migrate': {
       const config = configOrExit()
+      if (config.databaseUrl) {
+        const { applied } = await postgresOrExit(config.databaseUrl)
+        console.log(applied.length ? `applied migrations ${applied.join(', ')}` : 'database is up to date')
+        process.exit(0)
+      }
       const lock = lockOrExit(config.dataDir)
       const { db, applied } = databaseOrExit(config.dbPath)
       db.close()
@@ -93,6 +102,7 @@ async function main(argv: string[]) {
       return
     }
     case 'vacuum': {
+      if (configOrExit().databaseUrl) fail('capstan vacuum is for the embedded SQLite file; PostgreSQL reclaims space with its own autovacuum')
       // The file rewritten with only what it holds: the free pages and free space left by what was
       // deleted or overwritten (before secure_delete zeroed it, or by a large purge) are gone, and
       // the file shrinks. The server must be stopped (the lock); it needs free disk space about
@@ -118,6 +128,7 @@ async function main(argv: string[]) {
     case 'backup':
     case 'restore': {
       const config = configOrExit()
+      if (config.databaseUrl) fail(`capstan ${command} is for the embedded SQLite file; with CAPSTAN_DATABASE_URL back PostgreSQL up with its own tools (pg_dump, or continuous archiving for point-in-time recovery)`)
       const target = operands[0]!
       try {
         if (command === 'backup') {
