@@ -34,6 +34,11 @@ export class NumberLeases {
     private readonly now: () => number = Date.now,
   ) {}
 
+  /** Whether a release must check its lease in its write (other instances may hold numbers). */
+  get checked() {
+    return this.engine.shared
+  }
+
   /** Whether this instance believes it holds the number's lease. */
   holds(connectionId: string): boolean {
     return !this.engine.shared || this.mine.has(connectionId)

@@ -320,7 +320,7 @@ export class Pacer {
     // last day read first (outside the write)
     for (const id of this.pending) if (!this.leases.holds(id)) this.pending.delete(id)
     const ids = [...this.pending]
-    for (const id of ids) await this.loaded(id)
+    for (const id of ids) if (!this.state(id).loaded) await this.loaded(id)
     // each number's state before this tick's releases, put back if their write does not commit
     const before: Saved[] = []
     let released: { live: NonNullable<ReturnType<ConnectionService['find']>>; row: MessageRow }[] = []
@@ -344,7 +344,7 @@ export class Pacer {
             continue
           }
           // the lease went to another instance (this one stood still past it): that one releases
-          if (!(await this.leases.heldIn(tx, id))) {
+          if (this.leases.checked && !(await this.leases.heldIn(tx, id))) {
             idle.push(id)
             continue
           }

@@ -218,11 +218,14 @@ export class ConnectionService {
     return this.live.get(id) ?? (await this.reload(id))
   }
 
-  /** `load` for this workspace, else 404 "connection". */
-  async obtain(workspaceId: string, id: string): Promise<LiveConnection> {
-    const c = await this.load(id)
-    if (!c || c.row.workspace_id !== workspaceId) throw notFound('connection')
-    return c
+  /** `load` for this workspace, else 404 "connection" (answered at once for a number known here). */
+  obtain(workspaceId: string, id: string): LiveConnection | Promise<LiveConnection> {
+    const ofWorkspace = (c: LiveConnection | null) => {
+      if (!c || c.row.workspace_id !== workspaceId) throw notFound('connection')
+      return c
+    }
+    const known = this.live.get(id)
+    return known ? ofWorkspace(known) : this.reload(id).then(ofWorkspace)
   }
 
   /** `load`, else 404. */

@@ -242,15 +242,21 @@ export class MessageService {
   }
 
   /** Refusals shared by one-to-one and group sends: a number that is not online, the allowance. */
-  async checkSendable(live: LiveConnection, workspaceId: string, now: number, q?: Queries) {
+  checkSendable(live: LiveConnection, workspaceId: string, now: number, q?: Queries): void | Promise<void> {
     if (live.row.status !== 'online') throw refused('connection_offline', 'The connection is offline.')
-    await this.checkAllowance(workspaceId, now, q)
+    // (no allowance set, the usual case: nothing to read)
+    if (this.allowanceOf(workspaceId) !== null) return this.checkAllowance(workspaceId, now, q)
+  }
+
+  /** The workspace's monthly message allowance (null: none). */
+  private allowanceOf(workspaceId: string): number | null {
+    const ws = this.workspaces.cached(workspaceId)
+    return ws ? this.workspaces.settings(ws).message_allowance : null
   }
 
   /** Whether the workspace has used its message allowance for the month of `now` (`q`: the write it is checked in, if any). */
   async allowanceExhausted(workspaceId: string, now: number, q?: Queries): Promise<boolean> {
-    const ws = this.workspaces.cached(workspaceId)
-    const allowance = ws ? this.workspaces.settings(ws).message_allowance : null
+    const allowance = this.allowanceOf(workspaceId)
     return allowance !== null && (await this.store.usage(workspaceId, monthOf(now), q)) >= allowance
   }
 

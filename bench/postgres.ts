@@ -1,0 +1,180 @@
+/**
+ * Capstan on PostgreSQL (issue #32), each figure beside a ceiling measured in the same run, on a
+ * private PostgreSQL (src/cluster/postgres.ts: fsync on, a Unix socket):
+ * - POST /api/v1/messages with one instance and with two sharing the database (a wrk per
+ *   instance, summed), against a bare Bun + Bun.SQL insert per request (bench/bare-pg-insert.ts);
+ * - release throughput: 1,000 sandbox numbers with 20 queued messages each, released by one
+ *   instance with no gaps, from its start until every message is sent;
+ * - GET /api/v1/messages with 1,000,000 rows in the workspace's log: p50 of the first page, of a
+ *   status filter and of page 100.
+ * Run: bun bench/postgres.ts [seconds per run = 5] [rounds = 5]
+ */
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { PrivatePostgres } from '../src/cluster/postgres'
+import { ADMIN, fmt, freePort, median, ROOT, startCapstan, wrk, type WrkResult } from './support'
+
+const seconds = Number(process.argv[2] ?? 5)
+const turns = Number(process.argv[3] ?? 5)
+const dir = mkdtempSync(join(tmpdir(), 'capstan-bench-pg-'))
+const pg = await PrivatePostgres.start(join(dir, 'pg'))
+const admin = new Bun.SQL(pg.url, { max: 1 })
+const database = async (name: string) => {
+  await admin.unsafe(`CREATE DATABASE ${name}`)
+  const u = new URL(pg.url)
+  u.pathname = `/${name}`
+  return u.toString()
+}
+const SECRET = 'bench-secret-key-0123456789abcdef0123456789'
+const out: string[] = []
+const say = (line: string) => {
+  console.log(line)
+  out.push(line)
+}
+
+// --- POST /messages: ceiling, one instance, two instances
+const ceilingPort = await freePort()
+const ceiling = Bun.spawn(['bun', join(ROOT, 'bench/bare-pg-insert.ts')], { env: { ...process.env, PORT: String(ceilingPort), DATABASE_URL: await database('ceiling') }, stdout: 'ignore', stderr: 'inherit' })
+for (let i = 0; i < 200; i++) {
+  if ((await fetch(`http://127.0.0.1:${ceilingPort}/`, { method: 'POST', body: '{"recipient":"+15550000000","body":"up?"}' }).catch(() => null))?.status === 202) break
+  await Bun.sleep(50)
+}
+const oneUrl = await database('one')
+const twoUrl = await database('two')
+const env = (url: string) => ({ CAPSTAN_DATABASE_URL: url, CAPSTAN_SECRET_KEY: SECRET, CAPSTAN_LOG_LEVEL: 'warn' })
+const one = await startCapstan(env(oneUrl))
+const twoA = await startCapstan(env(twoUrl))
+const twoB = await startCapstan(env(twoUrl))
+
+/** A workspace with 50 keys and a sandbox number on `cap`; the wrk script that sends through them. */
+async function sendLoad(cap: Awaited<ReturnType<typeof startCapstan>>) {
+  const ws = (await cap.admin('POST', '/workspaces', { name: `Bench ${crypto.randomUUID()}` })).data
+  const conn = (await cap.admin('POST', `/workspaces/${ws.id}/connections`, { phone: `+1555${String(Math.floor(Math.random() * 1e7)).padStart(7, '0')}`, driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).data
+  const keys: string[] = []
+  for (let i = 0; i < 50; i++) keys.push((await cap.admin('POST', `/workspaces/${ws.id}/keys`, { name: `k${i}` })).data.key)
+  return `
+local n = 0
+local keys = {${keys.map((k) => `"${k}"`).join(',')}}
+local tid = math.random(100, 999)
+request = function()
+  n = n + 1
+  local body = string.format('{"connection_id":"${conn.id}","recipient":"+1555%03d%04d","body":"Your order %d has shipped"}', tid, n % 10000, n)
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. keys[(n % #keys) + 1]}, body)
+end`
+}
+const oneLua = await sendLoad(one)
+const twoLua = await sendLoad(twoA)
+const ceilingLua = `request = function() return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, '{"recipient":"+15550000000","body":"Your order has shipped"}') end`
+const sum = (a: WrkResult, b: WrkResult): WrkResult => ({ rps: a.rps + b.rps, p50: (a.p50 + b.p50) / 2, p99: Math.max(a.p99, b.p99), errors: a.errors + b.errors })
+const runs: Record<'ceiling' | 'one' | 'two', WrkResult[]> = { ceiling: [], one: [], two: [] }
+const send = `${one.base}/api/v1/messages`
+await wrk(`http://127.0.0.1:${ceilingPort}/`, { seconds: 2, lua: ceilingLua })
+await wrk(send, { seconds: 2, lua: oneLua })
+for (let r = 0; r < turns; r++) {
+  runs.ceiling.push(await wrk(`http://127.0.0.1:${ceilingPort}/`, { seconds, lua: ceilingLua }))
+  runs.one.push(await wrk(send, { seconds, lua: oneLua }))
+  const [a, b] = await Promise.all([wrk(`${twoA.base}/api/v1/messages`, { seconds, connections: 25, lua: twoLua }), wrk(`${twoB.base}/api/v1/messages`, { seconds, connections: 25, lua: twoLua })])
+  runs.two.push(sum(a, b))
+}
+const med = (rs: WrkResult[]): WrkResult => ({ rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)), errors: rs.reduce((n, r) => n + r.errors, 0) })
+const [c, o, t] = [med(runs.ceiling), med(runs.one), med(runs.two)]
+say(`\nPOST /api/v1/messages on PostgreSQL, wrk -c50, ${turns} rounds of ${seconds} s in turns, medians; 2 cores, Bun ${Bun.version}\n`)
+say('| load | result | of the ceiling |')
+say('|---|---|---|')
+say(`| bare Bun + Bun.SQL insert (ceiling) | ${fmt(c)} | 100% |`)
+say(`| Capstan, one instance | ${fmt(o)} | ${Math.round((o.rps / c.rps) * 100)}% |`)
+say(`| Capstan, two instances on one database (wrk -c25 each, summed) | ${fmt(t)} | ${Math.round((t.rps / c.rps) * 100)}% |`)
+ceiling.kill()
+for (const cap of [one, twoA, twoB]) await cap.stop()
+
+// --- release throughput: 1,000 numbers × 20 queued messages, one instance, no gaps
+{
+  const url = await database('release')
+  const cap = await startCapstan(env(url))
+  const ws = (await cap.admin('POST', '/workspaces', { name: 'Release' })).data
+  await cap.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0, hourly_cap: 100_000, daily_cap: 100_000 } } })
+  const numbers: string[] = []
+  for (let i = 0; i < 1000; i += 50) {
+    const made = await Promise.all(Array.from({ length: 50 }, (_, k) => cap.admin('POST', `/workspaces/${ws.id}/connections`, { phone: `+1666${String(i + k).padStart(7, '0')}`, driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })))
+    numbers.push(...made.map((m) => m.data.id as string))
+  }
+  await cap.stop()
+  const db = new Bun.SQL(url, { max: 1 })
+  const now = Date.now()
+  await db.unsafe(
+    `INSERT INTO messages (id, workspace_id, connection_id, direction, status, recipient, sender, body, attachments, created_at, updated_at, opt_in_required)
+     SELECT gen_random_uuid()::text, $1, c.id, 'outbound', 'queued', '+1777' || lpad(g::text, 7, '0'), c.phone, 'Your order shipped', '[]', $2, $2, 0
+     FROM connections c CROSS JOIN generate_series(1, 20) g WHERE c.workspace_id = $1`,
+    [ws.id, now],
+  )
+  const total = Number((await db`SELECT COUNT(*)::int AS n FROM messages WHERE status = 'queued'`)[0].n)
+  const started = performance.now()
+  const again = await startCapstanOn(url, cap.dir)
+  let left = total
+  while (left > 0) {
+    await Bun.sleep(200)
+    left = Number((await db`SELECT COUNT(*)::int AS n FROM messages WHERE status IN ('queued', 'sending')`)[0].n)
+  }
+  const ms = performance.now() - started
+  say(`\nRelease throughput on PostgreSQL: ${total.toLocaleString('en-US')} messages queued on 1,000 sandbox numbers (no gaps), one instance from its start: all sent in ${(ms / 1000).toFixed(1)} s = ${Math.round(total / (ms / 1000)).toLocaleString('en-US')} msg/s`)
+  await again.stop()
+  await db.close()
+}
+
+// --- GET /messages with 1,000,000 rows
+{
+  const url = await database('log')
+  const cap = await startCapstan(env(url))
+  const ws = (await cap.admin('POST', '/workspaces', { name: 'Log' })).data
+  const key = (await cap.admin('POST', `/workspaces/${ws.id}/keys`, { name: 'reader' })).data.key
+  const conn = (await cap.admin('POST', `/workspaces/${ws.id}/connections`, { phone: '+15550001111', driver: 'sandbox' })).data
+  const db = new Bun.SQL(url, { max: 1 })
+  const now = Date.now()
+  const statuses = ['sent', 'delivered', 'read', 'failed']
+  for (let from = 1; from <= 1_000_000; from += 100_000) {
+    await db.unsafe(
+      `INSERT INTO messages (id, workspace_id, connection_id, direction, status, recipient, sender, body, attachments, created_at, updated_at, sent_at, opt_in_required)
+       SELECT gen_random_uuid()::text, $1, $2, CASE WHEN g % 5 = 0 THEN 'inbound' ELSE 'outbound' END, CASE WHEN g % 5 = 0 THEN 'delivered' ELSE ($4::text[])[1 + g % 4] END,
+              '+1777' || lpad((g % 100000)::text, 7, '0'), '+15550001111', 'Message ' || g, '[]', $3 + g, $3 + g, $3 + g, 0
+       FROM generate_series($5::int, $5::int + 99999) g`,
+      [ws.id, conn.id, now, `{${statuses.join(',')}}`, from],
+    )
+  }
+  await db.unsafe('ANALYZE messages')
+  const headers = { authorization: `Bearer ${key}` }
+  say(`\nGET /api/v1/messages on PostgreSQL with 1,000,000 messages in the workspace's log, wrk -c10, ${seconds} s each\n`)
+  say('| page | result |')
+  say('|---|---|')
+  for (const [name, path] of [
+    ['first page (50)', '/api/v1/messages?per_page=50'],
+    ['status=failed, first page', '/api/v1/messages?status=failed&per_page=50'],
+    ['direction=inbound, first page', '/api/v1/messages?direction=inbound&per_page=50'],
+    ['page 100 (offset 4,950)', '/api/v1/messages?per_page=50&page=100'],
+  ] as const) {
+    await wrk(`${cap.base}${path}`, { seconds: 1, connections: 10, headers })
+    say(`| ${name} | ${fmt(await wrk(`${cap.base}${path}`, { seconds, connections: 10, headers }))} |`)
+  }
+  await db.close()
+  await cap.stop()
+}
+
+/** A Capstan on an existing database and data directory (a restart). */
+async function startCapstanOn(url: string, dataDir: string) {
+  const port = await freePort()
+  const proc = Bun.spawn(['bun', join(ROOT, 'src/main.ts'), 'serve'], {
+    env: { ...process.env, CAPSTAN_HOST: '127.0.0.1', CAPSTAN_PORT: String(port), CAPSTAN_DATA_DIR: dataDir, CAPSTAN_ADMIN_TOKEN: ADMIN, CAPSTAN_CLAMD: `unix:${join(dataDir, 'none.sock')}`, ...env(url) },
+    stdout: 'ignore',
+    stderr: 'inherit',
+  })
+  return {
+    stop: async () => {
+      proc.kill()
+      await proc.exited
+    },
+  }
+}
+
+await admin.close()
+await pg.stop()
+rmSync(dir, { recursive: true, force: true })
