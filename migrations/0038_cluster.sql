@@ -36,3 +36,14 @@ CREATE TABLE sandbox_groups (
   connection_id TEXT PRIMARY KEY,
   groups        TEXT NOT NULL
 ) STRICT, WITHOUT ROWID;
+
+-- Kept counts spread over shards on PostgreSQL (see pg/0038_cluster.sql): there every transaction
+-- adds to its own connection's row and readers sum them, so concurrent sends do not queue for one
+-- row. Here one writer holds the file anyway: every count stays in shard 0.
+ALTER TABLE message_counts ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE contact_counts ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE suppression_counts ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE webhook_delivery_counts ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE campaign_counts ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE message_outcome_counts ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage_monthly ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;

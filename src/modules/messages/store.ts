@@ -69,7 +69,7 @@ function listStatements(filter: Filter): { page: Statement; count: Statement } {
     const tail = ` ORDER BY seq DESC LIMIT ${p(limit)} OFFSET ${p(offset)}`
     // message_counts is kept by triggers (migration 0003): at most 12 rows per workspace
     // (PostgreSQL's SUM of bigints is a numeric, which would come back as text: cast back)
-    const counted = at.contact ? `SELECT COUNT(*) AS n FROM messages${mark === '?' ? ' INDEXED BY messages_contact' : ''} WHERE ${key}` : `SELECT ${mark === '?' ? 'COALESCE(SUM(n), 0)' : 'COALESCE(SUM(n), 0)::bigint'} AS n FROM message_counts WHERE ${key}`
+    const counted = at.contact ? `SELECT COUNT(*) AS n FROM messages${mark === '?' ? ' INDEXED BY messages_contact' : ''} WHERE ${key}` : `SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) AS n FROM message_counts WHERE ${key}`
     if (mark === '$') return { page: `SELECT * FROM messages WHERE ${key}${tail}`, count: counted }
     const byDs = `SELECT * FROM messages INDEXED BY messages_log_direction_status WHERE workspace_id = ${p(at.ws)}`
     let from: string
@@ -108,8 +108,12 @@ const Q = {
   byExternal: stmt('SELECT * FROM messages WHERE connection_id = ? AND external_id = ?'),
   byPart: stmt('SELECT m.* FROM message_parts p JOIN messages m ON m.id = p.message_id WHERE p.connection_id = ? AND p.external_id = ?'),
   addPart: stmt('INSERT INTO message_parts (connection_id, external_id, message_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING'),
-  usage: stmt('SELECT messages FROM usage_monthly WHERE workspace_id = ? AND month = ?'),
-  countUsage: stmt('INSERT INTO usage_monthly (workspace_id, month, messages) VALUES (?, ?, 1) ON CONFLICT (workspace_id, month) DO UPDATE SET messages = usage_monthly.messages + 1'),
+  usage: stmt('SELECT CAST(SUM(messages) AS BIGINT) AS messages FROM usage_monthly WHERE workspace_id = ? AND month = ?'),
+  // one row per shard on PostgreSQL (migration 0038): sends on different connections never wait for one row
+  countUsage: stmt(
+    'INSERT INTO usage_monthly (workspace_id, month, messages) VALUES (?, ?, 1) ON CONFLICT (workspace_id, month) DO UPDATE SET messages = usage_monthly.messages + 1',
+    'INSERT INTO usage_monthly (workspace_id, month, shard, messages) VALUES ($1, $2, capstan_shard(), 1) ON CONFLICT (workspace_id, month, shard) DO UPDATE SET messages = usage_monthly.messages + 1',
+  ),
   ofContact: stmt('SELECT * FROM messages INDEXED BY messages_contact WHERE contact_id = ? AND seq > ? ORDER BY seq LIMIT ?', 'SELECT * FROM messages WHERE contact_id = $1 AND seq > $2 ORDER BY seq LIMIT $3'),
   erasureRows: stmt('SELECT id, direction, status, attachments FROM messages WHERE contact_id = ?'),
   redact: stmt(
@@ -124,10 +128,10 @@ const Q = {
        error_message = replace(error_message, $3, '[erased number]')
      WHERE contact_id = $2`,
   ),
-  counts: stmt('SELECT workspace_id, direction, status, n FROM message_counts WHERE n > 0 ORDER BY workspace_id, direction, status'),
+  counts: stmt('SELECT workspace_id, direction, status, CAST(SUM(n) AS BIGINT) AS n FROM message_counts GROUP BY workspace_id, direction, status HAVING SUM(n) > 0 ORDER BY workspace_id, direction, status'),
   queuedPerConnection: stmt("SELECT connection_id, COUNT(*) AS n FROM messages WHERE status = 'queued' GROUP BY connection_id"),
   sending: stmt("SELECT COUNT(*) AS n FROM messages WHERE status = 'sending'"),
-  outcomes: stmt('SELECT status, code, n FROM message_outcome_counts ORDER BY status, code'),
+  outcomes: stmt('SELECT status, code, CAST(SUM(n) AS BIGINT) AS n FROM message_outcome_counts GROUP BY status, code ORDER BY status, code'),
   perDay: { sent: perDayStatement('sent_at'), delivered: perDayStatement('delivered_at'), read: perDayStatement('read_at'), failed: perDayStatement('failed_at') },
 }
 

@@ -17,7 +17,7 @@ const Q = {
   // in the order of suppressions_newest, and the count kept by triggers (migration 0035): a page
   // of 1,000,000 sorted and counted them all (~70 ms)
   list: stmt('SELECT * FROM suppressions WHERE workspace_id = ? ORDER BY created_at DESC, phone LIMIT ? OFFSET ?'),
-  count: stmt('SELECT n FROM suppression_counts WHERE workspace_id = ?'),
+  count: stmt('SELECT CAST(SUM(n) AS BIGINT) AS n FROM suppression_counts WHERE workspace_id = ?'),
 }
 
 export class SuppressionStore {

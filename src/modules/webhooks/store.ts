@@ -80,7 +80,7 @@ const Q = {
   failAll: stmt("UPDATE webhook_deliveries SET status = 'failed', last_error = ?, next_attempt_at = NULL, updated_at = ? WHERE endpoint_id = ? AND status = 'pending'"),
   list: stmt('SELECT * FROM webhook_deliveries WHERE endpoint_id = ? ORDER BY seq DESC LIMIT ? OFFSET ?'),
   // kept by triggers (migration 0034): counting an endpoint's history took 14-22 ms at 300,000
-  count: stmt('SELECT n FROM webhook_delivery_counts WHERE endpoint_id = ?'),
+  count: stmt('SELECT CAST(SUM(n) AS BIGINT) AS n FROM webhook_delivery_counts WHERE endpoint_id = ?'),
   firstNewer: stmt('SELECT seq FROM webhook_deliveries WHERE created_at > ? ORDER BY seq LIMIT 1'),
   prune: stmt("DELETE FROM webhook_deliveries WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE seq < ? AND status != 'pending' ORDER BY seq LIMIT ?)"),
   pruneMessageEvents: stmt(
