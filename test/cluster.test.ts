@@ -71,11 +71,13 @@ describe('three instances on one PostgreSQL', () => {
     const accepted = new Set<string>()
     const send = async (i: number) => {
       const until = Date.now() + 120_000
+      // the same request each time (a retry with a new body would be another request: 409 idempotency_conflict)
+      const body = JSON.stringify({ connection_id: numbers[i % NUMBERS], recipient: newPhone('+1888'), body: `load ${i}` })
       for (;;) {
         const r = await fetch(`${srv.base}/api/v1/messages`, {
           method: 'POST',
           headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'idempotency-key': `load-${ws.id}-${i}` },
-          body: JSON.stringify({ connection_id: numbers[i % NUMBERS], recipient: newPhone('+1888'), body: `load ${i}` }),
+          body,
         }).catch(() => null)
         if (r?.status === 202) {
           accepted.add(((await r.json()) as { data: { id: string } }).data.id)
