@@ -7,7 +7,7 @@
  *      bun bench/paired.ts /tmp/capstan-base [seconds per run = 5] [rounds = 7]
  */
 import { resolve } from 'node:path'
-import { fmt, rounds, startCapstan } from './support'
+import { fmt, rounds, sendLoad, startCapstan } from './support'
 
 const baseRoot = process.argv[2]
 if (!baseRoot) throw new Error('usage: bun bench/paired.ts <checkout of the baseline commit> [seconds] [rounds]')
@@ -17,19 +17,7 @@ const turns = Number(process.argv[4] ?? 7)
 /** A server with a workspace, 50 keys and a sandbox number; the wrk loads for its two paths. */
 async function prepare(label: string, root?: string) {
   const cap = await startCapstan({}, root)
-  const ws = (await cap.admin('POST', '/workspaces', { name: 'Bench' })).data
-  const conn = (await cap.admin('POST', `/workspaces/${ws.id}/connections`, { phone: '+15550009999', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).data
-  const keys: string[] = []
-  for (let i = 0; i < 50; i++) keys.push((await cap.admin('POST', `/workspaces/${ws.id}/keys`, { name: `k${i}` })).data.key)
-  const send = `
-local n = 0
-local keys = {${keys.map((k) => `"${k}"`).join(',')}}
-local tid = math.random(100, 999)
-request = function()
-  n = n + 1
-  local body = string.format('{"connection_id":"${conn.id}","recipient":"+1555%03d%04d","body":"Your order %d has shipped"}', tid, n % 10000, n)
-  return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. keys[(n % #keys) + 1]}, body)
-end`
+  const { keys, lua: send } = await sendLoad(cap)
   return {
     cap,
     get: { name: `${label}: GET /api/v1/workspace`, url: `${cap.base}/api/v1/workspace`, headers: { authorization: `Bearer ${keys[0]}` } },

@@ -13,7 +13,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
-import { ADMIN, fmt, freePort, median, ROOT, startCapstan, wrk, type WrkResult } from './support'
+import { ADMIN, fmt, freePort, median, ROOT, sendLoad, startCapstan, wrk, type WrkResult } from './support'
 
 const seconds = Number(process.argv[2] ?? 5)
 const turns = Number(process.argv[3] ?? 5)
@@ -51,24 +51,8 @@ const one = await startCapstan(env(oneUrl))
 const twoA = await startCapstan(env(twoUrl))
 const twoB = await startCapstan(env(twoUrl))
 
-/** A workspace with 50 keys and a sandbox number on `cap`; the wrk script that sends through them. */
-async function sendLoad(cap: Awaited<ReturnType<typeof startCapstan>>) {
-  const ws = (await cap.admin('POST', '/workspaces', { name: `Bench ${crypto.randomUUID()}` })).data
-  const conn = (await cap.admin('POST', `/workspaces/${ws.id}/connections`, { phone: `+1555${String(Math.floor(Math.random() * 1e7)).padStart(7, '0')}`, driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).data
-  const keys: string[] = []
-  for (let i = 0; i < 50; i++) keys.push((await cap.admin('POST', `/workspaces/${ws.id}/keys`, { name: `k${i}` })).data.key)
-  return `
-local n = 0
-local keys = {${keys.map((k) => `"${k}"`).join(',')}}
-local tid = math.random(100, 999)
-request = function()
-  n = n + 1
-  local body = string.format('{"connection_id":"${conn.id}","recipient":"+1555%03d%04d","body":"Your order %d has shipped"}', tid, n % 10000, n)
-  return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. keys[(n % #keys) + 1]}, body)
-end`
-}
-const oneLua = await sendLoad(one)
-const twoLua = await sendLoad(twoA)
+const { lua: oneLua } = await sendLoad(one)
+const { lua: twoLua } = await sendLoad(twoA, '+15550009998')
 const ceilingLua = `request = function() return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, '{"recipient":"+15550000000","body":"Your order has shipped"}') end`
 const sum = (a: WrkResult, b: WrkResult): WrkResult => ({ rps: a.rps + b.rps, p50: (a.p50 + b.p50) / 2, p99: Math.max(a.p99, b.p99), errors: a.errors + b.errors })
 const results: Record<'ceiling' | 'one' | 'two', WrkResult[]> = { ceiling: [], one: [], two: [] }

@@ -108,6 +108,28 @@ export async function startCapstan(env: Record<string, string> = {}, root = ROOT
   }
 }
 
+/**
+ * A workspace on `cap` with a sandbox number and 50 API keys, and the wrk script that sends
+ * through them (each request with the next key, to a new recipient): the POST /messages load of
+ * the paired and the PostgreSQL benchmarks.
+ */
+export async function sendLoad(cap: Awaited<ReturnType<typeof startCapstan>>, phone = '+15550009999') {
+  const ws = (await cap.admin('POST', '/workspaces', { name: `Bench ${crypto.randomUUID().slice(0, 8)}` })).data
+  const conn = (await cap.admin('POST', `/workspaces/${ws.id}/connections`, { phone, driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).data
+  const keys: string[] = []
+  for (let i = 0; i < 50; i++) keys.push((await cap.admin('POST', `/workspaces/${ws.id}/keys`, { name: `k${i}` })).data.key)
+  const lua = `
+local n = 0
+local keys = {${keys.map((k) => `"${k}"`).join(',')}}
+local tid = math.random(100, 999)
+request = function()
+  n = n + 1
+  local body = string.format('{"connection_id":"${conn.id}","recipient":"+1555%03d%04d","body":"Your order %d has shipped"}', tid, n % 10000, n)
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. keys[(n % #keys) + 1]}, body)
+end`
+  return { keys, lua }
+}
+
 export interface WrkResult {
   rps: number
   p50: number

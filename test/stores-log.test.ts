@@ -13,7 +13,7 @@ import { type ContactRow, ContactStore } from '../src/modules/contacts/store'
 import { GroupStore } from '../src/modules/groups/store'
 import { MessageStore, type NewMessage } from '../src/modules/messages/store'
 import { WebhookStore } from '../src/modules/webhooks/store'
-import { ENGINES, type EngineName, migratedEngines } from './support/engines'
+import { ENGINES, type EngineName, migratedEngines, workspace } from './support/engines'
 
 setDefaultTimeout(60_000)
 
@@ -24,15 +24,9 @@ beforeAll(async () => {
 })
 afterAll(() => stop())
 
-const WORKSPACE = stmt("INSERT INTO workspaces (id, name, slug, status, settings, created_at, updated_at) VALUES (?, ?, ?, 'active', '{}', 0, 0)")
 const TEMPLATE = stmt("INSERT INTO templates (id, workspace_id, name, body, category, variables, created_at, updated_at) VALUES (?, ?, 'T', 'Hi', 'utility', '[]', 0, 0)")
 const id = () => Bun.randomUUIDv7()
 
-async function workspace(engine: Engine) {
-  const ws = id()
-  await engine.write((tx) => tx.run(WORKSPACE, ws, `W ${ws}`, `w-${ws}`))
-  return ws
-}
 
 const connection = (workspaceId: string, over: Partial<ConnectionRow> = {}): ConnectionRow => ({
   id: id(),

@@ -12,7 +12,7 @@ import { MediaRecordStore, type MediaRow } from '../src/modules/media/records'
 import { SuppressionStore } from '../src/modules/suppressions/store'
 import { type TemplateRow, TemplateStore } from '../src/modules/templates/store'
 import { type WorkspaceRow, WorkspaceStore } from '../src/modules/workspaces/store'
-import { ENGINES, type EngineName, migratedEngines } from './support/engines'
+import { ENGINES, type EngineName, migratedEngines, workspace } from './support/engines'
 
 setDefaultTimeout(60_000)
 
@@ -23,14 +23,8 @@ beforeAll(async () => {
 })
 afterAll(() => stop())
 
-const WORKSPACE = stmt("INSERT INTO workspaces (id, name, slug, status, settings, created_at, updated_at) VALUES (?, ?, ?, 'active', '{}', 0, 0)")
 const AUDIT = stmt('SELECT workspace_id, action, key_id, subject_id, at FROM audit_log WHERE workspace_id = ? ORDER BY id')
 
-async function workspace(engine: Engine) {
-  const id = crypto.randomUUID()
-  await engine.write((tx) => tx.run(WORKSPACE, id, `W ${id}`, `w-${id}`))
-  return id
-}
 
 const key = (workspaceId: string, over: Partial<KeyRow> = {}): KeyRow => ({
   id: crypto.randomUUID(),

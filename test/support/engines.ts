@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../../src/cluster/postgres'
-import { type Engine, PgEngine, SqliteEngine } from '../../src/db/engine'
+import { type Engine, PgEngine, SqliteEngine, stmt } from '../../src/db/engine'
 import { migrate, openDatabase } from '../../src/db/open'
 import { migratePostgres } from '../../src/db/postgres'
 import { Writer } from '../../src/db/writer'
@@ -35,4 +35,13 @@ export async function migratedEngines(): Promise<{ engines: Record<EngineName, E
       rmSync(dir, { recursive: true, force: true })
     },
   }
+}
+
+const WORKSPACE = stmt("INSERT INTO workspaces (id, name, slug, status, settings, created_at, updated_at) VALUES (?, ?, ?, 'active', '{}', 0, 0)")
+
+/** A new workspace row (what most stores' rows hang from); its id. */
+export async function workspace(engine: Engine) {
+  const id = crypto.randomUUID()
+  await engine.write((tx) => tx.run(WORKSPACE, id, `W ${id}`, `w-${id}`))
+  return id
 }
