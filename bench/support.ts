@@ -127,7 +127,7 @@ request = function()
   local body = string.format('{"connection_id":"${conn.id}","recipient":"+1555%03d%04d","body":"Your order %d has shipped"}', tid, n % 10000, n)
   return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. keys[(n % #keys) + 1]}, body)
 end`
-  return { keys, lua }
+  return { keys, lua, connection: conn.id as string }
 }
 
 export interface WrkResult {

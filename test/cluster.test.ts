@@ -92,12 +92,17 @@ describe('three instances on one PostgreSQL', () => {
     }
     let next = 0
     let killed: { name: string; pid: number } | null = null
+    let sendingAtKill = new Set<string>()
     const worker = async () => {
       for (let i = next++; i < SENDS; i = next++) {
         await send(i)
         if (!killed && accepted.size >= SENDS / 3) {
           killed = instances()[1]!
           process.kill(killed.pid, 'SIGKILL')
+          // what was in the network's hands then: the dead instance's part stays so until its numbers are taken over
+          const sql = database()
+          sendingAtKill = new Set(((await sql`SELECT id FROM messages WHERE status = 'sending'`) as { id: string }[]).map((r) => r.id))
+          await sql.close()
         }
       }
     }
@@ -125,7 +130,7 @@ describe('three instances on one PostgreSQL', () => {
     const failed = [...logged].filter(([, m]) => m.status !== 'sent')
     // only a send the killed instance had in the network's hands may have failed, as interrupted
     expect(failed.every(([, m]) => m.status === 'failed' && m.error?.code === 'send_interrupted')).toBe(true)
-    expect(failed.length).toBeLessThanOrEqual(16)
+    expect(failed.filter(([id]) => !sendingAtKill.has(id))).toEqual([])
     // the network took each sent message once, and none of those that failed
     const sql = database()
     try {

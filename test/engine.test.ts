@@ -111,6 +111,22 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (kind) => {
     expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['k'])
   })
 
+  test("statements of one write sent together (not awaited one by one) commit in order, or none does when one of them fails", async () => {
+    await engine.run(CLEAR)
+    const counts = await engine.write((tx) => Promise.all([tx.run(INSERT, 'p1', 1, null, null, 0), tx.run(BUMP, 'p1'), tx.get<Item>(GET, 'p1')]))
+    expect(counts[0]).toBe(1)
+    expect(counts[1]).toBe(1)
+    expect(counts[2]!.n).toBe(2) // the read ran after the two writes before it
+    const failed = engine.write((tx) => Promise.all([tx.run(INSERT, 'p2', 1, null, null, 0), tx.run(INSERT, 'p1', 1, null, null, 0), tx.run(INSERT, 'p3', 1, null, null, 0)]))
+    await expect(failed).rejects.toBeInstanceOf(UniqueViolation)
+    expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['p1'])
+    // a write that fails before its first statement leaves the connection usable
+    await expect(engine.write(async () => {
+      throw new Error('refused at once')
+    })).rejects.toThrow('refused at once')
+    expect(await engine.write((tx) => tx.run(INSERT, 'p4', 1, null, null, 0))).toBe(1)
+  })
+
   test('200 concurrent writes to one row all land (group commit on SQLite, row locks on PostgreSQL)', async () => {
     await engine.run(CLEAR)
     await engine.write((tx) => tx.run(INSERT, 'counter', 0, null, null, 0))

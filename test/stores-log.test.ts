@@ -147,8 +147,14 @@ describe.each(ENGINES)('contacts on %s', (name) => {
     })
     expect(await store.phoneOf(ws, '15550002000')).toBe(ada.phone)
     expect(await store.phoneOf(ws, 'unknown')).toBe('unknown')
-    expect((await store.viaAddress(ws, 'wa-2'))!.id).toBe(ada.id)
-    expect(await store.viaAddress(ws, 'unknown')).toBeNull()
+    expect((await store.byPhoneOrAddress(ws, 'wa-2'))!.id).toBe(ada.id)
+    expect((await store.byPhoneOrAddress(ws, ada.phone))!.id).toBe(ada.id)
+    expect(await store.byPhoneOrAddress(ws, 'unknown')).toBeNull()
+    // a contact whose own number is written as the address is that contact, before the one the address stands for
+    const own = { ...contact(ws), phone: 'wa-2' }
+    await engine.write((tx) => store.insert(tx, own))
+    expect((await store.byPhoneOrAddress(ws, 'wa-2'))!.id).toBe(own.id)
+    await engine.write((tx) => store.erase(tx, own))
     expect(await store.addressesOf(ws, ada.phone)).toEqual(['15550002000', 'wa-2'])
     await engine.write((tx) => store.erase(tx, ada))
     expect([await store.get(ws, ada.id), await store.ledgerOf(ada.id), await store.addressesOf(ws, ada.phone), await store.count(ws)]).toEqual([null, [], [], 0])

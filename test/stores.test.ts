@@ -12,6 +12,7 @@ import { MediaRecordStore, type MediaRow } from '../src/modules/media/records'
 import { SuppressionStore } from '../src/modules/suppressions/store'
 import { type TemplateRow, TemplateStore } from '../src/modules/templates/store'
 import { type WorkspaceRow, WorkspaceStore } from '../src/modules/workspaces/store'
+import { SharedWindows } from '../src/http/limits'
 import { ENGINES, type EngineName, migratedEngines, workspace } from './support/engines'
 
 setDefaultTimeout(60_000)
@@ -215,5 +216,21 @@ describe.each(ENGINES)('media records on %s', (name) => {
     expect(await engine.write((tx) => store.expire(tx, ws, kept.id, 99))).toBe(false)
     await engine.write((tx) => store.remove(tx, old.id))
     expect((await store.expired(100, 10)).map((r) => r.id).sort()).toEqual([kept.id, shared.id].sort())
+  })
+})
+
+describe.each(ENGINES)('request windows counted in the database on %s', (name) => {
+  test('hits arriving together are counted by one statement, each in its own place; a window that ended starts again; names are apart', async () => {
+    const engine = engines[name]
+    let now = 1_000_000
+    const windows = new SharedWindows(engine, `t${crypto.randomUUID().slice(0, 8)}`, 5, 60_000, () => now)
+    // one turn: three hits of a, one of b; the next turn two more of a
+    expect(await Promise.all([windows.hit('a'), windows.hit('b'), windows.hit('a'), windows.hit('a')])).toEqual([4, 4, 3, 2])
+    expect(await Promise.all([windows.hit('a'), windows.hit('a'), windows.hit('a')])).toEqual([1, 0, -1])
+    expect(await windows.exceeded('a')).toBe(true)
+    expect(await windows.exceeded('b')).toBe(false)
+    now += 60_000
+    expect(await windows.exceeded('a')).toBe(false)
+    expect(await Promise.all([windows.hit('a'), windows.hit('a')])).toEqual([4, 3])
   })
 })

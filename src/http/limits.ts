@@ -61,26 +61,40 @@ export interface Windows {
 }
 
 const SHARED = {
-  // a window opens at a name's first hit and lasts windowMs, as in memory; the count and its start
-  // are read and changed in one statement, so instances hitting at once count each hit once
-  hit: stmt(
-    `INSERT INTO rate_windows (subject, started_at, n) VALUES (?, ?, 1)
+  // a window opens at a name's first hit and lasts windowMs, as in memory; the counts and their
+  // starts are read and changed in one statement, so instances hitting at once count each hit
+  // once. The hits gathered in one turn go together ($1: [{s: subject, c: hits}], in subject
+  // order, so two instances lock the rows they share in the same order).
+  hits: stmt(
+    `INSERT INTO rate_windows (subject, started_at, n)
+     SELECT json_extract(value, '$.s'), ?2, json_extract(value, '$.c') FROM json_each(?1) WHERE true
      ON CONFLICT (subject) DO UPDATE SET
-       n = CASE WHEN rate_windows.started_at <= excluded.started_at - ? THEN 1 ELSE rate_windows.n + 1 END,
-       started_at = CASE WHEN rate_windows.started_at <= excluded.started_at - ? THEN excluded.started_at ELSE rate_windows.started_at END
-     RETURNING n`,
+       n = CASE WHEN rate_windows.started_at <= excluded.started_at - ?3 THEN excluded.n ELSE rate_windows.n + excluded.n END,
+       started_at = CASE WHEN rate_windows.started_at <= excluded.started_at - ?3 THEN excluded.started_at ELSE rate_windows.started_at END
+     RETURNING subject, n`,
+    `INSERT INTO rate_windows (subject, started_at, n)
+     SELECT h.s, $2, h.c FROM jsonb_to_recordset(CAST($1 AS text)::jsonb) AS h(s text, c int) ORDER BY h.s
+     ON CONFLICT (subject) DO UPDATE SET
+       n = CASE WHEN rate_windows.started_at <= excluded.started_at - $3 THEN excluded.n ELSE rate_windows.n + excluded.n END,
+       started_at = CASE WHEN rate_windows.started_at <= excluded.started_at - $3 THEN excluded.started_at ELSE rate_windows.started_at END
+     RETURNING subject, n`,
   ),
   get: stmt('SELECT n FROM rate_windows WHERE subject = ? AND started_at > ?'),
   sweep: stmt('DELETE FROM rate_windows WHERE started_at <= ?'),
 }
 
+type Waiting = { resolve: (n: number) => void; reject: (e: unknown) => void }
+
 /**
  * Windows counted in the database (`rate_windows`), for instances that share it: 60 requests a
  * minute means 60 in total, whichever instance each reached. `kind` keeps the per-key and the
- * failed-auth windows apart. Windows that ended are deleted once per window.
+ * failed-auth windows apart. The hits of one turn of the event loop are counted by one
+ * statement (under load, dozens of requests share it); each learns its own place in its window.
+ * Windows that ended are deleted once per window.
  */
 export class SharedWindows implements Windows {
   private lastSweep = 0
+  private gathered = new Map<string, Waiting[]>()
 
   constructor(
     private readonly engine: Engine,
@@ -90,14 +104,36 @@ export class SharedWindows implements Windows {
     private readonly now: () => number = Date.now,
   ) {}
 
-  async hit(name: string): Promise<number> {
-    const t = this.now()
-    if (t - this.lastSweep > this.windowMs) {
-      this.lastSweep = t
-      await this.engine.write((tx) => tx.run(SHARED.sweep, t - this.windowMs))
+  hit(name: string): Promise<number> {
+    return new Promise<number>((resolve, reject) => {
+      const subject = `${this.kind}:${name}`
+      if (this.gathered.size === 0) setImmediate(this.count)
+      const waiting = this.gathered.get(subject)
+      if (waiting) waiting.push({ resolve, reject })
+      else this.gathered.set(subject, [{ resolve, reject }])
+    })
+  }
+
+  private readonly count = async () => {
+    const batch = this.gathered
+    this.gathered = new Map()
+    try {
+      const t = this.now()
+      if (t - this.lastSweep > this.windowMs) {
+        this.lastSweep = t
+        await this.engine.write((tx) => tx.run(SHARED.sweep, t - this.windowMs))
+      }
+      const hits = [...batch].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([s, w]) => ({ s, c: w.length }))
+      const rows = await this.engine.all<{ subject: string; n: number }>(SHARED.hits, JSON.stringify(hits), t, this.windowMs)
+      const counted = new Map(rows.map((r) => [r.subject, Number(r.n)]))
+      for (const [subject, waiting] of batch) {
+        // the window's count after this batch: the batch's hits are its last ones, in arrival order
+        const after = counted.get(subject) ?? waiting.length
+        waiting.forEach((w, i) => w.resolve(this.limit - (after - waiting.length + i + 1)))
+      }
+    } catch (e) {
+      for (const waiting of batch.values()) for (const w of waiting) w.reject(e)
     }
-    const row = await this.engine.get<{ n: number }>(SHARED.hit, `${this.kind}:${name}`, t, this.windowMs, this.windowMs)
-    return this.limit - (row?.n ?? 1)
   }
 
   async exceeded(name: string): Promise<boolean> {

@@ -82,8 +82,8 @@ export class ContactService {
   }
 
   /** The contact with this number, or the one a network address (a WhatsApp id) points to; or null. */
-  async byPhoneOrAddress(workspaceId: string, phoneOrAddress: string, q?: Queries): Promise<ContactRow | null> {
-    return (await this.store.byPhone(workspaceId, phoneOrAddress, q)) ?? (await this.store.viaAddress(workspaceId, phoneOrAddress, q))
+  byPhoneOrAddress(workspaceId: string, phoneOrAddress: string, q?: Queries): Promise<ContactRow | null> {
+    return this.store.byPhoneOrAddress(workspaceId, phoneOrAddress, q)
   }
 
   /** The workspace's contact with exactly this number, or null. */
@@ -115,17 +115,7 @@ export class ContactService {
     // `known`: the caller already looked the phone up in this write (null = it is not there)
     const existing = known !== undefined ? known : await this.store.byPhone(workspaceId, input.phone, tx)
     if (!existing) {
-      const row: ContactRow = {
-        id: uuid(),
-        workspace_id: workspaceId,
-        phone: input.phone,
-        name: input.name ?? null,
-        consent_status: input.consent_status ?? 'unknown',
-        metadata: JSON.stringify(input.metadata ?? {}),
-        created_at: now,
-        updated_at: now,
-        last_activity_at: now,
-      }
+      const row = this.fresh(workspaceId, input, now)
       await this.store.insert(tx, row)
       if (input.consent_status && input.consent_status !== 'unknown') await this.consentChangedIn(tx, row, null, source, now)
       return { row, created: true }
@@ -141,6 +131,26 @@ export class ContactService {
     await this.store.update(tx, row)
     if (input.consent_status && input.consent_status !== existing.consent_status) await this.consentChangedIn(tx, row, existing.consent_status as Consent, source, now)
     return { row, created: false }
+  }
+
+  /** A new contact's row (not yet written): consent as given, else unknown. */
+  fresh(workspaceId: string, input: UpsertInput, now: number): ContactRow {
+    return {
+      id: uuid(),
+      workspace_id: workspaceId,
+      phone: input.phone,
+      name: input.name ?? null,
+      consent_status: input.consent_status ?? 'unknown',
+      metadata: JSON.stringify(input.metadata ?? {}),
+      created_at: now,
+      updated_at: now,
+      last_activity_at: now,
+    }
+  }
+
+  /** Write a `fresh` contact with unknown consent (inside a write): nothing for the ledger. */
+  insertIn(tx: Queries, row: ContactRow) {
+    return this.store.insert(tx, row)
   }
 
   /** POST /contacts: upsert as one durable write. */

@@ -34,6 +34,8 @@ const Q = {
   // summed over its shards (migration 0038: one row per shard on PostgreSQL)
   count: stmt('SELECT CAST(SUM(n) AS BIGINT) AS n FROM contact_counts WHERE workspace_id = ?'),
   address: stmt('SELECT phone FROM network_addresses WHERE workspace_id = ? AND address = ?'),
+  // the contact with this number, else the one whose number the network reported under it: one read
+  byPhoneOrAddress: stmt('SELECT * FROM contacts WHERE workspace_id = ? AND phone IN (?, (SELECT phone FROM network_addresses WHERE workspace_id = ? AND address = ?)) ORDER BY phone = ? DESC LIMIT 1'),
   addAddress: stmt('INSERT INTO network_addresses (workspace_id, address, phone) VALUES (?, ?, ?) ON CONFLICT (workspace_id, address) DO UPDATE SET phone = excluded.phone'),
   eraseLedger: stmt('DELETE FROM consent_ledger WHERE contact_id = ?'),
   eraseAddresses: stmt('DELETE FROM network_addresses WHERE workspace_id = ? AND phone = ?'),
@@ -55,10 +57,9 @@ export class ContactStore {
   async phoneOf(workspaceId: string, address: string, q: Queries = this.db): Promise<string> {
     return (await q.get<{ phone: string }>(Q.address, workspaceId, address))?.phone ?? address
   }
-  /** The contact whose number the network reported under `address` (network_addresses), if any. */
-  async viaAddress(workspaceId: string, address: string, q: Queries = this.db): Promise<ContactRow | null> {
-    const known = await q.get<{ phone: string }>(Q.address, workspaceId, address)
-    return known ? this.byPhone(workspaceId, known.phone, q) : null
+  /** The contact with this number, else the one whose number the network reported under it (network_addresses), or null. */
+  byPhoneOrAddress(workspaceId: string, phoneOrAddress: string, q: Queries = this.db) {
+    return q.get<ContactRow>(Q.byPhoneOrAddress, workspaceId, phoneOrAddress, workspaceId, phoneOrAddress, phoneOrAddress)
   }
   /** The network reports `phone` as `address`: its messages from there are that number's. */
   async addAddress(tx: Queries, workspaceId: string, address: string, phone: string) {
