@@ -127,6 +127,22 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (kind) => {
     expect(await engine.write((tx) => tx.run(INSERT, 'p4', 1, null, null, 0))).toBe(1)
   })
 
+  test('writes that each add a row when it is missing, at once: every one succeeds and the row is added once', async () => {
+    await engine.run(CLEAR)
+    const added = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        engine.write(async (tx) => {
+          const found = await tx.get<Item>(GET, 'shared')
+          if (found) return (await tx.run(BUMP, 'shared')) && 'bumped'
+          await tx.run(INSERT, 'shared', 1, null, null, 0)
+          return 'added'
+        }),
+      ),
+    )
+    expect(added.filter((a) => a === 'added')).toHaveLength(1)
+    expect((await engine.get<Item>(GET, 'shared'))!.n).toBe(20)
+  })
+
   test('200 concurrent writes to one row all land (group commit on SQLite, row locks on PostgreSQL)', async () => {
     await engine.run(CLEAR)
     await engine.write((tx) => tx.run(INSERT, 'counter', 0, null, null, 0))

@@ -83,6 +83,29 @@ describe('a database capstan serve cannot use stops the start', () => {
   })
 })
 
+describe('sends at once on PostgreSQL', () => {
+  test('twenty sends to one number that is not yet a contact, at once: every one is accepted, and the number becomes one contact', async () => {
+    const url = urlWith({ database: 'together' })
+    const admin = new Bun.SQL(pg.url, { max: 1 })
+    await admin.unsafe('CREATE DATABASE together')
+    await admin.close()
+    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn' } })
+    try {
+      const { ws, key } = await srv.tenant()
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
+      const phone = newPhone('+1668')
+      const sends = await Promise.all(Array.from({ length: 20 }, (_, i) => srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: phone, body: `together ${i}` } })))
+      expect(sends.map((r) => r.status)).toEqual(Array(20).fill(202))
+      const contacts = await srv.api(key, 'GET', `/contacts?phone=${encodeURIComponent(phone)}`)
+      expect(contacts.json.meta.total).toBe(1)
+      const contactId = contacts.json.data[0].id
+      expect(new Set(sends.map((r) => r.json.data.contact_id))).toEqual(new Set([contactId]))
+    } finally {
+      await srv.close()
+    }
+  })
+})
+
 describe('a database that goes away while serving', () => {
   test('requests answer 503 database_unavailable while it is away; when it is back the instance serves again, and the outcomes of sends the network took meanwhile are written', async () => {
     const url = urlWith({ database: 'away' })

@@ -273,6 +273,18 @@ export class PgEngine implements Engine {
    * a statement of the transaction failed: that is a failed write too.
    */
   async write<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
+    try {
+      return await this.transaction(fn)
+    } catch (e) {
+      // another transaction committed a row this one then could not add (two sends to the same new
+      // number at once), or the two waited on each other: the write runs once more from the start,
+      // and now sees what the other committed (SQLite's writer may run a write again too)
+      if (e instanceof UniqueViolation || String((e as { errno?: unknown } | null)?.errno ?? '') === '40P01') return this.transaction(fn)
+      throw e
+    }
+  }
+
+  private async transaction<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
     const conn = await this.client.reserve()
     const begun = conn.unsafe('BEGIN')
     begun.catch(() => {}) // its failure reaches the callback's first statement, or the await below
