@@ -37,6 +37,9 @@ const ERROR_TEXT: Record<number, string> = {
   507: "storage_full: the server's disk is full; the write was rolled back and nothing was stored.",
 }
 
+/** The 503 of an installation on PostgreSQL (CAPSTAN_DATABASE_URL) while its database cannot be reached. */
+const DATABASE_AWAY = 'database_unavailable: the PostgreSQL database cannot be reached right now (installations with CAPSTAN_DATABASE_URL); nothing was stored, try again shortly.'
+
 /** An error status's response: the contract's error body. */
 const errorResponse = (description: string) => ({ description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } })
 
@@ -114,9 +117,11 @@ export function op(o: OpOptions) {
   }
   // any write may find the disk full (507); reads never write
   const writes = o.writes ?? (o.body !== undefined || o.requestBody !== undefined || o.idempotent || [201, 202, 204].includes(o.ok.status))
-  const codes = new Set([...(o.scope ? [401, 403, 429] : []), 431, ...(writes ? [507] : []), ...(o.errors ?? [])])
+  // and any operation may find PostgreSQL away (several instances on one database: 503)
+  const codes = new Set([...(o.scope ? [401, 403, 429] : []), 431, 503, ...(writes ? [507] : []), ...(o.errors ?? [])])
   for (const c of [...codes].sort()) {
-    responses[String(c)] = NO_BODY.has(c) ? { description: ERROR_TEXT[c] } : errorResponse(ERROR_TEXT[c] ?? 'Error')
+    const text = c === 503 ? (o.errors?.includes(503) ? `${ERROR_TEXT[503]} Or ${DATABASE_AWAY}` : DATABASE_AWAY[0]!.toUpperCase() + DATABASE_AWAY.slice(1)) : ERROR_TEXT[c]
+    responses[String(c)] = NO_BODY.has(c) ? { description: text } : errorResponse(text ?? 'Error')
   }
   const parameters: Json[] = []
   for (const p of o.params ?? []) parameters.push({ name: p, in: 'path', required: true, schema: { type: 'string' } })
