@@ -47,7 +47,8 @@ function fakeGraph() {
     async fetch(req) {
       const url = new URL(req.url)
       const auth = req.headers.get('authorization')
-      const err = (status: number, code: number, message: string) => Response.json({ error: { message, type: 'OAuthException', code, fbtrace_id: 'AbCdEf' } }, { status })
+      const err = (status: number, code: number, message: string, details?: string) =>
+        Response.json({ error: { message, type: 'OAuthException', code, ...(details ? { error_data: { messaging_product: 'whatsapp', details } } : {}), fbtrace_id: 'AbCdEf' } }, { status })
       if (auth !== `Bearer ${TOKEN}` || state.rejectTokens) {
         seen.push({ method: req.method, path: url.pathname, auth })
         return err(401, 190, 'Error validating access token: Session has expired.')
@@ -103,6 +104,7 @@ function fakeGraph() {
         }
         if (scripted === 'reset') return new Response(new ReadableStream({ pull: (c) => c.error(new Error('connection broken by the test')) }))
         if (json.to === '15550009001') return err(400, 131026, 'Message undeliverable')
+        if (json.to === '15550009002') return err(400, 100, '(#100) Invalid parameter', 'Parameter value is not valid: text.body is too long for this message type')
         const wamid = `wamid.${crypto.randomUUID()}`
         seen.at(-1)!.wamid = wamid
         return Response.json({ messaging_product: 'whatsapp', contacts: [{ input: json.to, wa_id: state.waIdFor[json.to] ?? json.to }], messages: [{ id: wamid }] })
@@ -779,6 +781,19 @@ describe('sending', () => {
     const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: '+15550009001', body: 'x' } })
     const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
     expect(failed.error).toEqual({ code: 'cloud_api_131026', message: 'Message undeliverable' })
+  })
+
+  test("Meta's error_data.details is kept with its message, for a refused send and for a failed status", async () => {
+    const { key, conn } = await setup()
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: '+15550009002', body: 'x' } })
+    const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
+    expect(failed.error).toEqual({ code: 'cloud_api_100', message: '(#100) Invalid parameter: Parameter value is not valid: text.body is too long for this message type' })
+    const sent = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'outside the window' } })
+    await waitFor(async () => (await msg(key, sent.json.data.id)).status === 'sent')
+    const refused = [{ code: 131047, title: 'Re-engagement message', message: 'Re-engagement message', error_data: { details: 'Message failed to send because more than 24 hours have passed since the customer last replied to this number.' } }]
+    expect((await deliver(srv.base, conn.id, statusEvent(wamidOf(sent.json.data.id), 'failed', refused))).status).toBe(200)
+    const later = await waitFor(async () => ((await msg(key, sent.json.data.id)).status === 'failed' ? msg(key, sent.json.data.id) : null))
+    expect(later.error).toEqual({ code: 'cloud_api_131047', message: 'Re-engagement message: Message failed to send because more than 24 hours have passed since the customer last replied to this number.' })
   })
 
   test('a throughput error is retried instead of failing, and slows the number', async () => {

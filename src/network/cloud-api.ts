@@ -112,6 +112,19 @@ interface GraphError {
   message: string
 }
 
+/** How much of Meta's words an error keeps. */
+const ERROR_TEXT_MAX = 500
+
+/**
+ * Meta's words for an error — an API call's `error` or a status's `errors[0]` — with what
+ * `error_data.details` adds: "(#100) Invalid parameter" alone does not say which one was wrong.
+ */
+export function metaErrorText(e: { message?: unknown; title?: unknown; error_data?: { details?: unknown } } | null | undefined, fallback: string): string {
+  const said = String(e?.message ?? e?.title ?? fallback).trim()
+  const details = typeof e?.error_data?.details === 'string' ? e.error_data.details.trim() : ''
+  return (details && !said.includes(details) ? `${said}: ${details}` : said).slice(0, ERROR_TEXT_MAX)
+}
+
 export class CloudApiConnection implements ConnectionDriver {
   private config: CloudConfig
   /** Per message id: the wamids of the parts the Cloud API accepted before a retryable refusal. */
@@ -171,7 +184,7 @@ export class CloudApiConnection implements ConnectionDriver {
     }
     if (res.ok && json) return json
     const given = Number(json?.error?.code)
-    const err: GraphError = { code: Number.isInteger(given) && given >= 0 ? given : res.status, message: String(json?.error?.message ?? `HTTP ${res.status}`).slice(0, 300) }
+    const err: GraphError = { code: Number.isInteger(given) && given >= 0 ? given : res.status, message: metaErrorText(json?.error, `HTTP ${res.status}`) }
     throw this.mapError(err, res.status)
   }
 
