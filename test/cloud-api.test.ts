@@ -54,7 +54,7 @@ function fakeGraph() {
         return err(401, 190, 'Error validating access token: Session has expired.')
       }
       // a customer's file: its details (a URL on this server, the size), then its bytes
-      const file = /^\/(v21\.0|files)\/(in-[\w-]+)$/.exec(url.pathname)
+      const file = /^\/(v\d+\.\d+|files)\/(in-[\w-]+)$/.exec(url.pathname)
       if (req.method === 'GET' && file) {
         seen.push({ method: 'GET', path: url.pathname, auth })
         const f = state.inbound[file[2]!]
@@ -65,7 +65,7 @@ function fakeGraph() {
       }
       // the account's templates, two to a page; each answer names a next page on another host,
       // which a client must not follow with the token (Capstan asks its own Graph URL with the cursor)
-      const listing = /^\/v21\.0\/(\d+)\/message_templates$/.exec(url.pathname)
+      const listing = /^\/v\d+\.\d+\/(\d+)\/message_templates$/.exec(url.pathname)
       if (req.method === 'GET' && listing) {
         seen.push({ method: 'GET', path: `${url.pathname}${url.search}`, auth })
         if (listing[1] !== WABA) return err(400, 100, 'Unsupported get request. Object with ID does not exist.')
@@ -77,7 +77,7 @@ function fakeGraph() {
         const more = at + 2 < state.templates.length
         return Response.json({ data: state.templates.slice(at, at + 2), paging: { cursors: { before: String(at), after: String(at + 2) }, ...(more ? { next: `http://127.0.0.1:9/v21.0/${WABA}/message_templates?after=${at + 2}` } : {}) } })
       }
-      const m = /^\/v21\.0\/(\d+)(\/messages|\/media)?$/.exec(url.pathname)
+      const m = /^\/v\d+\.\d+\/(\d+)(\/messages|\/media)?$/.exec(url.pathname)
       if (!m || m[1] !== PNID) return err(400, 100, 'Unsupported get request. Object does not exist.')
       if (req.method === 'GET' && !m[2]) return Response.json({ display_phone_number: '15550001234', verified_name: 'Acme', id: PNID })
       if (req.method === 'POST' && m[2] === '/media') {
@@ -210,6 +210,22 @@ describe('connecting a number', () => {
       expect(content.includes(APP_SECRET)).toBe(false)
       expect(content.includes(VERIFY)).toBe(false)
     }
+  })
+
+  test('a number added without a Graph API version uses v26.0 (v21.0 stops in January 2027); changing its graph_version moves its calls', async () => {
+    const { key, conn } = await setup({ graph_version: undefined })
+    expect(conn.config.graph_version).toBe('v26.0')
+    const paths = () => graph.seen.filter((x) => x.method === 'POST' && x.path.endsWith('/messages') && x.json?.text?.body === 'which version').map((x) => x.path)
+    const send = async () => {
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'which version' } })
+      await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    }
+    await send()
+    expect(paths()).toEqual([`/v26.0/${PNID}/messages`])
+    const changed = await srv.admin('PATCH', `/connections/${conn.id}`, { config: { graph_version: 'v25.0' } })
+    expect(changed.json.data.config.graph_version).toBe('v25.0')
+    await send()
+    expect(paths()).toEqual([`/v26.0/${PNID}/messages`, `/v25.0/${PNID}/messages`])
   })
 
   test('a Graph API answer that redirects is not followed: the access token goes nowhere else', async () => {

@@ -274,8 +274,8 @@ describe('dashboard', () => {
       port: 0,
       fetch(req) {
         const path = new URL(req.url).pathname
-        if (path === '/v21.0/109876543210') return Response.json({ id: '109876543210', display_phone_number: '15550001234' })
-        if (path === '/v21.0/102290129340398/message_templates')
+        if (path === '/v26.0/109876543210') return Response.json({ id: '109876543210', display_phone_number: '15550001234' })
+        if (path === '/v26.0/102290129340398/message_templates')
           return Response.json({
             data: [
               { name: 'order_shipped', language: 'en_US', status: 'APPROVED', category: 'UTILITY', components: [{ type: 'BODY', text: 'Your order {{1}} has shipped.' }] },

@@ -44,7 +44,12 @@ import type { Accepted, ConnectionDriver, DriverContext, DriverFactory, NetworkT
 import { DriverError, STOPPED, TemplateRefused, UnconfirmedSend, templateHeaderKind } from './driver'
 
 export const DEFAULT_GRAPH_BASE = 'https://graph.facebook.com'
-export const DEFAULT_GRAPH_VERSION = 'v21.0'
+/**
+ * The Graph API version of a number added without one (Meta serves each for about two years;
+ * v26.0 came out on 2026-07-29). A number keeps the version it was added with until its config's
+ * `graph_version` is changed.
+ */
+export const DEFAULT_GRAPH_VERSION = 'v26.0'
 /** How long a call that sends nothing to a customer (lookup, media upload) may take. */
 const TIMEOUT_MS = 20_000
 /** Pages of 100 templates read at most by an import (Meta allows an account a few thousand). */
@@ -479,7 +484,7 @@ export const cloudApiDriver: DriverFactory = {
     if (!str(c.verify_token, 200)) errors['config.verify_token'] = ['The config.verify_token field is required (Meta sends it when you register the webhook).']
     if (c.waba_id !== undefined && c.waba_id !== null && (typeof c.waba_id !== 'string' || !digits.test(c.waba_id))) errors['config.waba_id'] = ['The config.waba_id field must be the numeric WhatsApp Business Account id from Meta.']
     if (typeof c.graph_base_url !== 'string' || !/^https?:\/\/[^\s/?#]+(\/[^\s?#]*)?$/.test(c.graph_base_url)) errors['config.graph_base_url'] = ['The config.graph_base_url field must be an http or https URL.']
-    if (typeof c.graph_version !== 'string' || !/^v[0-9]{1,3}\.[0-9]{1,2}$/.test(c.graph_version)) errors['config.graph_version'] = ['The config.graph_version field must look like v21.0.']
+    if (typeof c.graph_version !== 'string' || !/^v[0-9]{1,3}\.[0-9]{1,2}$/.test(c.graph_version)) errors['config.graph_version'] = ['The config.graph_version field must look like v26.0.']
     const wait = c.confirm_wait_seconds
     if (typeof wait !== 'number' || !Number.isInteger(wait) || wait < 0 || wait > 3600) errors['config.confirm_wait_seconds'] = ['The config.confirm_wait_seconds field must be a whole number of seconds from 0 to 3600.']
     if (Object.keys(errors).length) return { errors }
