@@ -40,7 +40,7 @@ function fakeGraph() {
   const hung: (() => void)[] = []
   // waIdFor: the WhatsApp id Meta answers a send with, per number sent to (default: the number)
   // templates: what GET /{WABA}/message_templates lists, two to a page; failPage: the page (from 0) whose next answer is Meta's 500
-  const state = { templates: [] as unknown[], failPage: -1, rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131050 | 131053 | 132015 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
+  const state = { templates: [] as unknown[], failPage: -1, rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131031 | 131050 | 131053 | 132015 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
   const server = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -96,6 +96,7 @@ function fakeGraph() {
         const scripted = state.failFor[json.to]?.shift()
         if (scripted === 500) return err(500, 1, 'An unknown error occurred')
         if (scripted === 131053) return err(400, 131053, 'Media upload error')
+        if (scripted === 131031) return err(400, 131031, 'Business Account locked', 'The WhatsApp Business Account is restricted for violating policy.')
         if (scripted === 132015) return err(400, 132015, 'Template is paused due to low quality so it cannot be sent in a template message.')
         if (scripted === 131050) return err(400, 131050, 'Unable to deliver the message. This recipient has chosen to stop receiving marketing messages.')
         if (scripted === 'hang') {
@@ -934,6 +935,42 @@ describe('sending', () => {
     } finally {
       graph.state.rejectTokens = false
     }
+  })
+})
+
+describe('an account Meta stopped', () => {
+  test('a send Meta refuses for the whole account (131031) fails with its code, and the number goes offline with the reason instead of failing message after message', async () => {
+    const { key, conn } = await setup()
+    const to = newPhone()
+    graph.state.failFor[to.slice(1)] = [131031]
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'x' } })
+    const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
+    expect(failed.error).toEqual({ code: 'cloud_api_131031', message: 'Business Account locked: The WhatsApp Business Account is restricted for violating policy.' })
+    const c = await waitFor(async () => {
+      const row = (await srv.admin('GET', `/connections/${conn.id}`)).json.data
+      return row.status === 'offline' ? row : null
+    })
+    expect(c.status_reason).toContain('code 131031')
+    expect(c.status_reason).toContain('restricted for violating policy')
+    expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })).json.code).toBe('connection_offline')
+    // cleared in WhatsApp Manager: the operator sets it online and it sends again
+    expect((await srv.admin('PATCH', `/connections/${conn.id}`, { status: 'online' })).json.data.status).toBe('online')
+    const again = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })
+    await waitFor(async () => (await msg(key, again.json.data.id)).status === 'sent')
+  })
+
+  test('a failed status naming an account block (368) takes the number offline too', async () => {
+    const { key, conn } = await setup()
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    const blocked = [{ code: 368, title: 'Temporarily blocked for policies violations', message: 'Temporarily blocked for policies violations' }]
+    expect((await deliver(srv.base, conn.id, statusEvent(wamidOf(r.json.data.id), 'failed', blocked))).status).toBe(200)
+    const c = await waitFor(async () => {
+      const row = (await srv.admin('GET', `/connections/${conn.id}`)).json.data
+      return row.status === 'offline' ? row : null
+    })
+    expect(c.status_reason).toContain('code 368')
+    expect((await msg(key, r.json.data.id)).error.code).toBe('cloud_api_368')
   })
 })
 

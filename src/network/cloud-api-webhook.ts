@@ -23,7 +23,7 @@ import type { WindowCounter } from '../http/limits'
 import { clipCodePoints } from '../http/schema'
 import type { MediaRow } from '../modules/media/records'
 import type { Services } from '../services'
-import { CloudApiConnection, MARKETING_STOPPED, metaErrorText, TEMPLATE_REFUSED } from './cloud-api'
+import { ACCOUNT_BLOCKED, CloudApiConnection, MARKETING_STOPPED, metaErrorText, TEMPLATE_REFUSED } from './cloud-api'
 
 const json = (status: number, body: unknown) => new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' } })
 const RETRY_UNKNOWN_MS = [1000, 3000, 10000]
@@ -269,6 +269,8 @@ async function applyStatus(connectionId: string, report: StatusReport, svc: Serv
     await svc.messages.receipt(row.id, 'failed', { code: metaCode(error?.code), message: metaErrorText(error, 'The Cloud API reported the message as failed.') })
     // refused because the person stopped marketing messages: withdraw their marketing consent too
     if (Number(error?.code) === MARKETING_STOPPED && row.recipient !== null) await svc.messages.marketingStopped(connectionId, row.recipient, `cloud_api_${MARKETING_STOPPED}:${row.id}`)
+    // the account itself was stopped: the number goes offline rather than fail message after message
+    if (ACCOUNT_BLOCKED.has(Number(error?.code))) driver.accountBlocked(Number(error.code), metaErrorText(error, 'The Cloud API reported the message as failed.'))
     // the template itself was refused: a campaign sending it pauses
     if (TEMPLATE_REFUSED.has(Number(error?.code))) svc.messages.onTemplateRefused(row, `cloud_api_${error.code}`)
   }

@@ -80,6 +80,12 @@ const THROTTLE_CODES = new Set([130429, 131056, 80007, 4, 613])
 export const TEMPLATE_REFUSED = new Set([132000, 132001, 132007, 132012, 132015, 132016, 132068, 132069])
 /** The token is no good: the number cannot send until the operator fixes the config. */
 const AUTH_CODES = new Set([190, 0, 10, 200])
+/**
+ * Meta stopped the whole account, not this message: blocked for a policy violation (368), the
+ * account locked (131031), its payment or eligibility in question (131042). Every further send
+ * would fail the same way until the business clears it in WhatsApp Manager.
+ */
+export const ACCOUNT_BLOCKED = new Set([368, 131031, 131042])
 
 interface CloudConfig {
   phone_number_id: string
@@ -200,8 +206,17 @@ export class CloudApiConnection implements ConnectionDriver {
       return new DriverError('connection_offline', 'The Cloud API rejected the access token; the number is offline until its config is fixed.')
     }
     if (httpStatus >= 500) return new DriverError(`cloud_api_${err.code}`, `The Cloud API failed: ${err.message}`, true)
+    if (ACCOUNT_BLOCKED.has(err.code)) this.accountBlocked(err.code, err.message)
     if (TEMPLATE_REFUSED.has(err.code)) return new TemplateRefused(`cloud_api_${err.code}`, err.message)
     return new DriverError(`cloud_api_${err.code}`, err.message)
+  }
+
+  /**
+   * Meta blocked the number's account (ACCOUNT_BLOCKED; from a send's answer or a status): the
+   * number goes offline with Meta's words, its queue waiting, until the operator sets it online.
+   */
+  accountBlocked(code: number, message: string) {
+    this.ctx.reportStatus('offline', `Meta stopped the WhatsApp Business account (code ${code}): ${message}`.slice(0, 500) + ' Clear it in WhatsApp Manager, then set the number online.')
   }
 
   async probe(): Promise<{ online: boolean; reason: string | null }> {
