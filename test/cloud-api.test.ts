@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { EICAR, scanningServer } from './support/clamd'
+import { inProcess } from './support/inproc'
 import * as files from './support/files'
 import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
 import { waitFor } from './support/wait'
@@ -934,6 +935,33 @@ describe('sending', () => {
       expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })).json.code).toBe('connection_offline')
     } finally {
       graph.state.rejectTokens = false
+    }
+  })
+})
+
+describe('retries (in process, the waits shortened)', () => {
+  test("Meta's \"slow down\" answers do not use up the retries of its failures: five throttles, then a 500, then the message is sent", async () => {
+    const env = await inProcess()
+    try {
+      const { svc } = env
+      svc.messages.retryDelays = { failed: [5, 5, 5, 5, 5], throttled: [5, 5, 5, 5, 5, 5, 5, 5] }
+      const ws = await svc.workspaces.create({ name: 'Retries' })
+      await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = await svc.connections.create(ws.id, { phone: newPhone('+1444'), driver: 'cloud_api', config: { phone_number_id: PNID, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base } })
+      const to = newPhone()
+      graph.state.throttleNext = 5
+      graph.state.failFor[to.slice(1)] = [500, null]
+      const m = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: to, body: 'patience', attachments: [] })
+      await env.timers.advance(0)
+      const done = await waitFor(async () => {
+        const row = await svc.messages.get(ws.id, m.id)
+        return row.status === 'sent' || row.status === 'failed' ? row : null
+      })
+      expect([done.status, done.error_code]).toEqual(['sent', null])
+      expect(graph.seen.filter((x) => x.json?.text?.body === 'patience')).toHaveLength(7)
+    } finally {
+      graph.state.throttleNext = 0
+      await env.close()
     }
   })
 })

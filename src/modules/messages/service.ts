@@ -649,9 +649,7 @@ export class MessageService {
   }
 
   private async dispatchOnce(live: LiveConnection, row: MessageRow, groupExternalId: string | null) {
-    const backoff = [1000, 2000, 4000, 8000, 16000]
-    // a network that asks to slow down is given time (about half an hour) before the message fails
-    const throttleBackoff = [5000, 15000, 30000, 60000, 120000, 300000, 600000, 900000]
+    const { failed: backoff, throttled: throttleBackoff } = this.retryDelays
     const attachments = await this.outboundMedia(row)
     if (!attachments) {
       await this.record(() => this.markFailed(row.id, 'media_unavailable', 'An attachment expired before the message was sent.'))
@@ -659,7 +657,9 @@ export class MessageService {
       return
     }
     const template = row.network_template === null ? null : (JSON.parse(row.network_template) as NetworkTemplate)
+    // counted apart: a network's "slow down" answers do not use up the retries of its failures
     let throttles = 0
+    let failures = 0
     for (let attempt = 0; ; attempt++) {
       // a retry can come minutes later (a throttled number): the recipient may have opted out since
       const refusal = attempt > 0 ? await this.refusalFor(row) : null
@@ -682,8 +682,8 @@ export class MessageService {
           await Bun.sleep(throttleBackoff[throttles++]!)
           continue
         }
-        if (err.retryable && !err.throttled && attempt < backoff.length) {
-          await Bun.sleep(backoff[attempt]!)
+        if (err.retryable && !err.throttled && failures < backoff.length) {
+          await Bun.sleep(backoff[failures++]!)
           continue
         }
         await this.record(() => this.markFailed(row.id, err.code, err.message))
@@ -697,6 +697,13 @@ export class MessageService {
       return
     }
   }
+
+  /**
+   * How long a send waits before it is tried again (ms, one entry per retry): after a failure the
+   * network may recover from (a 5xx, a broken connection), and — about half an hour in all — after
+   * the network asked to slow down. Tests shorten them.
+   */
+  retryDelays = { failed: [1000, 2000, 4000, 8000, 16000], throttled: [5000, 15000, 30000, 60000, 120000, 300000, 600000, 900000] }
 
   /**
    * Writes a send's outcome, again while the write fails (see `persist`): what the network
