@@ -94,6 +94,9 @@ function fakeGraph() {
           state.throttleNext--
           return err(400, 130429, 'Rate limit hit')
         }
+        // Meta's caption limit: 1,024 characters on an image, video or document
+        const media = (json as Record<string, any>)[(json as { type?: string }).type ?? '']
+        if (typeof media?.caption === 'string' && media.caption.length > 1024) return err(400, 100, '(#100) Invalid parameter', 'Param image[\'caption\'] must be at most 1024 characters long.')
         const scripted = state.failFor[json.to]?.shift()
         if (scripted === 500) return err(500, 1, 'An unknown error occurred')
         if (scripted === 131053) return err(400, 131053, 'Media upload error')
@@ -770,6 +773,30 @@ describe('sending', () => {
     const send = graph.seen.find((s) => s.json?.to === to.slice(1))
     expect(send?.json).toMatchObject({ type: 'image', image: { caption: 'Your receipt' } })
     expect(send?.json.image.id).toMatch(/^media-/)
+  })
+
+  test('a text longer than a caption may be (1,024) goes as its own message after the photo, whole', async () => {
+    const { key, conn } = await setup()
+    const fd = new FormData()
+    fd.set('file', new File([files.png()], 'label.png'))
+    const media = (await srv.api(key, 'POST', '/media', { multipart: fd })).json.data
+    const to = newPhone()
+    const long = `Your order is on its way. ${'Here is what to expect at delivery. '.repeat(40)}`.slice(0, 1500)
+    const atLimit = 'x'.repeat(1024)
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: long, media: { attachments: [{ media_id: media.id }] } } })
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    const parts = graph.seen.filter((s) => s.json?.to === to.slice(1)).map((s) => s.json)
+    expect(parts).toHaveLength(2)
+    expect(parts[0]).toMatchObject({ type: 'image' })
+    expect(parts[0].image.caption).toBeUndefined()
+    expect(parts[1]).toMatchObject({ type: 'text', text: { body: long } })
+    // 1,024 characters still go as the caption
+    const to2 = newPhone()
+    const r2 = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to2, body: atLimit, media: { attachments: [{ media_id: media.id }] } } })
+    await waitFor(async () => (await msg(key, r2.json.data.id)).status === 'sent')
+    const one = graph.seen.filter((s) => s.json?.to === to2.slice(1)).map((s) => s.json)
+    expect(one).toHaveLength(1)
+    expect(one[0].image.caption).toBe(atLimit)
   })
 
   test('a file sent again is not uploaded again; after a refusal it is', async () => {

@@ -50,6 +50,8 @@ export const DEFAULT_GRAPH_BASE = 'https://graph.facebook.com'
  * `graph_version` is changed.
  */
 export const DEFAULT_GRAPH_VERSION = 'v26.0'
+/** The longest caption Meta takes on an image, video or document (characters; counted here in UTF-16 units, never more than Meta's count). */
+const CAPTION_MAX = 1024
 /** How long a call that sends nothing to a customer (lookup, media upload) may take. */
 const TIMEOUT_MS = 20_000
 /** Pages of 100 templates read at most by an import (Meta allows an account a few thousand). */
@@ -362,11 +364,13 @@ export class CloudApiConnection implements ConnectionDriver {
         const header = head && headKind ? { kind: headKind, id: await this.uploadMedia(head), filename: head.filename } : null
         await post({ type: 'template', template: templatePayload(template, header) })
       }
-      // one Cloud API message per attachment, the text as the first one's caption (where allowed)
+      // one Cloud API message per attachment, the text as the first one's caption (where allowed:
+      // an image, a video or a document, and a text Meta takes as a caption); else the text follows
       let caption = template ? null : message.body
+      const fits = caption !== null && caption.length <= CAPTION_MAX
       for (const m of template ? [] : message.attachments) {
         const kind = MEDIA_KIND[m.mimeType] ?? 'document'
-        const captioned = !!caption && (kind === 'image' || kind === 'video' || kind === 'document')
+        const captioned = !!caption && fits && (kind === 'image' || kind === 'video' || kind === 'document')
         if (!accepted()) {
           const payload: Record<string, unknown> = { id: await this.uploadMedia(m) }
           if (kind === 'document') payload.filename = m.filename
