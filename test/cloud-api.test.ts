@@ -41,7 +41,8 @@ function fakeGraph() {
   const hung: (() => void)[] = []
   // waIdFor: the WhatsApp id Meta answers a send with, per number sent to (default: the number)
   // templates: what GET /{WABA}/message_templates lists, two to a page; failPage: the page (from 0) whose next answer is Meta's 500
-  const state = { templates: [] as unknown[], failPage: -1, rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131031 | 131050 | 131053 | 132015 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
+  // numbers: the phone_number_ids Meta knows, with the number each stands for (display_phone_number)
+  const state = { numbers: { [PNID]: '15550001234' } as Record<string, string>, templates: [] as unknown[], failPage: -1, rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131031 | 131050 | 131053 | 132015 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
   const server = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -79,8 +80,8 @@ function fakeGraph() {
         return Response.json({ data: state.templates.slice(at, at + 2), paging: { cursors: { before: String(at), after: String(at + 2) }, ...(more ? { next: `http://127.0.0.1:9/v21.0/${WABA}/message_templates?after=${at + 2}` } : {}) } })
       }
       const m = /^\/v\d+\.\d+\/(\d+)(\/messages|\/media)?$/.exec(url.pathname)
-      if (!m || m[1] !== PNID) return err(400, 100, 'Unsupported get request. Object does not exist.')
-      if (req.method === 'GET' && !m[2]) return Response.json({ display_phone_number: '15550001234', verified_name: 'Acme', id: PNID })
+      if (!m || !Object.hasOwn(state.numbers, m[1]!)) return err(400, 100, 'Unsupported get request. Object does not exist.')
+      if (req.method === 'GET' && !m[2]) return Response.json({ display_phone_number: state.numbers[m[1]!], verified_name: 'Acme', id: m[1] })
       if (req.method === 'POST' && m[2] === '/media') {
         const fd = await req.formData()
         const file = fd.get('file') as File
@@ -129,8 +130,12 @@ function fakeGraph() {
 }
 
 /** Post a webhook the way Meta does: JSON body signed with the app secret. */
+/** Each connection's phone_number_id (see setup): the events helpers below name PNID, delivered as the connection's own. */
+const pnidOf = new Map<string, string>()
+
 async function deliver(base: string, connId: string, body: unknown, secret = APP_SECRET) {
-  const raw = JSON.stringify(body)
+  const own = pnidOf.get(connId)
+  const raw = own ? JSON.stringify(body).replaceAll(`"phone_number_id":"${PNID}"`, `"phone_number_id":"${own}"`) : JSON.stringify(body)
   const sig = `sha256=${new Bun.CryptoHasher('sha256', secret).update(raw).digest('hex')}`
   return fetch(`${base}/hooks/whatsapp/${connId}`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-hub-signature-256': sig }, body: raw })
 }
@@ -163,16 +168,23 @@ afterAll(async () => {
   graph.stop()
 })
 
+let pnids = 0
+
 /** A workspace with a key and a Cloud API number on the fake Graph API (on `on`, the shared server unless given). */
 async function setup(config: Record<string, unknown> = {}, on: TestServer = srv) {
   const t = await on.tenant()
   await on.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+  // a number of its own at Meta: one connection per phone_number_id
+  const phone = newPhone('+1444')
+  const pnid = String(200_000_000_000 + ++pnids)
+  graph.state.numbers[pnid] = phone.slice(1)
   const r = await on.admin('POST', `/workspaces/${t.ws.id}/connections`, {
-    phone: newPhone('+1444'),
+    phone,
     driver: 'cloud_api',
-    config: { phone_number_id: PNID, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base, graph_version: 'v21.0', ...config },
+    config: { phone_number_id: pnid, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base, graph_version: 'v21.0', ...config },
   })
-  return { ...t, conn: r.json.data, created: r }
+  if (r.json.data?.id) pnidOf.set(r.json.data.id, (config.phone_number_id as string | undefined) ?? pnid)
+  return { ...t, conn: r.json.data, created: r, pnid }
 }
 
 const msg = (key: string, id: string) => srv.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
@@ -199,10 +211,10 @@ describe('connecting a number', () => {
     const ws = await srv.workspace()
     const bad = await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'cloud_api', config: { phone_number_id: 'abc', graph_base_url: 'ftp://x', confirm_wait_seconds: 3601 } })
     expect(Object.keys(bad.json.errors).sort()).toEqual(['config.access_token', 'config.app_secret', 'config.confirm_wait_seconds', 'config.graph_base_url', 'config.phone_number_id', 'config.verify_token'])
-    const { conn, created } = await setup()
+    const { conn, created, pnid } = await setup()
     expect(created.status).toBe(201)
     expect(conn).toMatchObject({ driver: 'cloud_api', status: 'online', status_reason: null })
-    expect(conn.config).toMatchObject({ phone_number_id: PNID, access_token: '(set)', app_secret: '(set)', verify_token: '(set)', graph_base_url: graph.base, confirm_wait_seconds: 300 })
+    expect(conn.config).toMatchObject({ phone_number_id: pnid, access_token: '(set)', app_secret: '(set)', verify_token: '(set)', graph_base_url: graph.base, confirm_wait_seconds: 300 })
     const listed = await srv.admin('GET', `/connections/${conn.id}`)
     expect(listed.text).not.toContain(TOKEN)
     expect(listed.text).not.toContain(APP_SECRET)
@@ -218,7 +230,7 @@ describe('connecting a number', () => {
   })
 
   test('a number added without a Graph API version uses v26.0 (v21.0 stops in January 2027); changing its graph_version moves its calls', async () => {
-    const { key, conn } = await setup({ graph_version: undefined })
+    const { key, conn, pnid } = await setup({ graph_version: undefined })
     expect(conn.config.graph_version).toBe('v26.0')
     const paths = () => graph.seen.filter((x) => x.method === 'POST' && x.path.endsWith('/messages') && x.json?.text?.body === 'which version').map((x) => x.path)
     const send = async () => {
@@ -226,11 +238,11 @@ describe('connecting a number', () => {
       await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
     }
     await send()
-    expect(paths()).toEqual([`/v26.0/${PNID}/messages`])
+    expect(paths()).toEqual([`/v26.0/${pnid}/messages`])
     const changed = await srv.admin('PATCH', `/connections/${conn.id}`, { config: { graph_version: 'v25.0' } })
     expect(changed.json.data.config.graph_version).toBe('v25.0')
     await send()
-    expect(paths()).toEqual([`/v26.0/${PNID}/messages`, `/v25.0/${PNID}/messages`])
+    expect(paths()).toEqual([`/v26.0/${pnid}/messages`, `/v25.0/${pnid}/messages`])
   })
 
   test('a Graph API answer that redirects is not followed: the access token goes nowhere else', async () => {
@@ -461,13 +473,13 @@ describe('importing templates from Meta', () => {
 
 describe('sending', () => {
   test('text goes out as a Cloud API text message; the wamid is the external id', async () => {
-    const { key, conn } = await setup()
+    const { key, conn, pnid } = await setup()
     const to = newPhone()
     const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
     const sent = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'sent' ? msg(key, r.json.data.id) : null))
     const call = graph.seen.filter((s) => s.json?.to === to.slice(1))
     expect(call).toHaveLength(1)
-    expect(call[0]).toMatchObject({ path: `/v21.0/${PNID}/messages`, auth: `Bearer ${TOKEN}`, json: { messaging_product: 'whatsapp', recipient_type: 'individual', to: to.slice(1), type: 'text', text: { body: 'Your order shipped' }, biz_opaque_callback_data: r.json.data.id } })
+    expect(call[0]).toMatchObject({ path: `/v21.0/${pnid}/messages`, auth: `Bearer ${TOKEN}`, json: { messaging_product: 'whatsapp', recipient_type: 'individual', to: to.slice(1), type: 'text', text: { body: 'Your order shipped' }, biz_opaque_callback_data: r.json.data.id } })
     expect(sent.outcome.state).toBe('sent')
   })
 
@@ -974,7 +986,9 @@ describe('retries (in process, the waits shortened)', () => {
       svc.messages.retryDelays = { failed: [5, 5, 5, 5, 5], throttled: [5, 5, 5, 5, 5, 5, 5, 5] }
       const ws = await svc.workspaces.create({ name: 'Retries' })
       await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
-      const conn = await svc.connections.create(ws.id, { phone: newPhone('+1444'), driver: 'cloud_api', config: { phone_number_id: PNID, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base } })
+      const phone = newPhone('+1444')
+      graph.state.numbers['300000000001'] = phone.slice(1)
+      const conn = await svc.connections.create(ws.id, { phone, driver: 'cloud_api', config: { phone_number_id: '300000000001', access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base } })
       const to = newPhone()
       graph.state.throttleNext = 5
       graph.state.failFor[to.slice(1)] = [500, null]
@@ -1026,6 +1040,57 @@ describe('an account Meta stopped', () => {
     })
     expect(c.status_reason).toContain('code 368')
     expect((await msg(key, r.json.data.id)).error.code).toBe('cloud_api_368')
+  })
+})
+
+describe('several numbers of one Meta app', () => {
+  /** An event as Meta posts it for the number `pnid` (the helpers above name PNID). */
+  const about = (pnid: string, body: unknown) => JSON.parse(JSON.stringify(body).replaceAll(`"phone_number_id":"${PNID}"`, `"phone_number_id":"${pnid}"`))
+
+  test("Meta posts every number's events to one callback URL: each change goes to the connection of the number it names", async () => {
+    const a = await setup()
+    const b = await setup()
+    // b sends; Meta's statuses and b's customer's reply arrive at a's URL, naming b's number
+    const sent = await srv.api(b.key, 'POST', '/messages', { json: { connection_id: b.conn.id, recipient: newPhone(), body: 'Your table is ready' } })
+    await waitFor(async () => (await msg(b.key, sent.json.data.id)).status === 'sent')
+    expect((await deliver(srv.base, a.conn.id, about(b.pnid, statusEvent(wamidOf(sent.json.data.id), 'delivered')))).status).toBe(200)
+    await waitFor(async () => (await msg(b.key, sent.json.data.id)).status === 'delivered')
+    const from = newPhone()
+    expect((await deliver(srv.base, a.conn.id, about(b.pnid, inboundEvent(from.slice(1), 'On my way')))).status).toBe(200)
+    const inB = await waitFor(async () => (await srv.api(b.key, 'GET', '/messages?direction=inbound')).json.data.find((m: any) => m.body === 'On my way') ?? null)
+    expect([inB.connection_id, inB.sender]).toEqual([b.conn.id, from])
+    expect((await srv.api(a.key, 'GET', '/messages?direction=inbound')).json.data).toEqual([])
+    // a's own events still reach a, through b's URL too
+    expect((await deliver(srv.base, b.conn.id, about(a.pnid, inboundEvent(newPhone().slice(1), 'Hello a')))).status).toBe(200)
+    await waitFor(async () => (await srv.api(a.key, 'GET', '/messages?direction=inbound')).json.data.length === 1)
+  })
+
+  test('an event naming a number no connection of that app has is acknowledged, logged, and stored nowhere', async () => {
+    const a = await setup()
+    const other = await setup({ app_secret: 'another-apps-secret' })
+    const unknown = '999000111222'
+    expect((await deliver(srv.base, a.conn.id, about(unknown, inboundEvent(newPhone().slice(1), 'Lost')))).status).toBe(200)
+    // a number of another app (another app secret): the signature checked was not its app's
+    expect((await deliver(srv.base, a.conn.id, about(other.pnid, inboundEvent(newPhone().slice(1), 'Not yours')))).status).toBe(200)
+    await waitFor(() => srv.output.split('\n').filter((l) => l.includes('no connection of this app has') && l.includes(a.conn.id)).length === 2)
+    expect((await srv.api(a.key, 'GET', '/messages?direction=inbound')).json.data).toEqual([])
+    expect((await srv.api(other.key, 'GET', '/messages?direction=inbound')).json.data).toEqual([])
+  })
+
+  test('a phone_number_id is connected once; a number Meta knows by another phone goes offline with the reason', async () => {
+    const a = await setup()
+    const again = await setup({ phone_number_id: a.pnid })
+    expect([again.created.status, again.created.json.errors]).toEqual([422, { 'config.phone_number_id': ['Another connection already uses this phone_number_id; each Meta number can be connected once.'] }])
+    const b = await setup()
+    const moved = await srv.admin('PATCH', `/connections/${b.conn.id}`, { config: { phone_number_id: a.pnid } })
+    expect(moved.status).toBe(422)
+    expect((await srv.admin('PATCH', `/connections/${a.conn.id}`, { config: { phone_number_id: a.pnid } })).status).toBe(200)
+    // Meta's display number for the id is another phone than the one configured
+    const pnid = '400000000001'
+    graph.state.numbers[pnid] = '15550009999'
+    const wrong = await setup({ phone_number_id: pnid })
+    expect(wrong.conn.status).toBe('offline')
+    expect(wrong.conn.status_reason).toBe(`Meta knows phone_number_id ${pnid} as +15550009999, not as ${wrong.conn.phone}: check the phone or the phone_number_id.`)
   })
 })
 

@@ -269,12 +269,13 @@ describe('dashboard', () => {
 
   test('a Cloud API number imports its approved templates from Meta with one click; the page lists what was skipped and why', async () => {
     // a Graph API that knows one number and lists two templates, one approved
+    const phone = newPhone('+1444')
     const graph = Bun.serve({
       hostname: '127.0.0.1',
       port: 0,
       fetch(req) {
         const path = new URL(req.url).pathname
-        if (path === '/v26.0/109876543210') return Response.json({ id: '109876543210', display_phone_number: '15550001234' })
+        if (path === '/v26.0/109876543210') return Response.json({ id: '109876543210', display_phone_number: phone.slice(1) })
         if (path === '/v26.0/102290129340398/message_templates')
           return Response.json({
             data: [
@@ -289,7 +290,7 @@ describe('dashboard', () => {
     try {
       const t = await srv.tenant()
       const cloud = { phone_number_id: '109876543210', access_token: 'EAAG-dashboard-token', app_secret: 's', verify_token: 'v', graph_base_url: `http://127.0.0.1:${graph.port}` }
-      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'cloud_api', config: cloud })).json.data
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone, driver: 'cloud_api', config: cloud })).json.data
       const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
       await signIn(page)
       // without the account id the button says what is missing

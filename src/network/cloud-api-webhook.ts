@@ -169,11 +169,34 @@ async function inboundFile(m: any, connectionId: string, svc: Services, driver: 
   }
 }
 
-async function apply(body: any, connectionId: string, svc: Services, driver: CloudApiConnection) {
+/**
+ * The number a change is about. Meta posts the events of every number of an app to the app's one
+ * callback URL, each change naming its number (`value.metadata.phone_number_id`): the connection
+ * with that phone_number_id takes it, whichever connection's URL it reached — if it belongs to the
+ * same app (the same app secret, so the signature checked holds for it too). null: no connection
+ * of this app has that number (logged, acknowledged: delivering it again would not help).
+ */
+function routeOf(value: any, connectionId: string, driver: CloudApiConnection, svc: Services): { connectionId: string; driver: CloudApiConnection } | null {
+  const named = value?.metadata?.phone_number_id
+  if (typeof named !== 'string' || named === driver.phoneNumberId) return { connectionId, driver }
+  for (const c of svc.connections.all()) {
+    if (c.driver instanceof CloudApiConnection && c.driver.phoneNumberId === named && c.driver.appSecret === driver.appSecret) return { connectionId: c.row.id, driver: c.driver }
+  }
+  svc.log.warn('cloud api webhook for a number no connection of this app has; acknowledged', { connection_id: connectionId, phone_number_id: named.slice(0, 40) })
+  return null
+}
+
+async function apply(body: any, reachedId: string, svc: Services, reached: CloudApiConnection) {
   let known = 0
   for (const entry of Array.isArray(body?.entry) ? body.entry : []) {
     for (const change of Array.isArray(entry?.changes) ? entry.changes : []) {
       const value = change?.value ?? {}
+      const route = routeOf(value, reachedId, reached, svc)
+      if (!route) {
+        known++
+        continue
+      }
+      const { connectionId, driver } = route
       for (const st of Array.isArray(value.statuses) ? value.statuses : []) {
         if (typeof st?.id !== 'string' || typeof st?.status !== 'string') continue
         known++
@@ -211,7 +234,7 @@ async function apply(body: any, connectionId: string, svc: Services, driver: Clo
       }
     }
   }
-  if (known === 0) svc.log.info('cloud api webhook without statuses or messages; acknowledged', { connection_id: connectionId, field: String(body?.entry?.[0]?.changes?.[0]?.field ?? '').slice(0, 50) })
+  if (known === 0) svc.log.info('cloud api webhook without statuses or messages; acknowledged', { connection_id: reachedId, field: String(body?.entry?.[0]?.changes?.[0]?.field ?? '').slice(0, 50) })
 }
 
 /** One status from Meta: the wamid it is about, and our message id (biz_opaque_callback_data) if it carried one. */

@@ -162,6 +162,10 @@ export class CloudApiConnection implements ConnectionDriver {
   get appSecret() {
     return this.config.app_secret
   }
+  /** Meta's id for the number: the webhooks of every number of an app name it (value.metadata.phone_number_id). */
+  get phoneNumberId() {
+    return this.config.phone_number_id
+  }
   get verifyToken() {
     return this.config.verify_token
   }
@@ -223,7 +227,10 @@ export class CloudApiConnection implements ConnectionDriver {
 
   async probe(): Promise<{ online: boolean; reason: string | null }> {
     try {
-      await this.call('GET', `${encodeURIComponent(this.config.phone_number_id)}?fields=display_phone_number,verified_name`)
+      const r = await this.call('GET', `${encodeURIComponent(this.config.phone_number_id)}?fields=display_phone_number,verified_name`)
+      // Meta's number for this phone_number_id must be the one configured ("+1 555-000-1234" and the like)
+      const shown = typeof r?.display_phone_number === 'string' ? r.display_phone_number.replace(/[^0-9]/g, '') : ''
+      if (shown && shown !== this.ctx.phone.replace(/^\+/, '')) return { online: false, reason: `Meta knows phone_number_id ${this.config.phone_number_id} as +${shown}, not as ${this.ctx.phone}: check the phone or the phone_number_id.` }
       return { online: true, reason: null }
     } catch (e) {
       const err = e as DriverError
@@ -493,6 +500,7 @@ const str = (v: unknown, max = 1000) => typeof v === 'string' && v.length > 0 &&
 export const cloudApiDriver: DriverFactory = {
   name: 'cloud_api',
   secretFields: ['access_token', 'app_secret', 'verify_token'],
+  networkId: (config) => (typeof config.phone_number_id === 'string' ? config.phone_number_id : null),
   checkConfig(config: unknown, previous?: Record<string, unknown>) {
     if (config !== undefined && config !== null && (typeof config !== 'object' || Array.isArray(config))) return { errors: { config: ['The config field must be an object.'] } }
     const c: Record<string, unknown> = { graph_base_url: DEFAULT_GRAPH_BASE, graph_version: DEFAULT_GRAPH_VERSION, confirm_wait_seconds: DEFAULT_CONFIRM_WAIT_SECONDS, ...previous, ...(config as Record<string, unknown> | undefined) }

@@ -211,5 +211,10 @@ export interface DriverFactory {
   checkConfig(config: unknown, previous?: Record<string, unknown>): { config: Record<string, unknown> } | { errors: Record<string, string[]> }
   /** Config fields that are secrets: stored encrypted, never returned or logged. */
   readonly secretFields?: readonly string[]
+  /**
+   * The id the network knows the number by, from a checked config (the Cloud API's
+   * phone_number_id): one connection per id, as the network's events are routed by it.
+   */
+  networkId?(config: Record<string, unknown>): string | null
   create(ctx: DriverContext): ConnectionDriver
 }

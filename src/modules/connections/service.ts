@@ -317,10 +317,24 @@ export class ConnectionService {
     return c.row
   }
 
+  /**
+   * One connection per id the network knows a number by (the Cloud API's phone_number_id), in
+   * all workspaces: the network's events for it are routed to that one connection.
+   */
+  private checkNetworkId(driver: DriverName, config: Record<string, unknown>, exceptId?: string) {
+    const networkId = DRIVERS[driver]!.networkId
+    const id = networkId?.(config)
+    if (!networkId || !id) return
+    if (this.all().some((c) => c.row.id !== exceptId && c.row.driver === driver && networkId(this.open(c.row)) === id)) {
+      throw validationFailed({ 'config.phone_number_id': ['Another connection already uses this phone_number_id; each Meta number can be connected once.'] })
+    }
+  }
+
   async create(workspaceId: string, input: { phone: string; name?: string | null; driver: DriverName; receives?: boolean; config?: unknown; warmup?: WarmupInput | null }): Promise<ConnectionRow> {
     const factory = DRIVERS[input.driver]!
     const checked = factory.checkConfig(input.config)
     if ('errors' in checked) throw validationFailed(checked.errors)
+    this.checkNetworkId(input.driver, checked.config)
     const row = await this.deps.engine.write(async (tx) => {
       if (await this.store.byPhone(workspaceId, input.phone, tx)) throw validationFailed({ phone: ['This workspace already has a connection for this phone number.'] })
       const now = this.deps.clock.now()
@@ -362,6 +376,7 @@ export class ConnectionService {
     if (input.config !== undefined) {
       const checked = DRIVERS[c.row.driver]!.checkConfig(input.config, this.open(c.row))
       if ('errors' in checked) throw validationFailed(checked.errors)
+      this.checkNetworkId(c.row.driver, checked.config, id)
       config = this.seal(c.row.driver, checked.config)
     }
     const status = (input.status as ConnectionRow['status']) ?? c.row.status
