@@ -42,7 +42,7 @@ function fakeGraph() {
   // waIdFor: the WhatsApp id Meta answers a send with, per number sent to (default: the number)
   // templates: what GET /{WABA}/message_templates lists, two to a page; failPage: the page (from 0) whose next answer is Meta's 500
   // numbers: the phone_number_ids Meta knows, with the number each stands for (display_phone_number)
-  const state = { numbers: { [PNID]: '15550001234' } as Record<string, string>, templates: [] as unknown[], failPage: -1, rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131031 | 131050 | 131053 | 132015 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
+  const state = { numbers: { [PNID]: '15550001234' } as Record<string, string>, templates: [] as unknown[], failPage: -1, rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131031 | 131050 | 131053 | 131056 | 132015 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
   const server = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -101,6 +101,7 @@ function fakeGraph() {
         const scripted = state.failFor[json.to]?.shift()
         if (scripted === 500) return err(500, 1, 'An unknown error occurred')
         if (scripted === 131053) return err(400, 131053, 'Media upload error')
+        if (scripted === 131056) return err(400, 131056, '(Business Account, Consumer Account) pair rate limit hit', 'Too many messages sent from the sender phone number to the same recipient phone number in a short period of time.')
         if (scripted === 131031) return err(400, 131031, 'Business Account locked', 'The WhatsApp Business Account is restricted for violating policy.')
         if (scripted === 132015) return err(400, 132015, 'Template is paused due to low quality so it cannot be sent in a template message.')
         if (scripted === 131050) return err(400, 131050, 'Unable to deliver the message. This recipient has chosen to stop receiving marketing messages.')
@@ -1002,6 +1003,44 @@ describe('retries (in process, the waits shortened)', () => {
       expect(graph.seen.filter((x) => x.json?.text?.body === 'patience')).toHaveLength(7)
     } finally {
       graph.state.throttleNext = 0
+      await env.close()
+    }
+  })
+})
+
+describe('the pair rate limit (131056)', () => {
+  test('Meta asking to slow down messages to one person holds that person only: the number goes on sending to others, and the next message to that person waits too', async () => {
+    const env = await inProcess()
+    try {
+      const { svc } = env
+      const hold = 400
+      svc.messages.retryDelays = { failed: [5, 5, 5, 5, 5], throttled: [hold, hold, hold] }
+      const ws = await svc.workspaces.create({ name: 'Pair limit' })
+      await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const phone = newPhone('+1444')
+      graph.state.numbers['300000000002'] = phone.slice(1)
+      const conn = await svc.connections.create(ws.id, { phone, driver: 'cloud_api', config: { phone_number_id: '300000000002', access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base } })
+      const busy = newPhone()
+      graph.state.failFor[busy.slice(1)] = [131056]
+      const status = async (id: string) => (await svc.messages.get(ws.id, id)).status
+      const first = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: busy, body: 'first to busy', attachments: [] })
+      await env.timers.advance(0)
+      await waitFor(() => graph.seen.some((x) => x.json?.text?.body === 'first to busy'))
+      const throttledAt = performance.now()
+      // another person on the same number goes out at once: the pacer was not slowed
+      const other = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: newPhone(), body: 'to someone else', attachments: [] })
+      const again = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: busy, body: 'second to busy', attachments: [] })
+      await env.timers.advance(0)
+      await waitFor(async () => (await status(other.id)) === 'sent')
+      expect(await status(first.id)).toBe('sending')
+      await waitFor(async () => (await status(first.id)) === 'sent' && (await status(again.id)) === 'sent')
+      // the second message to that person waited for the hold, not sent into the limit
+      const tries = graph.seen.filter((x) => x.json?.to === busy.slice(1)).map((x) => x.json.text.body)
+      expect(tries.sort()).toEqual(['first to busy', 'first to busy', 'second to busy'])
+      expect(performance.now() - throttledAt).toBeGreaterThanOrEqual(hold - 50)
+      const m = await svc.messages.get(ws.id, first.id)
+      expect(m.error_code).toBeNull()
+    } finally {
       await env.close()
     }
   })

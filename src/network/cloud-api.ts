@@ -24,7 +24,8 @@
  *   statuses: [{id, status, errors?, biz_opaque_callback_data?}], messages: [{from, id,
  *   timestamp, type, text: {body}, context?: {id}}], user_preferences: [{wa_id, category,
  *   value}]}}]}]}.
- * Throughput errors (130429, 131056) are retried and slow the number's pacing; the Cloud API
+ * Throughput errors (130429) are retried and slow the number's pacing; the pair rate limit
+ * (131056: too many messages to one recipient) is retried for that recipient alone; the Cloud API
  * cannot list groups, so groups are reported as unsupported.
  *
  * Nothing is sent twice: a message POST whose outcome is unknown (the connection broke or the
@@ -41,7 +42,7 @@
 import { readBody, TOO_LARGE } from '../http/body'
 import { readTemplate, TEMPLATE_FIELDS } from './cloud-api-templates'
 import type { Accepted, ConnectionDriver, DriverContext, DriverFactory, NetworkTemplate, NetworkTemplateDefinition, OutboundMedia, OutboundMessage } from './driver'
-import { DriverError, STOPPED, TemplateRefused, UnconfirmedSend, templateHeaderKind } from './driver'
+import { DriverError, RecipientThrottled, STOPPED, TemplateRefused, UnconfirmedSend, templateHeaderKind } from './driver'
 
 export const DEFAULT_GRAPH_BASE = 'https://graph.facebook.com'
 /**
@@ -73,7 +74,9 @@ const REPORTED_TTL_MS = 10 * 60_000
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ENETUNREACH', 'EHOSTUNREACH', 'ConnectionRefused', 'FailedToOpenSocket'])
 
 /** Cloud API error codes that mean "slow down" rather than "this message is wrong". */
-const THROTTLE_CODES = new Set([130429, 131056, 80007, 4, 613])
+const THROTTLE_CODES = new Set([130429, 80007, 4, 613])
+/** Meta's pair rate limit: too many messages from this number to one recipient; only that recipient waits. */
+const PAIR_RATE_LIMIT = 131056
 /**
  * Meta refuses the template itself: parameters not matching it (132000), unknown in that language
  * (132001), against its format policy (132007), a header of the wrong kind (132012), paused for low
@@ -206,6 +209,7 @@ export class CloudApiConnection implements ConnectionDriver {
   }
 
   private mapError(err: GraphError, httpStatus: number): DriverError {
+    if (err.code === PAIR_RATE_LIMIT) return new RecipientThrottled(`cloud_api_${err.code}`, `The Cloud API asked to slow down messages to this recipient: ${err.message}`, true, true)
     if (THROTTLE_CODES.has(err.code) || httpStatus === 429) return new DriverError(`cloud_api_${err.code}`, `The Cloud API asked to slow down: ${err.message}`, true, true)
     if (AUTH_CODES.has(err.code) || httpStatus === 401) {
       this.ctx.reportStatus('offline', `The Cloud API rejected the access token (code ${err.code}).`)

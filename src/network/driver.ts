@@ -117,6 +117,13 @@ export class UnconfirmedSend extends DriverError {}
  */
 export class TemplateRefused extends DriverError {}
 
+/**
+ * The network asked to slow down sending to this one recipient (too many messages to the same
+ * person in a short time): the message is retried later, and other messages to that recipient
+ * wait with it, while the number's other recipients are not held up.
+ */
+export class RecipientThrottled extends DriverError {}
+
 /** `confirmLater`'s answer when the server stops before the network told: the message is settled at the next start. */
 export const STOPPED = 'stopped'
 

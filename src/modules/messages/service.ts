@@ -10,7 +10,7 @@ import { nextTurn, persist } from '../../db/writer'
 import { notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Accepted, NetworkTemplate, ReceiptStatus } from '../../network/driver'
-import { DriverError, type OutboundMedia, STOPPED, TemplateRefused, UnconfirmedSend, templateHeaderKind } from '../../network/driver'
+import { DriverError, type OutboundMedia, RecipientThrottled, STOPPED, TemplateRefused, UnconfirmedSend, templateHeaderKind } from '../../network/driver'
 import type { ConnectionService, LiveConnection } from '../connections/service'
 import type { ContactService } from '../contacts/service'
 import type { MediaRow } from '../media/records'
@@ -668,6 +668,8 @@ export class MessageService {
         this.onSettled(row)
         return
       }
+      // the network asked to slow down messages to this recipient: this one waits its turn too
+      if (this.recipientHolds.size > 0) await this.recipientHeld(live.row.id, row)
       let accepted: Accepted
       try {
         accepted = await withTimeout((signal) => live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments, template }, signal), this.deps.config.driverTimeoutMs)
@@ -678,8 +680,10 @@ export class MessageService {
         if (!(e instanceof DriverError)) this.onDriverBug(row, e)
         const err = e instanceof DriverError ? e : new DriverError('driver_error', 'The network driver failed.', false)
         if (err.throttled && throttles < throttleBackoff.length) {
-          this.onThrottled(live.row.id)
-          await Bun.sleep(throttleBackoff[throttles++]!)
+          const wait = throttleBackoff[throttles++]!
+          if (err instanceof RecipientThrottled) this.holdRecipient(live.row.id, row, wait)
+          else this.onThrottled(live.row.id)
+          await Bun.sleep(wait)
           continue
         }
         if (err.retryable && !err.throttled && failures < backoff.length) {
@@ -696,6 +700,24 @@ export class MessageService {
       this.onSettled(row)
       return
     }
+  }
+
+  /** Recipients the network asked to slow down for, per number: until when (ms, this process's clock). */
+  private readonly recipientHolds = new Map<string, number>()
+
+  private holdRecipient(connectionId: string, row: MessageRow, ms: number) {
+    const key = `${connectionId} ${row.group_id ?? row.recipient}`
+    if (this.recipientHolds.size >= 10_000) for (const [k, until] of this.recipientHolds) if (until <= performance.now()) this.recipientHolds.delete(k)
+    this.recipientHolds.set(key, Math.max(this.recipientHolds.get(key) ?? 0, performance.now() + ms))
+  }
+
+  private async recipientHeld(connectionId: string, row: MessageRow) {
+    const key = `${connectionId} ${row.group_id ?? row.recipient}`
+    const until = this.recipientHolds.get(key)
+    if (until === undefined) return
+    const left = until - performance.now()
+    if (left <= 0) this.recipientHolds.delete(key)
+    else await Bun.sleep(left)
   }
 
   /**
