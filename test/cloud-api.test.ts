@@ -95,6 +95,11 @@ function fakeGraph() {
           state.throttleNext--
           return err(400, 130429, 'Rate limit hit')
         }
+        // a template whose header is media is refused without a header file of that kind
+        const tplSent = (json as { template?: { name: string; components?: { type: string; parameters?: { type: string }[] }[] } }).template
+        const listed = tplSent && (state.templates as any[]).find((t) => t.name === tplSent.name)
+        const wantedHeader = listed?.components?.find((c: any) => c.type === 'HEADER' && c.format !== 'TEXT')?.format?.toLowerCase()
+        if (wantedHeader && tplSent!.components?.find((c) => c.type === 'header')?.parameters?.[0]?.type !== wantedHeader) return err(400, 132012, 'Parameter format does not match format in the created template', `header: Format mismatch, expected ${wantedHeader.toUpperCase()}, received UNKNOWN`)
         // Meta's caption limit: 1,024 characters on an image, video or document
         const media = (json as Record<string, any>)[(json as { type?: string }).type ?? '']
         if (typeof media?.caption === 'string' && media.caption.length > 1024) return err(400, 100, '(#100) Invalid parameter', 'Param image[\'caption\'] must be at most 1024 characters long.')
@@ -316,11 +321,11 @@ describe('importing templates from Meta', () => {
     expect(graph.seen.slice(before).every((x) => x.auth === `Bearer ${TOKEN}`)).toBe(true)
     const { created, existing, skipped } = r.json.data
     expect(created.map((t: any) => [t.name, t.body, t.category, t.variables, t.whatsapp])).toEqual([
-      ['order_shipped (en_US)', 'Hi {{1}}, your order {{2}} has shipped.', 'utility', ['1', '2', '3', '4'], { name: 'order_shipped', language: 'en_US', header_text: '{{3}}', url_buttons: [{ index: 1, value: '{{4}}' }], parameter_names: null, header_parameter_name: null }],
-      ['spring_sale (es)', '¡Hola! Usa el código {{1}}.', 'marketing', ['1'], { name: 'spring_sale', language: 'es', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null }],
-      ['welcome (en)', 'Welcome to Acme!', 'utility', [], { name: 'welcome', language: 'en', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null }],
+      ['order_shipped (en_US)', 'Hi {{1}}, your order {{2}} has shipped.', 'utility', ['1', '2', '3', '4'], { name: 'order_shipped', language: 'en_US', header_text: '{{3}}', url_buttons: [{ index: 1, value: '{{4}}' }], parameter_names: null, header_parameter_name: null, header_media: null }],
+      ['spring_sale (es)', '¡Hola! Usa el código {{1}}.', 'marketing', ['1'], { name: 'spring_sale', language: 'es', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null, header_media: 'image' }],
+      ['welcome (en)', 'Welcome to Acme!', 'utility', [], { name: 'welcome', language: 'en', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null, header_media: null }],
       // named parameters: numbered in order of first appearance, each name kept to be sent with its value
-      ['autumn_sale (en)', 'Hi {{1}}, use {{2}} at checkout, {{1}}!', 'marketing', ['1', '2', '3'], { name: 'autumn_sale', language: 'en', header_text: '{{3}}', url_buttons: [], parameter_names: ['first_name', 'code'], header_parameter_name: 'sale_name' }],
+      ['autumn_sale (en)', 'Hi {{1}}, use {{2}} at checkout, {{1}}!', 'marketing', ['1', '2', '3'], { name: 'autumn_sale', language: 'en', header_text: '{{3}}', url_buttons: [], parameter_names: ['first_name', 'code'], header_parameter_name: 'sale_name', header_media: null }],
     ])
     expect(existing.map((t: any) => t.id)).toEqual([linked.id])
     expect(skipped).toEqual([
@@ -368,7 +373,7 @@ describe('importing templates from Meta', () => {
     const second = (await srv.admin('POST', `/connections/${conn.id}/import-templates`)).json.data
     expect(second.created).toEqual([])
     expect(second.updated.map((t: any) => [t.id, t.name, t.body, t.variables, t.whatsapp])).toEqual([
-      [shipped.id, 'Shipping update', 'Hi {{1}}, order {{2}} is on its way.', ['1', '2', '3'], { name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [{ index: 0, value: '{{3}}' }], parameter_names: null, header_parameter_name: null }],
+      [shipped.id, 'Shipping update', 'Hi {{1}}, order {{2}} is on its way.', ['1', '2', '3'], { name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [{ index: 0, value: '{{3}}' }], parameter_names: null, header_parameter_name: null, header_media: null }],
     ])
     expect(second.existing.map((t: any) => t.id).sort()).toEqual([sale.id, byName('autumn_sale').id, handMade.id].sort())
     expect(second.skipped.find((t: any) => t.name === 'welcome')).toEqual({
@@ -710,6 +715,59 @@ describe('sending', () => {
     expect(headers[1]).toBe(headers[0])
     const logged = (await srv.api(key, 'GET', '/messages?per_page=2')).json.data
     expect(logged.map((m: any) => m.attachments)).toEqual([[png], [png]])
+  })
+
+  test('a template whose Meta header is a document or an image (imported so) needs that file: a send or a campaign without it is refused at 422, not failed at Meta', async () => {
+    graph.state.templates = [
+      metaTemplate('invoice_ready', 'en', [{ type: 'HEADER', format: 'DOCUMENT' }, metaBody('Your invoice {{1}} is ready.')]),
+      metaTemplate('new_arrivals', 'en', [{ type: 'HEADER', format: 'IMAGE' }, metaBody('New in store this week.')], { category: 'MARKETING' }),
+    ]
+    const { key, conn } = await setup({ waba_id: WABA })
+    const imported = (await srv.admin('POST', `/connections/${conn.id}/import-templates`)).json.data.created
+    const invoice = imported.find((t: any) => t.whatsapp.name === 'invoice_ready')
+    const arrivals = imported.find((t: any) => t.whatsapp.name === 'new_arrivals')
+    expect([invoice.whatsapp.header_media, arrivals.whatsapp.header_media]).toEqual(['document', 'image'])
+    const pdf = await uploadMedia(key, 'invoice-17.pdf', files.pdf())
+    const png = await uploadMedia(key, 'arrivals.png', files.png())
+    const to = newPhone()
+    const send = (extra: Record<string, unknown>) => srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, template_id: invoice.id, variables: { '1': 'INV-17' }, ...extra } })
+    const before = (await srv.api(key, 'GET', '/messages?per_page=1')).json.meta.total
+    const bare = await send({})
+    expect([bare.status, bare.json.errors]).toEqual([422, { 'media.attachments': ['This template’s WhatsApp header is a document (whatsapp.header_media): attach one (media.attachments or file).'] }])
+    const wrong = await send({ media: { attachments: [{ media_id: png }] } })
+    expect([wrong.status, wrong.json.errors]).toEqual([422, { 'media.attachments': ['This template’s WhatsApp header is a document (whatsapp.header_media); the attachment is an image.'] }])
+    expect((await srv.api(key, 'GET', '/messages?per_page=1')).json.meta.total).toBe(before)
+    const r = await send({ media: { attachments: [{ media_id: pdf }] } })
+    expect(r.status).toBe(202)
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    expect(graph.seen.filter((x) => x.json?.to === to.slice(1)).at(-1)!.json.template.components[0].parameters[0].type).toBe('document')
+
+    // a campaign: a draft may wait for its file, but it is not scheduled without it, nor with one of another kind
+    const person = newPhone()
+    await srv.api(key, 'POST', '/contacts', { json: { phone: person, name: 'Ivy', consent_status: 'opted_in', metadata: { promo: 'arrivals' } } })
+    const fields = { name: 'Arrivals', template_id: arrivals.id, connection_id: conn.id, audience: { metadata: { promo: 'arrivals' } } }
+    expect((await srv.api(key, 'POST', '/campaigns', { json: { ...fields, media_id: pdf } })).json.errors).toEqual({ media_id: ['The template’s WhatsApp header is an image (whatsapp.header_media); this media is a document.'] })
+    const draft = (await srv.api(key, 'POST', '/campaigns', { json: fields })).json.data
+    const early = await srv.api(key, 'POST', `/campaigns/${draft.id}/schedule`, { json: {} })
+    expect([early.status, early.json.errors]).toEqual([422, { media_id: ['The template’s WhatsApp header is an image (whatsapp.header_media): the campaign needs a media_id of that kind.'] }])
+    expect((await srv.api(key, 'GET', `/campaigns/${draft.id}`)).json.data.status).toBe('draft')
+    expect((await srv.api(key, 'PUT', `/campaigns/${draft.id}`, { json: { media_id: png } })).status).toBe(200)
+    expect((await srv.api(key, 'POST', `/campaigns/${draft.id}/schedule`, { json: {} })).status).toBe(200)
+    await waitFor(async () => (await srv.api(key, 'GET', `/campaigns/${draft.id}`)).json.data.status === 'completed')
+    const recipients = (await srv.api(key, 'GET', `/campaigns/${draft.id}/recipients`)).json.data
+    expect(recipients.map((x: any) => x.status)).toEqual(['sent'])
+
+    // by hand: header_media is one header, not beside header_text
+    const both = await srv.api(key, 'POST', '/templates', { json: { name: 'Both', body: 'x', whatsapp: { name: 'both', language: 'en', header_text: 'Hi', header_media: 'image' } } })
+    expect([both.status, both.json.errors]).toEqual([422, { 'whatsapp.header_media': ['A template has one header: text (header_text) or media (header_media), not both.'] }])
+    // a campaign waiting to start without a file keeps its template from gaining a media header
+    const plain = (await srv.api(key, 'POST', '/templates', { json: { name: 'Later', body: 'Soon.', whatsapp: { name: 'later', language: 'en' } } })).json.data
+    const waiting = (await srv.api(key, 'POST', '/campaigns', { json: { ...fields, template_id: plain.id } })).json.data
+    expect((await srv.api(key, 'POST', `/campaigns/${waiting.id}/schedule`, { json: { scheduled_at: new Date(Date.now() + 3_600_000).toISOString() } })).status).toBe(200)
+    const gain = await srv.api(key, 'PUT', `/templates/${plain.id}`, { json: { whatsapp: { name: 'later', language: 'en', header_media: 'video' } } })
+    expect([gain.status, gain.json.errors]).toEqual([422, { 'whatsapp.header_media': ['A scheduled campaign sends this template without a video (media_id); a template with a video header needs one.'] }])
+    expect((await srv.api(key, 'POST', `/campaigns/${waiting.id}/cancel`, { json: {} })).status).toBe(200)
+    expect((await srv.api(key, 'PUT', `/templates/${plain.id}`, { json: { whatsapp: { name: 'later', language: 'en', header_media: 'video' } } })).json.data.whatsapp.header_media).toBe('video')
   })
 
   test('a WhatsApp template with a text header gets its value rendered per recipient; it takes no media', async () => {

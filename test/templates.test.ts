@@ -42,12 +42,12 @@ describe('templates', () => {
     const { key } = await srv.tenant()
     const r = await srv.api(key, 'POST', '/templates', { json: { name: 'Shipped', body: 'Hi {{name}}, order {{1}} shipped', whatsapp: { name: 'order_shipped', language: 'en_US' } } })
     expect(r.status).toBe(201)
-    expect(r.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null })
+    expect(r.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null, header_media: null })
     const id = r.json.data.id
-    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null })
+    expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null, header_media: null })
     // other changes keep it; a new one replaces it; null removes it
-    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { body: 'Hi {{name}}, order {{1}} is on its way' } })).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null })
-    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped_v2', language: 'pt_BR' } } })).json.data.whatsapp).toEqual({ name: 'order_shipped_v2', language: 'pt_BR', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null })
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { body: 'Hi {{name}}, order {{1}} is on its way' } })).json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en_US', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null, header_media: null })
+    expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped_v2', language: 'pt_BR' } } })).json.data.whatsapp).toEqual({ name: 'order_shipped_v2', language: 'pt_BR', header_text: null, url_buttons: [], parameter_names: null, header_parameter_name: null, header_media: null })
     expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: null } })).json.data.whatsapp).toBeNull()
     expect((await srv.api(key, 'POST', '/templates', { json: { name: 'Plain', body: 'x' } })).json.data.whatsapp).toBeNull()
     for (const [whatsapp, field] of [
@@ -75,12 +75,12 @@ describe('templates', () => {
     expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp).toBeNull()
     // URL buttons: their placeholders are the template's too (numbered ones need values to send)
     const track = await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', url_buttons: [{ index: 1, value: 'track/{{2}}?to={{phone}}' }] } } })
-    expect(track.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en', header_text: null, url_buttons: [{ index: 1, value: 'track/{{2}}?to={{phone}}' }], parameter_names: null, header_parameter_name: null })
+    expect(track.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en', header_text: null, url_buttons: [{ index: 1, value: 'track/{{2}}?to={{phone}}' }], parameter_names: null, header_parameter_name: null, header_media: null })
     expect(track.json.data.variables).toEqual(['name', '1', '2', 'phone'])
     expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: null } })).json.data.variables).toEqual(['name', '1'])
     // a text header's value: its placeholders join the template's, header ones before the buttons'
     const headed = await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', header_text: 'Order {{3}} for {{metadata.shop}}', url_buttons: [{ index: 0, value: '{{4}}' }] } } })
-    expect(headed.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en', header_text: 'Order {{3}} for {{metadata.shop}}', url_buttons: [{ index: 0, value: '{{4}}' }], parameter_names: null, header_parameter_name: null })
+    expect(headed.json.data.whatsapp).toEqual({ name: 'order_shipped', language: 'en', header_text: 'Order {{3}} for {{metadata.shop}}', url_buttons: [{ index: 0, value: '{{4}}' }], parameter_names: null, header_parameter_name: null, header_media: null })
     expect(headed.json.data.variables).toEqual(['name', '1', '3', 'metadata.shop', '4'])
     expect((await srv.api(key, 'GET', `/templates/${id}`)).json.data.whatsapp.header_text).toBe('Order {{3}} for {{metadata.shop}}')
     expect((await srv.api(key, 'PUT', `/templates/${id}`, { json: { whatsapp: { name: 'order_shipped', language: 'en', header_text: null } } })).json.data.whatsapp.header_text).toBeNull()

@@ -45,11 +45,12 @@ export function readTemplate(raw: unknown): NetworkTemplateDefinition | null {
         if (named) Object.assign(def, numbered(def.body))
         break
       case 'HEADER':
-        // a media header takes the send's attachment: nothing to record for it
+        // a media header takes the send's attachment, of its kind
         if (c.format === 'TEXT') {
           def.headerVariable = typeof c.text === 'string' && VARIABLE.test(c.text)
           if (named && def.headerVariable) def.headerParameterName = VARIABLE.exec(c.text as string)![0].slice(2, -2).trim()
-        } else if (!MEDIA_FORMATS.has(String(c.format))) return unusable(`Its ${String(c.format ?? 'unknown').toLowerCase()} header is not supported.`)
+        } else if (MEDIA_FORMATS.has(String(c.format))) def.headerMedia = String(c.format).toLowerCase() as 'image' | 'video' | 'document'
+        else return unusable(`Its ${String(c.format ?? 'unknown').toLowerCase()} header is not supported.`)
         break
       case 'FOOTER':
         break

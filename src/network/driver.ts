@@ -49,6 +49,8 @@ export interface NetworkTemplateDefinition {
   parameterNames?: string[]
   /** ... and its text header variable's name. */
   headerParameterName?: string
+  /** Its header is media of this kind, a file given per message. */
+  headerMedia?: 'image' | 'video' | 'document'
   /** Why it cannot be sent from Capstan (not approved, a part Capstan cannot fill); null when it can. */
   unusable: string | null
 }

@@ -20,7 +20,7 @@ import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
 import type { SuppressionService } from '../suppressions/service'
 import { fill } from '../templates/render'
-import type { TemplateService } from '../templates/service'
+import { type TemplateService, withArticle } from '../templates/service'
 import type { WebhookService } from '../webhooks/service'
 import type { PublicCampaign } from './model'
 import type { Queries } from '../../db/engine'
@@ -159,10 +159,25 @@ export class CampaignService {
     if (!templateHeaderKind(m.mime_type)) throw validationFailed({ media_id: ['The media_id field must name an image (JPEG or PNG), a video or a document.'] })
   }
 
-  /** 422 for media beside a template whose WhatsApp header is text (Meta's template has no media header then). */
-  private async checkHeaderPair(workspaceId: string, templateId: string, mediaId: string | null | undefined) {
-    const tpl = mediaId ? await this.templates.find(workspaceId, templateId) : null
-    if (tpl && this.templates.hasTextHeader(tpl)) throw validationFailed({ media_id: ['The template’s WhatsApp header is text (whatsapp.header_text): the campaign cannot carry media.'] })
+  /**
+   * 422 for media beside a template whose WhatsApp header is text (Meta's template has no media
+   * header then), and for media of another kind than the template's media header takes; when
+   * `starting`, also for a template with a media header and no media.
+   */
+  private async checkHeaderPair(workspaceId: string, templateId: string, mediaId: string | null | undefined, starting = false) {
+    const tpl = mediaId || starting ? await this.templates.find(workspaceId, templateId) : null
+    if (!tpl) return
+    if (mediaId && this.templates.hasTextHeader(tpl)) throw validationFailed({ media_id: ['The template’s WhatsApp header is text (whatsapp.header_text): the campaign cannot carry media.'] })
+    const wanted = this.templates.headerMediaOf(tpl)
+    if (!wanted) return
+    if (!mediaId) {
+      if (starting) throw validationFailed({ media_id: [`The template’s WhatsApp header is ${withArticle(wanted)} (whatsapp.header_media): the campaign needs a media_id of that kind.`] })
+      return
+    }
+    // media that is gone is refused by the caller's own check
+    const m = await this.media.find(workspaceId, mediaId)
+    const kind = m ? templateHeaderKind(m.mime_type) : null
+    if (kind && kind !== wanted) throw validationFailed({ media_id: [`The template’s WhatsApp header is ${withArticle(wanted)} (whatsapp.header_media); this media is ${withArticle(kind)}.`] })
   }
 
   private scheduledTime(at: string | null | undefined): number | null {
@@ -253,7 +268,7 @@ export class CampaignService {
     const tpl = await this.templates.get(workspaceId, row.template_id)
     await this.connections.obtain(workspaceId, row.connection_id)
     this.templates.requireNumbered(tpl, JSON.parse(row.variables) as Record<string, unknown>)
-    await this.checkHeaderPair(workspaceId, row.template_id, row.media_id)
+    await this.checkHeaderPair(workspaceId, row.template_id, row.media_id, true)
     // still there: from scheduling on, retention keeps it until the campaign ends (so a campaign
     // scheduled again holds it even past its expiry)
     if (row.media_id && !(row.status === 'scheduled' && (await this.media.find(workspaceId, row.media_id)))) await this.headerMedia(workspaceId, row.media_id)

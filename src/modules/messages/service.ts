@@ -18,7 +18,7 @@ import type { MediaService } from '../media/service'
 import type { SuppressionService } from '../suppressions/service'
 import type { ContactRow } from '../contacts/store'
 import { fill } from '../templates/render'
-import type { TemplateService } from '../templates/service'
+import { type HeaderMedia, type TemplateService, withArticle } from '../templates/service'
 import type { EventType, WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
 import { clipCodePoints } from '../../http/schema'
@@ -115,11 +115,15 @@ const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7)
  * only one that can be its header: an image (JPEG or PNG), a video or a document; none when its
  * header is text. The uploaded `file`, if any, comes after the listed attachments.
  */
-function checkTemplateHeader(listed: MediaRow[], upload: MediaRow | undefined, textHeader: boolean) {
+function checkTemplateHeader(listed: MediaRow[], upload: MediaRow | undefined, textHeader: boolean, headerMedia: HeaderMedia | null) {
   const all = upload ? [...listed, upload] : listed
-  if (textHeader && all.length) throw validationFailed({ [upload ? 'file' : 'media.attachments']: ['This template’s WhatsApp header is text (whatsapp.header_text): it carries no attachment.'] })
+  const field = upload ? 'file' : 'media.attachments'
+  if (textHeader && all.length) throw validationFailed({ [field]: ['This template’s WhatsApp header is text (whatsapp.header_text): it carries no attachment.'] })
   if (all.length > 1) throw validationFailed({ 'media.attachments': ['A WhatsApp template message carries at most one attachment, sent as the template’s header (the file included).'] })
-  if (all.length === 1 && !templateHeaderKind(all[0]!.mime_type)) throw validationFailed({ [upload ? 'file' : 'media.attachments']: ['A WhatsApp template’s header must be an image (JPEG or PNG), a video or a document.'] })
+  const kind = all.length === 1 ? templateHeaderKind(all[0]!.mime_type) : null
+  if (all.length === 1 && !kind) throw validationFailed({ [field]: ['A WhatsApp template’s header must be an image (JPEG or PNG), a video or a document.'] })
+  if (headerMedia && !kind) throw validationFailed({ 'media.attachments': [`This template’s WhatsApp header is ${withArticle(headerMedia)} (whatsapp.header_media): attach one (media.attachments or file).`] })
+  if (headerMedia && kind !== headerMedia) throw validationFailed({ [field]: [`This template’s WhatsApp header is ${withArticle(headerMedia)} (whatsapp.header_media); the attachment is ${withArticle(kind!)}.`] })
 }
 
 export class MessageService {
@@ -290,7 +294,7 @@ export class MessageService {
       for (const id of input.attachments) media.push(await this.media.get(workspaceId, id, tx))
       const phone = contact ? contact.phone : input.recipient!
       const filled = input.template_id === undefined ? null : await this.fillTemplate(tx, workspaceId, input, contact, phone, upload !== undefined || media.length > 0)
-      if (filled?.networkTemplate) checkTemplateHeader(media, upload, filled.headerText !== null)
+      if (filled?.networkTemplate) checkTemplateHeader(media, upload, filled.headerText !== null, filled.headerMedia)
       if (contact?.consent_status === 'opted_out') throw refused('recipient_opted_out', 'The recipient has opted out.')
       if (recipientSuppressed || (phone !== input.recipient && (await this.suppressions.isSuppressed(workspaceId, phone, tx)))) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
       if (filled?.marketing && contact?.consent_status !== 'opted_in') throw refused('recipient_not_opted_in', 'A marketing template goes only to contacts who opted in.')
@@ -340,7 +344,7 @@ export class MessageService {
     if (header === 'rendered_too_long') throw validationFailed({ template_id: [`The template’s WhatsApp header text renders to more than ${MAX_HEADER_TEXT} characters for this recipient.`] })
     if (header === 'rendered_empty') throw validationFailed({ template_id: ['The template’s WhatsApp header text renders empty for this recipient.'] })
     if (emptyValue !== null) throw validationFailed({ template_id: [`The WhatsApp template gets no value for ${emptyValue} for this recipient; WhatsApp refuses empty values.`] })
-    return { body: fault === 'rendered_empty' ? null : text, marketing: tpl.category === 'marketing', networkTemplate, headerText }
+    return { body: fault === 'rendered_empty' ? null : text, marketing: tpl.category === 'marketing', networkTemplate, headerText, headerMedia: this.templates.headerMediaOf(tpl) }
   }
 
   /** A page of the log (see MessageRepo.list); 404 for a contact that is not the workspace's. */

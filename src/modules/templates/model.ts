@@ -21,6 +21,7 @@ export const templateDoc = d.object({
       url_buttons: d.list(d.object({ index: d.integer, value: d.string() })),
       parameter_names: d.nullable(d.list(d.string())),
       header_parameter_name: d.nullable(d.string()),
+      header_media: d.nullable(d.oneOf(['image', 'video', 'document'])),
     }),
     { description: 'The Meta-approved WhatsApp template sent in its place through Cloud API numbers (campaigns and one-to-one sends), or null.' },
   ),

@@ -39,6 +39,12 @@ const WHATSAPP = s
     header_parameter_name: PARAMETER_NAME.nullable()
       .optional()
       .describe('For such a template whose text header has a variable: its name (with header_text). Default none.', 'sale_name'),
+    header_media: s
+      .string()
+      .oneOf(['image', 'video', 'document'])
+      .nullable()
+      .optional()
+      .describe('For a Meta template whose header is an image, a video or a document: that kind. Every send of it then carries one file of that kind (a campaign its media_id); one without is refused with 422 instead of failing at Meta. Imported templates have it set. Default none.', 'document'),
   })
   .describe(
     'The Meta-approved WhatsApp template this template stands for. Campaigns and one-to-one sends (POST /messages with template_id) through a Cloud API number send it as a template message, its body parameters being the values of this body’s placeholders in order of first appearance; other numbers send the rendered text. null removes it.',

@@ -5,7 +5,7 @@ import type { AuditRepo } from '../audit/repo'
 import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import { NUMBERED, placeholders, render, type RenderValues } from './render'
-import type { NetworkTemplateDefinition } from '../../network/driver'
+import { templateHeaderKind, type NetworkTemplateDefinition } from '../../network/driver'
 import type { PublicTemplate } from './model'
 import { TemplateStore, type TemplateRow } from './store'
 
@@ -21,7 +21,14 @@ export interface WhatsAppTemplate {
   parameter_names?: string[] | null
   /** ... and its text header's variable. */
   header_parameter_name?: string | null
+  /** Its header is media of this kind (Meta's IMAGE, VIDEO or DOCUMENT header): each send carries one such file. */
+  header_media?: HeaderMedia | null
 }
+
+export type HeaderMedia = 'image' | 'video' | 'document'
+
+/** "an image", "a video", "a document". */
+export const withArticle = (kind: HeaderMedia) => `${kind === 'image' ? 'an' : 'a'} ${kind}`
 
 export interface TemplateInput {
   name?: string
@@ -39,8 +46,14 @@ const whatsappShape = (w: WhatsAppTemplate): NonNullable<PublicTemplate['whatsap
   url_buttons: (w.url_buttons ?? []).map((b) => ({ index: b.index, value: b.value })),
   parameter_names: w.parameter_names ?? null,
   header_parameter_name: w.header_parameter_name ?? null,
+  header_media: w.header_media ?? null,
 })
-const whatsappJson = (w: WhatsAppTemplate | null | undefined) => (w ? JSON.stringify(whatsappShape(w)) : null)
+/** Stored without header_media when it has none: links stored before it existed read the same (an import sees no change). */
+const whatsappJson = (w: WhatsAppTemplate | null | undefined) => {
+  if (!w) return null
+  const { header_media, ...rest } = whatsappShape(w)
+  return JSON.stringify(header_media ? { ...rest, header_media } : rest)
+}
 
 export class TemplateService {
   private readonly store: TemplateStore
@@ -95,6 +108,7 @@ export class TemplateService {
     const names = whatsapp?.parameter_names
     if (names && names.length !== variables.length) throw validationFailed({ 'whatsapp.parameter_names': [`Give one name for each placeholder of the body, in order of first appearance: ${variables.length} here.`] })
     if (names && new Set(names).size !== names.length) throw validationFailed({ 'whatsapp.parameter_names': ['Each name may be given once.'] })
+    if (whatsapp?.header_media && whatsapp.header_text) throw validationFailed({ 'whatsapp.header_media': ['A template has one header: text (header_text) or media (header_media), not both.'] })
     if (whatsapp?.header_parameter_name && !whatsapp.header_text) throw validationFailed({ 'whatsapp.header_parameter_name': ['A header parameter name goes with header_text.'] })
     const buttons = whatsapp?.url_buttons ?? []
     if (new Set(buttons.map((b) => b.index)).size !== buttons.length) throw validationFailed({ 'whatsapp.url_buttons': ['Each button index may be given once.'] })
@@ -126,6 +140,7 @@ export class TemplateService {
     // a campaign takes the template as it is when it starts: one waiting to start with media
     // could not send a template whose header became text
     if (link?.header_text && !this.hasTextHeader(row) && (await this.store.scheduledWithMedia(id)) > 0) throw validationFailed({ 'whatsapp.header_text': ['A scheduled campaign sends this template with media (media_id); a template with a text header takes none.'] })
+    if (link?.header_media && (await this.scheduledMismatch(id, link.header_media))) throw validationFailed({ 'whatsapp.header_media': [`A scheduled campaign sends this template without ${withArticle(link.header_media)} (media_id); a template with ${withArticle(link.header_media)} header needs one.`] })
     const next: TemplateRow = { ...row, name: input.name ?? row.name, body, category: input.category ?? row.category, variables: JSON.stringify(variables), whatsapp, updated_at: this.deps.clock.now() }
     await this.deps.engine.write((tx) => this.store.update(tx, next))
     return next
@@ -178,6 +193,7 @@ export class TemplateService {
         url_buttons: def.urlButtons.map((index) => ({ index, value: `{{${next++}}}` })),
         parameter_names: def.parameterNames ?? null,
         header_parameter_name: def.headerParameterName ?? null,
+        header_media: def.headerMedia ?? null,
       }
       const fresh = { body: def.body, category: def.category, variables: JSON.stringify(this.variablesOf(def.body, whatsapp)), whatsapp: whatsappJson(whatsapp) }
       const imported = importStamp(fresh)
@@ -218,12 +234,24 @@ export class TemplateService {
     if (importStamp(row) !== row.imported) return `Meta's template has changed since it was imported, and template ${row.id} was edited here since: it was left as it is; edit it to match.`
     // as PUT /templates: a campaign waiting to start with media could not send a text header
     if (this.hasTextHeader({ ...row, whatsapp }) && !this.hasTextHeader(row) && (await this.store.scheduledWithMedia(row.id, tx)) > 0) return `Meta's template now has a text header, and a scheduled campaign sends template ${row.id} with media: it was left as it is.`
+    const media = this.headerMediaOf({ ...row, whatsapp })
+    if (media && (await this.scheduledMismatch(row.id, media, tx))) return `Meta's template now has ${withArticle(media)} header, and a scheduled campaign sends template ${row.id} without one: it was left as it is.`
     return 'update'
   }
 
   private linkOf(row: TemplateRow): [string, string] {
     const w = JSON.parse(row.whatsapp!) as WhatsAppTemplate
     return [w.name, w.language]
+  }
+
+  /** The kind of file the WhatsApp template's media header takes; null when it has none. */
+  headerMediaOf(row: Pick<TemplateRow, 'whatsapp'>): HeaderMedia | null {
+    return row.whatsapp === null ? null : ((JSON.parse(row.whatsapp) as WhatsAppTemplate).header_media ?? null)
+  }
+
+  /** Whether a scheduled campaign sends the template without a file of kind `media` (none, or another kind). */
+  private async scheduledMismatch(id: string, media: HeaderMedia, q?: Queries): Promise<boolean> {
+    return (await this.store.scheduledMedia(id, q)).some((m) => m === null || templateHeaderKind(m) !== media)
   }
 
   /** Whether the template stands for a WhatsApp template whose header is text (it then takes no media). */

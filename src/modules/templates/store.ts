@@ -28,6 +28,7 @@ const Q = {
   // (the campaigns' table, read here until the campaigns module is on the seam and can say it)
   activeUses: stmt("SELECT COUNT(*) AS n FROM campaigns WHERE template_id = ? AND deleted_at IS NULL AND status IN ('scheduled', 'running', 'paused')"),
   scheduledWithMedia: stmt("SELECT COUNT(*) AS n FROM campaigns WHERE template_id = ? AND deleted_at IS NULL AND status = 'scheduled' AND media_id IS NOT NULL"),
+  scheduledMedia: stmt("SELECT m.mime_type FROM campaigns c LEFT JOIN media m ON m.id = c.media_id WHERE c.template_id = ? AND c.deleted_at IS NULL AND c.status = 'scheduled'"),
 }
 
 export class TemplateStore {
@@ -60,5 +61,10 @@ export class TemplateStore {
   /** Scheduled campaigns that will send the template with media (it is read when they start). */
   async scheduledWithMedia(id: string, q: Queries = this.db): Promise<number> {
     return (await q.get<{ n: number }>(Q.scheduledWithMedia, id))!.n
+  }
+
+  /** The MIME type of the media of each scheduled campaign sending the template (null: none). */
+  async scheduledMedia(id: string, q: Queries = this.db): Promise<(string | null)[]> {
+    return (await q.all<{ mime_type: string | null }>(Q.scheduledMedia, id)).map((r) => r.mime_type)
   }
 }
