@@ -8,6 +8,8 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { EICAR, scanningServer } from './support/clamd'
+import { WindowCounter } from '../src/http/limits'
+import { handleCloudApiWebhook } from '../src/network/cloud-api-webhook'
 import { inProcess } from './support/inproc'
 import * as files from './support/files'
 import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
@@ -147,19 +149,21 @@ async function deliver(base: string, connId: string, body: unknown, secret = APP
 }
 
 /** A status of a message; `ours` is the biz_opaque_callback_data its send carried (Meta returns it in each status). */
+/** Now as Meta stamps its events: Unix seconds, as a string. */
+const metaNow = (offsetMs = 0) => String(Math.floor((Date.now() + offsetMs) / 1000))
 const statusEvent = (wamid: string, status: string, errors?: unknown[], ours?: string) => ({
   object: 'whatsapp_business_account',
-  entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { display_phone_number: '15550001234', phone_number_id: PNID }, statuses: [{ id: wamid, status, timestamp: '1763700000', recipient_id: '15551234567', ...(errors ? { errors } : {}), ...(ours ? { biz_opaque_callback_data: ours } : {}) }] } }] }],
+  entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { display_phone_number: '15550001234', phone_number_id: PNID }, statuses: [{ id: wamid, status, timestamp: metaNow(), recipient_id: '15551234567', ...(errors ? { errors } : {}), ...(ours ? { biz_opaque_callback_data: ours } : {}) }] } }] }],
 })
 const inboundEvent = (from: string, text: string, profileName = 'Ada') => ({
   object: 'whatsapp_business_account',
-  entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: PNID }, contacts: [{ profile: { name: profileName }, wa_id: from }], messages: [{ from, id: `wamid.in-${crypto.randomUUID()}`, timestamp: '1763700000', type: 'text', text: { body: text } }] } }] }],
+  entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: PNID }, contacts: [{ profile: { name: profileName }, wa_id: from }], messages: [{ from, id: `wamid.in-${crypto.randomUUID()}`, timestamp: metaNow(), type: 'text', text: { body: text } }] } }] }],
 })
 
 /** A person's marketing preference as Meta reports it (the user_preferences field). */
 const preferenceEvent = (waId: string, value: string, category = 'marketing_messages') => ({
   object: 'whatsapp_business_account',
-  entry: [{ id: 'WABA', changes: [{ field: 'user_preferences', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: PNID }, contacts: [{ profile: { name: 'Ann' }, wa_id: waId }], user_preferences: [{ wa_id: waId, detail: 'User requested to stop marketing messages', category, value, timestamp: 1763700000 }] } }] }],
+  entry: [{ id: 'WABA', changes: [{ field: 'user_preferences', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: PNID }, contacts: [{ profile: { name: 'Ann' }, wa_id: waId }], user_preferences: [{ wa_id: waId, detail: 'User requested to stop marketing messages', category, value, timestamp: Number(metaNow()) }] } }] }],
 })
 
 let graph: ReturnType<typeof fakeGraph>
@@ -1066,6 +1070,73 @@ describe('retries (in process, the waits shortened)', () => {
   })
 })
 
+describe("Meta's times", () => {
+  test('a status or a message that arrives late (after an outage) is recorded at the time Meta gives, so the timeline reads in order', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, clock } = env
+      const ws = await svc.workspaces.create({ name: 'Late webhooks' })
+      await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const phone = newPhone('+1444')
+      const pnid = '300000000003'
+      graph.state.numbers[pnid] = phone.slice(1)
+      const conn = await svc.connections.create(ws.id, { phone, driver: 'cloud_api', config: { phone_number_id: pnid, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base } })
+      const to = newPhone()
+      const m = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: to, body: 'your parcel', attachments: [] })
+      await env.timers.advance(0)
+      const sent = await waitFor(async () => {
+        const row = await svc.messages.get(ws.id, m.id)
+        return row.status === 'sent' ? row : null
+      })
+      const sentAt = sent.sent_at!
+      const wamid = graph.seen.find((x) => x.json?.text?.body === 'your parcel')!.wamid!
+      // two hours of outage; then Meta's webhooks arrive, read before delivered
+      clock.t += 2 * 3600_000
+      const post = (body: unknown) => {
+        const raw = JSON.stringify(body).replaceAll(`"phone_number_id":"${PNID}"`, `"phone_number_id":"${pnid}"`)
+        const sig = `sha256=${new Bun.CryptoHasher('sha256', APP_SECRET).update(raw).digest('hex')}`
+        const request = new Request(`http://capstan.test/hooks/whatsapp/${conn.id}`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-hub-signature-256': sig }, body: raw })
+        return handleCloudApiWebhook(request, conn.id, svc, { failures: new WindowCounter(10, 60_000), clientIp: () => '127.0.0.1' })
+      }
+      const at = (ms: number) => String(Math.floor(ms / 1000))
+      const stamped = (status: string, when: number) => {
+        const e = statusEvent(wamid, status)
+        e.entry[0]!.changes[0]!.value.statuses[0]!.timestamp = at(when)
+        return e
+      }
+      expect((await post(stamped('read', sentAt + 65_000))).status).toBe(200)
+      expect((await post(stamped('delivered', sentAt + 5_000))).status).toBe(200)
+      const row = await svc.messages.get(ws.id, m.id)
+      expect([row.status, row.delivered_at, row.read_at]).toEqual(['read', Math.floor((sentAt + 5_000) / 1000) * 1000, Math.floor((sentAt + 65_000) / 1000) * 1000])
+      expect(svc.messages.toPublic(row).timeline.map((x) => x.status)).toEqual(['queued', 'sending', 'sent', 'delivered', 'read'])
+      // the customer's answer, written an hour ago, is logged at that time
+      const reply = inboundEvent(to.slice(1), 'thanks!')
+      reply.entry[0]!.changes[0]!.value.messages[0]!.timestamp = at(clock.t - 3600_000)
+      expect((await post(reply)).status).toBe(200)
+      const logged = (await svc.messages.list(ws.id, { direction: 'inbound' }, 10, 0)).rows[0]!
+      expect([logged.body, logged.created_at, logged.delivered_at]).toEqual(['thanks!', Math.floor((clock.t - 3600_000) / 1000) * 1000, Math.floor((clock.t - 3600_000) / 1000) * 1000])
+      // a time Meta cannot mean (ahead of now, or before the message left) is held to what can be
+      const n2 = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: to, body: 'second parcel', attachments: [] })
+      await env.timers.advance(0)
+      const sent2 = await waitFor(async () => {
+        const r = await svc.messages.get(ws.id, n2.id)
+        return r.status === 'sent' ? r : null
+      })
+      const wamid2 = graph.seen.find((x) => x.json?.text?.body === 'second parcel')!.wamid!
+      const early = statusEvent(wamid2, 'delivered')
+      early.entry[0]!.changes[0]!.value.statuses[0]!.timestamp = at(sent2.sent_at! - 600_000)
+      expect((await post(early)).status).toBe(200)
+      const ahead = statusEvent(wamid2, 'read')
+      ahead.entry[0]!.changes[0]!.value.statuses[0]!.timestamp = at(clock.t + 600_000)
+      expect((await post(ahead)).status).toBe(200)
+      const row2 = await svc.messages.get(ws.id, n2.id)
+      expect([row2.delivered_at, row2.read_at]).toEqual([sent2.sent_at, clock.t])
+    } finally {
+      await env.close()
+    }
+  })
+})
+
 describe('the pair rate limit (131056)', () => {
   test('Meta asking to slow down messages to one person holds that person only: the number goes on sending to others, and the next message to that person waits too', async () => {
     const env = await inProcess()
@@ -1242,15 +1313,22 @@ describe('webhooks from Meta', () => {
     const forged = await deliver(srv.base, conn.id, statusEvent(ext, 'read'), 'wrong-secret')
     expect(forged.status).toBe(401)
     expect((await msg(key, r.json.data.id)).status).toBe('sent')
-    expect((await deliver(srv.base, conn.id, statusEvent(ext, 'read'))).status).toBe(200)
+    const readAt = metaNow()
+    const readEvent = statusEvent(ext, 'read')
+    readEvent.entry[0]!.changes[0]!.value.statuses[0]!.timestamp = readAt
+    expect((await deliver(srv.base, conn.id, readEvent)).status).toBe(200)
     await waitFor(async () => (await msg(key, r.json.data.id)).status === 'read')
-    expect((await deliver(srv.base, conn.id, statusEvent(ext, 'delivered'))).status).toBe(200)
+    // delivered arrives after read, stamped by Meta a second before it
+    const deliveredEvent = statusEvent(ext, 'delivered')
+    deliveredEvent.entry[0]!.changes[0]!.value.statuses[0]!.timestamp = String(Number(readAt) - 1)
+    expect((await deliver(srv.base, conn.id, deliveredEvent)).status).toBe(200)
     expect((await deliver(srv.base, conn.id, statusEvent(ext, 'read'))).status).toBe(200)
     expect((await deliver(srv.base, conn.id, statusEvent(ext, 'failed', [{ code: 131026, title: 'Undeliverable' }]))).status).toBe(200)
     await Bun.sleep(200)
     const final = await msg(key, r.json.data.id)
     expect(final.status).toBe('read')
-    expect(final.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'read', 'delivered'])
+    // in the order it happened (Meta's times), not in the order the webhooks came
+    expect(final.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'delivered', 'read'])
   })
 
   test('a later part of a message sent as several is found by its own wamid or by the id its send carried: its failure fails the message', async () => {

@@ -201,7 +201,7 @@ async function apply(body: any, reachedId: string, svc: Services, reached: Cloud
         if (typeof st?.id !== 'string' || typeof st?.status !== 'string') continue
         known++
         const ours = typeof st.biz_opaque_callback_data === 'string' ? st.biz_opaque_callback_data : null
-        await applyStatus(connectionId, { wamid: st.id, status: st.status, error: st.errors?.[0], ours }, svc, driver, 0)
+        await applyStatus(connectionId, { wamid: st.id, status: st.status, error: st.errors?.[0], ours, at: metaTime(st.timestamp) }, svc, driver, 0)
       }
       // "Stop promotions" in WhatsApp: marketing consent withdrawn (resuming changes nothing here:
       // consent to marketing is recorded by the business, through the API)
@@ -230,7 +230,7 @@ async function apply(body: any, reachedId: string, svc: Services, reached: Cloud
         const quotedId = m.context?.id ?? (m.type === 'reaction' ? m.reaction?.message_id : undefined)
         const quoted = typeof quotedId === 'string' && quotedId.length <= 256 ? await svc.messages.byAnyPart(connectionId, quotedId) : null
         const replyTo = quoted?.direction === 'outbound' ? quoted.id : null
-        await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]', { externalId: wamid, file: file ?? undefined, replyTo, senderName: names.get(m.from) ?? null })
+        await svc.messages.inbound(connectionId, from, clipCodePoints(text, 4096) || '[empty message]', { externalId: wamid, file: file ?? undefined, replyTo, senderName: names.get(m.from) ?? null, at: metaTime(m.timestamp) })
       }
     }
   }
@@ -243,6 +243,14 @@ interface StatusReport {
   status: string
   error: any
   ours: string | null
+  /** Meta's time for it (ms). */
+  at: number | undefined
+}
+
+/** Meta's `timestamp` (Unix seconds, as a string or a number) in ms; undefined when it is not one. */
+function metaTime(v: unknown): number | undefined {
+  const n = typeof v === 'string' && /^\d{1,12}$/.test(v) ? Number(v) : typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : NaN
+  return Number.isFinite(n) ? n * 1000 : undefined
 }
 
 /**
@@ -287,9 +295,9 @@ async function applyStatus(connectionId: string, report: StatusReport, svc: Serv
     return
   }
   if (laterPart && status !== 'failed') return
-  if (status === 'delivered' || status === 'read') await svc.messages.receipt(row.id, status)
+  if (status === 'delivered' || status === 'read') await svc.messages.receipt(row.id, status, null, report.at)
   else if (status === 'failed') {
-    await svc.messages.receipt(row.id, 'failed', { code: metaCode(error?.code), message: metaErrorText(error, 'The Cloud API reported the message as failed.') })
+    await svc.messages.receipt(row.id, 'failed', { code: metaCode(error?.code), message: metaErrorText(error, 'The Cloud API reported the message as failed.') }, report.at)
     // refused because the person stopped marketing messages: withdraw their marketing consent too
     if (Number(error?.code) === MARKETING_STOPPED && row.recipient !== null) await svc.messages.marketingStopped(connectionId, row.recipient, `cloud_api_${MARKETING_STOPPED}:${row.id}`)
     // the account itself was stopped: the number goes offline rather than fail message after message

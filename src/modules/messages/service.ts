@@ -76,6 +76,21 @@ export interface InboundExtra {
   replyTo?: string | null
   /** The name the sender goes by on the network (WhatsApp's profile name): a contact without one takes it. */
   senderName?: string | null
+  /** When the network says it was sent (ms); the message is logged at that time (see `eventTime`). */
+  at?: number
+}
+
+/** How far back a network's own time for an event is believed (Meta retries its webhooks for 7 days). */
+const EVENT_TIME_HORIZON_MS = 30 * 24 * 3600_000
+
+/**
+ * The time to record for an event the network timed (`told`, ms): its own time — so an event that
+ * arrives late (after an outage, a webhook retried) reads when it happened — but never later than
+ * `now` nor earlier than `floor`; a missing or implausible time is `now`.
+ */
+function eventTime(told: number | undefined, now: number, floor: number): number {
+  if (told === undefined || !Number.isFinite(told) || told < now - EVENT_TIME_HORIZON_MS) return now
+  return Math.min(now, Math.max(floor, told))
 }
 
 export type MessageFields = Pick<NewMessage, 'id' | 'workspace_id' | 'connection_id' | 'contact_id' | 'group_id' | 'recipient' | 'sender' | 'body' | 'attachments'> & {
@@ -361,13 +376,14 @@ export class MessageService {
    * Move a message forward (inside a write). Returns the new row, or null when nothing changed.
    * Group messages stop at sent; failed only follows queued, sending or sent.
    */
-  async advanceIn(tx: Queries, id: string, status: MessageStatus, at: number, extra: Partial<MessageRow> = {}): Promise<MessageRow | null> {
+  async advanceIn(tx: Queries, id: string, status: MessageStatus, at: number, extra: Partial<MessageRow> = {}, told?: number): Promise<MessageRow | null> {
     const row = await this.store.getAny(id, tx)
     if (!row || row.direction !== 'outbound') return null
     if (row.group_id !== null && (status === 'delivered' || status === 'read')) return null
     const fields: Partial<MessageRow> = { ...extra }
     const col = status === 'queued' ? null : TIME_COLUMN[status]
-    if (col && row[col] === null) fields[col] = at
+    // `told`: the network's time for it, kept when plausible (not before the message left)
+    if (col && row[col] === null) fields[col] = told === undefined ? at : eventTime(told, at, row.sent_at ?? row.sending_at ?? row.created_at)
     let changed = false
     if (status === 'failed') {
       if (row.status === 'queued' || row.status === 'sending' || row.status === 'sent') {
@@ -450,10 +466,13 @@ export class MessageService {
     return this.deps.engine.write((tx) => this.advanceIn(tx, id, 'failed', this.deps.clock.now(), { error_code: code, error_message: message }))
   }
 
-  /** A receipt from the network (driver events or the sandbox admin endpoint). */
-  receipt(id: string, status: ReceiptStatus, error?: { code?: string; message?: string } | null) {
+  /**
+   * A receipt from the network (driver events or the sandbox admin endpoint); `at`: when the
+   * network says it happened (ms), recorded as its time when plausible.
+   */
+  receipt(id: string, status: ReceiptStatus, error?: { code?: string; message?: string } | null, at?: number) {
     const extra: Partial<MessageRow> = status === 'failed' ? { error_code: error?.code || 'delivery_failed', error_message: error?.message || 'The network reported the message as failed.' } : {}
-    return this.deps.engine.write((tx) => this.advanceIn(tx, id, status, this.deps.clock.now(), extra))
+    return this.deps.engine.write((tx) => this.advanceIn(tx, id, status, this.deps.clock.now(), extra, at))
   }
 
   /**
@@ -484,7 +503,7 @@ export class MessageService {
     }
   }
 
-  private async inboundIn(tx: Queries, live: LiveConnection, address: string, body: string, { externalId = null, file, replyTo = null, senderName = null }: InboundExtra): Promise<MessageRow> {
+  private async inboundIn(tx: Queries, live: LiveConnection, address: string, body: string, { externalId = null, file, replyTo = null, senderName = null, at }: InboundExtra): Promise<MessageRow> {
     const connectionId = live.row.id
     if (externalId !== null) {
       const seen = await this.store.byExternal(connectionId, externalId, tx)
@@ -500,8 +519,11 @@ export class MessageService {
     if (!contact || (name !== null && !contact.name)) contact = (await this.contacts.upsertIn(tx, ws, { phone: from, ...(name !== null ? { name } : {}) }, 'inbound', contact)).row
     else await this.contacts.touchIn(tx, contact.id, now)
     if (file) await this.media.insertIn(tx, file)
-    const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: JSON.stringify(file ? [file.id] : []), reply_to: replyTo }, 'inbound', 'delivered', now)
-    row.delivered_at = now
+    // logged at the time the network says it was sent (after an outage, not at its late arrival)
+    const sentAt = eventTime(at, now, 0)
+    const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: JSON.stringify(file ? [file.id] : []), reply_to: replyTo }, 'inbound', 'delivered', sentAt)
+    row.updated_at = now
+    row.delivered_at = sentAt
     row.external_id = externalId
     await this.store.insert(tx, row)
     const full = { ...row, seq: 0 }
