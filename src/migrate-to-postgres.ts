@@ -33,6 +33,7 @@ const TABLES = [
   'messages',
   'message_parts',
   'network_addresses',
+  'service_windows',
   'usage_monthly',
   'idempotency_keys',
   'webhook_endpoints',

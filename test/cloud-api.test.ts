@@ -137,6 +137,22 @@ function fakeGraph() {
   }
 }
 
+/**
+ * `phone` writes to the number (Meta's webhook, no profile name): WhatsApp then takes free-form
+ * messages to them for 24 hours — a text or media send to anyone else is refused
+ * (outside_service_window). Returns the phone, to be sent to.
+ */
+async function talking(connId: string, phone: string, base = srv.base) {
+  expect((await deliver(base, connId, inboundEvent(phone.replace(/^\+/, ''), 'Hello', ''))).status).toBe(200)
+  return phone
+}
+
+/** In process: `phone` wrote to the number (as Meta's webhook records it); returns the phone. */
+async function wrote(svc: { messages: { inbound(connectionId: string, from: string, body: string): Promise<unknown> } }, connId: string, phone: string) {
+  await svc.messages.inbound(connId, phone, 'Hello')
+  return phone
+}
+
 /** Post a webhook the way Meta does: JSON body signed with the app secret. */
 /** Each connection's phone_number_id (see setup): the events helpers below name PNID, delivered as the connection's own. */
 const pnidOf = new Map<string, string>()
@@ -244,7 +260,7 @@ describe('connecting a number', () => {
     expect(conn.config.graph_version).toBe('v26.0')
     const paths = () => graph.seen.filter((x) => x.method === 'POST' && x.path.endsWith('/messages') && x.json?.text?.body === 'which version').map((x) => x.path)
     const send = async () => {
-      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'which version' } })
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, newPhone()), body: 'which version' } })
       await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
     }
     await send()
@@ -485,12 +501,44 @@ describe('sending', () => {
   test('text goes out as a Cloud API text message; the wamid is the external id', async () => {
     const { key, conn, pnid } = await setup()
     const to = newPhone()
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to), body: 'Your order shipped' } })
     const sent = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'sent' ? msg(key, r.json.data.id) : null))
     const call = graph.seen.filter((s) => s.json?.to === to.slice(1))
     expect(call).toHaveLength(1)
     expect(call[0]).toMatchObject({ path: `/v21.0/${pnid}/messages`, auth: `Bearer ${TOKEN}`, json: { messaging_product: 'whatsapp', recipient_type: 'individual', to: to.slice(1), type: 'text', text: { body: 'Your order shipped' }, biz_opaque_callback_data: r.json.data.id } })
     expect(sent.outcome.state).toBe('sent')
+  })
+
+  test('free-form messages go only to people who wrote to the number in the last 24 hours (by Meta\'s time); others get a template or a 422 outside_service_window', async () => {
+    const { ws, key, conn } = await setup()
+    const to = newPhone()
+    const text = () => srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
+    const before = (await srv.api(key, 'GET', '/messages?per_page=1')).json.meta.total
+    const refused = await text()
+    expect([refused.status, refused.json.code, refused.json.message]).toEqual([422, 'outside_service_window', 'The recipient has not written to this number in the last 24 hours: WhatsApp delivers only template messages then. Send a template linked to an approved WhatsApp template (template_id).'])
+    // nothing was written: no message, no contact
+    expect((await srv.api(key, 'GET', '/messages?per_page=1')).json.meta.total).toBe(before)
+    expect((await srv.api(key, 'GET', `/contacts?phone=${encodeURIComponent(to)}`)).json.data).toEqual([])
+    // a template linked to Meta's goes out (Meta opens the conversation with it)
+    const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Shipped', body: 'Your order {{1}} shipped.', whatsapp: { name: 'order_shipped', language: 'en' } } })).json.data
+    expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, template_id: tpl.id, variables: { '1': 'A-5' } } })).status).toBe(202)
+    // a message written 25 hours ago (its webhook arriving late) opens no window
+    const old = inboundEvent(to.slice(1), 'Where is my order?', '')
+    old.entry[0]!.changes[0]!.value.messages[0]!.timestamp = metaNow(-25 * 3600_000)
+    expect((await deliver(srv.base, conn.id, old)).status).toBe(200)
+    expect((await text()).json.code).toBe('outside_service_window')
+    // one written now does: text and media go out
+    expect((await deliver(srv.base, conn.id, inboundEvent(to.slice(1), 'Hello?', ''))).status).toBe(200)
+    const r = await text()
+    expect(r.status).toBe(202)
+    await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+    // the window is per number: another number has none with this person
+    const other = await setup()
+    const elsewhere = await srv.api(other.key, 'POST', '/messages', { json: { connection_id: other.conn.id, recipient: to, body: 'x' } })
+    expect(elsewhere.json.code).toBe('outside_service_window')
+    // erasing the person forgets when they wrote
+    expect((await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: to })).status).toBe(200)
+    expect((await text()).json.code).toBe('outside_service_window')
   })
 
   test('a campaign whose template names a WhatsApp template sends it as a template message, filled per recipient', async () => {
@@ -523,11 +571,16 @@ describe('sending', () => {
     // the log keeps the rendered text
     const logged = (await srv.api(key, 'GET', '/messages?per_page=2')).json.data.map((m: any) => m.body).sort()
     expect(logged).toEqual(['Hi Ann, order A-1001 ships Friday. Thanks Ann!', 'Hi Cy, order A-1001 ships Friday\n(after  5 pm). Thanks Cy!'])
-    // a template without one goes out as text, as before (a value a contact lacks renders empty)
-    const { sent: plain } = await run({})
+    // a template without one goes out as text, as before (a value a contact lacks renders empty) —
+    // to those who wrote to the number in the last 24 hours: WhatsApp takes no free-form text
+    // to anyone else, so Cy, who never wrote, is skipped
+    await talking(conn.id, people[0]!.phone)
+    await talking(conn.id, people[1]!.phone)
+    const { sent: plain, recipients: plainRecipients } = await run({})
     expect(plain[0]).toMatchObject({ type: 'text', text: { body: 'Hi Ann, order A-1001 ships Friday. Thanks Ann!' } })
     expect(plain[1]).toMatchObject({ type: 'text', text: { body: 'Hi Ben, order A-1001 ships . Thanks Ben!' } })
     expect(plain[0].template).toBeUndefined()
+    expect(plainRecipients.find((r: any) => r.phone === people[2]!.phone)).toMatchObject({ status: 'skipped', skipped_reason: 'outside_service_window', message_id: null })
   })
 
   test('a campaign whose WhatsApp template Meta refuses as such pauses (template_refused) instead of failing every recipient; resumed, it goes on', async () => {
@@ -672,7 +725,7 @@ describe('sending', () => {
     await waitFor(async () => (await msg(key, img.json.data.id)).status === 'sent')
     expect(graph.seen.filter((x) => x.json?.to === to.slice(1)).at(-1)!.json.template.components[0]).toEqual({ type: 'header', parameters: [{ type: 'image', image: { id: expect.stringMatching(/^media-/) } }] })
     const plain = (await srv.api(key, 'POST', '/templates', { json: { name: 'Receipt text', body: 'Your receipt for order {{1}}.' } })).json.data
-    const many = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, template_id: plain.id, variables: { '1': 'A-88' }, ...attach(pdf, png) } })
+    const many = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to), template_id: plain.id, variables: { '1': 'A-88' }, ...attach(pdf, png) } })
     expect(many.status).toBe(202)
   })
 
@@ -841,7 +894,7 @@ describe('sending', () => {
     fd.set('file', new File([files.png()], 'receipt.png'))
     const media = (await srv.api(key, 'POST', '/media', { multipart: fd })).json.data
     const to = newPhone()
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your receipt', media: { attachments: [{ media_id: media.id }] } } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to), body: 'Your receipt', media: { attachments: [{ media_id: media.id }] } } })
     await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
     const upload = graph.seen.find((s) => s.path.endsWith('/media') && s.form?.filename === 'receipt.png')
     expect(upload?.form).toMatchObject({ type: 'image/png', messaging_product: 'whatsapp' })
@@ -858,7 +911,7 @@ describe('sending', () => {
     const to = newPhone()
     const long = `Your order is on its way. ${'Here is what to expect at delivery. '.repeat(40)}`.slice(0, 1500)
     const atLimit = 'x'.repeat(1024)
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: long, media: { attachments: [{ media_id: media.id }] } } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to), body: long, media: { attachments: [{ media_id: media.id }] } } })
     await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
     const parts = graph.seen.filter((s) => s.json?.to === to.slice(1)).map((s) => s.json)
     expect(parts).toHaveLength(2)
@@ -867,7 +920,7 @@ describe('sending', () => {
     expect(parts[1]).toMatchObject({ type: 'text', text: { body: long } })
     // 1,024 characters still go as the caption
     const to2 = newPhone()
-    const r2 = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to2, body: atLimit, media: { attachments: [{ media_id: media.id }] } } })
+    const r2 = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to2), body: atLimit, media: { attachments: [{ media_id: media.id }] } } })
     await waitFor(async () => (await msg(key, r2.json.data.id)).status === 'sent')
     const one = graph.seen.filter((s) => s.json?.to === to2.slice(1)).map((s) => s.json)
     expect(one).toHaveLength(1)
@@ -881,7 +934,7 @@ describe('sending', () => {
     const send = async (scripted: (null | 131053)[]) => {
       const to = newPhone()
       graph.state.failFor[to.slice(1)] = scripted
-      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Our new terms', media: { attachments: [{ media_id: pdf }] } } })
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to), body: 'Our new terms', media: { attachments: [{ media_id: pdf }] } } })
       return waitFor(async () => {
         const m = await msg(key, r.json.data.id)
         return m.status === 'sent' || m.status === 'failed' ? m : null
@@ -898,17 +951,17 @@ describe('sending', () => {
 
   test('a Cloud API error fails the message with its code and message', async () => {
     const { key, conn } = await setup()
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: '+15550009001', body: 'x' } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, '+15550009001'), body: 'x' } })
     const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
     expect(failed.error).toEqual({ code: 'cloud_api_131026', message: 'Message undeliverable' })
   })
 
   test("Meta's error_data.details is kept with its message, for a refused send and for a failed status", async () => {
     const { key, conn } = await setup()
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: '+15550009002', body: 'x' } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, '+15550009002'), body: 'x' } })
     const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
     expect(failed.error).toEqual({ code: 'cloud_api_100', message: '(#100) Invalid parameter: Parameter value is not valid: text.body is too long for this message type' })
-    const sent = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'outside the window' } })
+    const sent = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, newPhone()), body: 'outside the window' } })
     await waitFor(async () => (await msg(key, sent.json.data.id)).status === 'sent')
     const refused = [{ code: 131047, title: 'Re-engagement message', message: 'Re-engagement message', error_data: { details: 'Message failed to send because more than 24 hours have passed since the customer last replied to this number.' } }]
     expect((await deliver(srv.base, conn.id, statusEvent(wamidOf(sent.json.data.id), 'failed', refused))).status).toBe(200)
@@ -920,8 +973,8 @@ describe('sending', () => {
     const { ws, key, conn } = await setup()
     await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 1, max_gap_seconds: 1 } } })
     graph.state.throttleNext = 1
-    const first = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'one' } })
-    const second = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'two' } })
+    const first = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, newPhone()), body: 'one' } })
+    const second = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, newPhone()), body: 'two' } })
     await waitFor(async () => (await msg(key, first.json.data.id)).status === 'sent', 15_000)
     // the network asked to slow down: the number holds its next release for a while
     expect((await msg(key, second.json.data.id)).status).toBe('queued')
@@ -939,7 +992,7 @@ describe('sending', () => {
     const attachments = [{ media_id: await upload(files.png(), 'photo.png') }, { media_id: await upload(files.pdf(), 'invoice.pdf') }]
     const to = newPhone()
     graph.state.failFor[to.slice(1)] = [null, 500] // the photo is accepted, the invoice meets a server error once
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order', media: { attachments } } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to), body: 'Your order', media: { attachments } } })
     const sent = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'sent' ? msg(key, r.json.data.id) : null), 10_000)
     expect(sent.outcome.state).toBe('sent')
     // the customer got the photo once: only the invoice was sent again
@@ -953,7 +1006,7 @@ describe('sending', () => {
     const { key, conn } = await setup()
     const to = newPhone()
     graph.state.failFor[to.slice(1)] = [500] // the first try meets a server error; the retry follows in 1 s
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to), body: 'Your order shipped' } })
     await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
     expect((await deliver(srv.base, conn.id, inboundEvent(to.slice(1), 'STOP'))).status).toBe(200)
     const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
@@ -965,7 +1018,7 @@ describe('sending', () => {
   async function sendLosingAnswer(key: string, connectionId: string) {
     const to = newPhone()
     graph.state.failFor[to.slice(1)] = ['reset']
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: connectionId, recipient: to, body: 'Your order shipped' } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: connectionId, recipient: await talking(connectionId, to), body: 'Your order shipped' } })
     await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
     return { id: r.json.data.id as string, to }
   }
@@ -1004,7 +1057,7 @@ describe('sending', () => {
     const to = newPhone()
     graph.state.failFor[to.slice(1)] = [null, 'reset'] // the photo is accepted; the invoice's answer is lost
     const attachments = [{ media_id: await uploadMedia(key, 'photo.png', files.png()) }, { media_id: await uploadMedia(key, 'invoice.pdf', files.pdf()) }]
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order', media: { attachments } } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to), body: 'Your order', media: { attachments } } })
     const sent = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'sent' ? msg(key, r.json.data.id) : null), 3000)
     expect(sent.error).toBeNull()
     const posts = graph.seen.filter((s) => s.json?.to === to.slice(1))
@@ -1028,13 +1081,13 @@ describe('sending', () => {
     const { key, conn } = await setup()
     graph.state.rejectTokens = true
     try {
-      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, newPhone()), body: 'x' } })
       const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
       expect(failed.error.code).toBe('connection_offline')
       const c = (await srv.admin('GET', `/connections/${conn.id}`)).json.data
       expect(c.status).toBe('offline')
       expect(c.status_reason).toContain('code 190')
-      expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })).json.code).toBe('connection_offline')
+      expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, newPhone()), body: 'x' } })).json.code).toBe('connection_offline')
     } finally {
       graph.state.rejectTokens = false
     }
@@ -1055,7 +1108,7 @@ describe('retries (in process, the waits shortened)', () => {
       const to = newPhone()
       graph.state.throttleNext = 5
       graph.state.failFor[to.slice(1)] = [500, null]
-      const m = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: to, body: 'patience', attachments: [] })
+      const m = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: await wrote(svc, conn.id, to), body: 'patience', attachments: [] })
       await env.timers.advance(0)
       const done = await waitFor(async () => {
         const row = await svc.messages.get(ws.id, m.id)
@@ -1082,7 +1135,7 @@ describe("Meta's times", () => {
       graph.state.numbers[pnid] = phone.slice(1)
       const conn = await svc.connections.create(ws.id, { phone, driver: 'cloud_api', config: { phone_number_id: pnid, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base } })
       const to = newPhone()
-      const m = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: to, body: 'your parcel', attachments: [] })
+      const m = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: await wrote(svc, conn.id, to), body: 'your parcel', attachments: [] })
       await env.timers.advance(0)
       const sent = await waitFor(async () => {
         const row = await svc.messages.get(ws.id, m.id)
@@ -1116,7 +1169,7 @@ describe("Meta's times", () => {
       const logged = (await svc.messages.list(ws.id, { direction: 'inbound' }, 10, 0)).rows[0]!
       expect([logged.body, logged.created_at, logged.delivered_at]).toEqual(['thanks!', Math.floor((clock.t - 3600_000) / 1000) * 1000, Math.floor((clock.t - 3600_000) / 1000) * 1000])
       // a time Meta cannot mean (ahead of now, or before the message left) is held to what can be
-      const n2 = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: to, body: 'second parcel', attachments: [] })
+      const n2 = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: await wrote(svc, conn.id, to), body: 'second parcel', attachments: [] })
       await env.timers.advance(0)
       const sent2 = await waitFor(async () => {
         const r = await svc.messages.get(ws.id, n2.id)
@@ -1152,13 +1205,13 @@ describe('the pair rate limit (131056)', () => {
       const busy = newPhone()
       graph.state.failFor[busy.slice(1)] = [131056]
       const status = async (id: string) => (await svc.messages.get(ws.id, id)).status
-      const first = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: busy, body: 'first to busy', attachments: [] })
+      const first = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: await wrote(svc, conn.id, busy), body: 'first to busy', attachments: [] })
       await env.timers.advance(0)
       await waitFor(() => graph.seen.some((x) => x.json?.text?.body === 'first to busy'))
       const throttledAt = performance.now()
       // another person on the same number goes out at once: the pacer was not slowed
-      const other = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: newPhone(), body: 'to someone else', attachments: [] })
-      const again = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: busy, body: 'second to busy', attachments: [] })
+      const other = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: await wrote(svc, conn.id, newPhone()), body: 'to someone else', attachments: [] })
+      const again = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: await wrote(svc, conn.id, busy), body: 'second to busy', attachments: [] })
       await env.timers.advance(0)
       await waitFor(async () => (await status(other.id)) === 'sent')
       expect(await status(first.id)).toBe('sending')
@@ -1180,7 +1233,7 @@ describe('an account Meta stopped', () => {
     const { key, conn } = await setup()
     const to = newPhone()
     graph.state.failFor[to.slice(1)] = [131031]
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'x' } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to), body: 'x' } })
     const failed = await waitFor(async () => ((await msg(key, r.json.data.id)).status === 'failed' ? msg(key, r.json.data.id) : null))
     expect(failed.error).toEqual({ code: 'cloud_api_131031', message: 'Business Account locked: The WhatsApp Business Account is restricted for violating policy.' })
     const c = await waitFor(async () => {
@@ -1189,16 +1242,16 @@ describe('an account Meta stopped', () => {
     })
     expect(c.status_reason).toContain('code 131031')
     expect(c.status_reason).toContain('restricted for violating policy')
-    expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })).json.code).toBe('connection_offline')
+    expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, newPhone()), body: 'x' } })).json.code).toBe('connection_offline')
     // cleared in WhatsApp Manager: the operator sets it online and it sends again
     expect((await srv.admin('PATCH', `/connections/${conn.id}`, { status: 'online' })).json.data.status).toBe('online')
-    const again = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })
+    const again = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, newPhone()), body: 'x' } })
     await waitFor(async () => (await msg(key, again.json.data.id)).status === 'sent')
   })
 
   test('a failed status naming an account block (368) takes the number offline too', async () => {
     const { key, conn } = await setup()
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'x' } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, newPhone()), body: 'x' } })
     await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
     const blocked = [{ code: 368, title: 'Temporarily blocked for policies violations', message: 'Temporarily blocked for policies violations' }]
     expect((await deliver(srv.base, conn.id, statusEvent(wamidOf(r.json.data.id), 'failed', blocked))).status).toBe(200)
@@ -1219,7 +1272,7 @@ describe('several numbers of one Meta app', () => {
     const a = await setup()
     const b = await setup()
     // b sends; Meta's statuses and b's customer's reply arrive at a's URL, naming b's number
-    const sent = await srv.api(b.key, 'POST', '/messages', { json: { connection_id: b.conn.id, recipient: newPhone(), body: 'Your table is ready' } })
+    const sent = await srv.api(b.key, 'POST', '/messages', { json: { connection_id: b.conn.id, recipient: await talking(b.conn.id, newPhone()), body: 'Your table is ready' } })
     await waitFor(async () => (await msg(b.key, sent.json.data.id)).status === 'sent')
     expect((await deliver(srv.base, a.conn.id, about(b.pnid, statusEvent(wamidOf(sent.json.data.id), 'delivered')))).status).toBe(200)
     await waitFor(async () => (await msg(b.key, sent.json.data.id)).status === 'delivered')
@@ -1303,7 +1356,7 @@ describe('webhooks from Meta', () => {
 
   test('signed statuses move messages forward; duplicates and out-of-order events change nothing; bad signatures are refused', async () => {
     const { key, conn } = await setup()
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'track me' } })
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, newPhone()), body: 'track me' } })
     await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
     const sendCall = graph.seen.filter((s) => s.json?.text?.body === 'track me')
     expect(sendCall).toHaveLength(1)
@@ -1335,7 +1388,7 @@ describe('webhooks from Meta', () => {
     const { key, conn } = await setup()
     const attachments = [{ media_id: await uploadMedia(key, 'photo.png', files.png()) }, { media_id: await uploadMedia(key, 'invoice.pdf', files.pdf()) }]
     const sendTwoParts = async () => {
-      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'Your order', media: { attachments } } })
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, newPhone()), body: 'Your order', media: { attachments } } })
       await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
       return { id: r.json.data.id as string, parts: graph.seen.filter((s) => s.json?.biz_opaque_callback_data === r.json.data.id).map((s) => s.wamid!) }
     }
@@ -1454,7 +1507,7 @@ describe('webhooks from Meta', () => {
     for (const phone of [bia, caio]) {
       expect((await srv.api(key, 'POST', '/contacts', { json: { phone, consent_status: 'opted_in' } })).status).toBe(201)
       graph.state.waIdFor[phone.slice(1)] = waIdOf(phone)
-      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: phone, body: 'Your order shipped' } })
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, phone), body: 'Your order shipped' } })
       await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
     }
     for (const event of [inboundEvent(waIdOf(bia), 'Thanks!'), inboundEvent(waIdOf(bia), 'STOP'), preferenceEvent(waIdOf(caio), 'stop')]) expect((await deliver(srv.base, conn.id, event)).status).toBe(200)
@@ -1465,13 +1518,13 @@ describe('webhooks from Meta', () => {
     expect(contacts.find((c: any) => c.phone === caio).consent_status).toBe('unknown')
     // no second contact under the WhatsApp ids
     expect(contacts.filter((c: any) => c.phone === `+${waIdOf(bia)}` || c.phone === `+${waIdOf(caio)}`)).toEqual([])
-    const again = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: bia, body: 'One more thing' } })
+    const again = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, bia), body: 'One more thing' } })
     expect([again.status, again.json.code]).toEqual([422, 'recipient_opted_out'])
     // ... also when addressed by the id WhatsApp knows her under
-    const byWaId = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: `+${waIdOf(bia)}`, body: 'One more thing' } })
+    const byWaId = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, `+${waIdOf(bia)}`), body: 'One more thing' } })
     expect([byWaId.status, byWaId.json.code]).toEqual([422, 'recipient_opted_out'])
     // a send to Caio's WhatsApp id is a message to Caio (his contact, his number)
-    const toCaio = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: `+${waIdOf(caio)}`, body: 'Your order shipped' } })
+    const toCaio = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, `+${waIdOf(caio)}`), body: 'Your order shipped' } })
     expect([toCaio.status, toCaio.json.data.recipient, toCaio.json.data.contact_id]).toEqual([202, caio, contacts.find((c: any) => c.phone === caio).id])
   })
 
@@ -1502,7 +1555,7 @@ describe('webhooks from Meta', () => {
     const promo = (await srv.api(key, 'POST', '/templates', { json: { name: 'Promo', category: 'marketing', body: 'Spring sale!', whatsapp: { name: 'spring_sale', language: 'en' } } })).json.data
     const refused = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: ann, template_id: promo.id } })
     expect([refused.status, refused.json.code]).toEqual([422, 'recipient_not_opted_in'])
-    expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: ann, body: 'Your order shipped' } })).status).toBe(202)
+    expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, ann), body: 'Your order shipped' } })).status).toBe(202)
 
     // a marketing send Meta refuses because the person stopped marketing messages (131050)
     // withdraws their consent as well
@@ -1599,7 +1652,7 @@ describe('webhooks from Meta', () => {
   test('a reply, a button tap or a reaction names the message it answers (reply_to)', async () => {
     const { key, conn } = await setup()
     const to = newPhone()
-    const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order #1001 ships tomorrow. Reply to change the day.' } })).json.data
+    const out = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to), body: 'Your order #1001 ships tomorrow. Reply to change the day.' } })).json.data
     await waitFor(async () => (await msg(key, out.id)).status === 'sent')
     const wamid = wamidOf(out.id)
     const replying = (quoted: string | null, m: Record<string, unknown>) => {
@@ -1622,6 +1675,7 @@ describe('webhooks from Meta', () => {
       ['About something else', null],
       ['Change day', out.id],
       ['Friday please', out.id],
+      ['Hello', null], // (the customer wrote first: see talking)
     ])
     expect((await msg(key, out.id)).reply_to).toBeNull()
     // a reply quoting the second part of a message sent as two (the photo, then the invoice)
@@ -1697,7 +1751,7 @@ describe('a crash mid-send', () => {
       graph.state.failFor[a.slice(1)] = ['hang']
       graph.state.failFor[b.slice(1)] = ['hang']
       const ids: string[] = []
-      for (const to of [a, b]) ids.push((await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Your order shipped' } })).json.data.id)
+      for (const to of [a, b]) ids.push((await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, own.base), body: 'Your order shipped' } })).json.data.id)
       // both requests reached Meta; no answer came before the process died
       await waitFor(() => [a, b].every((to) => graph.seen.some((s) => s.json?.to === to.slice(1))))
       await own.stop('SIGKILL')

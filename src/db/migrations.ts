@@ -37,6 +37,7 @@ import m0035 from '../../migrations/0035_suppressions_page.sql' with { type: 'te
 import m0036 from '../../migrations/0036_media_per_workspace.sql' with { type: 'text' }
 import m0037 from '../../migrations/0037_message_outcome_counts.sql' with { type: 'text' }
 import m0038 from '../../migrations/0038_cluster.sql' with { type: 'text' }
+import m0039 from '../../migrations/0039_service_windows.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -77,4 +78,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 36, name: '0036_media_per_workspace', sql: m0036 },
   { version: 37, name: '0037_message_outcome_counts', sql: m0037 },
   { version: 38, name: '0038_cluster', sql: m0038 },
+  { version: 39, name: '0039_service_windows', sql: m0039 },
 ]

@@ -162,6 +162,9 @@ export class CloudApiConnection implements ConnectionDriver {
   }
 
   /** The connection's secrets, for the webhook route. */
+  /** WhatsApp's customer-service window: free-form messages only within 24 hours of the person's last message. */
+  readonly serviceWindowMs = 24 * 3600_000
+
   get appSecret() {
     return this.config.app_secret
   }

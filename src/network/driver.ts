@@ -172,6 +172,12 @@ export interface ConnectionDriver {
    * driver is closed first. Optional.
    */
   confirmLater?(messageId: string): Promise<{ externalId: string } | null | typeof STOPPED>
+  /**
+   * A network where a free-form message reaches a person only within this long (ms) of their
+   * last message to the number (WhatsApp's customer-service window); after it, only a network
+   * template. Absent: no such window.
+   */
+  readonly serviceWindowMs?: number
   /** The groups the number belongs to, or null when this network cannot report groups. */
   listGroups(): Promise<GroupInfo[] | null>
   /** Apply a new driver config (admin PATCH). */

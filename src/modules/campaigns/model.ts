@@ -4,7 +4,7 @@ import { metadataDoc } from '../contacts/model'
 
 export const CAMPAIGN_STATUSES = ['draft', 'scheduled', 'running', 'paused', 'completed', 'cancelled'] as const
 export const PAUSED_REASONS = ['requested', 'allowance_exhausted', 'template_refused'] as const
-export const SKIPPED_REASONS = ['not_opted_in', 'suppressed', 'contact_removed', 'rendered_empty', 'rendered_too_long', 'missing_value', 'cancelled', 'connection_removed'] as const
+export const SKIPPED_REASONS = ['not_opted_in', 'suppressed', 'contact_removed', 'rendered_empty', 'rendered_too_long', 'missing_value', 'outside_service_window', 'cancelled', 'connection_removed'] as const
 
 export const countsDoc = d.object({ total: d.integer, queued: d.integer, sent: d.integer, delivered: d.integer, read: d.integer, failed: d.integer, skipped: d.integer })
 

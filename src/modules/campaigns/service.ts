@@ -492,7 +492,9 @@ export class CampaignService {
         // limit through long metadata values), or a Meta template WhatsApp would refuse (a header
         // it cannot take, a value the contact lacks), is a skip with its reason, not a send that fails
         const filled = contact && !reason ? fill(c.body ?? '', c.whatsapp, { name: contact.name, phone: contact.phone, metadata: JSON.parse(contact.metadata), numbered: JSON.parse(c.variables) }) : null
-        const unfit = filled ? (renderedFault(filled.text) ?? headerFault(filled.headerText) ?? (filled.emptyValue === null ? null : 'missing_value')) : null
+        let unfit = filled ? (renderedFault(filled.text) ?? headerFault(filled.headerText) ?? (filled.emptyValue === null ? null : 'missing_value')) : null
+        // free-form text through WhatsApp reaches only people who wrote in the last 24 hours
+        if (filled && !unfit && !filled.networkTemplate && live.driver.serviceWindowMs && !(await this.messages.inServiceWindow(live, contact!.phone, now, tx))) unfit = 'outside_service_window'
         if (reason || unfit || !contact || !filled) {
           await this.store.skip(tx, r.seq, reason ?? unfit ?? 'contact_removed', now)
           if (++skips >= MAX_SKIPS_PER_RELEASE) {

@@ -3,7 +3,8 @@
  *
  * Every place Capstan keeps something of a contact, and what erasure does with it:
  * - `contacts`: the row (phone, name, metadata) is deleted;
- * - `consent_ledger`, `campaign_recipients` (which hold the phone), `network_addresses`: deleted;
+ * - `consent_ledger`, `campaign_recipients` (which hold the phone), `network_addresses`,
+ *   `service_windows` (when they last wrote to each number): deleted;
  * - `messages` to and from the contact stay in the log for its counts and timelines, without the
  *   person: no contact, no customer number (recipient of an outbound, sender of an inbound, or
  *   in a network's error text), no body, no attachments, no rendered template, and no campaign (a

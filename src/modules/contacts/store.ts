@@ -38,6 +38,7 @@ const Q = {
   addAddress: stmt('INSERT INTO network_addresses (workspace_id, address, phone) VALUES (?, ?, ?) ON CONFLICT (workspace_id, address) DO UPDATE SET phone = excluded.phone'),
   eraseLedger: stmt('DELETE FROM consent_ledger WHERE contact_id = ?'),
   eraseAddresses: stmt('DELETE FROM network_addresses WHERE workspace_id = ? AND phone = ?'),
+  eraseWindows: stmt('DELETE FROM service_windows WHERE workspace_id = ? AND phone = ?'),
   erase: stmt('DELETE FROM contacts WHERE id = ?'),
   after: stmt('SELECT * FROM contacts WHERE workspace_id = ? AND phone > ? ORDER BY phone LIMIT ?'),
   numbersAfter: stmt('SELECT phone, created_at FROM contacts WHERE workspace_id = ? AND phone > ? ORDER BY phone LIMIT ?'),
@@ -65,10 +66,11 @@ export class ContactStore {
   async addAddress(tx: Queries, workspaceId: string, address: string, phone: string) {
     await tx.run(Q.addAddress, workspaceId, address, phone)
   }
-  /** The contact's row, ledger and network addresses go. */
+  /** The contact's row, ledger, network addresses and service windows go. */
   async erase(tx: Queries, contact: { id: string; workspace_id: string; phone: string }) {
     await tx.run(Q.eraseLedger, contact.id)
     await tx.run(Q.eraseAddresses, contact.workspace_id, contact.phone)
+    await tx.run(Q.eraseWindows, contact.workspace_id, contact.phone)
     await tx.run(Q.erase, contact.id)
   }
   /** The workspace's numbers after `after`, in order, at most `limit`, with when each contact was made. */

@@ -261,6 +261,23 @@ export class MessageService {
   }
 
   /** Refusals shared by one-to-one and group sends: a number that is not online, the allowance. */
+  /**
+   * Whether a free-form message may go to `phone` through the number now: its network has no
+   * service window, or the person wrote to the number within it.
+   */
+  async inServiceWindow(live: LiveConnection, phone: string, now: number, q?: Queries): Promise<boolean> {
+    if (!live.driver.serviceWindowMs) return true
+    const last = await this.store.lastInbound(live.row.id, phone, q)
+    return last !== null && last > now - live.driver.serviceWindowMs
+  }
+
+  /** 422 outside_service_window: `phone` has not written to the number within its network's service window. */
+  private async checkServiceWindow(live: LiveConnection, phone: string, now: number, q: Queries) {
+    if (await this.inServiceWindow(live, phone, now, q)) return
+    const hours = Math.round(live.driver.serviceWindowMs! / 3600_000)
+    throw refused('outside_service_window', `The recipient has not written to this number in the last ${hours} hours: WhatsApp delivers only template messages then. Send a template linked to an approved WhatsApp template (template_id).`)
+  }
+
   checkSendable(live: LiveConnection, workspaceId: string, now: number, q?: Queries): void | Promise<void> {
     if (live.row.status !== 'online') throw refused('connection_offline', 'The connection is offline.')
     // (no allowance set, the usual case: nothing to read)
@@ -314,6 +331,8 @@ export class MessageService {
       if (recipientSuppressed || (phone !== input.recipient && (await this.suppressions.isSuppressed(workspaceId, phone, tx)))) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
       if (filled?.marketing && contact?.consent_status !== 'opted_in') throw refused('recipient_not_opted_in', 'A marketing template goes only to contacts who opted in.')
       await this.checkSendable(live, workspaceId, now, tx)
+      // WhatsApp takes a free-form message only within 24 hours of the person's last message
+      if (live.driver.serviceWindowMs && !filled?.networkTemplate) await this.checkServiceWindow(live, phone, now, tx)
       if (upload) await this.media.insertIn(tx, upload)
       const attachments = upload ? [...input.attachments, upload.id] : input.attachments
       // a number not yet a contact becomes one; the writes go together, in order
@@ -524,6 +543,7 @@ export class MessageService {
     const row = newMessage({ id: uuid(), workspace_id: ws, connection_id: connectionId, contact_id: contact.id, group_id: null, recipient: live.row.phone, sender: from, body, attachments: JSON.stringify(file ? [file.id] : []), reply_to: replyTo }, 'inbound', 'delivered', sentAt)
     row.updated_at = now
     row.delivered_at = sentAt
+    if (live.driver.serviceWindowMs) await this.store.openWindow(tx, connectionId, ws, from, sentAt)
     row.external_id = externalId
     await this.store.insert(tx, row)
     const full = { ...row, seq: 0 }

@@ -132,6 +132,10 @@ const Q = {
   queuedPerConnection: stmt("SELECT connection_id, COUNT(*) AS n FROM messages WHERE status = 'queued' GROUP BY connection_id"),
   sending: stmt("SELECT COUNT(*) AS n FROM messages WHERE status = 'sending'"),
   outcomes: stmt('SELECT status, code, CAST(SUM(n) AS BIGINT) AS n FROM message_outcome_counts GROUP BY status, code ORDER BY status, code'),
+  openWindow: stmt(
+    'INSERT INTO service_windows (connection_id, phone, workspace_id, last_inbound_at) VALUES (?, ?, ?, ?) ON CONFLICT (connection_id, phone) DO UPDATE SET last_inbound_at = CASE WHEN excluded.last_inbound_at > service_windows.last_inbound_at THEN excluded.last_inbound_at ELSE service_windows.last_inbound_at END',
+  ),
+  lastInbound: stmt('SELECT last_inbound_at FROM service_windows WHERE connection_id = ? AND phone = ?'),
   perDay: { sent: perDayStatement('sent_at'), delivered: perDayStatement('delivered_at'), read: perDayStatement('read_at'), failed: perDayStatement('failed_at') },
 }
 
@@ -188,6 +192,14 @@ export class MessageStore {
     return this.db.get<MessageRow>(Q.byId, id, workspaceId)
   }
   /** A message by the network's id for it. */
+  /** `phone` wrote to the number at `at` (ms): its service window runs from then (see service_windows). */
+  async openWindow(tx: Queries, connectionId: string, workspaceId: string, phone: string, at: number) {
+    await tx.run(Q.openWindow, connectionId, phone, workspaceId, at)
+  }
+  /** When `phone` last wrote to the number (ms), or null. */
+  async lastInbound(connectionId: string, phone: string, q: Queries = this.db): Promise<number | null> {
+    return (await q.get<{ last_inbound_at: number }>(Q.lastInbound, connectionId, phone))?.last_inbound_at ?? null
+  }
   byExternal(connectionId: string, externalId: string, q: Queries = this.db) {
     return q.get<MessageRow>(Q.byExternal, connectionId, externalId)
   }
