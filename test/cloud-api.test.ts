@@ -541,6 +541,47 @@ describe('sending', () => {
     expect((await text()).json.code).toBe('outside_service_window')
   })
 
+  test('a WebP goes as a sticker only when WhatsApp takes it as one (512×512, small); a WebP photo goes as a document', async () => {
+    const { key, conn } = await setup()
+    const sticker = await uploadMedia(key, 'thumbs-up.webp', files.webp(512, 512, { size: 30_000 }))
+    const photo = await uploadMedia(key, 'shop-front.webp', files.webp(1600, 1200, { size: 300_000 }))
+    const heavy = await uploadMedia(key, 'big-sticker.webp', files.webp(512, 512, { size: 150_000 }))
+    const moving = await uploadMedia(key, 'wave.webp', files.webp(512, 512, { animated: true, size: 300_000 }))
+    const to = await talking(conn.id, newPhone())
+    const sent: Record<string, unknown>[] = []
+    for (const media_id of [sticker, photo, heavy, moving]) {
+      const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, media: { attachments: [{ media_id }] } } })
+      expect(r.status).toBe(202)
+      await waitFor(async () => (await msg(key, r.json.data.id)).status === 'sent')
+      const { messaging_product, recipient_type, to: _to, biz_opaque_callback_data, ...rest } = graph.seen.filter((x) => x.json?.to === to.slice(1)).at(-1)!.json
+      sent.push(rest)
+    }
+    const id = expect.stringMatching(/^media-/)
+    expect(sent).toEqual([
+      { type: 'sticker', sticker: { id } },
+      { type: 'document', document: { id, filename: 'shop-front.webp' } },
+      { type: 'document', document: { id, filename: 'big-sticker.webp' } },
+      { type: 'sticker', sticker: { id } },
+    ])
+  })
+
+  test("a file larger than WhatsApp takes of its kind (an image over 5 MB) is refused at 422 on a Cloud API number, not accepted to fail at Meta's upload", async () => {
+    const { key, conn } = await setup()
+    const big = await uploadMedia(key, 'poster.png', Buffer.concat([files.png(), Buffer.alloc(5 * 1024 * 1024 - 68)])) // 5 MB and a byte
+    const small = await uploadMedia(key, 'poster-small.png', files.png())
+    const to = await talking(conn.id, newPhone())
+    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body: 'Our poster', media: { attachments: [{ media_id: small }, { media_id: big }] } } })
+    expect([r.status, r.json.errors]).toEqual([422, { 'media.attachments': ["This number's network takes images up to 5 MB; poster.png is 5,242,881 bytes."] }])
+    // the same file goes through a sandbox number (no such limit), and as a document it would fit Meta's 100 MB
+    const sandbox = (await srv.admin('POST', `/workspaces/${conn.workspace_id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+    expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: sandbox.id, recipient: to, media: { attachments: [{ media_id: big }] } } })).status).toBe(202)
+    // a campaign on the Cloud API number is not scheduled with it
+    const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Poster', body: 'New poster' } })).json.data
+    const c = (await srv.api(key, 'POST', '/campaigns', { json: { name: 'Poster', template_id: tpl.id, connection_id: conn.id, media_id: big } })).json.data
+    const scheduled = await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })
+    expect([scheduled.status, scheduled.json.errors]).toEqual([422, { media_id: ["This campaign's number takes images up to 5 MB; poster.png is 5,242,881 bytes."] }])
+  })
+
   test('a campaign whose template names a WhatsApp template sends it as a template message, filled per recipient', async () => {
     const { key, conn } = await setup()
     const people = [
@@ -1485,6 +1526,15 @@ describe('webhooks from Meta', () => {
     const notJson = await fetch(`${srv.base}/hooks/whatsapp/${conn.id}`, { method: 'POST', headers: { 'x-hub-signature-256': `sha256=${new Bun.CryptoHasher('sha256', APP_SECRET).update('{oops').digest('hex')}` }, body: '{oops' })
     expect(notJson.status).toBe(200)
     expect((await srv.request('GET', '/healthz')).status).toBe(200)
+  })
+
+  test('an error Meta reports about the number itself (value.errors) is logged as a warning with its code and words', async () => {
+    const { conn } = await setup()
+    const problem = { object: 'whatsapp_business_account', entry: [{ id: 'WABA', changes: [{ field: 'messages', value: { messaging_product: 'whatsapp', metadata: { phone_number_id: PNID }, errors: [{ code: 131000, title: 'Something went wrong', message: 'Something went wrong', error_data: { details: 'Webhook delivery paused for this phone number.' } }] } }] }] }
+    expect((await deliver(srv.base, conn.id, problem)).status).toBe(200)
+    const line = await waitFor(() => srv.output.split('\n').find((l) => l.includes('cloud api reports an error for the number') && l.includes(conn.id)))
+    const entry = JSON.parse(line)
+    expect(entry).toMatchObject({ level: 'warn', connection_id: conn.id, code: 'cloud_api_131000', error: 'Something went wrong: Webhook delivery paused for this phone number.' })
   })
 
   test('a sender’s WhatsApp profile name names a contact that has none; a name the team gave is kept', async () => {

@@ -197,6 +197,12 @@ async function apply(body: any, reachedId: string, svc: Services, reached: Cloud
         continue
       }
       const { connectionId, driver } = route
+      // errors Meta reports about the number or the app itself (not about one message): an
+      // operator must see them
+      for (const err of Array.isArray(value.errors) ? value.errors.slice(0, 10) : []) {
+        known++
+        svc.log.warn('cloud api reports an error for the number', { connection_id: connectionId, code: metaCode(err?.code), error: metaErrorText(err, 'no message').slice(0, 500) })
+      }
       for (const st of Array.isArray(value.statuses) ? value.statuses : []) {
         if (typeof st?.id !== 'string' || typeof st?.status !== 'string') continue
         known++

@@ -42,6 +42,7 @@
 import { readBody, TOO_LARGE } from '../http/body'
 import { readTemplate, TEMPLATE_FIELDS } from './cloud-api-templates'
 import type { Accepted, ConnectionDriver, DriverContext, DriverFactory, NetworkTemplate, NetworkTemplateDefinition, OutboundMedia, OutboundMessage } from './driver'
+import { isSticker, webpShape } from './webp'
 import { DriverError, RecipientThrottled, STOPPED, TemplateRefused, UnconfirmedSend, templateHeaderKind } from './driver'
 
 export const DEFAULT_GRAPH_BASE = 'https://graph.facebook.com'
@@ -107,7 +108,6 @@ interface CloudConfig {
 const MEDIA_KIND: Record<string, 'image' | 'audio' | 'video' | 'document' | 'sticker'> = {
   'image/jpeg': 'image',
   'image/png': 'image',
-  'image/webp': 'sticker',
   'audio/aac': 'audio',
   'audio/amr': 'audio',
   'audio/mpeg': 'audio',
@@ -115,6 +115,15 @@ const MEDIA_KIND: Record<string, 'image' | 'audio' | 'video' | 'document' | 'sti
   'audio/ogg': 'audio',
   'video/mp4': 'video',
   'video/3gpp': 'video',
+}
+
+const MB = 1024 * 1024
+/** Meta's size limits per kind of media (a WebP that is no sticker goes as a document). */
+const MEDIA_LIMIT: Record<'image' | 'audio' | 'video' | 'document', { bytes: number; what: string }> = {
+  image: { bytes: 5 * MB, what: 'images' },
+  audio: { bytes: 16 * MB, what: 'audio files' },
+  video: { bytes: 16 * MB, what: 'videos' },
+  document: { bytes: 100 * MB, what: 'documents' },
 }
 
 /** Meta's error for a marketing template sent to someone who stopped marketing messages. */
@@ -164,6 +173,20 @@ export class CloudApiConnection implements ConnectionDriver {
   /** The connection's secrets, for the webhook route. */
   /** WhatsApp's customer-service window: free-form messages only within 24 hours of the person's last message. */
   readonly serviceWindowMs = 24 * 3600_000
+
+  mediaLimit(mimeType: string) {
+    const kind = MEDIA_KIND[mimeType] ?? 'document'
+    return MEDIA_LIMIT[kind === 'sticker' ? 'document' : kind]
+  }
+
+  /**
+   * How a file goes out: by its type, except a WebP — WhatsApp takes one only as a sticker (512×512,
+   * small), so any other WebP (a photo) goes as a document rather than be refused or mangled.
+   */
+  private async kindOf(m: OutboundMedia): Promise<'image' | 'audio' | 'video' | 'document' | 'sticker'> {
+    if (m.mimeType === 'image/webp') return isSticker(webpShape((await m.bytes()).subarray(0, 32)), m.size) ? 'sticker' : 'document'
+    return MEDIA_KIND[m.mimeType] ?? 'document'
+  }
 
   get appSecret() {
     return this.config.app_secret
@@ -383,7 +406,7 @@ export class CloudApiConnection implements ConnectionDriver {
       let caption = template ? null : message.body
       const fits = caption !== null && caption.length <= CAPTION_MAX
       for (const m of template ? [] : message.attachments) {
-        const kind = MEDIA_KIND[m.mimeType] ?? 'document'
+        const kind = await this.kindOf(m)
         const captioned = !!caption && fits && (kind === 'image' || kind === 'video' || kind === 'document')
         if (!accepted()) {
           const payload: Record<string, unknown> = { id: await this.uploadMedia(m) }

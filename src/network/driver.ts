@@ -9,6 +9,8 @@ export interface OutboundMedia {
   id: string
   mimeType: string
   filename: string
+  /** Its size in bytes. */
+  size: number
   /** The stored bytes (read only when the driver needs them). */
   bytes(): Promise<Uint8Array>
 }
@@ -178,6 +180,11 @@ export interface ConnectionDriver {
    * template. Absent: no such window.
    */
   readonly serviceWindowMs?: number
+  /**
+   * The largest file of this type the network takes (bytes), and what it calls such files
+   * ("images"); null or absent: no limit but the workspace's own.
+   */
+  mediaLimit?(mimeType: string): { bytes: number; what: string } | null
   /** The groups the number belongs to, or null when this network cannot report groups. */
   listGroups(): Promise<GroupInfo[] | null>
   /** Apply a new driver config (admin PATCH). */

@@ -40,6 +40,21 @@ export function ogg(): Uint8Array {
   page.writeUInt32LE(crc32(page), 22)
   return page
 }
+/**
+ * An extended-format WebP (a VP8X chunk: canvas `width`×`height`, animated or not) padded to
+ * `size` bytes: enough for type sniffing and for reading its shape.
+ */
+export function webp(width: number, height: number, { animated = false, size = 200 } = {}): Uint8Array {
+  const out = Buffer.alloc(Math.max(size, 30))
+  out.write('RIFF', 0, 'ascii')
+  out.writeUInt32LE(out.length - 8, 4)
+  out.write('WEBPVP8X', 8, 'ascii')
+  out.writeUInt32LE(10, 16)
+  out[20] = animated ? 0x02 : 0
+  out.writeUIntLE(width - 1, 24, 3)
+  out.writeUIntLE(height - 1, 27, 3)
+  return out
+}
 export const mp4 = () => Buffer.concat([Buffer.from([0, 0, 0, 0x18]), Buffer.from('ftypmp42'), Buffer.alloc(40, 0)])
 /** A zip archive of `entries` (stored, not compressed), with its central directory. */
 export function zip(entries: [name: string, content: string][]): Uint8Array {

@@ -266,7 +266,11 @@ export class CampaignService {
     const row = await this.get(workspaceId, id)
     if (row.status !== 'draft' && row.status !== 'scheduled') throw this.illegal(row, 'scheduled')
     const tpl = await this.templates.get(workspaceId, row.template_id)
-    await this.connections.obtain(workspaceId, row.connection_id)
+    const live = await this.connections.obtain(workspaceId, row.connection_id)
+    // a file larger than the number's network takes of its kind would fail every recipient
+    const media = row.media_id && live.driver.mediaLimit ? await this.media.find(workspaceId, row.media_id) : null
+    const limit = media ? live.driver.mediaLimit!(media.mime_type) : null
+    if (media && limit && media.size > limit.bytes) throw validationFailed({ media_id: [`This campaign's number takes ${limit.what} up to ${limit.bytes / (1024 * 1024)} MB; ${media.filename || 'the file'} is ${media.size.toLocaleString('en-US')} bytes.`] })
     this.templates.requireNumbered(tpl, JSON.parse(row.variables) as Record<string, unknown>)
     await this.checkHeaderPair(workspaceId, row.template_id, row.media_id, true)
     // still there: from scheduling on, retention keeps it until the campaign ends (so a campaign

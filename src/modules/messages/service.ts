@@ -141,6 +141,14 @@ function checkTemplateHeader(listed: MediaRow[], upload: MediaRow | undefined, t
   if (headerMedia && kind !== headerMedia) throw validationFailed({ [field]: [`This template’s WhatsApp header is ${withArticle(headerMedia)} (whatsapp.header_media); the attachment is ${withArticle(kind!)}.`] })
 }
 
+/** 422 for a file larger than the number's network takes of its kind (WhatsApp: images 5 MB, …). */
+function checkNetworkLimits(limitOf: (mimeType: string) => { bytes: number; what: string } | null, listed: MediaRow[], upload: MediaRow | undefined) {
+  for (const m of upload ? [...listed, upload] : listed) {
+    const limit = limitOf(m.mime_type)
+    if (limit && m.size > limit.bytes) throw validationFailed({ [m === upload ? 'file' : 'media.attachments']: [`This number's network takes ${limit.what} up to ${limit.bytes / (1024 * 1024)} MB; ${m.filename || 'the file'} is ${m.size.toLocaleString('en-US')} bytes.`] })
+  }
+}
+
 export class MessageService {
   private readonly store: MessageStore
   /** Called after a commit that queued messages on a number. */
@@ -327,6 +335,7 @@ export class MessageService {
       const phone = contact ? contact.phone : input.recipient!
       const filled = input.template_id === undefined ? null : await this.fillTemplate(tx, workspaceId, input, contact, phone, upload !== undefined || media.length > 0)
       if (filled?.networkTemplate) checkTemplateHeader(media, upload, filled.headerText !== null, filled.headerMedia)
+      if (live.driver.mediaLimit) checkNetworkLimits(live.driver.mediaLimit.bind(live.driver), media, upload)
       if (contact?.consent_status === 'opted_out') throw refused('recipient_opted_out', 'The recipient has opted out.')
       if (recipientSuppressed || (phone !== input.recipient && (await this.suppressions.isSuppressed(workspaceId, phone, tx)))) throw refused('recipient_suppressed', 'The recipient is on the suppression list.')
       if (filled?.marketing && contact?.consent_status !== 'opted_in') throw refused('recipient_not_opted_in', 'A marketing template goes only to contacts who opted in.')
@@ -689,7 +698,7 @@ export class MessageService {
     for (const id of JSON.parse(row.attachments) as string[]) {
       const m = await this.media.find(row.workspace_id, id)
       if (!m) return null
-      out.push({ id: m.id, mimeType: m.mime_type, filename: m.filename, bytes: () => this.media.store.bytes(m.blob) })
+      out.push({ id: m.id, mimeType: m.mime_type, filename: m.filename, size: m.size, bytes: () => this.media.store.bytes(m.blob) })
     }
     return out
   }
