@@ -62,7 +62,9 @@ export async function serve() {
   if (fullDisk) log.error('the disk of the data directory is full: the database is opened for this process alone (no checkpointer thread, no backups) until Capstan is restarted with room on the disk', { data_dir: config.dataDir })
   const admin = await resolveAdminToken(engine, config.adminToken)
   if (admin.generated) {
-    process.stdout.write(`Capstan admin token (shown once; only its hash is stored): ${admin.generated}\n`)
+    // set apart from the log lines, so that it is found in `docker logs` or a terminal's scrollback
+    const rule = '='.repeat(78)
+    process.stdout.write(`${rule}\nCapstan admin token (shown once; only its hash is stored): ${admin.generated}\nKeep it: it signs in to /admin and authorizes the admin API and CLI (CAPSTAN_ADMIN_TOKEN).\n${rule}\n`)
   }
   if (admin.unsaved) log.warn('CAPSTAN_ADMIN_TOKEN is used but could not be stored as the admin token (is the disk full?): the previous one would be valid again if the variable were removed')
   // A background task that fails unexpectedly (a write on a full disk from a timer, say) is

@@ -1,67 +1,39 @@
 /**
  * A private, real clamd for tests: a one-signature database that detects the EICAR test string
- * (no signature download is possible here), on a unix socket in a temp dir.
+ * (no signature download is possible here), on a unix socket in a temp dir (src/dev/clamd.ts,
+ * which `bun run clamd` also uses).
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type { Subprocess } from 'bun'
+import { EICAR, PrivateClamd } from '../../src/dev/clamd'
 import { TestServer } from './server'
 
-/** The 68-byte EICAR test string, assembled so this file is not itself a match. */
-export const EICAR = Buffer.from('X5O!P%@AP[4\\PZX54(P^)7CC)7}$' + 'EICAR-' + 'STANDARD-' + 'ANTIVIRUS-' + 'TEST-' + 'FILE!$H+H*', 'ascii')
+export { EICAR }
 
+/** A private clamd in a fresh temp dir (see src/dev/clamd.ts), removed with it on stop. */
 export class TestClamd {
-  proc!: Subprocess
-  dir = mkdtempSync(join(tmpdir(), 'capstan-clamd-'))
-  socket = join(this.dir, 'clamd.sock')
+  private constructor(private readonly clamd: PrivateClamd) {}
+  get socket() {
+    return this.clamd.socket
+  }
+  get proc() {
+    return this.clamd.proc
+  }
+  get dir() {
+    return this.clamd.dir
+  }
 
-  /** `streamMaxLength`: clamd's limit on a scanned stream (Debian's default is 25M). */
   static async start(opts: { streamMaxLength?: string } = {}) {
-    const c = new TestClamd()
-    const db = join(c.dir, 'db')
-    Bun.spawnSync(['mkdir', '-p', db])
-    writeFileSync(join(db, 'test.ndb'), `Eicar-Test-Signature:0:*:${EICAR.toString('hex')}\n`)
-    const conf = join(c.dir, 'clamd.conf')
-    writeFileSync(conf, `LocalSocket ${c.socket}\nForeground yes\nDatabaseDirectory ${db}\nTemporaryDirectory ${c.dir}\nLocalSocketMode 660\nStreamMaxLength ${opts.streamMaxLength ?? '64M'}\n`)
-    const exe = Bun.which('clamd') ?? '/usr/sbin/clamd'
-    c.proc = Bun.spawn([exe, `--config-file=${conf}`], { stdout: 'ignore', stderr: 'ignore' })
-    const deadline = Date.now() + 60_000
-    while (Date.now() < deadline) {
-      if (c.proc.exitCode !== null) throw new Error(`clamd exited with ${c.proc.exitCode} (is clamav-daemon installed?)`)
-      if (await c.ping()) return c
-      await Bun.sleep(100)
-    }
-    throw new Error('clamd did not start')
+    return new TestClamd(await PrivateClamd.start(mkdtempSync(join(tmpdir(), 'capstan-clamd-')), opts))
   }
 
-  async ping(): Promise<boolean> {
-    return new Promise((resolve) => {
-      Bun.connect({
-        unix: this.socket,
-        socket: {
-          open(s) {
-            s.write('zPING\0')
-          },
-          data(s, d) {
-            resolve(Buffer.from(d).toString().startsWith('PONG'))
-            s.end()
-          },
-          error() {
-            resolve(false)
-          },
-          connectError() {
-            resolve(false)
-          },
-        },
-      }).catch(() => resolve(false))
-    })
+  ping() {
+    return this.clamd.ping()
   }
 
-  async stop() {
-    this.proc.kill()
-    await this.proc.exited
-    rmSync(this.dir, { recursive: true, force: true })
+  stop() {
+    return this.clamd.stop(true)
   }
 }
 
