@@ -30,7 +30,7 @@ usage:
 
 ${CLI_HELP}
 
-Configuration comes from CAPSTAN_* environment variables (see README).`
+Configuration comes from CAPSTAN_* environment variables (see docs/configuration.md).`
 
 /**
  * Parse a .env file the way dotenv files are written: `KEY=VALUE` lines, optional `export `,

@@ -1,7 +1,7 @@
 /**
  * `capstan migrate-to-postgres`: an installation on the embedded SQLite file moves to PostgreSQL
  * (CAPSTAN_DATABASE_URL) — and its media to the bucket CAPSTAN_MEDIA_STORE names, when it names
- * one — so that several instances can serve it (README "Running on several machines").
+ * one — so that several instances can serve it (docs/several-machines.md).
  *
  * The server must be stopped (the data directory's lock). The target database must hold no
  * Capstan data yet. Every table is copied in one PostgreSQL transaction, in an order its foreign

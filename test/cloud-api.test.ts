@@ -352,7 +352,7 @@ describe('importing templates from Meta', () => {
       { name: 'pending_one', language: 'en', reason: 'Meta has not approved it (status PENDING).' },
       { name: 'login_code', language: 'en', reason: 'Authentication templates (one-time passcodes) are not supported.' },
       { name: 'coupon', language: 'en', reason: 'Its copy-code button is not supported.' },
-      { name: 'swapped', language: 'en', reason: 'Its variables do not first appear in the order {{1}}, {{2}}, …; create this template by hand (see "WhatsApp templates" in the README).' },
+      { name: 'swapped', language: 'en', reason: 'Its variables do not first appear in the order {{1}}, {{2}}, …; create this template by hand (see "WhatsApp templates" in docs/templates-and-campaigns.md).' },
       { name: 'store_visit', language: 'en', reason: 'Its location header is not supported.' },
     ])
     // they are the workspace's templates like any other; the linked one was left as it was

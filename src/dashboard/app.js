@@ -180,7 +180,7 @@ async function backupsPage() {
     <table class="stack"><thead><tr><th>Backup</th><th>Made</th><th>Messages</th><th>Media files</th></tr></thead><tbody>
     ${b.backups.map((x) => `<tr>${cell('Backup', `<code>${esc(x.name)}</code>`)}${cell('Made', x.complete ? esc(when(x.created_at)) : 'being written (or cut off)')}${cell('Messages', esc(x.messages ?? ''))}${cell('Media files', esc(x.media_files ?? ''))}</tr>`).join('')}
     </tbody></table>
-    <p class="muted">To restore one, stop the server and run <code>capstan restore ${esc(b.directory)}/&lt;backup&gt;</code> with an empty <code>CAPSTAN_DATA_DIR</code> (or <code>--force</code>); see the README.</p>`
+    <p class="muted">To restore one, stop the server and run <code>capstan restore ${esc(b.directory)}/&lt;backup&gt;</code> with an empty <code>CAPSTAN_DATA_DIR</code> (or <code>--force</code>); see docs/operations.md.</p>`
   $('#backup-now').onclick = async (ev) => {
     ev.target.disabled = true
     try {

@@ -173,7 +173,7 @@ export function op(o: OpOptions) {
  * Response shapes, written once with TypeBox (the one Elysia's `t` is built on; its plain
  * builders, since `t.Integer` also admits numeric strings, which suits a query, not an answer): each is the JSON Schema the
  * documents publish and, through `Shape<typeof x>` (TypeBox's `Static`), the type the module's
- * `toPublic`/`toAdmin` must return, so the two cannot drift (README, "The API document"). A
+ * `toPublic`/`toAdmin` must return, so the two cannot drift (docs/operations.md, "Health and docs"). A
  * property is required unless wrapped in `d.optional`; `d.nullable` is the field that is sent as
  * null when empty. `d.oneOf` and `d.map` write their JSON Schema by hand (`enum`,
  * `additionalProperties`) so the document stays as plain as it reads, typed all the same.

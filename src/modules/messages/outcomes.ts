@@ -1,6 +1,6 @@
 /**
  * Every code a message's `error.code` can hold once it has failed, with what it means. The API
- * documentation and the README's table come from the same list, and a test checks that the code
+ * documentation and the table in docs/sending.md come from the same list, and a test checks that the code
  * names no other (test/messages.test.ts).
  */
 

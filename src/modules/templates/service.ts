@@ -282,6 +282,6 @@ const importStamp = (t: Pick<TemplateRow, 'body' | 'category' | 'whatsapp'>) => 
 function importableBody(body: string): string | null {
   if ([...body].length > 4096) return 'Its body is longer than 4096 characters.'
   const { variables, unknown } = placeholders(body)
-  if (unknown.length || variables.some((v, i) => v !== String(i + 1))) return 'Its variables do not first appear in the order {{1}}, {{2}}, …; create this template by hand (see "WhatsApp templates" in the README).'
+  if (unknown.length || variables.some((v, i) => v !== String(i + 1))) return 'Its variables do not first appear in the order {{1}}, {{2}}, …; create this template by hand (see "WhatsApp templates" in docs/templates-and-campaigns.md).'
   return null
 }
