@@ -150,7 +150,8 @@ describe('dashboard', () => {
     await page.click('nav a:has-text("Messages")')
     await page.waitForSelector('text=Your order #1001 has shipped')
     await page.waitForSelector('text=Where is my order?')
-    // sandbox test tool: a delivery receipt from the message log
+    // sandbox test tool: a delivery receipt from the message's detail
+    await page.click(`button[data-open="${sent.json.data.id}"]`)
     await page.click(`button[data-receipt="${sent.json.data.id}"][data-to="delivered"]`)
     // the toast itself (the row's "sandbox receipt: delivered …" label matches a plain text selector)
     await page.waitForSelector('#toast:has-text("Receipt: delivered")')
@@ -167,12 +168,13 @@ describe('dashboard', () => {
       }
       await r.continue()
     })
+    await page.click(`button[data-open="${sent.json.data.id}"]`)
     await page.click(`button[data-receipt="${sent.json.data.id}"][data-to="read"]`)
     await page.fill('#filter input[name=phone]', '+14155550123')
     await page.click('#filter button[type=submit]')
-    await page.waitForSelector('text=1 messages')
+    await page.waitForSelector('text=1 message ·')
     await Bun.sleep(1200)
-    expect(await page.isVisible('text=1 messages')).toBe(true)
+    expect(await page.isVisible('text=1 message ·')).toBe(true)
     await page.unroute('**/admin/api/workspaces/*/messages?*')
     expect(await page.isVisible('text=Where is my order?')).toBe(true)
     expect(await page.isVisible('text=Your order #1001 has shipped')).toBe(false)
@@ -213,6 +215,7 @@ describe('dashboard', () => {
     const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
     await signIn(page)
     await page.goto(`${srv.base}/admin#/w/${t.ws.id}/messages`)
+    await page.click(`button[data-open="${sent.json.data.id}"]`)
     await page.waitForSelector('a.file:has-text("file 1")')
     const href = (await page.getAttribute('a.file', 'href'))!
     expect(href).toBe(`/admin/api/workspaces/${t.ws.id}/media/${media.id}/download`)

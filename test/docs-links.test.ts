@@ -3,9 +3,11 @@
  * to it and to its neighbours, and every relative link — to a file or to a heading in one — goes
  * somewhere that exists.
  */
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { dirname, join, relative } from 'node:path'
+
+setDefaultTimeout(10_000)
 
 const root = join(import.meta.dir, '..')
 const pages = readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md'))

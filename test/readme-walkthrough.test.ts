@@ -4,10 +4,12 @@
  * with empty data), with only the ports changed so that nothing else on the machine is in the way.
  * The test fails when the README drifts from the product.
  */
-import { afterAll, expect, test } from 'bun:test'
+import { afterAll, expect, setDefaultTimeout, test } from 'bun:test'
 import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+
+setDefaultTimeout(120_000)
 
 const root = join(import.meta.dir, '..')
 const dir = mkdtempSync(join(tmpdir(), 'capstan-walkthrough-'))
@@ -65,4 +67,4 @@ test("the README's walkthrough, copied block by block, ends with a read message 
   // Capstan kept its data in ./data of the directory it was started in, and stopped cleanly
   const log = readFileSync(join(dir, 'capstan.log'), 'utf8')
   expect(log).toContain('"msg":"capstan stopped"')
-}, 120_000)
+})

@@ -222,6 +222,38 @@ describe.each(ENGINES)('messages on %s', (name) => {
     expect((await store.queuedFor(conn.id, 1)).length).toBe(1)
   })
 
+  test("the operator's search finds text in the body in any case, takes % and _ as themselves, keeps to a time range and the filters, newest first, counted", async () => {
+    const engine = engines[name]
+    const store = new MessageStore(engine)
+    const { ws, conn } = await withNumber(engine)
+    const ada = contact(ws)
+    await engine.write((tx) => new ContactStore(engine).insert(tx, ada))
+    const rows = [
+      message(ws, conn.id, { body: 'Your ORDER #1001 shipped', created_at: 1000 }),
+      message(ws, conn.id, { body: 'order 50% off_today', created_at: 2000, contact_id: ada.id }),
+      message(ws, conn.id, { body: 'Where is my order?', created_at: 3000, direction: 'inbound', status: 'delivered' }),
+      message(ws, conn.id, { body: 'Your receipt', created_at: 4000 }),
+      message(ws, conn.id, { body: null, created_at: 5000 }),
+    ]
+    await engine.write(async (tx) => {
+      for (const r of rows) await store.insert(tx, r)
+    })
+    const [m0, m1, m2] = rows.map((r) => r.id)
+    const ids = (page: { rows: { id: string }[]; total: number }) => [page.total, page.rows.map((r) => r.id)]
+    expect(ids(await store.search(ws, { text: 'order' }, 10, 0))).toEqual([3, [m2, m1, m0]])
+    expect(ids(await store.search(ws, { text: 'order' }, 1, 1))).toEqual([3, [m1]])
+    expect(ids(await store.search(ws, { text: '50%' }, 10, 0))).toEqual([1, [m1]])
+    expect(ids(await store.search(ws, { text: '%' }, 10, 0))).toEqual([1, [m1]])
+    expect(ids(await store.search(ws, { text: 'o_d' }, 10, 0))).toEqual([0, []]) // as a pattern it would match "ord"
+    expect(ids(await store.search(ws, { text: 'off_' }, 10, 0))).toEqual([1, [m1]])
+    expect(ids(await store.search(ws, { text: 'order', direction: 'outbound' }, 10, 0))).toEqual([2, [m1, m0]])
+    expect(ids(await store.search(ws, { text: 'order', status: 'delivered' }, 10, 0))).toEqual([1, [m2]])
+    expect(ids(await store.search(ws, { text: 'order', contactId: ada.id }, 10, 0))).toEqual([1, [m1]])
+    expect(ids(await store.search(ws, { from: 2000, to: 4000 }, 10, 0))).toEqual([2, [m2, m1]])
+    expect(ids(await store.search(ws, { text: 'order', from: 1500 }, 10, 0))).toEqual([2, [m2, m1]])
+    expect(ids(await store.search(crypto.randomUUID(), { text: 'order' }, 10, 0))).toEqual([0, []])
+  })
+
   test('usage counts up per month; later parts of a send are recorded once; redaction keeps the counts; days are UTC days; the gauges add up', async () => {
     const engine = engines[name]
     const store = new MessageStore(engine)

@@ -1,7 +1,9 @@
 /** The WebP shape reader the Cloud API driver uses to tell a sticker from a photo. */
-import { describe, expect, test } from 'bun:test'
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { isSticker, webpShape } from '../src/network/webp'
 import * as files from './support/files'
+
+setDefaultTimeout(10_000)
 
 /** A RIFF/WEBP file whose first chunk is `fourcc` with `payload`. */
 const riff = (fourcc: string, payload: number[]) => {

@@ -25,7 +25,18 @@ const logQuery = s.object({
   status: s.string().oneOf(STATUSES).optional(),
   // one contact's conversation, by its number
   phone: phoneField().optional(),
+  q: s.string().length(1, 200).optional().describe('Text the body contains (any case).', 'order'),
+  from: s.string().format('date-time').optional().describe('Only messages created at or after this time.'),
+  to: s.string().format('date-time').optional().describe('Only messages created before this time.'),
   ...pageQuery.shape,
+})
+
+/** A message as the dashboard lists it: as the API has it, with its number, its contact's name and its campaign. */
+const logRowDoc = d.object({
+  ...messageDoc.properties,
+  number: d.nullable(d.string('The connected number it went through (E.164); null once that number is removed.')),
+  contact_name: d.nullable(d.string()),
+  campaign: d.nullable(d.object({ id: d.uuid, name: d.string() }), { description: 'The campaign that sent it, or null.' }),
 })
 const daysQuery = s.object({ days: s.integer().range(1, 90).optional() })
 
@@ -83,9 +94,36 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         await svc.workspaces.find(params.id)
         const q = validate(logQuery, { ...query, phone: queryPhone(query.phone) })
         const contactId = q.phone === undefined ? undefined : (await svc.contacts.byNumber(params.id, q.phone)).id
-        return paged(query, (l, o) => svc.messages.list(params.id, { direction: q.direction, status: q.status, contactId }, l, o), (m) => svc.messages.toPublic(m))
+        const filter = { direction: q.direction, status: q.status, contactId }
+        const searching = q.q !== undefined || q.from !== undefined || q.to !== undefined
+        const search = { ...filter, text: q.q, from: q.from === undefined ? undefined : Date.parse(q.from), to: q.to === undefined ? undefined : Date.parse(q.to) }
+        // each contact's name and each campaign's name once per page
+        const names = new Map<string, Promise<string | null>>()
+        const contactName = (id: string) => names.get(id) ?? names.set(id, svc.contacts.find(params.id, id).then((c) => c?.name ?? null)).get(id)!
+        const campaigns = new Map<string, Promise<{ id: string; name: string } | null>>()
+        const campaign = (id: string) => campaigns.get(id) ?? campaigns.set(id, svc.campaigns.find(params.id, id).then((c) => (c ? { id: c.id, name: c.name } : null))).get(id)!
+        return paged(
+          query,
+          (l, o) => (searching ? svc.messages.search(params.id, search, l, o) : svc.messages.list(params.id, filter, l, o)),
+          async (m) => ({
+            ...svc.messages.toPublic(m),
+            number: svc.connections.find(m.connection_id)?.row.phone ?? null,
+            contact_name: m.contact_id ? await contactName(m.contact_id) : null,
+            campaign: m.campaign_id ? await campaign(m.campaign_id) : null,
+          }),
+        )
       },
-      { admin: true, detail: adminOp({ summary: "A workspace's message log", description: 'Newest first; phone narrows it to one contact\'s conversation.', tag, query: logQuery, ok: { status: 200, data: messageDoc, list: true, description: 'A page of messages.' }, errors: [404, 422] }) },
+      {
+        admin: true,
+        detail: adminOp({
+          summary: "A workspace's message log",
+          description: "Newest first; phone narrows it to one contact's conversation, q to messages whose body contains the text, from and to to a time range. With q, from or to, meta.total counts at most 10,000 (as deep as a list can be paged).",
+          tag,
+          query: logQuery,
+          ok: { status: 200, data: logRowDoc, list: true, description: 'A page of messages, each with its number, its contact\'s name and its campaign.' },
+          errors: [404, 422],
+        }),
+      },
     )
     .get(
       '/workspaces/:id/contacts',

@@ -94,6 +94,8 @@ function showLogin(message) {
   $('#sign-out').hidden = true
   $('#backups-link').hidden = true
   $('#ws-name').textContent = ''
+  document.title = 'Sign in · Capstan'
+  drawnPath = null
   main.innerHTML = `<div class="card login"><h1>Sign in</h1>
     <p class="muted">Use the admin token printed at Capstan's first start (or CAPSTAN_ADMIN_TOKEN).</p>
     <form id="login" class="inline"><label style="flex:1">Admin token<input name="token" type="password" autocomplete="current-password" required></label>
@@ -136,7 +138,11 @@ async function workspacesPage() {
     const name = prompt('New name')
     if (name) act(() => api('PATCH', `/workspaces/${b.dataset.rename}`, { name }), 'Renamed')
   }))
-  main.querySelectorAll('[data-status]').forEach((b) => (b.onclick = () => act(() => api('PATCH', `/workspaces/${b.dataset.status}`, { status: b.dataset.to }), 'Status changed')))
+  main.querySelectorAll('[data-status]').forEach((b) => (b.onclick = () => {
+    // deactivating stops a business's sending and API access: asked first
+    if (b.dataset.to === 'inactive' && !confirm('Deactivate this workspace? Its API keys are refused (403) and its numbers and campaigns stop sending until it is activated again.')) return
+    act(() => api('PATCH', `/workspaces/${b.dataset.status}`, { status: b.dataset.to }), 'Status changed')
+  }))
 }
 
 /**
@@ -205,7 +211,7 @@ const TABS = [
 function tabs(ws, current) {
   const nav = $('#tabs')
   nav.hidden = false
-  nav.innerHTML = TABS.map(([k, label]) => `<a href="#/w/${esc(ws.id)}/${k}" class="${k === current ? 'active' : ''}">${esc(label)}</a>`).join('')
+  nav.innerHTML = TABS.map(([k, label]) => `<a href="#/w/${esc(ws.id)}/${k}"${k === current ? ' class="active" aria-current="page"' : ''}>${esc(label)}</a>`).join('')
   $('#ws-name').textContent = `${ws.name} (${ws.status})`
 }
 
@@ -358,19 +364,85 @@ const pages = {
   },
 
   async messages(ws, params) {
-    const q = new URLSearchParams({ per_page: '50', ...(params.direction ? { direction: params.direction } : {}), ...(params.status ? { status: params.status } : {}), ...(params.phone ? { phone: params.phone } : {}), page: params.page || '1' })
+    // a date range is whole local days: from the start of `from` to the end of `to`
+    const day = (v, end) => (v ? new Date(`${v}T00:00:00`).getTime() + (end ? 86_400_000 : 0) : null)
+    const range = { from: day(params.from, false), to: day(params.to, true) }
+    const q = new URLSearchParams({
+      per_page: '50',
+      page: params.page || '1',
+      ...(params.direction ? { direction: params.direction } : {}),
+      ...(params.status ? { status: params.status } : {}),
+      ...(params.phone ? { phone: params.phone } : {}),
+      ...(params.q ? { q: params.q } : {}),
+      ...(range.from ? { from: new Date(range.from).toISOString() } : {}),
+      ...(range.to ? { to: new Date(range.to).toISOString() } : {}),
+    })
     const { data, meta, problem } = await listOrProblem(`/workspaces/${ws.id}/messages?${q}`)
-    const opt = (name, values) => `<select name="${name}"><option value="">any ${name}</option>${values.map((v) => `<option ${params[name] === v ? 'selected' : ''}>${v}</option>`).join('')}</select>`
-    main.innerHTML = `<h1>Messages</h1><form id="filter" class="inline card">${opt('direction', ['inbound', 'outbound'])}${opt('status', ['queued', 'sending', 'sent', 'delivered', 'read', 'failed'])}<input name="phone" placeholder="a contact's number" value="${esc(params.phone || '')}"><button type="submit" class="secondary">Filter</button>
-      <span class="muted">${esc(meta.total)} messages · page ${esc(meta.page)} of ${esc(meta.last_page)}</span></form>${problem ? `<p class="card">${esc(problem)}</p>` : ''}
-      <table class="stack"><thead><tr><th>When</th><th>Direction</th><th>To / from</th><th>Status</th><th>Body</th><th>Timeline</th></tr></thead><tbody>
-      ${data.map((m) => `<tr>${cell('When', when(m.created_at))}${cell('Direction', esc(m.direction))}${cell('To / from', esc(m.direction === 'inbound' ? m.sender : m.recipient || (m.group_id ? 'group' : '')))}
-        ${cell('Status', `${badge(m.status)}${m.error ? `<div class="muted">${esc(m.error.code)}</div>` : ''}`)}${cell('Body', `${esc((m.body || '').slice(0, 120))}${m.attachments.map((id, i) => ` <a class="file" href="/admin/api/workspaces/${esc(ws.id)}/media/${esc(id)}/download">file ${i + 1}</a>`).join('')}`)}
-        ${cell('Timeline', `<ul class="timeline">${m.timeline.map((e) => `<li>${esc(e.status)} · ${new Date(e.at).toLocaleTimeString()}</li>`).join('')}</ul>${
-          m.direction === 'outbound' && !m.group_id ? `<div class="muted">sandbox receipt: ${['delivered', 'read', 'failed'].map((s) => `<button class="link" data-receipt="${esc(m.id)}" data-to="${s}">${s}</button>`).join(' ')}</div>` : ''}`)}</tr>`).join('')}</tbody></table>
-      <p>${meta.page > 1 ? `<a href="#/w/${esc(ws.id)}/messages?${new URLSearchParams({ ...params, page: String(meta.page - 1) })}">← newer</a>` : ''}
-      ${meta.page < meta.last_page ? ` <a href="#/w/${esc(ws.id)}/messages?${new URLSearchParams({ ...params, page: String(meta.page + 1) })}">older →</a>` : ''}</p>`
-    main.querySelectorAll('[data-receipt]').forEach((b) => (b.onclick = () => act(() => api('POST', `/messages/${b.dataset.receipt}/sandbox/receipt`, { status: b.dataset.to }), `Receipt: ${b.dataset.to}`)))
+    const opt = (name, label, values) => `<label>${label}<select name="${name}"><option value="">any</option>${values.map((v) => `<option ${params[name] === v ? 'selected' : ''}>${v}</option>`).join('')}</select></label>`
+    const searching = Boolean(params.q || params.from || params.to)
+    const total = `${Number(meta.total).toLocaleString()}${searching && meta.total >= 10000 ? '+' : ''} ${meta.total === 1 ? 'message' : 'messages'}`
+    const who = (m) => {
+      const phone = m.direction === 'inbound' ? m.sender : m.recipient
+      if (m.group_id) return '<span class="muted">a group</span>'
+      return m.contact_name ? `${esc(m.contact_name)} <span class="muted">${esc(phone || '')}</span>` : esc(phone || '')
+    }
+    const link = (over) => `#/w/${esc(ws.id)}/messages?${esc(new URLSearchParams(Object.entries({ ...params, ...over }).filter(([, v]) => v)))}`
+    main.innerHTML = `<h1>Messages</h1>
+      <form id="filter" class="filters card">
+        <label>Text<input name="q" type="search" maxlength="200" placeholder="words in the message" value="${esc(params.q || '')}"></label>
+        <label>Contact's number<input name="phone" placeholder="+14155550123" value="${esc(params.phone || '')}"></label>
+        ${opt('direction', 'Direction', ['inbound', 'outbound'])}${opt('status', 'Status', ['queued', 'sending', 'sent', 'delivered', 'read', 'failed'])}
+        <label>From<input name="from" type="date" value="${esc(params.from || '')}"></label><label>To<input name="to" type="date" value="${esc(params.to || '')}"></label>
+        <button type="submit" class="secondary">Search</button> <a href="#/w/${esc(ws.id)}/messages">Clear</a>
+      </form>${problem ? `<p class="card">${esc(problem)}</p>` : ''}
+      <p class="muted" id="log-total">${esc(total)} · page ${esc(meta.page)} of ${esc(meta.last_page)}</p>
+      <table class="log"><thead><tr><th class="c-when">When</th><th class="c-num">Number</th><th class="c-who">Contact</th><th class="c-dir" title="Direction"><span aria-hidden="true">⇅</span><span class="sr-only">Direction</span></th><th class="c-status">Status</th><th>Message</th></tr></thead><tbody>
+      ${data.map((m) => `<tr class="row" data-row="${esc(m.id)}">
+        <td class="c-when">${esc(when(m.created_at))}</td><td class="c-num">${esc(m.number || '—')}</td><td class="c-who">${who(m)}</td>
+        <td class="c-dir" title="${esc(m.direction)}"><span aria-hidden="true">${m.direction === 'inbound' ? '←' : '→'}</span><span class="sr-only">${esc(m.direction)}</span></td><td class="c-status">${badge(m.status)}</td>
+        <td><button class="open" data-open="${esc(m.id)}" aria-label="Open the message of ${esc(when(m.created_at))}">${esc((m.body || (m.attachments.length ? `[${m.attachments.length} file${m.attachments.length > 1 ? 's' : ''}]` : '')).slice(0, 140))}</button></td></tr>`).join('')}</tbody></table>
+      ${data.length ? '' : '<p class="muted">No messages.</p>'}
+      <p class="pager">${meta.page > 1 ? `<a href="${link({ page: String(meta.page - 1) })}">← newer</a>` : ''}${meta.page < meta.last_page ? `<a href="${link({ page: String(meta.page + 1) })}">older →</a>` : ''}</p>
+      <aside id="drawer" class="drawer" role="dialog" aria-modal="false" aria-labelledby="drawer-title" hidden></aside>`
+    const rows = new Map(data.map((m) => [m.id, m]))
+    const drawer = $('#drawer')
+    let opener = null
+    const close = () => {
+      drawer.hidden = true
+      drawer.innerHTML = ''
+      if (opener) opener.focus()
+    }
+    const open = (m, from) => {
+      opener = from
+      const files = m.attachments.map((id, i) => `<a class="file" href="/admin/api/workspaces/${esc(ws.id)}/media/${esc(id)}/download">file ${i + 1}</a>`).join(' ')
+      drawer.innerHTML = `<button class="secondary close" id="drawer-close">Close</button><h2 id="drawer-title" tabindex="-1">${m.direction === 'inbound' ? 'Received' : 'Sent'} message</h2>
+        <dl><dt>Status</dt><dd>${badge(m.status)}</dd>
+        <dt>Number</dt><dd>${esc(m.number || '—')}</dd>
+        <dt>${m.direction === 'inbound' ? 'From' : 'To'}</dt><dd>${who(m)}</dd>
+        <dt>Created</dt><dd>${esc(when(m.created_at))}</dd>
+        ${m.error ? `<dt>Error</dt><dd><code>${esc(m.error.code)}</code> ${esc(m.error.message)}</dd>` : ''}
+        ${m.campaign ? `<dt>Campaign</dt><dd><a href="#/w/${esc(ws.id)}/campaigns">${esc(m.campaign.name)}</a></dd>` : ''}
+        ${m.reply_to ? `<dt>Answers</dt><dd class="mono">${esc(m.reply_to)}</dd>` : ''}
+        ${files ? `<dt>Files</dt><dd>${files}</dd>` : ''}
+        <dt>Id</dt><dd class="mono">${esc(m.id)}</dd></dl>
+        ${m.body ? `<div class="body">${esc(m.body)}</div>` : ''}
+        <h3>Timeline</h3><ol class="timeline">${m.timeline.map((e) => `<li>${esc(e.status)} · ${esc(when(e.at))}</li>`).join('')}</ol>
+        ${m.direction === 'outbound' && !m.group_id ? `<p class="muted">Sandbox receipt: ${['delivered', 'read', 'failed'].map((st) => `<button class="link" data-receipt="${esc(m.id)}" data-to="${st}">${st}</button>`).join(' ')}</p>` : ''}`
+      drawer.hidden = false
+      $('#drawer-title').focus()
+      $('#drawer-close').onclick = close
+      // an action closes the drawer at once; the page is drawn again with its outcome
+      drawer.querySelectorAll('[data-receipt]').forEach((b) => (b.onclick = () => {
+        close()
+        act(() => api('POST', `/messages/${b.dataset.receipt}/sandbox/receipt`, { status: b.dataset.to }), `Receipt: ${b.dataset.to}`)
+      }))
+    }
+    drawer.onkeydown = (ev) => ev.key === 'Escape' && close()
+    main.querySelectorAll('[data-open]').forEach((b) => (b.onclick = (ev) => {
+      ev.stopPropagation()
+      open(rows.get(b.dataset.open), b)
+    }))
+    main.querySelectorAll('tr[data-row]').forEach((tr) => (tr.onclick = () => open(rows.get(tr.dataset.row), tr.querySelector('[data-open]'))))
     $('#filter').onsubmit = (ev) => {
       ev.preventDefault()
       const f = formData(ev.target)
@@ -381,7 +453,7 @@ const pages = {
   async contacts(ws, params) {
     const q = new URLSearchParams({ per_page: '50', page: params.page || '1', ...(params.phone ? { phone: params.phone } : {}) })
     const { data, meta, problem } = await listOrProblem(`/workspaces/${ws.id}/contacts?${q}`)
-    main.innerHTML = `<h1>Contacts</h1><form id="find" class="inline card"><input name="phone" placeholder="a contact's number" value="${esc(params.phone || '')}"><button type="submit" class="secondary">Find</button>
+    main.innerHTML = `<h1>Contacts</h1><form id="find" class="inline card"><label>Contact's number<input name="phone" placeholder="+14155550123" value="${esc(params.phone || '')}"></label><button type="submit" class="secondary">Find</button>
       <span class="muted">${esc(meta.total)} contacts · page ${esc(meta.page)} of ${esc(meta.last_page)}</span></form>${problem ? `<p class="card">${esc(problem)}</p>` : ''}
       <form id="import" class="inline card"><label>Import contacts from a CSV file (a header line with phone, and name, consent_status or metadata.&lt;key&gt; if you like; up to 100,000 rows) <input type="file" name="file" accept=".csv,text/csv" required></label><button type="submit" class="secondary">Import</button> <a href="/admin/api/workspaces/${esc(ws.id)}/contacts.csv" download>Download all as CSV</a></form><div id="import-result"></div>
       <p class="muted">Someone who asks for their data: <b>Export</b> downloads everything kept about them as JSON. Someone who asks to be forgotten: <b>Erase</b> deletes their contact, consent history and the files they sent, and leaves their messages in the log without their number, text or attachments — for good. To keep them from being messaged again, suppress the number first.</p>
@@ -567,6 +639,20 @@ async function route() {
   }
 }
 
+/** The path last drawn: a new one moves focus to the page's heading (an action's re-render keeps it where it is). */
+let drawnPath = null
+
+/** After a page is drawn: the document's title names it; on a navigation, focus goes to its heading. */
+function announce(path) {
+  const h1 = main.querySelector('h1')
+  const ws = $('#tabs').hidden ? '' : $('#ws-name').textContent.replace(/ \((active|inactive)\)$/, '')
+  document.title = [h1 ? h1.textContent : '', ws, 'Capstan'].filter(Boolean).join(' · ')
+  if (path === drawnPath || !h1) return
+  drawnPath = path
+  h1.tabIndex = -1
+  h1.focus({ preventScroll: true })
+}
+
 async function renderLocation() {
   try {
     const { data } = await api('GET', '/session')
@@ -589,8 +675,9 @@ async function renderLocation() {
     } else if (parts[0] === 'backups') await backupsPage()
     else await workspacesPage()
   } catch (e) {
-    if (e.status !== 401) main.innerHTML = `<p class="card">${esc(errorText(e))}</p>`
+    if (e.status !== 401) main.innerHTML = `<h1>Something went wrong</h1><p class="card">${esc(errorText(e))}</p>`
   }
+  announce(location.hash)
 }
 
 window.addEventListener('hashchange', route)

@@ -11,6 +11,7 @@ import { ALL_SCOPES } from '../modules/keys/model'
 import { EVENT_TYPES } from '../modules/webhooks/service'
 import appCss from './app.css' with { type: 'text' }
 import appJs from './app.js' with { type: 'text' }
+import favicon from './favicon.svg' with { type: 'text' }
 import pageHtml from './index.html' with { type: 'text' }
 
 // a text import; Bun's types describe .html imports as bundles
@@ -31,6 +32,7 @@ export function dashboardRoutes(sessions: Sessions, auth: ReturnType<typeof auth
     .get('/admin', () => new Response(page, { headers: { ...PAGE_HEADERS, 'content-type': 'text/html; charset=utf-8' } }), { detail: hidden })
     .get('/admin/app.js', () => new Response(appJs, { headers: { ...PAGE_HEADERS, 'content-type': 'text/javascript; charset=utf-8' } }), { detail: hidden })
     .get('/admin/app.css', () => new Response(appCss, { headers: { ...PAGE_HEADERS, 'content-type': 'text/css; charset=utf-8' } }), { detail: hidden })
+    .get('/admin/favicon.svg', () => new Response(favicon, { headers: { ...PAGE_HEADERS, 'content-type': 'image/svg+xml', 'cache-control': 'public, max-age=86400' } }), { detail: hidden })
     .post(
       '/admin/session',
       async ({ request, body, checkAdminToken }) => {

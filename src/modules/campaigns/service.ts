@@ -134,6 +134,11 @@ export class CampaignService {
     }
   }
 
+  /** The workspace's campaign, or null (no 404). */
+  find(workspaceId: string, id: string): Promise<CampaignRow | null> {
+    return this.store.get(workspaceId, id)
+  }
+
   async get(workspaceId: string, id: string, q?: Queries): Promise<CampaignRow> {
     const row = await this.store.get(workspaceId, id, q)
     if (!row) throw notFound('campaign')

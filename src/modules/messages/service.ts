@@ -23,7 +23,7 @@ import type { EventType, WebhookService } from '../webhooks/service'
 import type { WorkspaceService } from '../workspaces/service'
 import { clipCodePoints } from '../../http/schema'
 import { headerFault, MAX_BODY, MAX_HEADER_TEXT, OPT_OUT_KEYWORDS, type PublicMessage, renderedFault } from './model'
-import { MessageStore, type MessageRow, type MessageStatus, type NewMessage } from './store'
+import { MessageStore, type MessageRow, type MessageStatus, type NewMessage, type Search } from './store'
 
 const RANK: Record<MessageStatus, number> = { queued: 0, sending: 1, sent: 2, delivered: 3, read: 4, failed: -1 }
 const TIME_COLUMN = { sending: 'sending_at', sent: 'sent_at', delivered: 'delivered_at', read: 'read_at', failed: 'failed_at' } as const
@@ -391,6 +391,11 @@ export class MessageService {
   }
 
   /** A page of the log (see MessageRepo.list); 404 for a contact that is not the workspace's. */
+  /** A page of the operator's search of the log (text in the body, a time range; see MessageStore.search). */
+  search(workspaceId: string, f: Search, limit: number, offset: number) {
+    return this.store.search(workspaceId, f, limit, offset)
+  }
+
   async list(workspaceId: string, filter: { direction?: string; status?: string; contactId?: string }, limit: number, offset: number) {
     if (filter.contactId && !(await this.contacts.find(workspaceId, filter.contactId))) throw notFound('contact')
     return this.store.list(workspaceId, filter, limit, offset)

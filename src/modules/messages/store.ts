@@ -46,6 +46,39 @@ const COLUMNS = [
 
 type Filter = { direction?: string; status?: string; contactId?: string }
 
+/** The operator's search of the log: a filter, and text in the body and/or a time range of creation. */
+export type Search = Filter & { text?: string; from?: number; to?: number }
+
+/** How many messages a search counts at most: as deep as a list can be paged (10,000 items). */
+export const SEARCH_COUNT_MAX = 10_000
+
+/**
+ * A search's page and its count, newest first. The body is matched without regard to case
+ * (ASCII on SQLite's LIKE, Unicode on PostgreSQL's ILIKE), `%`, `_` and `\` in the text taken as
+ * themselves; the count stops at SEARCH_COUNT_MAX, so a search never walks a whole long log twice.
+ */
+function searchStatements(f: Search): { page: Statement; count: Statement } {
+  const texts = (mark: string) => {
+    let n = 0
+    const p = () => (mark === '?' ? '?' : `$${++n}`)
+    const where = [`workspace_id = ${p()}`]
+    if (f.contactId) where.push(`contact_id = ${p()}`)
+    if (f.direction) where.push(`direction = ${p()}`)
+    if (f.status) where.push(`status = ${p()}`)
+    if (f.from !== undefined) where.push(`created_at >= ${p()}`)
+    if (f.to !== undefined) where.push(`created_at < ${p()}`)
+    if (f.text) where.push(`body ${mark === '?' ? 'LIKE' : 'ILIKE'} ${p()} ESCAPE '\\'`)
+    const key = where.join(' AND ')
+    const limit = p()
+    const offset = p()
+    const count = `SELECT COUNT(*) AS n FROM (SELECT 1 FROM messages WHERE ${key} LIMIT ${SEARCH_COUNT_MAX}) AS found`
+    return { page: `SELECT * FROM messages WHERE ${key} ORDER BY seq DESC LIMIT ${limit} OFFSET ${offset}`, count }
+  }
+  const lite = texts('?')
+  const pg = texts('$')
+  return { page: stmt(lite.page, pg.page), count: stmt(lite.count, pg.count) }
+}
+
 /**
  * The log's query for a filter, newest first, and its count. On SQLite: no filter walks
  * (workspace, seq); a direction or status alone is the union of the (workspace, direction,
@@ -261,6 +294,25 @@ export class MessageStore {
    * A page of the log, newest first, with optional direction/status filters; with a contact, that
    * contact's messages only (read through its index; counted there too).
    */
+  /** A page of the operator's search (see searchStatements) and its count, at most SEARCH_COUNT_MAX. */
+  async search(workspaceId: string, f: Search, limit: number, offset: number) {
+    const key = `search:${f.contactId ? 'c' : ''}${f.direction ? 'd' : ''}${f.status ? 's' : ''}${f.from !== undefined ? 'f' : ''}${f.to !== undefined ? 't' : ''}${f.text ? 'q' : ''}`
+    let s = this.lists.get(key)
+    if (!s) {
+      s = searchStatements(f)
+      this.lists.set(key, s)
+    }
+    const params: (string | number)[] = [workspaceId]
+    if (f.contactId) params.push(f.contactId)
+    if (f.direction) params.push(f.direction)
+    if (f.status) params.push(f.status)
+    if (f.from !== undefined) params.push(f.from)
+    if (f.to !== undefined) params.push(f.to)
+    if (f.text) params.push(`%${f.text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`)
+    const [rows, count] = await Promise.all([this.db.all<MessageRow>(s.page, ...params, limit, offset), this.db.get<{ n: number }>(s.count, ...params)])
+    return { rows, total: Number(count?.n ?? 0) }
+  }
+
   async list(workspaceId: string, filter: Filter, limit: number, offset: number) {
     const key = `${filter.direction ? 'd' : ''}${filter.status ? 's' : ''}${filter.contactId ? 'c' : ''}`
     let s = this.lists.get(key)
