@@ -156,7 +156,6 @@ describe('dashboard', () => {
     // the toast itself (the row's "sandbox receipt: delivered …" label matches a plain text selector)
     await page.waitForSelector('#toast:has-text("Receipt: delivered")')
     expect((await srv.api(t.key, 'GET', `/messages/${sent.json.data.id}`)).json.data.status).toBe('delivered')
-    await shot(page, 'messages')
     // one contact's conversation, by its number; a number that is no contact says so. The filter
     // is submitted while an action's re-render is still loading (its list held back here): the
     // page must end on the filtered list, not on the older render finishing last
@@ -200,7 +199,6 @@ describe('dashboard', () => {
     // runs in the browser page
     const overflow = await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')
     expect(overflow).toBeLessThanOrEqual(0)
-    await shot(page, 'messages-phone')
     await page.close()
   })
 
@@ -454,6 +452,142 @@ describe('dashboard', () => {
       await blocked.close()
       rmSync(root, { recursive: true, force: true })
     }
+  })
+
+  test('messages: find one by its words, narrow by dates, open its detail (timeline, error, campaign); one line each, also at 390 px; nothing stored runs as script', async () => {
+    const t = await srv.tenant()
+    await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    const refused = newPhone()
+    const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox', config: { delivered_after_ms: 50, read_after_ms: null, fail_recipients: [refused] } })).json.data
+    const xss = '<img src=x onerror="window.__xss=1">'
+    const ada = newPhone()
+    await srv.api(t.key, 'POST', '/contacts', { json: { phone: ada, name: `Ada ${xss}`, consent_status: 'opted_in', metadata: { list: 'parcels' } } })
+    const send = async (recipient: string, body: string) => (await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient, body } })).json.data.id as string
+    const parcel = await send(ada, 'Your parcel is on its way')
+    const failed = await send(refused, 'Your parcel could not be sent')
+    await send(newPhone(), `Your invoice <script>window.__xss=2</script>`)
+    // a campaign's message, to open its detail
+    const tpl = (await srv.api(t.key, 'POST', '/templates', { json: { name: 'Parcels', body: 'Hi {{name}}, a parcel update' } })).json.data
+    const campaign = (await srv.api(t.key, 'POST', '/campaigns', { json: { name: 'Parcel news', template_id: tpl.id, connection_id: conn.id, audience: { metadata: { list: 'parcels' } } } })).json.data
+    expect((await srv.api(t.key, 'POST', `/campaigns/${campaign.id}/schedule`, { json: {} })).status).toBe(200)
+    await waitFor(async () => (await srv.api(t.key, 'GET', `/campaigns/${campaign.id}`)).json.data.status === 'completed')
+    await waitFor(async () => (await srv.api(t.key, 'GET', `/messages/${failed}`)).json.data.status === 'failed')
+    await waitFor(async () => (await srv.api(t.key, 'GET', `/messages/${parcel}`)).json.data.status === 'delivered')
+
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    await page.addInitScript('window.__xss = undefined')
+    await signIn(page)
+    await page.goto(`${srv.base}/admin#/w/${t.ws.id}/messages`)
+    await page.waitForSelector('#log-total:has-text("4 messages")')
+    // one line a message: the contact's name and number, the number it went through
+    const rowHeights = await page.$$eval('tr[data-row]', (rows) => rows.map((r) => r.getBoundingClientRect().height))
+    expect(rowHeights.length).toBe(4)
+    expect(Math.max(...rowHeights)).toBeLessThan(48)
+    expect(await page.textContent(`tr[data-row="${parcel}"]`)).toContain(`Ada ${xss}`)
+    expect(await page.textContent(`tr[data-row="${parcel}"]`)).toContain(conn.phone)
+    // by its words (any case), then nothing from tomorrow on
+    await page.fill('#filter input[name=q]', 'PARCEL')
+    await page.click('#filter button[type=submit]')
+    await page.waitForSelector('#log-total:has-text("3 messages")')
+    expect(await page.$$eval('tr[data-row]', (rows) => rows.map((r) => r.getAttribute('data-row')))).not.toContain(undefined)
+    expect(await page.isVisible('text=Your invoice')).toBe(false)
+    const tomorrow = new Date(Date.now() + 86_400_000)
+    const iso = `${tomorrow.getFullYear()}-${String(tomorrow.getMonth() + 1).padStart(2, '0')}-${String(tomorrow.getDate()).padStart(2, '0')}`
+    await page.fill('#filter input[name=from]', iso)
+    await page.click('#filter button[type=submit]')
+    await page.waitForSelector('#log-total:has-text("0 messages")')
+    await page.fill('#filter input[name=from]', '')
+    await page.click('#filter button[type=submit]')
+    await page.waitForSelector('#log-total:has-text("3 messages")')
+    await shot(page, 'messages')
+    // the failed one's detail: the error's code and words, its timeline; Escape closes it and
+    // focus goes back to the line it was opened from
+    await page.click(`button[data-open="${failed}"]`)
+    await page.waitForSelector('#drawer h2:has-text("Sent message")')
+    const detail = (await page.textContent('#drawer'))!
+    expect(detail).toContain('recipient_unreachable The network could not deliver to this recipient.')
+    expect(detail).toMatch(/queued · .*sending · .*failed · /s)
+    expect(await page.evaluate('document.activeElement.id')).toBe('drawer-title')
+    await shot(page, 'message-detail')
+    await page.keyboard.press('Escape')
+    expect(await page.isHidden('#drawer')).toBe(true)
+    expect(await page.evaluate('document.activeElement.dataset.open')).toBe(failed)
+    // the campaign's message names its campaign, opened with the keyboard alone
+    await page.fill('#filter input[name=q]', 'parcel update')
+    await page.press('#filter input[name=q]', 'Enter')
+    await page.waitForSelector('#log-total:has-text("1 message ·")')
+    await page.focus('button[data-open]')
+    await page.keyboard.press('Enter')
+    await page.waitForSelector('#drawer a:has-text("Parcel news")')
+    await page.click('#drawer-close')
+    // nothing stored ran: not the name, not the body, not in the list nor in the detail
+    await page.goto(`${srv.base}/admin#/w/${t.ws.id}/messages`)
+    await page.waitForSelector('#log-total:has-text("4 messages")')
+    await page.click('tr[data-row] button[data-open]:has-text("Your invoice")')
+    await page.waitForSelector('#drawer .body')
+    expect(await page.textContent('#drawer .body')).toBe('Your invoice <script>window.__xss=2</script>')
+    expect(await page.evaluate('window.__xss')).toBeUndefined()
+    // a phone's width: two short lines a message (who and status, words and time), nothing overflowing sideways
+    await page.keyboard.press('Escape')
+    await page.setViewportSize({ width: 390, height: 844 })
+    await page.waitForSelector('tr[data-row]')
+    expect(Math.max(...(await page.$$eval('tr[data-row]', (rows) => rows.map((r) => r.getBoundingClientRect().height))))).toBeLessThan(72)
+    expect(await page.isVisible(`tr[data-row="${parcel}"] .c-msg`)).toBe(true)
+    expect(await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')).toBeLessThanOrEqual(0)
+    await shot(page, 'messages-phone')
+    await page.close()
+  })
+
+  test('every page: its title and heading, the tab bar only inside a workspace (aria-current on its tab), every field labelled; deactivating asks first; a favicon', async () => {
+    const t = await srv.tenant()
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    await page.goto(`${srv.base}/admin`)
+    await page.waitForSelector('h1:has-text("Sign in")')
+    expect([await page.title(), await page.isHidden('#tabs')]).toEqual(['Sign in · Capstan', true])
+    expect(await page.getAttribute('link[rel=icon]', 'href')).toBe('/admin/favicon.svg')
+    const icon = await fetch(`${srv.base}/admin/favicon.svg`)
+    expect([icon.status, icon.headers.get('content-type'), (await icon.text()).startsWith('<svg')]).toEqual([200, 'image/svg+xml', true])
+    await signIn(page)
+    expect([await page.title(), await page.isHidden('#tabs')]).toEqual(['Workspaces · Capstan', true])
+    /** Controls without a label of their own (a <label>, or aria-label). */
+    const unlabelled = () => page.$$eval('main input:not([type=hidden]), main select, main textarea', (els) => els.filter((e) => !(e as HTMLInputElement).labels?.length && !e.getAttribute('aria-label')).map((e) => e.outerHTML.slice(0, 80)))
+    expect(await unlabelled()).toEqual([])
+    for (const [tab, heading] of [['overview', 'Overview'], ['keys', 'API keys'], ['numbers', 'Numbers'], ['policy', 'Sending policy and limits'], ['messages', 'Messages'], ['contacts', 'Contacts'], ['campaigns', 'Campaigns'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppression list'], ['audit', 'Audit log']]) {
+      await page.goto(`${srv.base}/admin#/w/${t.ws.id}/${tab}`)
+      await page.waitForSelector(`h1:has-text("${heading}")`)
+      await page.waitForFunction(`document.activeElement && document.activeElement.tagName === 'H1'`)
+      expect([tab, await page.title()]).toEqual([tab, `${heading} · ${t.ws.name} · Capstan`])
+      expect([tab, await page.isVisible('#tabs'), await page.getAttribute('#tabs a[aria-current=page]', 'href')]).toEqual([tab, true, `#/w/${t.ws.id}/${tab}`])
+      expect([tab, await unlabelled()]).toEqual([tab, []])
+    }
+    // out of the workspace again: no tab bar on the backups page nor on the list
+    await page.click('#backups-link')
+    await page.waitForSelector('h1:has-text("Backups")')
+    expect(await page.isHidden('#tabs')).toBe(true)
+    await page.click('.brand')
+    await page.waitForSelector('h1:has-text("Workspaces")')
+    expect(await page.isHidden('#tabs')).toBe(true)
+    // deactivating asks first: dismissed, nothing changes; accepted, it is inactive
+    const answers = [false, true]
+    const asked: string[] = []
+    page.on('dialog', (d) => {
+      asked.push(d.message())
+      void (answers.shift() ? d.accept() : d.dismiss())
+    })
+    const button = `button[data-status="${t.ws.id}"]`
+    await page.click(button)
+    await Bun.sleep(300)
+    expect((await srv.admin('GET', `/workspaces/${t.ws.id}`)).json.data.status).toBe('active')
+    await page.click(button)
+    await page.waitForSelector(`${button}:has-text("Activate")`)
+    expect((await srv.admin('GET', `/workspaces/${t.ws.id}`)).json.data.status).toBe('inactive')
+    expect(asked).toHaveLength(2)
+    expect(asked[0]).toContain('Deactivate this workspace?')
+    // activating again does not ask
+    await page.click(button)
+    await page.waitForSelector(`${button}:has-text("Deactivate")`)
+    expect(asked).toHaveLength(2)
+    await page.close()
   })
 
   test('a banner above every page says what is wrong with the appliance: here, clamd unreachable', async () => {

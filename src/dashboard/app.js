@@ -14,6 +14,8 @@ const badge = (v) => `<span class="badge ${esc(v)}">${esc(v)}</span>`
 /** How far back "Send failed deliveries again" reaches (finished deliveries are kept 30 days). */
 const RECOVER_PERIODS = [[24, 'last 24 hours'], [72, 'last 3 days'], [168, 'last 7 days'], [720, 'last 30 days']]
 const when = (t) => (t ? new Date(t).toLocaleString() : '—')
+/** A short time for a line of a list: "Nov 27, 07:14". */
+const short = (t) => (t ? new Date(t).toLocaleString(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', hour12: false }) : '—')
 const cell = (label, html) => `<td data-label="${esc(label)}">${html}</td>`
 
 class ApiError extends Error {
@@ -398,9 +400,9 @@ const pages = {
       <p class="muted" id="log-total">${esc(total)} · page ${esc(meta.page)} of ${esc(meta.last_page)}</p>
       <table class="log"><thead><tr><th class="c-when">When</th><th class="c-num">Number</th><th class="c-who">Contact</th><th class="c-dir" title="Direction"><span aria-hidden="true">⇅</span><span class="sr-only">Direction</span></th><th class="c-status">Status</th><th>Message</th></tr></thead><tbody>
       ${data.map((m) => `<tr class="row" data-row="${esc(m.id)}">
-        <td class="c-when">${esc(when(m.created_at))}</td><td class="c-num">${esc(m.number || '—')}</td><td class="c-who">${who(m)}</td>
+        <td class="c-when" title="${esc(when(m.created_at))}">${esc(short(m.created_at))}</td><td class="c-num">${esc(m.number || '—')}</td><td class="c-who">${who(m)}</td>
         <td class="c-dir" title="${esc(m.direction)}"><span aria-hidden="true">${m.direction === 'inbound' ? '←' : '→'}</span><span class="sr-only">${esc(m.direction)}</span></td><td class="c-status">${badge(m.status)}</td>
-        <td><button class="open" data-open="${esc(m.id)}" aria-label="Open the message of ${esc(when(m.created_at))}">${esc((m.body || (m.attachments.length ? `[${m.attachments.length} file${m.attachments.length > 1 ? 's' : ''}]` : '')).slice(0, 140))}</button></td></tr>`).join('')}</tbody></table>
+        <td class="c-msg"><button class="open" data-open="${esc(m.id)}" aria-label="Open the message of ${esc(when(m.created_at))}">${esc((m.body || (m.attachments.length ? `[${m.attachments.length} file${m.attachments.length > 1 ? 's' : ''}]` : '')).slice(0, 140))}</button></td></tr>`).join('')}</tbody></table>
       ${data.length ? '' : '<p class="muted">No messages.</p>'}
       <p class="pager">${meta.page > 1 ? `<a href="${link({ page: String(meta.page - 1) })}">← newer</a>` : ''}${meta.page < meta.last_page ? `<a href="${link({ page: String(meta.page + 1) })}">older →</a>` : ''}</p>
       <aside id="drawer" class="drawer" role="dialog" aria-modal="false" aria-labelledby="drawer-title" hidden></aside>`
