@@ -157,7 +157,14 @@ const COMMANDS: Record<string, Route> = {
     body: (a) => ({ since: a.values.since }),
     options: ['since'],
   },
-  'webhooks deliveries': { method: 'GET', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/deliveries?per_page=100` },
+  'webhooks deliveries': {
+    method: 'GET',
+    path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/deliveries?per_page=100${a.values.status ? `&status=${encodeURIComponent(String(a.values.status))}` : ''}`,
+    options: ['status'],
+  },
+  'webhooks delivery': { method: 'GET', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/deliveries/${pos(a, 1, 'delivery id')}` },
+  'webhooks resend': { method: 'POST', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/deliveries/${pos(a, 1, 'delivery id')}/resend` },
+  'webhooks health': { method: 'GET', path: (a) => `/webhooks/${pos(a, 0, 'webhook id')}/health` },
   'suppressions add': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/suppressions`, body: (a) => ({ phone: a.values.phone, reason: a.values.reason }), options: ['workspace', 'phone', 'reason'] },
   'suppressions list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/suppressions?per_page=100`, options: ['workspace'] },
   'suppressions import': {
@@ -197,7 +204,8 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan connections list --workspace ID | update ID [--status online|offline] [--config JSON] [--warmup-days N --warmup-start-cap N | --warmup-days 0] | remove ID
   capstan connections import-templates ID   (a Cloud API number's approved WhatsApp templates become templates of its workspace)
   capstan webhooks create --workspace ID --url URL [--events message.sent,message.failed]
-  capstan webhooks list --workspace ID | remove ID | deliveries ID | enable ID | disable ID
+  capstan webhooks list --workspace ID | remove ID | enable ID | disable ID | health ID
+  capstan webhooks deliveries ID [--status pending|delivered|failed] | delivery ID DELIVERY_ID | resend ID DELIVERY_ID
   capstan webhooks headers ID [--header 'Name: value' ...]   (extra request headers, replacing the set; none: removes them)
   capstan webhooks recover ID --since ISO   (send again the deliveries that failed, of events since then)
   capstan webhooks rotate-secret ID [--keep-previous-hours N]   (new signing secret; the old one also signs for N hours, default 24)

@@ -268,6 +268,96 @@ describe('dashboard', () => {
     await page.close()
   })
 
+  test("webhooks: each endpoint's health in colour; its full history with times, by status, a page at a time; one delivery's payload and answer; sent again with one click", async () => {
+    const got: { path: string; id: string }[] = []
+    const receiver = Bun.serve({
+      hostname: '127.0.0.1',
+      port: 0,
+      fetch(req) {
+        const path = new URL(req.url).pathname
+        got.push({ path, id: req.headers.get('webhook-id') ?? '' })
+        return new Response(path === '/good' ? 'ok' : 'down', { status: path === '/good' ? 200 : 500 })
+      },
+    })
+    try {
+      const t = await srv.tenant()
+      const make = async (url: string) => (await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url })).json.data
+      const good = await make(`http://127.0.0.1:${receiver.port}/good`)
+      const bad = await make(`http://127.0.0.1:${receiver.port}/bad`)
+      const odd = await make('http://127.0.0.1:9/<svg/onload=window.__xss=1>')
+      for (const h of [good, bad]) for (let i = 0; i < 3; i++) expect((await srv.admin('POST', `/webhooks/${h.id}/test`)).status).toBe(202)
+      await waitFor(async () => (await srv.admin('GET', `/webhooks/${good.id}/deliveries?status=delivered`)).json.meta.total === 3)
+      await waitFor(async () => (await srv.admin('GET', `/webhooks/${bad.id}/deliveries`)).json.data.every((d: any) => d.attempts >= 1))
+      // the health as the admin API has it
+      expect((await srv.admin('GET', `/webhooks/${bad.id}/health`)).json.data).toMatchObject({ state: 'failing', consecutive_failures: 3, last_error: 'HTTP 500', success_rate: null, recent: 3 })
+      expect((await srv.admin('GET', `/webhooks/${good.id}/health`)).json.data).toMatchObject({ state: 'healthy', consecutive_failures: 0, success_rate: 1, last_error: null })
+      expect((await srv.admin('GET', `/webhooks/${odd.id}/health`)).json.data.state).toBe('unknown')
+
+      const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+      await page.addInitScript('window.__xss = undefined')
+      await signIn(page)
+      await page.goto(`${srv.base}/admin#/w/${t.ws.id}/webhooks`)
+      await page.waitForSelector(`[data-health="${bad.id}"]`)
+      expect(await page.textContent(`[data-health="${bad.id}"]`)).toBe('failing')
+      expect(await page.getAttribute(`[data-hook="${bad.id}"]`, 'class')).toContain('health-failing')
+      expect(await page.textContent(`[data-hook="${bad.id}"] .error-line`)).toContain('HTTP 500')
+      expect(await page.textContent(`[data-hook="${bad.id}"]`)).toContain('3 failed in a row')
+      expect(await page.textContent(`[data-health="${good.id}"]`)).toBe('healthy')
+      expect(await page.textContent(`[data-hook="${good.id}"]`)).toContain('100% of the last 3 delivered')
+      expect(await page.textContent(`[data-health="${odd.id}"]`)).toBe('no deliveries yet')
+      expect(await page.textContent(`[data-hook="${odd.id}"] .mono`)).toBe('http://127.0.0.1:9/<svg/onload=window.__xss=1>')
+      await shot(page, 'webhooks')
+      // the good endpoint's history: times and statuses; one delivery's payload; sent again
+      await page.click(`[data-hook="${good.id}"] a:has-text("Delivery history")`)
+      await page.waitForSelector('#history-total:has-text("3 deliveries")')
+      const first = (await srv.admin('GET', `/webhooks/${good.id}/deliveries`)).json.data[0]
+      await page.click(`button[data-open="${first.id}"]`)
+      await page.waitForSelector('#payload')
+      expect(JSON.parse((await page.textContent('#payload'))!)).toMatchObject({ type: 'webhook.test', data: { endpoint_id: good.id, message: 'A test event from Capstan.' } })
+      expect(await page.textContent('#drawer')).toContain('HTTP 200')
+      await shot(page, 'webhook-delivery')
+      const before = got.filter((g) => g.id === first.id).length
+      await page.click('#resend')
+      await page.waitForSelector('#toast:has-text("Delivery sent again")')
+      await waitFor(() => got.filter((g) => g.id === first.id).length === before + 1)
+      // a long history, a page at a time (50 a page)
+      for (let i = 0; i < 50; i++) await srv.admin('POST', `/webhooks/${good.id}/test`)
+      await page.reload()
+      await page.waitForSelector('#history-total:has-text("53 deliveries · page 1 of 2")')
+      expect(await page.$$eval('tr[data-row]', (rows) => rows.length)).toBe(50)
+      await page.click('a:has-text("older →")')
+      await page.waitForSelector('#history-total:has-text("page 2 of 2")')
+      expect(await page.$$eval('tr[data-row]', (rows) => rows.map((r) => r.getAttribute('data-row')))).toContain(first.id)
+      // only the failed ones: the bad endpoint, disabled (what it held fails)
+      expect((await srv.admin('PATCH', `/webhooks/${bad.id}`, { status: 'disabled' })).status).toBe(200)
+      await page.goto(`${srv.base}/admin#/w/${t.ws.id}/webhooks?endpoint=${bad.id}`)
+      await page.waitForSelector(`main .mono:has-text("${bad.url}")`)
+      await page.waitForSelector('#history-total:has-text("3 deliveries")')
+      await page.selectOption('#history-filter select[name=status]', 'delivered')
+      await page.click('#history-filter button[type=submit]')
+      await page.waitForSelector('#history-total:has-text("0 deliveries")')
+      await page.selectOption('#history-filter select[name=status]', 'failed')
+      await page.click('#history-filter button[type=submit]')
+      await page.waitForSelector('#history-total:has-text("3 deliveries")')
+      await page.click('button[data-open]')
+      await page.waitForSelector('#drawer:has-text("Enable the endpoint to send it again")')
+      expect(await page.isVisible('#resend')).toBe(false)
+      // the API says why it cannot, as the page did
+      const held = (await srv.admin('GET', `/webhooks/${bad.id}/deliveries`)).json.data[0]
+      expect((await srv.admin('POST', `/webhooks/${bad.id}/deliveries/${held.id}/resend`)).json.code).toBe('endpoint_disabled')
+      expect((await srv.admin('POST', `/webhooks/${good.id}/deliveries/msg_nothing/resend`)).status).toBe(404)
+      expect((await srv.admin('GET', `/webhooks/${good.id}/deliveries/${held.id}`)).status).toBe(404)
+      // a phone's width: nothing overflows sideways
+      await page.setViewportSize({ width: 390, height: 844 })
+      await page.keyboard.press('Escape')
+      expect(await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')).toBeLessThanOrEqual(0)
+      expect(await page.evaluate('window.__xss')).toBeUndefined()
+      await page.close()
+    } finally {
+      receiver.stop(true)
+    }
+  })
+
   test('a Cloud API number imports its approved templates from Meta with one click; the page lists what was skipped and why', async () => {
     // a Graph API that knows one number and lists two templates, one approved
     const phone = newPhone('+1444')
@@ -550,7 +640,7 @@ describe('dashboard', () => {
     await signIn(page)
     expect([await page.title(), await page.isHidden('#tabs')]).toEqual(['Workspaces · Capstan', true])
     /** Controls without a label of their own (a <label>, or aria-label). */
-    const unlabelled = () => page.$$eval('main input:not([type=hidden]), main select, main textarea', (els) => els.filter((e) => !(e as HTMLInputElement).labels?.length && !e.getAttribute('aria-label')).map((e) => e.outerHTML.slice(0, 80)))
+    const unlabelled = () => page.$$eval('main input:not([type=hidden]), main select, main textarea', (els) => els.filter((e) => !(e as unknown as { labels?: { length: number } }).labels?.length && !e.getAttribute('aria-label')).map((e) => e.outerHTML.slice(0, 80)))
     expect(await unlabelled()).toEqual([])
     for (const [tab, heading] of [['overview', 'Overview'], ['keys', 'API keys'], ['numbers', 'Numbers'], ['policy', 'Sending policy and limits'], ['messages', 'Messages'], ['contacts', 'Contacts'], ['campaigns', 'Campaigns'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppression list'], ['audit', 'Audit log']]) {
       await page.goto(`${srv.base}/admin#/w/${t.ws.id}/${tab}`)

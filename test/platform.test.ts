@@ -659,6 +659,12 @@ describe('configuration and start-up', () => {
     expect(rotated.secret).not.toBe(JSON.parse(hook.out).data.secret)
     expect(Date.parse(rotated.previous_secret_expires_at) - Date.now()).toBeGreaterThan(7_100_000)
     expect(JSON.parse((await runCapstan(['webhooks', 'recover', hookId, '--since', '2026-01-01T00:00:00Z', '--json'], env)).out).data).toEqual({ requeued: 0 })
+    // an endpoint's health, its history by status, and one delivery sent again (the endpoint
+    // answers nothing here: a test event waits for its next attempt, so it cannot be resent yet)
+    expect(JSON.parse((await runCapstan(['webhooks', 'health', hookId, '--json'], env)).out).data.state).toBe('unknown')
+    expect(JSON.parse((await runCapstan(['webhooks', 'deliveries', hookId, '--status', 'failed', '--json'], env)).out).data).toEqual([])
+    const missing = await runCapstan(['webhooks', 'resend', hookId, 'msg_0000'], env)
+    expect([missing.code, missing.err]).toEqual([1, expect.stringContaining('not found')])
     const withHeaders = await runCapstan(['webhooks', 'headers', hookId, '--header', 'X-Gateway-Key: k-123', '--header', 'X-Env: prod', '--json'], env)
     expect(JSON.parse(withHeaders.out).data.headers).toEqual(['X-Gateway-Key', 'X-Env'])
     expect((await srv.admin('GET', `/webhooks/${hookId}`)).json.data.header_values).toEqual({ 'X-Gateway-Key': 'k-123', 'X-Env': 'prod' })

@@ -240,6 +240,68 @@ function numbersLive(rows) {
     ${cell('Last hour', `${esc(n.sent_last_hour)} / ${esc(n.hourly_cap)}`)}${cell('Last 24 h', `${esc(n.sent_last_day)} / ${esc(n.daily_cap)}${n.warming_up ? ' <span class="muted">(warming up)</span>' : ''}`)}${cell('Next release', when(n.next_release_at))}</tr>`).join('')}</tbody></table>`
 }
 
+/**
+ * One webhook endpoint's delivery history: every delivery with its times, a page at a time, by
+ * status; a delivery opens beside the list with the event it carried, its attempts and the last
+ * answer, and can be sent again.
+ */
+async function webhookHistory(ws, params) {
+  const { data: hook } = await api('GET', `/webhooks/${params.endpoint}`)
+  const q = new URLSearchParams({ per_page: '50', page: params.page || '1', ...(params.status ? { status: params.status } : {}) })
+  const { data, meta, problem } = await listOrProblem(`/webhooks/${hook.id}/deliveries?${q}`)
+  const hashOf = (over) => `#/w/${ws.id}/webhooks?${new URLSearchParams(Object.entries({ ...params, ...over }).filter(([, v]) => v))}`
+  const link = (over) => esc(hashOf(over))
+  main.innerHTML = `<h1>Delivery history</h1>
+    <p><a href="#/w/${esc(ws.id)}/webhooks">← Webhooks</a> · <span class="mono">${esc(hook.url)}</span> ${badge(hook.status)}</p>
+    <form id="history-filter" class="filters card"><label>Status<select name="status"><option value="">any</option>${['pending', 'delivered', 'failed'].map((v) => `<option ${params.status === v ? 'selected' : ''}>${v}</option>`).join('')}</select></label><button type="submit" class="secondary">Show</button></form>${problem ? `<p class="card">${esc(problem)}</p>` : ''}
+    <p class="muted" id="history-total">${esc(Number(meta.total).toLocaleString())}${params.status && meta.total >= 10000 ? '+' : ''} ${meta.total === 1 ? 'delivery' : 'deliveries'} · page ${esc(meta.page)} of ${esc(meta.last_page)}</p>
+    <table class="log"><thead><tr><th class="c-when">Created</th><th>Event</th><th class="c-status">Status</th><th class="c-n">Tries</th><th>Last answer</th><th class="c-when">Delivered / next</th></tr></thead><tbody>
+    ${data.map((d) => `<tr class="row" data-row="${esc(d.id)}"><td class="c-when" title="${esc(when(d.created_at))}">${esc(short(d.created_at))}</td>
+      <td><button class="open" data-open="${esc(d.id)}" aria-label="Open the ${esc(d.type)} delivery of ${esc(when(d.created_at))}">${esc(d.type)}</button></td><td class="c-status">${badge(d.status)}</td><td class="c-n">${esc(d.attempts)}</td>
+      <td>${esc(d.last_status_code ?? d.last_error ?? '—')}</td><td class="c-when">${esc(d.delivered_at ? short(d.delivered_at) : d.next_attempt_at ? `next ${short(d.next_attempt_at)}` : '—')}</td></tr>`).join('')}</tbody></table>
+    ${data.length ? '' : '<p class="muted">No deliveries.</p>'}
+    <p class="pager">${meta.page > 1 ? `<a href="${link({ page: String(meta.page - 1) })}">← newer</a>` : ''}${meta.page < meta.last_page ? `<a href="${link({ page: String(meta.page + 1) })}">older →</a>` : ''}</p>
+    <aside id="drawer" class="drawer" role="dialog" aria-modal="false" aria-labelledby="drawer-title" hidden></aside>`
+  $('#history-filter').onsubmit = (ev) => {
+    ev.preventDefault()
+    const { status } = formData(ev.target)
+    location.hash = hashOf({ status, page: '' })
+  }
+  const drawer = $('#drawer')
+  let opener = null
+  const close = () => {
+    drawer.hidden = true
+    drawer.innerHTML = ''
+    if (opener) opener.focus()
+  }
+  drawer.onkeydown = (ev) => ev.key === 'Escape' && close()
+  const open = async (id, from) => {
+    opener = from
+    const { data: d } = await api('GET', `/webhooks/${hook.id}/deliveries/${encodeURIComponent(id)}`)
+    drawer.innerHTML = `<button class="secondary close" id="drawer-close">Close</button><h2 id="drawer-title" tabindex="-1">${esc(d.type)}</h2>
+      <dl><dt>Status</dt><dd>${badge(d.status)}</dd><dt>Attempts</dt><dd>${esc(d.attempts)}</dd>
+      <dt>Last answer</dt><dd>${d.last_status_code !== null ? `HTTP ${esc(d.last_status_code)}` : '—'}${d.last_error ? ` · ${esc(d.last_error)}` : ''}</dd>
+      <dt>Created</dt><dd>${esc(when(d.created_at))}</dd><dt>Delivered</dt><dd>${esc(when(d.delivered_at))}</dd>
+      ${d.next_attempt_at ? `<dt>Next attempt</dt><dd>${esc(when(d.next_attempt_at))}</dd>` : ''}
+      <dt>webhook-id</dt><dd class="mono">${esc(d.id)}</dd></dl>
+      <h3>Payload</h3><pre class="body mono" id="payload">${esc(JSON.stringify(d.payload, null, 2))}</pre>
+      ${d.status === 'pending' ? '<p class="muted">Still being attempted.</p>' : hook.status === 'active' ? `<p><button id="resend">Send again</button> <span class="muted">with the same webhook-id, from the first attempt</span></p>` : '<p class="muted">Enable the endpoint to send it again.</p>'}`
+    drawer.hidden = false
+    $('#drawer-title').focus()
+    $('#drawer-close').onclick = close
+    const resend = $('#resend')
+    if (resend) resend.onclick = () => {
+      close()
+      act(() => api('POST', `/webhooks/${hook.id}/deliveries/${encodeURIComponent(d.id)}/resend`), 'Delivery sent again')
+    }
+  }
+  main.querySelectorAll('[data-open]').forEach((b) => (b.onclick = (ev) => {
+    ev.stopPropagation()
+    void open(b.dataset.open, b)
+  }))
+  main.querySelectorAll('tr[data-row]').forEach((tr) => (tr.onclick = () => void open(tr.dataset.row, tr.querySelector('[data-open]'))))
+}
+
 const pages = {
   async overview(ws) {
     const [{ data: days }, { data: live }] = await Promise.all([api('GET', `/workspaces/${ws.id}/stats/daily?days=14`), api('GET', `/workspaces/${ws.id}/numbers/live`)])
@@ -501,23 +563,31 @@ const pages = {
       }).join('') || '<p class="muted">No campaigns yet.</p>'}`
   },
 
-  async webhooks(ws) {
+  async webhooks(ws, params = {}) {
+    if (params.endpoint) return webhookHistory(ws, params)
     const { data } = await api('GET', `/workspaces/${ws.id}/webhooks`)
-    const histories = await Promise.all(data.map((h) => api('GET', `/webhooks/${h.id}/deliveries?per_page=10`)))
+    const healths = await Promise.all(data.map((h) => api('GET', `/webhooks/${h.id}/health`).then((r) => r.data)))
+    const HEALTH_WORDS = { healthy: 'healthy', degraded: 'some failures', failing: 'failing', disabled: 'disabled', unknown: 'no deliveries yet' }
+    const healthLine = (x) => {
+      const parts = []
+      if (x.success_rate !== null) parts.push(`${Math.round(x.success_rate * 100)}% of the last ${x.recent} delivered`)
+      if (x.consecutive_failures) parts.push(`${x.consecutive_failures} failed in a row`)
+      if (x.last_success_at) parts.push(`last delivered ${when(x.last_success_at)}`)
+      return parts.join(' · ')
+    }
     main.innerHTML = `<h1>Webhooks</h1>
       <div class="card"><form id="new-hook"><div class="inline"><label style="flex:1">URL<input name="url" required placeholder="https://shop.example/capstan"></label></div>
-      <div class="scopes">${EVENTS.map((e) => `<label><input type="checkbox" name="event" value="${e}">${e}</label>`).join('')}</div>
-      <p class="muted">None ticked = every event.</p><button type="submit">Add endpoint</button></form><div id="new-hook-secret"></div></div>
-      ${data.map((h, i) => `<div class="card"><span class="mono">${esc(h.url)}</span> ${badge(h.status)}
+      <fieldset class="scopes"><legend class="muted">Events (none ticked = every event)</legend>${EVENTS.map((e) => `<label><input type="checkbox" name="event" value="${e}">${e}</label>`).join('')}</fieldset>
+      <button type="submit">Add endpoint</button></form><div id="new-hook-secret"></div></div>
+      ${data.map((h, i) => `<div class="card health-${esc(healths[i].state)}" data-hook="${esc(h.id)}"><span class="mono">${esc(h.url)}</span> ${badge(h.status)} <span class="badge hb ${esc(healths[i].state)}" data-health="${esc(h.id)}">${esc(HEALTH_WORDS[healths[i].state] || healths[i].state)}</span>
+        <p class="muted">${esc(healthLine(healths[i]))}</p>
+        ${healths[i].last_error ? `<p class="error-line">Last error (${esc(when(healths[i].last_error_at))}): ${esc(healths[i].last_error)}</p>` : ''}
         <p class="muted">${esc(h.events.join(', '))}${h.headers.length ? ` · extra headers: ${esc(h.headers.join(', '))}` : ''}</p>
-        <p><button class="secondary" data-secret="${esc(h.id)}">Show signing secret</button> <button class="secondary" data-rotate="${esc(h.id)}">Rotate secret</button> <button class="secondary" data-headers="${esc(h.id)}">Extra headers…</button> ${h.status === 'disabled' ? `<button data-enable="${esc(h.id)}">Enable again</button>` : `<button class="secondary" data-test="${esc(h.id)}">Send test event</button> <button class="secondary" data-disable="${esc(h.id)}">Disable</button>`} <button class="danger" data-del="${esc(h.id)}">Remove</button></p>
+        <p><a class="button secondary" href="#/w/${esc(ws.id)}/webhooks?endpoint=${esc(h.id)}">Delivery history</a> <button class="secondary" data-secret="${esc(h.id)}">Show signing secret</button> <button class="secondary" data-rotate="${esc(h.id)}">Rotate secret</button> <button class="secondary" data-headers="${esc(h.id)}">Extra headers…</button> ${h.status === 'disabled' ? `<button data-enable="${esc(h.id)}">Enable again</button>` : `<button class="secondary" data-test="${esc(h.id)}">Send test event</button> <button class="secondary" data-disable="${esc(h.id)}">Disable</button>`} <button class="danger" data-del="${esc(h.id)}">Remove</button></p>
         ${h.status === 'active' ? `<p class="inline"><select data-since="${esc(h.id)}" aria-label="Failed deliveries of events from the">${RECOVER_PERIODS.map(([hours, label]) => `<option value="${hours}">${label}</option>`).join('')}</select> <button class="secondary" data-recover="${esc(h.id)}">Send failed deliveries again</button></p>` : ''}
         ${h.previous_secret_expires_at ? `<p class="muted">The previous secret also signs until ${when(h.previous_secret_expires_at)}: switch the receiver to the new one before then.</p>` : ''}
         ${h.status === 'disabled' ? '<p class="muted">Disabled: no events are written for it. Enabling it again sends the deliveries that were pending when it was disabled.</p>' : ''}
-        <div id="secret-${esc(h.id)}"></div>
-        <table class="stack"><thead><tr><th>Event</th><th>Status</th><th>Attempts</th><th>Last answer</th><th>Next attempt</th></tr></thead><tbody>
-        ${histories[i].data.map((d) => `<tr>${cell('Event', esc(d.type))}${cell('Status', badge(d.status))}${cell('Attempts', esc(d.attempts))}${cell('Last answer', esc(d.last_status_code ?? d.last_error ?? '—'))}${cell('Next attempt', when(d.next_attempt_at))}</tr>`).join('')}
-        </tbody></table></div>`).join('')}`
+        <div id="secret-${esc(h.id)}"></div></div>`).join('') || '<p class="muted">No endpoints yet.</p>'}`
     $('#new-hook').onsubmit = async (ev) => {
       ev.preventDefault()
       const f = ev.target

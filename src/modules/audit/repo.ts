@@ -23,6 +23,7 @@ export type AuditAction =
   | 'webhook.removed'
   | 'webhook.secret_rotated'
   | 'webhook.recovered'
+  | 'webhook.resent'
   | 'suppression.added'
   | 'suppression.removed'
   | 'contact.exported'

@@ -28,4 +28,23 @@ export const deliveryDoc = d.object({
   created_at: d.time,
   delivered_at: d.nullable(d.time),
 })
+/** One delivery in full (the admin API's delivery view). */
+export const deliveryDetailDoc = d.object({
+  ...deliveryDoc.properties,
+  updated_at: d.time,
+  payload: d.anyObject({ description: 'The event as it was signed and sent: {type, timestamp, data}.' }),
+})
+
+/** How an endpoint has been doing (see WebhookService.health). */
+export const healthDoc = d.object({
+  state: d.oneOf(['healthy', 'degraded', 'failing', 'disabled', 'unknown'], { description: 'failing: 3 or more failures in a row (or failing for a while); degraded: 1-2 in a row, or under 95% delivered; unknown: nothing attempted yet.' }),
+  recent: { ...d.integer, description: 'How many of its newest 50 deliveries were attempted (what the rest is read from).' },
+  success_rate: d.nullable(d.number, { description: 'The share of those finished that were delivered, 0–1; null when none finished.' }),
+  consecutive_failures: { ...d.integer, description: 'Its newest deliveries that failed, or are being retried after failing, in a row.' },
+  last_error: d.nullable(d.string()),
+  last_error_at: d.nullable(d.time),
+  last_success_at: d.nullable(d.time),
+  failing_since: d.nullable(d.time),
+})
+
 export type AdminEndpoint = Shape<typeof endpointDoc> & Partial<Pick<Shape<typeof endpointFullDoc>, 'secret' | 'header_values'>>

@@ -5,7 +5,7 @@ import { adminOp, d } from '../../http/docs'
 import { paged, pageQuery } from '../../http/format'
 import { fieldError, s, validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { deliveryDoc, endpointDoc, endpointFullDoc, endpointWithSecretDoc } from './model'
+import { deliveryDetailDoc, deliveryDoc, endpointDoc, endpointFullDoc, endpointWithSecretDoc, healthDoc } from './model'
 import { EVENT_TYPES, KEEP_PREVIOUS_HOURS, MAX_KEEP_PREVIOUS_HOURS } from './service'
 
 const url = s.string().length(1, 2048).pattern(/^https?:\/\/[^\s/?#]+[^\s]*$/i, 'must be an http or https URL')
@@ -15,6 +15,7 @@ const createBody = s.object({ url, events: events.optional(), headers })
 const patchBody = s.object({ status: s.string().oneOf(['active', 'disabled'] as const).optional(), url: url.optional(), events: events.optional(), headers })
 const recoverBody = s.object({ since: s.string().format('date-time') })
 const rotateBody = s.object({ keep_previous_hours: s.integer().range(0, MAX_KEEP_PREVIOUS_HOURS).optional() })
+const historyQuery = s.object({ status: s.string().oneOf(['pending', 'delivered', 'failed'] as const).optional().describe('Only deliveries of this status (then meta.total counts up to 10,000).'), ...pageQuery.shape })
 
 const tag = 'Webhooks'
 
@@ -84,8 +85,41 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
       '/webhooks/:id/deliveries',
       async ({ params, query }) => {
         await hooks.get(params.id)
-        return paged(query, (limit, offset) => hooks.deliveries(params.id, limit, offset), (row) => hooks.deliveryToAdmin(row))
+        const { status } = validate(historyQuery, query)
+        return paged(query, (limit, offset) => hooks.deliveries(params.id, limit, offset, status), (row) => hooks.deliveryToAdmin(row))
       },
-      { admin: true, detail: adminOp({ summary: "An endpoint's deliveries", tag, query: pageQuery, ok: { status: 200, data: deliveryDoc, list: true, description: 'Newest first.' }, errors: [404, 422] }) },
+      { admin: true, detail: adminOp({ summary: "An endpoint's deliveries", tag, query: historyQuery, ok: { status: 200, data: deliveryDoc, list: true, description: 'Newest first.' }, errors: [404, 422] }) },
+    )
+    .get(
+      '/webhooks/:id/deliveries/:deliveryId',
+      async ({ params }) => {
+        await hooks.get(params.id)
+        return { data: hooks.deliveryDetail(await hooks.delivery(params.id, params.deliveryId)) }
+      },
+      { admin: true, detail: adminOp({ summary: 'One delivery, with the event it carries', tag, ok: { status: 200, data: deliveryDetailDoc, description: 'The delivery: its attempts, last answer and payload.' }, errors: [404] }) },
+    )
+    .post(
+      '/webhooks/:id/deliveries/:deliveryId/resend',
+      async ({ params, set }) => {
+        const row = await hooks.resend(params.id, params.deliveryId)
+        set.status = 202
+        return { data: hooks.deliveryToAdmin(row) }
+      },
+      {
+        admin: true,
+        detail: adminOp({
+          summary: 'Send one delivery again',
+          description: 'From its first attempt, with the same webhook-id. 409 endpoint_disabled for a disabled endpoint, delivery_pending while it is still being attempted.',
+          tag,
+          writes: true,
+          ok: { status: 202, data: deliveryDoc, description: 'Pending again.' },
+          errors: [404, 409],
+        }),
+      },
+    )
+    .get(
+      '/webhooks/:id/health',
+      async ({ params }) => ({ data: await hooks.health(await hooks.get(params.id)) }),
+      { admin: true, detail: adminOp({ summary: "How an endpoint has been doing", description: 'From its newest 50 deliveries that were attempted.', tag, ok: { status: 200, data: healthDoc, description: 'Its health.' }, errors: [404] }) },
     )
 }

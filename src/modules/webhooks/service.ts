@@ -18,6 +18,9 @@ import type { AdminEndpoint } from './model'
 import { type DeliveryRow, type EndpointRow, HELD_REASON, WebhookStore } from './store'
 import type { Queries } from '../../db/engine'
 
+/** How many of an endpoint's newest deliveries its health is read from. */
+export const HEALTH_WINDOW = 50
+
 export const EVENT_TYPES = ['message.sent', 'message.delivered', 'message.read', 'message.failed', 'message.received', 'campaign.completed', 'contact.consent_changed', 'connection.status_changed'] as const
 export type EventType = (typeof EVENT_TYPES)[number]
 
@@ -174,9 +177,69 @@ export class WebhookService {
     return this.store.endpoints(workspaceId)
   }
 
-  /** A page of an endpoint's deliveries, newest first. */
-  deliveries(endpointId: string, limit: number, offset: number) {
-    return this.store.deliveries(endpointId, limit, offset)
+  /** A page of an endpoint's deliveries, newest first; of one status only when given. */
+  deliveries(endpointId: string, limit: number, offset: number, status?: DeliveryRow['status']) {
+    return this.store.deliveries(endpointId, limit, offset, status)
+  }
+
+  /** One delivery of the endpoint (404 when it has none by that id). */
+  async delivery(endpointId: string, id: string): Promise<DeliveryRow> {
+    const row = id.length <= 64 ? await this.store.delivery(endpointId, id) : null
+    if (!row) throw notFound('delivery')
+    return row
+  }
+
+  /**
+   * How an endpoint has been doing, from its newest HEALTH_WINDOW deliveries that were attempted:
+   * the share delivered of those finished, how many of the newest failed (or are being retried
+   * after failing) in a row, and the last error. `state`: `disabled`; `unknown` before any
+   * attempt; `failing` at three failures in a row or more (or failing for a while already, see
+   * failing_since); `degraded` with one or two in a row, or under 95% delivered; else `healthy`.
+   */
+  async health(endpoint: EndpointRow) {
+    const rows = (await this.store.recent(endpoint.id, HEALTH_WINDOW)).filter((r) => r.status !== 'pending' || r.attempts > 0)
+    const finished = rows.filter((r) => r.status !== 'pending')
+    const delivered = finished.filter((r) => r.status === 'delivered').length
+    let consecutive = 0
+    for (const r of rows) {
+      if (r.status === 'delivered') break
+      consecutive++
+    }
+    const lastError = rows.find((r) => r.last_error !== null || (r.last_status_code !== null && r.last_status_code >= 300))
+    const lastSuccess = rows.find((r) => r.status === 'delivered')
+    const rate = finished.length ? delivered / finished.length : null
+    const state =
+      endpoint.status === 'disabled' ? 'disabled' : rows.length === 0 ? 'unknown' : consecutive >= 3 || endpoint.failing_since !== null ? 'failing' : consecutive > 0 || (rate !== null && rate < 0.95) ? 'degraded' : 'healthy'
+    return {
+      state,
+      recent: rows.length,
+      success_rate: rate === null ? null : Math.round(rate * 1000) / 1000,
+      consecutive_failures: consecutive,
+      last_error: lastError ? (lastError.last_error ?? `HTTP ${lastError.last_status_code}`) : null,
+      last_error_at: lastError ? iso(lastError.updated_at) : null,
+      last_success_at: lastSuccess ? iso(lastSuccess.delivered_at ?? lastSuccess.updated_at) : null,
+      failing_since: iso(endpoint.failing_since),
+    }
+  }
+
+  /**
+   * Send one delivery again, from its first attempt, with the same webhook-id (a receiver that
+   * keeps the ids it handled sees it as the same event): 409 while the endpoint is disabled or the
+   * delivery is still pending. Audited as `webhook.resent`.
+   */
+  async resend(endpointId: string, id: string): Promise<DeliveryRow> {
+    const endpoint = await this.get(endpointId)
+    if (endpoint.status !== 'active') throw conflict('endpoint_disabled', 'The endpoint is disabled; enable it first.')
+    await this.delivery(endpointId, id)
+    const now = this.deps.clock.now()
+    const done = await this.deps.engine.write(async (tx) => {
+      if (!(await this.store.resend(tx, endpointId, id, now))) return false
+      await this.audit.addIn(tx, endpoint.workspace_id, 'webhook.resent', null, now, endpointId)
+      return true
+    })
+    if (!done) throw conflict('delivery_pending', 'The delivery is still being attempted; it goes out without being asked.')
+    this.kick()
+    return (await this.store.delivery(endpointId, id))!
   }
 
   /** Queue a `webhook.test` event for one endpoint and wake the sender; returns its webhook-id. */
@@ -187,6 +250,11 @@ export class WebhookService {
     await this.deps.engine.write((tx) => this.store.enqueue(tx, id, endpoint.id, endpoint.workspace_id, 'webhook.test', payload, now))
     this.kick()
     return id
+  }
+
+  /** One delivery in full: as in the history, with the event it carries (the signed body). */
+  deliveryDetail(row: DeliveryRow) {
+    return { ...this.deliveryToAdmin(row), updated_at: iso(row.updated_at), payload: JSON.parse(row.payload) as unknown }
   }
 
   deliveryToAdmin(row: DeliveryRow) {

@@ -79,6 +79,13 @@ const Q = {
   fail: stmt("UPDATE webhook_deliveries SET status = 'failed', attempts = attempts + 1, last_status_code = ?, last_error = ?, next_attempt_at = NULL, updated_at = ? WHERE id = ? AND status = 'pending'"),
   failAll: stmt("UPDATE webhook_deliveries SET status = 'failed', last_error = ?, next_attempt_at = NULL, updated_at = ? WHERE endpoint_id = ? AND status = 'pending'"),
   list: stmt('SELECT * FROM webhook_deliveries WHERE endpoint_id = ? ORDER BY seq DESC LIMIT ? OFFSET ?'),
+  listOfStatus: stmt('SELECT * FROM webhook_deliveries WHERE endpoint_id = ? AND status = ? ORDER BY seq DESC LIMIT ? OFFSET ?'),
+  // bounded: a filtered history is counted at most as deep as it can be paged
+  countOfStatus: stmt('SELECT COUNT(*) AS n FROM (SELECT 1 FROM webhook_deliveries WHERE endpoint_id = ? AND status = ? LIMIT 10000) AS found'),
+  delivery: stmt('SELECT * FROM webhook_deliveries WHERE endpoint_id = ? AND id = ?'),
+  recent: stmt('SELECT * FROM webhook_deliveries WHERE endpoint_id = ? ORDER BY seq DESC LIMIT ?'),
+  // once more, whatever became of it: from the first attempt again, with the same webhook-id
+  resend: stmt("UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?, delivered_at = NULL, updated_at = ? WHERE endpoint_id = ? AND id = ? AND status != 'pending'"),
   // kept by triggers (migration 0034): counting an endpoint's history took 14-22 ms at 300,000
   count: stmt('SELECT CAST(SUM(n) AS BIGINT) AS n FROM webhook_delivery_counts WHERE endpoint_id = ?'),
   firstNewer: stmt('SELECT seq FROM webhook_deliveries WHERE created_at > ? ORDER BY seq LIMIT 1'),
@@ -223,8 +230,25 @@ export class WebhookStore {
   async everyEndpoint(workspaceId: string): Promise<string[]> {
     return (await this.db.all<{ id: string }>(Q.everyEndpoint, workspaceId)).map((e) => e.id)
   }
-  async deliveries(endpointId: string, limit: number, offset: number) {
+  /** A page of an endpoint's history, newest first; of one status only when given (counted up to 10,000). */
+  async deliveries(endpointId: string, limit: number, offset: number, status?: DeliveryRow['status']) {
+    if (status) {
+      const [rows, count] = await Promise.all([this.db.all<DeliveryRow>(Q.listOfStatus, endpointId, status, limit, offset), this.db.get<{ n: number }>(Q.countOfStatus, endpointId, status)])
+      return { rows, total: Number(count?.n ?? 0) }
+    }
     const [rows, count] = await Promise.all([this.db.all<DeliveryRow>(Q.list, endpointId, limit, offset), this.db.get<{ n: number }>(Q.count, endpointId)])
     return { rows, total: count?.n ?? 0 }
+  }
+  /** One delivery of the endpoint, or null. */
+  delivery(endpointId: string, id: string, q: Queries = this.db) {
+    return q.get<DeliveryRow>(Q.delivery, endpointId, id)
+  }
+  /** The endpoint's newest `n` deliveries (what its health is read from). */
+  recent(endpointId: string, n: number) {
+    return this.db.all<DeliveryRow>(Q.recent, endpointId, n)
+  }
+  /** Make a finished delivery pending again, due at `at`; false when it is pending already. */
+  async resend(tx: Queries, endpointId: string, id: string, at: number): Promise<boolean> {
+    return (await tx.run(Q.resend, at, at, endpointId, id)) > 0
   }
 }
