@@ -191,6 +191,32 @@ const COMMANDS: Record<string, Route> = {
     summary: (d: { created: number; updated: number }) => `created ${d.created}, updated ${d.updated}`,
   },
   'contacts erase': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/contacts/erase`, body: (a) => ({ phone: a.values.phone }), options: ['workspace', 'phone'] },
+  'templates list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/templates?per_page=100`, options: ['workspace'] },
+  'templates create': {
+    method: 'POST',
+    path: (a) => `/workspaces/${ws(a)}/templates`,
+    body: (a) => ({ name: a.values.name, body: a.values.text, category: a.values.category }),
+    options: ['workspace', 'name', 'text', 'category'],
+  },
+  'templates remove': { method: 'DELETE', path: (a) => `/workspaces/${ws(a)}/templates/${pos(a, 0, 'template id')}`, options: ['workspace'] },
+  'campaigns list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/campaigns?per_page=100`, options: ['workspace'] },
+  'campaigns get': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/campaigns/${pos(a, 0, 'campaign id')}`, options: ['workspace'] },
+  'campaigns recipients': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/campaigns/${pos(a, 0, 'campaign id')}/recipients?per_page=100`, options: ['workspace'] },
+  'campaigns create': {
+    method: 'POST',
+    path: (a) => `/workspaces/${ws(a)}/campaigns`,
+    body: (a) => ({ name: a.values.name, template_id: a.values.template, connection_id: a.values.connection, audience: a.values.audience ? { metadata: JSON.parse(String(a.values.audience)) } : undefined }),
+    options: ['workspace', 'name', 'template', 'connection', 'audience'],
+  },
+  'campaigns schedule': {
+    method: 'POST',
+    path: (a) => `/workspaces/${ws(a)}/campaigns/${pos(a, 0, 'campaign id')}/schedule`,
+    body: (a) => (a.values.at ? { at: a.values.at } : {}),
+    options: ['workspace', 'at'],
+  },
+  'campaigns pause': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/campaigns/${pos(a, 0, 'campaign id')}/pause`, options: ['workspace'] },
+  'campaigns resume': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/campaigns/${pos(a, 0, 'campaign id')}/resume`, options: ['workspace'] },
+  'campaigns cancel': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/campaigns/${pos(a, 0, 'campaign id')}/cancel`, options: ['workspace'] },
 }
 
 export const CLI_HELP = `Admin commands (talk to a running server's admin API; need CAPSTAN_ADMIN_TOKEN; CAPSTAN_URL when the server is not the one CAPSTAN_HOST and CAPSTAN_PORT name here):
@@ -216,6 +242,10 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan contacts csv --workspace ID > FILE   (every contact, as CSV that contacts import reads)
   capstan contacts import --workspace ID FILE   (a CSV with a header: phone, name, consent_status, metadata.<key>; or a .json {"contacts": [...]})
   capstan contacts erase --workspace ID --phone +E164   (the contact and its personal data, for good)
+  capstan templates list --workspace ID | create --workspace ID --name N --text 'Hi {{name}}' [--category utility|marketing] | remove --workspace ID TEMPLATE_ID
+  capstan campaigns list --workspace ID | get --workspace ID CAMPAIGN_ID | recipients --workspace ID CAMPAIGN_ID
+  capstan campaigns create --workspace ID --name N --template TEMPLATE_ID --connection CONNECTION_ID [--audience '{"plan":"pro"}']
+  capstan campaigns schedule --workspace ID CAMPAIGN_ID [--at ISO] | pause … | resume … | cancel --workspace ID CAMPAIGN_ID
   capstan backups list | run   (the automatic backups in CAPSTAN_BACKUP_DIR; run: one now, through the server)
   capstan admin METHOD PATH [JSON]      any admin API call, e.g. capstan admin GET /workspaces
 Add --json for the API's JSON on one line.`

@@ -6,6 +6,7 @@
 import { openapi } from '@elysiajs/openapi'
 import { Elysia } from 'elysia'
 import { dashboardAdminRoutes } from './dashboard/admin-views'
+import { adminOps } from './http/workspace-ops'
 import { dashboardRoutes } from './dashboard/routes'
 import { reachable } from './db/engine'
 import { diskSpace } from './disk'
@@ -25,7 +26,7 @@ import { ApiError, diskFull, payloadTooLarge, toErrorResponse } from './http/err
 import { noteOf, peekNote, requestIdOf } from './http/log'
 import { Sessions } from './http/session'
 import { backupAdminRoutes } from './modules/backups/routes'
-import { campaignApiRoutes } from './modules/campaigns/routes'
+import { campaignApiRoutes, campaignOps } from './modules/campaigns/routes'
 import { connectionAdminRoutes } from './modules/connections/routes'
 import { contactAdminRoutes, contactApiRoutes } from './modules/contacts/routes'
 import { groupApiRoutes } from './modules/groups/routes'
@@ -35,7 +36,7 @@ import { WEBHOOK_DOCS } from './modules/webhooks/docs'
 import { webhookAdminRoutes } from './modules/webhooks/routes'
 import { keyAdminRoutes } from './modules/keys/routes'
 import { suppressionAdminRoutes } from './modules/suppressions/routes'
-import { templateApiRoutes } from './modules/templates/routes'
+import { templateApiRoutes, templateOps } from './modules/templates/routes'
 import { workspaceAdminRoutes, workspaceApiRoutes } from './modules/workspaces/routes'
 import type { Services } from './services'
 import { VERSION } from './version'
@@ -114,6 +115,8 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     .use(connectionAdminRoutes(svc, auth))
     .use(webhookAdminRoutes(svc, auth))
     .use(dashboardAdminRoutes(svc, auth))
+    // templates and campaigns as the API has them, for the workspace in the path (the dashboard's)
+    .use(adminOps(svc, auth, [...templateOps(svc), ...campaignOps(svc)]))
     .use(backupAdminRoutes(svc, auth))
 
   // Bun's own hard cap sits well above ours, so a declared Content-Length over our limit gets the

@@ -649,6 +649,20 @@ describe('configuration and start-up', () => {
     const warm = await runCapstan(['connections', 'update', connId, '--warmup-days', '7', '--warmup-start-cap', '10', '--json'], env)
     expect(JSON.parse(warm.out).data.warmup).toMatchObject({ days: 7, start_daily_cap: 10, day: 1 })
     expect(JSON.parse((await runCapstan(['connections', 'update', connId, '--warmup-days', '0', '--json'], env)).out).data.warmup).toBeNull()
+    // a template and a campaign from a shell (the admin API's mirror of /api/v1 for the workspace)
+    const tpl = JSON.parse((await runCapstan(['templates', 'create', '--workspace', wsId, '--name', 'Hello', '--text', 'Hi {{name}}', '--json'], env)).out).data
+    expect(tpl).toMatchObject({ name: 'Hello', body: 'Hi {{name}}', variables: ['name'] })
+    const camp = JSON.parse((await runCapstan(['campaigns', 'create', '--workspace', wsId, '--name', 'Spring', '--template', tpl.id, '--connection', connId, '--audience', '{"plan":"pro"}', '--json'], env)).out).data
+    expect(camp).toMatchObject({ name: 'Spring', status: 'draft', audience: { metadata: { plan: 'pro' } } })
+    const later = new Date(Date.now() + 86_400_000).toISOString()
+    expect(JSON.parse((await runCapstan(['campaigns', 'schedule', camp.id, '--workspace', wsId, '--at', later, '--json'], env)).out).data.status).toBe('scheduled')
+    expect(JSON.parse((await runCapstan(['campaigns', 'cancel', camp.id, '--workspace', wsId, '--json'], env)).out).data.status).toBe('cancelled')
+    expect(JSON.parse((await runCapstan(['campaigns', 'list', '--workspace', wsId, '--json'], env)).out).data.map((c: any) => c.id)).toEqual([camp.id])
+    const inUse = await runCapstan(['templates', 'remove', tpl.id, '--workspace', wsId], env)
+    expect(inUse.code).toBe(0)
+    // another workspace's campaign is not found through this one
+    const elsewhere = await srv.admin('GET', `/workspaces/${(await srv.workspace()).id}/campaigns/${camp.id}`)
+    expect(elsewhere.status).toBe(404)
     const hook = await runCapstan(['webhooks', 'create', '--workspace', wsId, '--url', 'http://127.0.0.1:9/h', '--events', 'message.sent,message.failed', '--json'], env)
     expect(JSON.parse(hook.out).data.events).toEqual(['message.sent', 'message.failed'])
     const hookId = JSON.parse(hook.out).data.id

@@ -144,14 +144,6 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
       { admin: true, detail: adminOp({ summary: 'A file of the message log', tag, ok: { status: 200, binary: true, description: 'The file, in its own type, as an attachment.' }, alsoOk: [{ status: 206, description: 'The part a Range header asked for.' }], errors: [404, 416] }) },
     )
     .get(
-      '/workspaces/:id/campaigns',
-      async ({ params, query }) => {
-        await svc.workspaces.find(params.id)
-        return paged(query, (l, o) => svc.campaigns.list(params.id, l, o), (c) => svc.campaigns.toPublic(c))
-      },
-      { admin: true, detail: adminOp({ summary: "A workspace's campaigns", tag, query: pageQuery, ok: { status: 200, data: campaignDoc, list: true, description: 'A page of campaigns, newest first.' }, errors: [404, 422] }) },
-    )
-    .get(
       '/workspaces/:id/stats/daily',
       async ({ params, query }) => {
         await svc.workspaces.find(params.id)

@@ -1,10 +1,10 @@
 /** /api/v1/templates: list, get, preview, create, update, delete. */
-import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { notFound } from '../../http/errors'
 import { paged, pageQuery } from '../../http/format'
 import { fieldError, s, UUID, validate } from '../../http/schema'
 import type { Services } from '../../services'
+import { apiOps, type WorkspaceOp } from '../../http/workspace-ops'
 import { templateDoc } from './model'
 import { NUMBERED } from './render'
 
@@ -68,24 +68,31 @@ const previewQuery = s.object({
   phone: s.string().length(0, 32).optional(),
 })
 
-export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
+/** The template operations, on the public API and (for the dashboard) the admin API: see workspace-ops. */
+export function templateOps(svc: Services): WorkspaceOp[] {
   const templates = svc.templates
   const find = (ws: string, id: string) => {
     if (!UUID.test(id)) throw notFound('template')
     return templates.get(ws, id)
   }
-  return new Elysia()
-    .use(auth)
-    .get('/templates', ({ caller, query }) => paged(query, (l, o) => templates.list(caller.workspace.id, l, o), (t) => templates.toPublic(t)), {
-      api: { summary: 'List templates', description: 'Newest first.', tag: 'Templates', scope: 'templates:read', query: pageQuery, ok: { status: 200, data: templateDoc, list: true, description: 'A page of templates.' }, errors: [422] },
-    })
-    .get('/templates/:id', async ({ caller, params }) => ({ data: templates.toPublic(await find(caller.workspace.id, params.id)) }), {
-      api: { summary: 'One template', tag: 'Templates', scope: 'templates:read', params: ['id'], ok: { status: 200, data: templateDoc, description: 'The template.' }, errors: [404] },
-    })
-    .get(
-      '/templates/:id/preview',
-      async ({ caller, params, query }) => {
-        const tpl = await find(caller.workspace.id, params.id)
+  return [
+    {
+      method: 'get',
+      path: '/templates',
+      run: ({ workspaceId, query }) => paged(query, (l, o) => templates.list(workspaceId, l, o), (t) => templates.toPublic(t)),
+      doc: { summary: 'List templates', description: 'Newest first.', tag: 'Templates', scope: 'templates:read', query: pageQuery, ok: { status: 200, data: templateDoc, list: true, description: 'A page of templates.' }, errors: [422] },
+    },
+    {
+      method: 'get',
+      path: '/templates/:id',
+      run: async ({ workspaceId, params }) => ({ data: templates.toPublic(await find(workspaceId, params.id!)) }),
+      doc: { summary: 'One template', tag: 'Templates', scope: 'templates:read', params: ['id'], ok: { status: 200, data: templateDoc, description: 'The template.' }, errors: [404] },
+    },
+    {
+      method: 'get',
+      path: '/templates/:id/preview',
+      run: async ({ workspaceId, params, query }) => {
+        const tpl = await find(workspaceId, params.id!)
         const q = validate(previewQuery, { contact_id: query.contact_id, name: query.name, phone: query.phone })
         // prototype-free: a query key such as metadata.__proto__ is a value like any other
         const numbered: Record<string, string> = Object.create(null)
@@ -97,59 +104,59 @@ export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlu
         }
         let values = { name: q.name, phone: q.phone, metadata, numbered }
         if (q.contact_id) {
-          const c = await svc.contacts.find(caller.workspace.id, q.contact_id)
+          const c = await svc.contacts.find(workspaceId, q.contact_id)
           if (!c) throw notFound('contact')
           values = { name: q.name ?? c.name ?? undefined, phone: q.phone ?? c.phone, metadata: { ...JSON.parse(c.metadata), ...metadata }, numbered }
         }
         return { data: templates.preview(tpl, values) }
       },
-      {
-        api: {
-          summary: 'Preview a template',
-          description: 'Renders the body with a contact (contact_id) and/or query values: name, phone, metadata.<key>=..., and numbered 1=..., 2=.... Returns the text and the placeholders that had no value (rendered empty).',
-          tag: 'Templates',
-          scope: 'templates:read',
-          params: ['id'],
-          query: previewQuery,
-          ok: { status: 200, data: { type: 'object', properties: { body: { type: 'string' }, variables: { type: 'array', items: { type: 'string' } }, missing: { type: 'array', items: { type: 'string' } } } }, description: 'The rendered text.' },
-          errors: [404, 422],
-        },
+      doc: {
+        summary: 'Preview a template',
+        description: 'Renders the body with a contact (contact_id) and/or query values: name, phone, metadata.<key>=..., and numbered 1=..., 2=.... Returns the text and the placeholders that had no value (rendered empty).',
+        tag: 'Templates',
+        scope: 'templates:read',
+        params: ['id'],
+        query: previewQuery,
+        ok: { status: 200, data: { type: 'object', properties: { body: { type: 'string' }, variables: { type: 'array', items: { type: 'string' } }, missing: { type: 'array', items: { type: 'string' } } } }, description: 'The rendered text.' },
+        errors: [404, 422],
       },
-    )
-    .post(
-      '/templates',
-      async ({ caller, body, set }) => {
+    },
+    {
+      method: 'post',
+      path: '/templates',
+      run: async ({ workspaceId, body, set }) => {
         const input = validate(createBody, body)
         set.status = 201
-        return { data: templates.toPublic(await templates.create(caller.workspace.id, input)) }
+        return { data: templates.toPublic(await templates.create(workspaceId, input)) }
       },
-      {
-        api: { summary: 'Create a template', description: 'Unknown placeholders are refused with 422.', tag: 'Templates', scope: 'templates:write', body: createBody, ok: { status: 201, data: templateDoc, description: 'Created.' }, errors: [400, 422] },
-      },
-    )
-    .put(
-      '/templates/:id',
-      async ({ caller, params, body }) => {
-        await find(caller.workspace.id, params.id)
+      doc: { summary: 'Create a template', description: 'Unknown placeholders are refused with 422.', tag: 'Templates', scope: 'templates:write', body: createBody, ok: { status: 201, data: templateDoc, description: 'Created.' }, errors: [400, 422] },
+    },
+    {
+      method: 'put',
+      path: '/templates/:id',
+      run: async ({ workspaceId, params, body }) => {
+        await find(workspaceId, params.id!)
         const input = validate(updateBody, body, (v, errors) => {
           if (v.name === undefined && v.body === undefined && v.category === undefined && v.whatsapp === undefined) fieldError(errors, 'body', 'Give at least one of name, body, category or whatsapp.')
         })
-        return { data: templates.toPublic(await templates.update(caller.workspace.id, params.id, input)) }
+        return { data: templates.toPublic(await templates.update(workspaceId, params.id!, input)) }
       },
-      {
-        api: { summary: 'Update a template', description: 'Changes the fields given. A campaign that already started keeps the body it started with.', tag: 'Templates', scope: 'templates:write', params: ['id'], body: updateBody, ok: { status: 200, data: templateDoc, description: 'Updated.' }, errors: [400, 404, 422] },
-      },
-    )
-    .delete(
-      '/templates/:id',
-      async ({ caller, params, set }) => {
-        await find(caller.workspace.id, params.id)
-        await templates.remove(caller.workspace.id, params.id)
+      doc: { summary: 'Update a template', description: 'Changes the fields given. A campaign that already started keeps the body it started with.', tag: 'Templates', scope: 'templates:write', params: ['id'], body: updateBody, ok: { status: 200, data: templateDoc, description: 'Updated.' }, errors: [400, 404, 422] },
+    },
+    {
+      method: 'delete',
+      path: '/templates/:id',
+      run: async ({ workspaceId, params, set }) => {
+        await find(workspaceId, params.id!)
+        await templates.remove(workspaceId, params.id!)
         set.status = 204
         return ''
       },
-      {
-        api: { summary: 'Delete a template', description: 'Refused with 409 template_in_use while a scheduled, running or paused campaign uses it.', tag: 'Templates', scope: 'templates:write', params: ['id'], ok: { status: 204, description: 'Deleted.' }, errors: [404, 409] },
-      },
-    )
+      doc: { summary: 'Delete a template', description: 'Refused with 409 template_in_use while a scheduled, running or paused campaign uses it.', tag: 'Templates', scope: 'templates:write', params: ['id'], ok: { status: 204, description: 'Deleted.' }, errors: [404, 409] },
+    },
+  ]
+}
+
+export function templateApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
+  return apiOps(auth, templateOps(svc))
 }
