@@ -207,7 +207,7 @@ async function backupsPage() {
 
 const TABS = [
   ['overview', 'Overview'], ['keys', 'API keys'], ['numbers', 'Numbers'], ['policy', 'Sending policy'], ['messages', 'Messages'],
-  ['contacts', 'Contacts'], ['campaigns', 'Campaigns'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppressions'], ['audit', 'Audit log'],
+  ['contacts', 'Contacts'], ['templates', 'Templates'], ['campaigns', 'Campaigns'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppressions'], ['audit', 'Audit log'],
 ]
 
 function tabs(ws, current) {
@@ -300,6 +300,104 @@ async function webhookHistory(ws, params) {
     void open(b.dataset.open, b)
   }))
   main.querySelectorAll('tr[data-row]').forEach((tr) => (tr.onclick = () => void open(tr.dataset.row, tr.querySelector('[data-open]'))))
+}
+
+/** Words for why a campaign is paused. */
+const PAUSED_WHY = {
+  requested: 'Paused by an operator: resume it to go on.',
+  allowance_exhausted: 'Paused: the workspace has used its message allowance for this month. It goes on by itself when there is room (next month, or a higher allowance).',
+  template_refused: 'Paused: the network refused its template (paused for low quality, disabled, or not matching). Fix the template, or wait out the network’s pause, then resume it.',
+}
+
+/** Whether the local time in `zone` is within [from, to) ("09:00", "20:00"; to < from runs over midnight). */
+function inWindow(w, at = new Date()) {
+  try {
+    const hm = new Intl.DateTimeFormat('en-GB', { timeZone: w.time_zone, hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).format(at)
+    return w.from <= w.to ? hm >= w.from && hm < w.to : hm >= w.from || hm < w.to
+  } catch {
+    return true
+  }
+}
+
+/**
+ * A campaign's live figures: progress, counts, the send rate and an estimated finish, and — when
+ * it is not moving — why (its number offline or at a cap, warming up, outside its send window,
+ * paused and for what).
+ */
+function campaignProgress(c, numbersNow = []) {
+  const k = c.counts
+  const done = k.sent + k.delivered + k.read + k.failed + k.skipped
+  const pct = k.total ? Math.round((done / k.total) * 100) : 0
+  const started = c.started_at ? Date.parse(c.started_at) : null
+  const minutes = started ? Math.max((Date.now() - started) / 60_000, 1 / 60) : null
+  const rate = minutes && done ? done / minutes : 0
+  const left = k.total - done
+  let why = ''
+  if (c.status === 'paused') why = PAUSED_WHY[c.paused_reason] || 'Paused.'
+  else if (c.status === 'running' && left > 0) {
+    const n = numbersNow.find((x) => x.id === c.connection_id)
+    if (n && n.status !== 'online') why = `Waiting: its number ${n.phone} is offline.`
+    else if (c.send_window && !inWindow(c.send_window)) why = `Waiting: outside its send window (${c.send_window.from}–${c.send_window.to} ${c.send_window.time_zone}).`
+    else if (n && n.sent_last_hour >= n.hourly_cap) why = `Waiting: its number reached its ${n.warming_up ? 'warm-up ' : ''}hourly cap (${n.hourly_cap})${n.next_release_at ? `; next message ${when(n.next_release_at)}` : ''}.`
+    else if (n && n.sent_last_day >= n.daily_cap) why = `Waiting: its number reached its ${n.warming_up ? 'warm-up ' : ''}daily cap (${n.daily_cap})${n.next_release_at ? `; next message ${when(n.next_release_at)}` : ''}.`
+    else if (n && n.next_release_at) why = `Sending: next message ${when(n.next_release_at)}${n.warming_up ? ' (the number is warming up)' : ''}.`
+  }
+  // an estimate only while it is moving: a number at its cap finishes when the cap allows
+  const eta = c.status === 'running' && rate > 0 && left > 0 && (!why || why.startsWith('Sending')) ? ` · about ${Math.max(1, Math.round(left / rate))} min left` : ''
+  return `<div class="bar" role="progressbar" aria-valuenow="${pct}" aria-valuemin="0" aria-valuemax="100" aria-label="Progress"><span style="width:${pct}%"></span></div>
+    <p class="counts">${pct}% · total ${esc(k.total)} · <b>queued ${esc(k.queued)}</b> · sent ${esc(k.sent)} · delivered ${esc(k.delivered)} · read ${esc(k.read)} · failed ${esc(k.failed)} · skipped ${esc(k.skipped)}${rate ? ` · ${rate < 10 ? rate.toFixed(1) : Math.round(rate)} a minute` : ''}${eta}</p>
+    ${why ? `<p class="why">${esc(why)}</p>` : ''}`
+}
+
+/** One campaign: what it sends, from which number, its live figures and what can be done with it now. */
+function campaignCard(ws, c, templates, numbers, numbersNow = []) {
+  const t = templates.find((x) => x.id === c.template_id)
+  const n = numbers.find((x) => x.id === c.connection_id)
+  const b = (action, label, cls = 'secondary') => `<button class="${cls}" data-campaign-action="${action}" data-id="${esc(c.id)}">${label}</button>`
+  const actions = {
+    draft: `<a class="button secondary" href="#/w/${esc(ws.id)}/campaigns?edit=${esc(c.id)}">Edit</a> <label class="inline-label">Start at (empty: now)<input type="datetime-local" data-start-at="${esc(c.id)}"></label> ${b('schedule', 'Launch', '')} ${b('delete', 'Delete', 'danger')}`,
+    scheduled: `<a class="button secondary" href="#/w/${esc(ws.id)}/campaigns?edit=${esc(c.id)}">Edit</a> ${b('cancel', 'Cancel', 'danger')}`,
+    running: `${b('pause', 'Pause')} ${b('cancel', 'Cancel', 'danger')}`,
+    paused: `${b('resume', 'Resume', '')} ${b('cancel', 'Cancel', 'danger')}`,
+    completed: b('delete', 'Delete', 'danger'),
+    cancelled: b('delete', 'Delete', 'danger'),
+  }[c.status]
+  return `<div class="card" data-campaign="${esc(c.id)}" data-status="${esc(c.status)}"><strong>${esc(c.name)}</strong> ${badge(c.status)}
+    <p class="muted">${esc(t ? t.name : 'a removed template')} · from ${esc(n ? n.phone : 'a removed number')}${Object.keys((c.audience && c.audience.metadata) || {}).length ? ` · to ${esc(Object.entries(c.audience.metadata).map(([k, v]) => `${k}=${v}`).join(', '))}` : ' · to every opted-in contact'}${c.send_window ? ` · sends ${esc(c.send_window.from)}–${esc(c.send_window.to)} ${esc(c.send_window.time_zone)}` : ''}</p>
+    <div class="progress">${campaignProgress(c, numbersNow)}</div>
+    <p class="muted">Scheduled ${when(c.scheduled_at)} · started ${when(c.started_at)} · finished ${when(c.finished_at)} · <a href="#/w/${esc(ws.id)}/campaigns?campaign=${esc(c.id)}">Recipients</a></p>
+    <p class="actions">${actions || ''}</p></div>`
+}
+
+/** The campaign buttons: launching, and — asked first where it stops sending — pausing, cancelling, deleting. */
+function bindCampaignActions(ws) {
+  const base = `/workspaces/${ws.id}/campaigns`
+  const ask = { pause: 'Pause this campaign? Nothing more is sent until it is resumed.', cancel: 'Cancel this campaign? Nothing more is sent, for good; what was sent stays.', delete: 'Delete this campaign?' }
+  const done = { schedule: 'Campaign launched', pause: 'Campaign paused', resume: 'Campaign resumed', cancel: 'Campaign cancelled', delete: 'Campaign deleted' }
+  main.querySelectorAll('[data-campaign-action]').forEach((btn) => (btn.onclick = () => {
+    const { campaignAction: action, id } = btn.dataset
+    if (ask[action] && !confirm(ask[action])) return
+    if (action === 'delete') return act(() => api('DELETE', `${base}/${id}`), done.delete)
+    let body = {}
+    if (action === 'schedule') {
+      const at = main.querySelector(`[data-start-at="${CSS.escape(id)}"]`).value
+      if (at) body = { at: new Date(at).toISOString() }
+    }
+    act(() => api('POST', `${base}/${id}/${action}`, body), done[action])
+  }))
+}
+
+/** A campaign's recipients, 50 a page, each with its message's status or why it was skipped. */
+async function campaignRecipients(ws, params) {
+  const base = `/workspaces/${ws.id}/campaigns/${params.campaign}`
+  const { data: c } = await api('GET', base)
+  const { data, meta } = await api('GET', `${base}/recipients?per_page=50&page=${encodeURIComponent(params.page || '1')}`)
+  const page = (p) => `#/w/${esc(ws.id)}/campaigns?campaign=${esc(c.id)}&page=${p}`
+  main.innerHTML = `<h1>Recipients</h1><p><a href="#/w/${esc(ws.id)}/campaigns">← Campaigns</a> · ${esc(c.name)} ${badge(c.status)}</p>
+    <p class="muted" id="recipients-total">${esc(Number(meta.total).toLocaleString())} recipients · page ${esc(meta.page)} of ${esc(meta.last_page)}</p>
+    <table class="log"><thead><tr><th class="c-num">Phone</th><th class="c-status">Status</th><th>Skipped because</th><th class="c-when">Updated</th></tr></thead><tbody>
+    ${data.map((r) => `<tr><td class="c-num">${esc(r.phone)}</td><td class="c-status">${badge(r.status)}</td><td>${esc(r.skipped_reason || '')}</td><td class="c-when">${esc(short(r.updated_at))}</td></tr>`).join('')}</tbody></table>
+    <p class="pager">${meta.page > 1 ? `<a href="${page(meta.page - 1)}">← previous</a>` : ''}${meta.page < meta.last_page ? `<a href="${page(meta.page + 1)}">next →</a>` : ''}</p>`
 }
 
 const pages = {
@@ -544,23 +642,148 @@ const pages = {
     main.querySelectorAll('[data-erase]').forEach((b) => (b.onclick = () => confirm(`Erase the contact ${b.dataset.erase} for good?`) && act(() => api('POST', `/workspaces/${ws.id}/contacts/erase`, { phone: b.dataset.erase }), 'Contact erased')))
   },
 
-  async campaigns(ws) {
-    const { data } = await api('GET', `/workspaces/${ws.id}/campaigns?per_page=100`)
-    main.innerHTML = `<h1>Campaigns</h1><p class="muted">Campaigns are created and launched through the API (campaigns:write, campaigns:send).</p>
-      ${data.map((c) => {
-        const done = c.counts.sent + c.counts.delivered + c.counts.read + c.counts.failed + c.counts.skipped
-        const pct = c.counts.total ? Math.round((done / c.counts.total) * 100) : 0
-        const why =
-          c.paused_reason === 'allowance_exhausted'
-            ? '<p class="muted">Paused: the workspace has used its message allowance for this month. It goes on by itself when there is room (next month, or a higher allowance).</p>'
-            : c.paused_reason === 'template_refused'
-              ? '<p class="muted">Paused: the network refused its template (paused for low quality, disabled, or not matching). Fix the template, or wait out the network’s pause, then resume it through the API.</p>'
-              : ''
-        return `<div class="card"><strong>${esc(c.name)}</strong> ${badge(c.status)}${why}
-          <div class="bar" title="${pct}%"><span style="width:${pct}%"></span></div>
-          <p class="muted">${pct}% · total ${esc(c.counts.total)} · queued ${esc(c.counts.queued)} · sent ${esc(c.counts.sent)} · delivered ${esc(c.counts.delivered)} · read ${esc(c.counts.read)} · failed ${esc(c.counts.failed)} · skipped ${esc(c.counts.skipped)}</p>
-          <p class="muted">Scheduled ${when(c.scheduled_at)} · started ${when(c.started_at)} · finished ${when(c.finished_at)}${c.send_window ? ` · sends ${esc(c.send_window.from)}–${esc(c.send_window.to)} ${esc(c.send_window.time_zone)}` : ''}</p></div>`
-      }).join('') || '<p class="muted">No campaigns yet.</p>'}`
+  async campaigns(ws, params = {}) {
+    if (params.campaign) return campaignRecipients(ws, params)
+    const base = `/workspaces/${ws.id}`
+    const [{ data }, { data: templates }, { data: numbers }, { data: numbersNow }] = await Promise.all([api('GET', `${base}/campaigns?per_page=100`), api('GET', `${base}/templates?per_page=100`), api('GET', `${base}/connections`), api('GET', `${base}/numbers/live`)])
+    const editing = params.edit ? data.find((c) => c.id === params.edit) : null
+    const pick = (name, items, label, selected) => `<select name="${name}" required>${items.map((x) => `<option value="${esc(x.id)}" ${x.id === selected ? 'selected' : ''}>${esc(label(x))}</option>`).join('')}</select>`
+    const audienceText = (a) => Object.entries((a && a.metadata) || {}).map(([k, v]) => `${k}=${v}`).join('\n')
+    const form = templates.length && numbers.length
+      ? `<form id="campaign-form" class="card"><h2>${editing ? `Edit “${esc(editing.name)}”` : 'New campaign'}</h2>
+        <div class="filters"><label style="flex:1">Name<input name="name" required maxlength="120" value="${esc(editing ? editing.name : '')}"></label>
+        <label>Template${pick('template_id', templates, (t) => t.name, editing && editing.template_id)}</label>
+        <label>Number${pick('connection_id', numbers, (n) => `${n.phone}${n.name ? ` (${n.name})` : ''}`, editing && editing.connection_id)}</label></div>
+        <div class="filters"><label style="flex:1">Audience: opted-in contacts whose metadata has each of these (one key=value a line; empty = all opted in)<textarea name="audience" rows="2" placeholder="plan=pro">${esc(editing ? audienceText(editing.audience) : '')}</textarea></label>
+        <p class="muted" id="audience-count" aria-live="polite"></p></div>
+        <div class="filters"><label>Values for {{1}}, {{2}}… (one n=value a line)<textarea name="variables" rows="2" placeholder="1=SPRING20">${esc(editing ? Object.entries(editing.variables).map(([k, v]) => `${k}=${v}`).join('\n') : '')}</textarea></label>
+        <label>Send from (local time)<input name="window_from" type="time" value="${esc(editing && editing.send_window ? editing.send_window.from : '')}"></label>
+        <label>until<input name="window_to" type="time" value="${esc(editing && editing.send_window ? editing.send_window.to : '')}"></label>
+        <label>Time zone<input name="window_zone" placeholder="Europe/Berlin" value="${esc(editing && editing.send_window ? editing.send_window.time_zone : Intl.DateTimeFormat().resolvedOptions().timeZone)}"></label></div>
+        <button type="submit">${editing ? 'Save changes' : 'Create draft'}</button>${editing ? ` <a href="#/w/${esc(ws.id)}/campaigns">Cancel editing</a>` : ''}</form>`
+      : `<p class="card muted">A campaign needs a template and a number: add them on the <a href="#/w/${esc(ws.id)}/templates">Templates</a> and <a href="#/w/${esc(ws.id)}/numbers">Numbers</a> pages.</p>`
+    main.innerHTML = `<h1>Campaigns</h1>${form}<div id="campaign-list">${data.map((c) => campaignCard(ws, c, templates, numbers, numbersNow)).join('') || '<p class="muted">No campaigns yet.</p>'}</div>`
+    const f = $('#campaign-form')
+    const lines = (text, sep) => Object.fromEntries(text.split('\n').map((l) => l.trim()).filter(Boolean).map((l) => [l.slice(0, l.indexOf(sep)).trim(), l.slice(l.indexOf(sep) + 1).trim()]))
+    const bodyOf = () => {
+      const v = formData(f)
+      const metadata = lines(v.audience, '=')
+      const body = { name: v.name, template_id: v.template_id, connection_id: v.connection_id, audience: Object.keys(metadata).length ? { metadata } : {}, variables: lines(v.variables, '='), send_window: v.window_from && v.window_to ? { from: v.window_from, to: v.window_to, time_zone: v.window_zone } : null }
+      return body
+    }
+    if (f) {
+      // the audience counted as it is typed
+      let timer = null
+      const count = async () => {
+        try {
+          const { data: p } = await api('POST', `${base}/campaigns/audience/preview`, { audience: bodyOf().audience })
+          $('#audience-count').textContent = `${p.count.toLocaleString()} ${p.count === 1 ? 'contact' : 'contacts'} now`
+        } catch (e) {
+          if (e.status !== 401) $('#audience-count').textContent = errorText(e)
+        }
+      }
+      f.audience.oninput = () => {
+        clearTimeout(timer)
+        timer = setTimeout(count, 300)
+      }
+      void count()
+      f.onsubmit = (ev) => {
+        ev.preventDefault()
+        if (editing) act(() => api('PUT', `${base}/campaigns/${editing.id}`, bodyOf()).then(() => (location.hash = `#/w/${ws.id}/campaigns`)), 'Campaign saved')
+        else act(() => api('POST', `${base}/campaigns`, bodyOf()), 'Draft created')
+      }
+    }
+    bindCampaignActions(ws)
+    // progress without reloading: each card's figures every few seconds; the form is left alone
+    live(3000, async () => {
+      const [{ data: now }, { data: numbersNow }] = await Promise.all([api('GET', `${base}/campaigns?per_page=100`), api('GET', `${base}/numbers/live`)])
+      for (const c of now) {
+        const el = document.querySelector(`[data-campaign="${CSS.escape(c.id)}"]`)
+        if (!el) continue
+        if (el.dataset.status !== c.status) {
+          el.outerHTML = campaignCard(ws, c, templates, numbers, numbersNow)
+          bindCampaignActions(ws)
+        } else el.querySelector('.progress').innerHTML = campaignProgress(c, numbersNow)
+      }
+    })
+  },
+
+  async templates(ws, params = {}) {
+    const base = `/workspaces/${ws.id}`
+    const [{ data }, { data: numbers }] = await Promise.all([api('GET', `${base}/templates?per_page=100`), api('GET', `${base}/connections`)])
+    const editing = params.edit ? data.find((t) => t.id === params.edit) : null
+    const w = editing && editing.whatsapp
+    const cloud = numbers.filter((n) => n.driver === 'cloud_api')
+    main.innerHTML = `<h1>Templates</h1>
+      <form id="template-form" class="card"><h2>${editing ? `Edit “${esc(editing.name)}”` : 'New template'}</h2>
+        <div class="filters"><label style="flex:1">Name<input name="name" required maxlength="120" value="${esc(editing ? editing.name : '')}"></label>
+        <label>Category<select name="category">${['utility', 'marketing'].map((c) => `<option ${editing && editing.category === c ? 'selected' : ''}>${c}</option>`).join('')}</select></label></div>
+        <label>Text, with {{name}}, {{phone}}, {{metadata.key}} and numbered {{1}}<textarea name="body" rows="4" required maxlength="4096">${esc(editing ? editing.body : '')}</textarea></label>
+        <div class="filters"><label>Meta template name (for Cloud API numbers; optional)<input name="wa_name" pattern="[a-z0-9_]+" value="${esc(w ? w.name : '')}"></label>
+        <label>Language<input name="wa_language" placeholder="en_US" value="${esc(w ? w.language : '')}"></label>
+        <label>Media header<select name="wa_header_media"><option value="">none</option>${['image', 'video', 'document'].map((k) => `<option ${w && w.header_media === k ? 'selected' : ''}>${k}</option>`).join('')}</select></label></div>
+        <button type="submit">${editing ? 'Save changes' : 'Create template'}</button>${editing ? ` <a href="#/w/${esc(ws.id)}/templates">Cancel editing</a>` : ''}
+      </form>
+      ${cloud.length ? `<div class="card"><form id="import-templates" class="filters"><label>Import approved templates from Meta for<select name="connection">${cloud.map((n) => `<option value="${esc(n.id)}">${esc(n.phone)}</option>`).join('')}</select></label><button type="submit" class="secondary">Import</button></form><div id="import-outcome"></div></div>` : ''}
+      <table class="log"><thead><tr><th>Name</th><th class="c-status">Category</th><th>Text</th><th class="c-num">WhatsApp</th><th class="c-when"></th></tr></thead><tbody>
+      ${data.map((t) => `<tr data-template="${esc(t.id)}"><td>${esc(t.name)}</td><td class="c-status">${badge(t.category)}</td><td title="${esc(t.body)}">${esc(t.body.slice(0, 120))}</td><td class="c-num">${t.whatsapp ? esc(`${t.whatsapp.name} (${t.whatsapp.language})`) : '—'}</td>
+        <td class="c-when"><button class="link" data-preview="${esc(t.id)}">Preview</button> <a href="#/w/${esc(ws.id)}/templates?edit=${esc(t.id)}">Edit</a> <button class="link" data-del-template="${esc(t.id)}">Delete</button></td></tr>`).join('')}</tbody></table>
+      ${data.length ? '' : '<p class="muted">No templates yet.</p>'}
+      <aside id="drawer" class="drawer" role="dialog" aria-modal="false" aria-labelledby="drawer-title" hidden></aside>`
+    $('#template-form').onsubmit = (ev) => {
+      ev.preventDefault()
+      const v = formData(ev.target)
+      const whatsapp = v.wa_name ? { name: v.wa_name, language: v.wa_language, header_media: v.wa_header_media || null } : null
+      const body = { name: v.name, body: v.body, category: v.category, whatsapp }
+      if (editing) act(() => api('PUT', `${base}/templates/${editing.id}`, body).then(() => (location.hash = `#/w/${ws.id}/templates`)), 'Template saved')
+      else act(() => api('POST', `${base}/templates`, body), 'Template created')
+    }
+    const importForm = $('#import-templates')
+    if (importForm) importForm.onsubmit = async (ev) => {
+      ev.preventDefault()
+      try {
+        const { data: r } = await api('POST', `/connections/${formData(ev.target).connection}/import-templates`)
+        await route()
+        toast(`Templates imported: ${r.created.length} new, ${r.updated.length} updated, ${r.skipped.length} skipped`)
+      } catch (e) {
+        if (e.status !== 401) toast(errorText(e), true)
+      }
+    }
+    main.querySelectorAll('[data-del-template]').forEach((b) => (b.onclick = () => confirm('Delete this template?') && act(() => api('DELETE', `${base}/templates/${b.dataset.delTemplate}`), 'Template deleted')))
+    const drawer = $('#drawer')
+    drawer.onkeydown = (ev) => ev.key === 'Escape' && (drawer.hidden = true)
+    main.querySelectorAll('[data-preview]').forEach((b) => (b.onclick = () => {
+      const t = data.find((x) => x.id === b.dataset.preview)
+      const numbered = t.variables.filter((v) => /^\d+$/.test(v))
+      drawer.innerHTML = `<button class="secondary close" id="drawer-close">Close</button><h2 id="drawer-title" tabindex="-1">Preview: ${esc(t.name)}</h2>
+        <form id="preview-form" class="filters"><label>For the contact with the number<input name="phone" placeholder="+14155550123"></label>
+        ${numbered.map((n) => `<label>{{${esc(n)}}}<input name="n${esc(n)}"></label>`).join('')}<button type="submit" class="secondary">Render</button></form>
+        <div class="body" id="preview-text">${esc(t.body)}</div><p class="muted" id="preview-missing"></p>`
+      drawer.hidden = false
+      $('#drawer-title').focus()
+      $('#drawer-close').onclick = () => {
+        drawer.hidden = true
+        b.focus()
+      }
+      $('#preview-form').onsubmit = async (ev) => {
+        ev.preventDefault()
+        const v = formData(ev.target)
+        try {
+          const q = new URLSearchParams()
+          if (v.phone) {
+            const { data: found } = await api('GET', `${base}/contacts?${new URLSearchParams({ phone: v.phone })}`)
+            if (!found.length) throw new Error('No contact has that number.')
+            q.set('contact_id', found[0].id)
+          }
+          for (const n of numbered) if (v[`n${n}`]) q.set(n, v[`n${n}`])
+          const { data: r } = await api('GET', `${base}/templates/${t.id}/preview?${q}`)
+          $('#preview-text').textContent = r.body
+          $('#preview-missing').textContent = r.missing.length ? `No value for ${r.missing.map((m) => `{{${m}}}`).join(', ')} (rendered empty).` : ''
+        } catch (e) {
+          if (e.status !== 401) $('#preview-missing').textContent = errorText(e)
+        }
+      }
+    }))
   },
 
   async webhooks(ws, params = {}) {
@@ -691,6 +914,19 @@ async function health() {
  * (a filter submitted while an action re-renders) runs again once it ends, so the page on screen
  * is always the one the location names now, never an older render that finished later.
  */
+/**
+ * A page's figures that move, refreshed every `ms` while it is on screen (and the tab is
+ * visible); a new render of any page stops it. Only what `refresh` touches changes: a form being
+ * filled in or the scroll position stays as it is.
+ */
+let liveTimer = null
+function live(ms, refresh) {
+  clearInterval(liveTimer)
+  liveTimer = setInterval(() => {
+    if (!document.hidden) refresh().catch(() => {})
+  }, ms)
+}
+
 let routing = null
 let routeAgain = false
 async function route() {
@@ -726,6 +962,7 @@ function announce(path) {
 }
 
 async function renderLocation() {
+  clearInterval(liveTimer)
   try {
     const { data } = await api('GET', '/session')
     SCOPES = data.scopes
