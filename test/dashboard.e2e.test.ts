@@ -744,6 +744,73 @@ describe('dashboard', () => {
     await page.close()
   }, 90_000)
 
+  test('numbers: add a Cloud API number with every setting (secrets never shown again), change a sandbox number\'s settings, see each number\'s failures and last error in words', async () => {
+    const pnid = String(Math.floor(1e14 + Math.random() * 8e14))
+    const phone = newPhone('+1444')
+    const graph = Bun.serve({
+      hostname: '127.0.0.1',
+      port: 0,
+      fetch(req) {
+        const path = new URL(req.url).pathname
+        if (path === `/v26.0/${pnid}`) return Response.json({ id: pnid, display_phone_number: phone.slice(1), verified_name: 'Acme' })
+        return Response.json({ error: { message: 'Unsupported request', code: 100 } }, { status: 400 })
+      },
+    })
+    try {
+      const t = await srv.tenant()
+      const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+      await page.addInitScript('window.__xss = undefined')
+      await signIn(page)
+      await page.goto(`${srv.base}/admin#/w/${t.ws.id}/numbers`)
+      await page.waitForSelector('#new-conn')
+      // the Cloud API fields show only for a Cloud API number
+      expect(await page.isVisible('#new-conn input[name=phone_number_id]')).toBe(false)
+      await page.selectOption('#new-conn select[name=driver]', 'cloud_api')
+      await page.fill('#new-conn input[name=phone]', phone)
+      await page.fill('#new-conn input[name=name]', 'Support <svg/onload=window.__xss=1>')
+      await page.fill('#new-conn input[name=phone_number_id]', pnid)
+      await page.fill('#new-conn input[name=access_token]', 'EAAG-secret-token-from-the-form')
+      await page.fill('#new-conn input[name=app_secret]', 'app-secret-from-the-form')
+      await page.fill('#new-conn input[name=verify_token]', 'verify-from-the-form')
+      await page.fill('#new-conn input[name=waba_id]', '102290129340398')
+      await page.fill('#new-conn input[name=graph_version]', 'v26.0')
+      await page.fill('#new-conn input[name=graph_base_url]', `http://127.0.0.1:${graph.port}`)
+      const [posted] = await Promise.all([page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith('/connections')), page.click('#new-conn button[type=submit]')])
+      await page.waitForSelector('#toast:has-text("Number added")')
+      const seen = [posted.postData()!]
+      expect(JSON.parse(seen[0]!)).toMatchObject({ phone, driver: 'cloud_api', config: { phone_number_id: pnid, access_token: 'EAAG-secret-token-from-the-form', app_secret: 'app-secret-from-the-form', verify_token: 'verify-from-the-form', waba_id: '102290129340398', graph_version: 'v26.0', graph_base_url: `http://127.0.0.1:${graph.port}` } })
+      const cloud = (await srv.admin('GET', `/workspaces/${t.ws.id}/connections`)).json.data[0]
+      expect(cloud).toMatchObject({ phone, driver: 'cloud_api', status: 'online', config: { access_token: '(set)', app_secret: '(set)', verify_token: '(set)', phone_number_id: pnid } })
+      // never on the page again; its callback URL is
+      await page.waitForSelector(`[data-number="${cloud.id}"]`)
+      const html = await page.content()
+      for (const secret of ['EAAG-secret-token-from-the-form', 'app-secret-from-the-form', 'verify-from-the-form']) expect(html).not.toContain(secret)
+      expect(await page.textContent(`[data-number="${cloud.id}"]`)).toContain(`/hooks/whatsapp/${cloud.id}`)
+      await shot(page, 'numbers-cloud')
+      // a sandbox number's settings, changed in the browser; its failures, counted with the last error's words
+      const sandbox = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+      const refused = newPhone()
+      await page.reload()
+      await page.click(`[data-number="${sandbox.id}"] summary`)
+      await page.fill(`form[data-settings="${sandbox.id}"] input[name=delivered_after_ms]`, '')
+      await page.fill(`form[data-settings="${sandbox.id}"] input[name=fail_recipients]`, refused)
+      await page.click(`form[data-settings="${sandbox.id}"] button[type=submit]`)
+      await page.waitForSelector('#toast:has-text("Settings saved")')
+      expect((await srv.admin('GET', `/connections/${sandbox.id}`)).json.data.config).toMatchObject({ delivered_after_ms: null, read_after_ms: 3000, fail_recipients: [refused] })
+      await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const m = (await srv.api(t.key, 'POST', '/messages', { json: { connection_id: sandbox.id, recipient: refused, body: 'x' } })).json.data
+      await waitFor(async () => (await srv.api(t.key, 'GET', `/messages/${m.id}`)).json.data.status === 'failed')
+      await page.reload()
+      await page.waitForSelector(`[data-number="${sandbox.id}"] [data-last-failure]`)
+      expect(await page.textContent(`[data-number="${sandbox.id}"] .counts`)).toContain('failed in 24 h 1')
+      expect(await page.textContent(`[data-number="${sandbox.id}"] [data-last-failure]`)).toContain('recipient_unreachable The network could not deliver to this recipient.')
+      expect(await page.evaluate('window.__xss')).toBeUndefined()
+      await page.close()
+    } finally {
+      graph.stop(true)
+    }
+  })
+
   test('a banner above every page says what is wrong with the appliance: here, clamd unreachable', async () => {
     const bare = await TestServer.start() // its CAPSTAN_CLAMD names a socket nothing listens on
     const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })

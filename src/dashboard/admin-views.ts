@@ -52,6 +52,9 @@ const liveDoc = d.object({
   daily_cap: d.integer,
   warming_up: d.boolean,
   next_release_at: d.nullable(d.time),
+  status_reason: d.nullable(d.string('Why it is offline, in the words of its network or operator.')),
+  failed_last_day: { ...d.integer, description: 'Its sends of the last 24 hours that failed.' },
+  last_failure: d.nullable(d.object({ code: d.string(), message: d.string(), at: d.time }), { description: 'The newest of those, with its code and words.' }),
 })
 const dayDoc = d.object({ day: d.string('YYYY-MM-DD (UTC)'), sent: d.integer, delivered: d.integer, read: d.integer, failed: d.integer })
 const tag = 'Dashboard views'
@@ -68,7 +71,7 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         return {
           data: await Promise.all(svc.connections.listForWorkspace(ws.id).map(async (c) => {
             const policy = svc.connections.policyFor(c.row, workspacePolicy, now)
-            const [releases, queued, pending] = await Promise.all([svc.messages.releasesSince(c.row.id, now - DAY), svc.messages.queuedCount(c.row.id), svc.campaigns.pendingFor(c.row.id)])
+            const [releases, queued, pending, failures] = await Promise.all([svc.messages.releasesSince(c.row.id, now - DAY), svc.messages.queuedCount(c.row.id), svc.campaigns.pendingFor(c.row.id), svc.messages.failuresSince(c.row.id, now - DAY)])
             const depth = queued + pending
             return {
               id: c.row.id,
@@ -82,6 +85,9 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
               daily_cap: policy.daily_cap,
               warming_up: policy !== workspacePolicy,
               next_release_at: depth > 0 && c.row.status === 'online' ? iso(await svc.pacer.nextReleaseAt(c.row.id, policy)) : null,
+              status_reason: c.row.status_reason,
+              failed_last_day: failures.count,
+              last_failure: failures.last ? { code: failures.last.error_code ?? 'failed', message: failures.last.error_message ?? '', at: iso(failures.last.failed_at ?? now)! } : null,
             }
           })),
         }

@@ -302,6 +302,39 @@ async function webhookHistory(ws, params) {
   main.querySelectorAll('tr[data-row]').forEach((tr) => (tr.onclick = () => void open(tr.dataset.row, tr.querySelector('[data-open]'))))
 }
 
+/** The sandbox's settings as form fields (a number's, or the defaults). */
+function sandboxFields(c) {
+  const v = (x, d) => (x === undefined ? d : x === null ? '' : x)
+  return `<label>Delivered after (ms; empty: never)<input name="delivered_after_ms" type="number" min="0" max="86400000" value="${esc(v(c.delivered_after_ms, 1000))}"></label>
+    <label>Read after (ms; empty: never)<input name="read_after_ms" type="number" min="0" max="86400000" value="${esc(v(c.read_after_ms, 3000))}"></label>
+    <label>Accepts after (ms)<input name="accept_after_ms" type="number" min="0" value="${esc(v(c.accept_after_ms, 0))}"></label>
+    <label style="flex:1">Recipients that fail (comma-separated)<input name="fail_recipients" value="${esc((c.fail_recipients || []).join(', '))}"></label>`
+}
+
+/** The Cloud API settings as form fields; secrets are write-only (shown empty; empty on a change = unchanged). */
+function cloudFields(c, existing) {
+  const secret = (name, label) => `<label>${label}${existing ? ' (empty: unchanged)' : ''}<input name="${name}" type="password" autocomplete="off"${existing ? '' : ' required'}></label>`
+  return `<label>Phone number ID<input name="phone_number_id" ${existing ? '' : 'required'} value="${esc(c.phone_number_id || '')}"></label>
+    ${secret('access_token', 'Access token')}${secret('app_secret', 'App secret')}${secret('verify_token', 'Verify token')}
+    <label>Business account ID (waba_id, to import templates)<input name="waba_id" value="${esc(c.waba_id || '')}"></label>
+    <label>Graph API version<input name="graph_version" placeholder="v26.0" value="${esc(c.graph_version || '')}"></label>
+    <label>Graph API address<input name="graph_base_url" type="url" placeholder="https://graph.facebook.com" value="${esc(c.graph_base_url || '')}"></label>
+    <label>Wait for Meta's word (s)<input name="confirm_wait_seconds" type="number" min="0" max="3600" value="${esc(c.confirm_wait_seconds ?? '')}"></label>`
+}
+
+/** A driver's config from its form fields; on a change, empty secrets are left out (unchanged). */
+function configOf(driver, v, change) {
+  if (driver === 'sandbox') {
+    const ms = (x) => (x === '' || x === undefined ? null : Number(x))
+    return { delivered_after_ms: ms(v.delivered_after_ms), read_after_ms: ms(v.read_after_ms), accept_after_ms: Number(v.accept_after_ms || 0), fail_recipients: (v.fail_recipients || '').split(',').map((x) => x.trim()).filter(Boolean) }
+  }
+  const out = {}
+  for (const k of ['phone_number_id', 'access_token', 'app_secret', 'verify_token', 'waba_id', 'graph_version', 'graph_base_url']) if (v[k]) out[k] = v[k]
+  if (change && v.waba_id === '') out.waba_id = null
+  if (v.confirm_wait_seconds !== '' && v.confirm_wait_seconds !== undefined) out.confirm_wait_seconds = Number(v.confirm_wait_seconds)
+  return out
+}
+
 /** Words for why a campaign is paused. */
 const PAUSED_WHY = {
   requested: 'Paused by an operator: resume it to go on.',
@@ -445,13 +478,25 @@ const pages = {
   },
 
   async numbers(ws) {
-    const { data } = await api('GET', `/workspaces/${ws.id}/connections`)
+    const [{ data }, { data: live }] = await Promise.all([api('GET', `/workspaces/${ws.id}/connections`), api('GET', `/workspaces/${ws.id}/numbers/live`)])
+    const now = new Map(live.map((n) => [n.id, n]))
+    const field = (name, label, attrs = '') => `<label>${label}<input name="${name}" ${attrs}></label>`
     main.innerHTML = `<h1>Numbers</h1>
-      <div class="card"><form id="new-conn" class="inline"><label>Phone (E.164)<input name="phone" required placeholder="+14155550100"></label>
-      <label>Name<input name="name"></label><label>Network<select name="driver"><option value="sandbox">sandbox</option></select></label><button type="submit">Add number</button></form></div>
-      ${data.map((c) => `<div class="card"><strong>${esc(c.phone)}</strong> ${esc(c.name || '')} ${badge(c.status)} <span class="muted">${esc(c.driver)}</span>
-        ${c.status_reason ? `<div class="muted">Offline: ${esc(c.status_reason)}</div>` : ''}
+      <form id="new-conn" class="card"><h2>Add a number</h2>
+        <div class="filters"><label>Phone (E.164)<input name="phone" required placeholder="+14155550100"></label><label>Name<input name="name"></label>
+        <label>Network<select name="driver"><option value="sandbox">sandbox (no phone needed)</option><option value="cloud_api">WhatsApp Cloud API</option></select></label></div>
+        <fieldset class="filters" data-driver="sandbox"><legend class="muted">Sandbox</legend>${sandboxFields({})}</fieldset>
+        <fieldset class="filters" data-driver="cloud_api"><legend class="muted">Cloud API (from Meta's app dashboard; secrets are stored encrypted and never shown again)</legend>${cloudFields({}, false)}</fieldset>
+        <button type="submit">Add number</button></form>
+      ${data.map((c) => {
+        const n = now.get(c.id)
+        return `<div class="card" data-number="${esc(c.id)}"><strong>${esc(c.phone)}</strong> ${esc(c.name || '')} ${badge(c.status)} <span class="muted">${esc(c.driver)}</span>
+        ${c.status_reason ? `<p class="error-line">Offline: ${esc(c.status_reason)}</p>` : ''}
+        ${n ? `<p class="counts">Queue ${esc(n.queue_depth)} · last hour ${esc(n.sent_last_hour)} / ${esc(n.hourly_cap)} · last 24 h ${esc(n.sent_last_day)} / ${esc(n.daily_cap)}${n.warming_up ? ' (warming up)' : ''} · failed in 24 h ${esc(n.failed_last_day)}${n.next_release_at ? ` · next ${esc(when(n.next_release_at))}` : ''}</p>` : ''}
+        ${n && n.last_failure ? `<p class="muted" data-last-failure>Last failure (${esc(when(n.last_failure.at))}): <code>${esc(n.last_failure.code)}</code> ${esc(n.last_failure.message)}</p>` : ''}
+        ${c.driver === 'cloud_api' ? `<p class="muted">Meta's callback URL for it: <span class="mono">${esc(location.origin)}/hooks/whatsapp/${esc(c.id)}</span></p>` : ''}
         ${c.warmup?.day ? `<div class="muted">Warming up: day ${esc(c.warmup.day)} of ${esc(c.warmup.days)} (daily cap rising from ${esc(c.warmup.start_daily_cap)} to the workspace's)</div>` : ''}
+        <details><summary>Settings</summary><form class="filters" data-settings="${esc(c.id)}" data-kind="${esc(c.driver)}">${c.driver === 'cloud_api' ? cloudFields(c.config, true) : sandboxFields(c.config)}<button class="secondary" type="submit">Save settings</button></form></details>
         <form class="inline" data-warmup="${esc(c.id)}"><label>Warm up over (days)<input name="days" type="number" min="1" max="90" required value="${esc(c.warmup?.days ?? 14)}"></label>
           <label>First day's cap<input name="start_daily_cap" type="number" min="1" required value="${esc(c.warmup?.start_daily_cap ?? 20)}"></label>
           <button class="secondary" type="submit">${c.warmup?.day ? 'Restart warm-up' : 'Start warm-up'}</button>${c.warmup?.day ? ` <button class="secondary" type="button" data-warmup-end="${esc(c.id)}">End warm-up</button>` : ''}</form>
@@ -460,11 +505,24 @@ const pages = {
         <button class="danger" data-del="${esc(c.id)}">Remove</button></p>
         <div id="imported-${esc(c.id)}"></div>
         ${c.driver === 'sandbox' ? `<form class="inline" data-inbound="${esc(c.id)}"><label>Simulate inbound from<input name="from" required placeholder="+14155550123"></label>
-          <label style="flex:1">Text<input name="body" required></label><button class="secondary" type="submit">Receive</button></form>` : ''}</div>`).join('') || '<p class="muted">No numbers yet.</p>'}`
+          <label style="flex:1">Text<input name="body" required></label><button class="secondary" type="submit">Receive</button></form>` : ''}</div>`
+      }).join('') || '<p class="muted">No numbers yet.</p>'}`
+    const driverSelect = $('#new-conn select[name=driver]')
+    const showDriver = () => main.querySelectorAll('#new-conn [data-driver]').forEach((f) => {
+      f.hidden = f.dataset.driver !== driverSelect.value
+      f.disabled = f.hidden
+    })
+    driverSelect.onchange = showDriver
+    showDriver()
     $('#new-conn').onsubmit = (ev) => {
       ev.preventDefault()
-      act(() => api('POST', `/workspaces/${ws.id}/connections`, formData(ev.target)), 'Number added')
+      const v = formData(ev.target)
+      act(() => api('POST', `/workspaces/${ws.id}/connections`, { phone: v.phone, name: v.name || undefined, driver: v.driver, config: configOf(v.driver, v, false) }), 'Number added')
     }
+    main.querySelectorAll('form[data-settings]').forEach((f) => (f.onsubmit = (ev) => {
+      ev.preventDefault()
+      act(() => api('PATCH', `/connections/${f.dataset.settings}`, { config: configOf(f.dataset.kind, formData(f), true) }), 'Settings saved')
+    }))
     main.querySelectorAll('[data-toggle]').forEach((b) => (b.onclick = () => act(() => api('PATCH', `/connections/${b.dataset.toggle}`, { status: b.dataset.to }), `Number ${b.dataset.to}`)))
     main.querySelectorAll('[data-del]').forEach((b) => (b.onclick = () => confirm('Remove this number? Its queued messages fail.') && act(() => api('DELETE', `/connections/${b.dataset.del}`), 'Number removed')))
     main.querySelectorAll('[data-warmup]').forEach((f) => (f.onsubmit = (ev) => {

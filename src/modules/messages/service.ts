@@ -187,6 +187,11 @@ export class MessageService {
   }
 
   /** When the number released its messages since `since` (ms), oldest first: what the pacer counts. */
+  /** The number's sends since `since` that failed: how many, and the newest one's error. */
+  failuresSince(connectionId: string, since: number) {
+    return this.store.failuresSince(connectionId, since)
+  }
+
   releasesSince(connectionId: string, since: number): Promise<number[]> {
     return this.store.releasesSince(connectionId, since)
   }

@@ -132,6 +132,9 @@ const Q = {
   head: stmt("SELECT * FROM messages WHERE connection_id = ? AND status = 'queued' ORDER BY seq LIMIT ?"),
   queuedConnections: stmt("SELECT DISTINCT connection_id FROM messages WHERE status = 'queued'"),
   releases: stmt('SELECT sending_at FROM messages WHERE connection_id = ? AND sending_at >= ? ORDER BY sending_at'),
+  // through messages_releases as well: the number's sends since a time that failed, and the newest
+  failuresSince: stmt("SELECT COUNT(*) AS n FROM messages WHERE connection_id = ? AND sending_at >= ? AND status = 'failed'"),
+  lastFailureSince: stmt("SELECT error_code, error_message, failed_at FROM messages WHERE connection_id = ? AND sending_at >= ? AND status = 'failed' ORDER BY sending_at DESC LIMIT 1"),
   inFlight: stmt("SELECT * FROM messages WHERE status = 'sending'"),
   // through the queue's own index: the log's other messages are never read (a walk of the whole
   // table in seq order took 0.4 s a minute with 1,000,000 messages stored)
@@ -259,6 +262,12 @@ export class MessageStore {
     return (await this.db.all<{ connection_id: string }>(Q.queuedConnections)).map((r) => r.connection_id)
   }
   /** Release times of a number since `since` (for the trailing hour/day caps). */
+  /** How many of the number's sends since `since` failed, and the newest failure's code, words and time. */
+  async failuresSince(connectionId: string, since: number) {
+    const [count, last] = await Promise.all([this.db.get<{ n: number }>(Q.failuresSince, connectionId, since), this.db.get<{ error_code: string | null; error_message: string | null; failed_at: number | null }>(Q.lastFailureSince, connectionId, since)])
+    return { count: Number(count?.n ?? 0), last: last ?? null }
+  }
+
   async releasesSince(connectionId: string, since: number): Promise<number[]> {
     return (await this.db.all<{ sending_at: number }>(Q.releases, connectionId, since)).map((r) => r.sending_at)
   }
