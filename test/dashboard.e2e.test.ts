@@ -189,8 +189,15 @@ describe('dashboard', () => {
     await shot(page, 'sending-policy')
     await page.click('nav a:has-text("Overview")')
     await page.waitForSelector('svg.chart')
-    const tallest = await page.$$eval('svg.chart rect', (rs) => Math.max(...rs.map((r) => Number(r.getAttribute('height')))))
-    expect(tallest).toBeGreaterThan(0)
+    // today's figures, and today's points on the chart (UTC days)
+    const today = (await page.textContent('[data-period="1"]'))!
+    expect(today).toContain('1 sent')
+    expect(today).toContain('1 received')
+    expect(today).toContain('delivery rate 100%')
+    const points = await page.$$eval('svg.chart circle title', (ts) => ts.map((t) => t.textContent))
+    const day = new Date().toISOString().slice(0, 10)
+    expect(points).toEqual(expect.arrayContaining([`${day} sent: 1`, `${day} received: 1`, `${day} failed: 0`]))
+    expect(await page.textContent('.legend')).toBe('sentdeliveredreadfailedreceived')
     await shot(page, 'overview')
     // a phone-sized screen: the tables stack, nothing overflows sideways
     await page.setViewportSize({ width: 390, height: 844 })
@@ -804,6 +811,10 @@ describe('dashboard', () => {
       await page.waitForSelector(`[data-number="${sandbox.id}"] [data-last-failure]`)
       expect(await page.textContent(`[data-number="${sandbox.id}"] .counts`)).toContain('failed in 24 h 1')
       expect(await page.textContent(`[data-number="${sandbox.id}"] [data-last-failure]`)).toContain('recipient_unreachable The network could not deliver to this recipient.')
+      // the overview names it among the numbers that need a look
+      await page.click('nav a:has-text("Overview")')
+      await page.waitForSelector('.attention')
+      expect(await page.textContent('.attention')).toContain(`${sandbox.phone} 1 failed in 24 h — last: recipient_unreachable`)
       expect(await page.evaluate('window.__xss')).toBeUndefined()
       await page.close()
     } finally {

@@ -56,7 +56,7 @@ const liveDoc = d.object({
   failed_last_day: { ...d.integer, description: 'Its sends of the last 24 hours that failed.' },
   last_failure: d.nullable(d.object({ code: d.string(), message: d.string(), at: d.time }), { description: 'The newest of those, with its code and words.' }),
 })
-const dayDoc = d.object({ day: d.string('YYYY-MM-DD (UTC)'), sent: d.integer, delivered: d.integer, read: d.integer, failed: d.integer })
+const dayDoc = d.object({ day: d.string('YYYY-MM-DD (UTC)'), sent: d.integer, delivered: d.integer, read: d.integer, failed: d.integer, received: { ...d.integer, description: 'Messages received that day.' } })
 const tag = 'Dashboard views'
 
 export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
@@ -156,10 +156,10 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         const days = validate(daysQuery, query).days ?? 14
         const today = Math.floor(svc.deps.clock.now() / DAY) * DAY
         const since = today - (days - 1) * DAY
-        const rows = new Map<string, { day: string; sent: number; delivered: number; read: number; failed: number }>()
+        const rows = new Map<string, { day: string; sent: number; delivered: number; read: number; failed: number; received: number }>()
         for (let d = since; d <= today; d += DAY) {
           const day = new Date(d).toISOString().slice(0, 10)
-          rows.set(day, { day, sent: 0, delivered: 0, read: 0, failed: 0 })
+          rows.set(day, { day, sent: 0, delivered: 0, read: 0, failed: 0, received: 0 })
         }
         for (const [step, counts] of Object.entries(await svc.messages.perDay(params.id, since))) for (const r of counts) if (rows.has(r.day)) rows.get(r.day)![step as 'sent'] = r.n
         return { data: [...rows.values()] }

@@ -217,20 +217,48 @@ function tabs(ws, current) {
   $('#ws-name').textContent = `${ws.name} (${ws.status})`
 }
 
+/** The chart's series: a name and its colour (each also named in the legend). */
+const SERIES = [['sent', '#1f6feb'], ['delivered', '#2e7d32'], ['read', '#7b61ff'], ['failed', '#c62828'], ['received', '#b26a00']]
+
+/** Messages per day as lines over a grid, with a y axis of counts, an x axis of days and a legend. */
 function chart(days) {
-  const series = [['sent', '#1f6feb'], ['delivered', '#2e7d32'], ['read', '#7b61ff'], ['failed', '#c62828']]
-  const max = Math.max(1, ...days.flatMap((d) => series.map(([k]) => d[k])))
-  const w = 700
-  const h = 160
-  const group = w / days.length
-  const bw = Math.max(2, (group - 6) / series.length)
-  const bars = days.map((d, i) => series.map(([k, color], j) => {
-    const bh = Math.round((d[k] / max) * (h - 20))
-    return `<rect x="${i * group + 3 + j * bw}" y="${h - bh}" width="${bw - 1}" height="${bh}" fill="${color}"><title>${esc(d.day)} ${k}: ${d[k]}</title></rect>`
-  }).join('')).join('')
-  const labels = days.map((d, i) => (i % 2 === 0 ? `<text x="${i * group + 2}" y="${h + 14}" font-size="10" fill="#667085">${esc(d.day.slice(5))}</text>` : '')).join('')
-  return `<svg class="chart" viewBox="0 0 ${w} ${h + 18}" role="img" aria-label="Messages per day">${bars}${labels}</svg>
-    <div class="legend">${series.map(([k, c]) => `<span><span style="color:${c}">■</span> ${k}</span>`).join('')}</div>`
+  const max = Math.max(1, ...days.flatMap((d) => SERIES.map(([k]) => d[k])))
+  // a round top for the y axis: 1, 2 or 5 times a power of ten
+  const step = 10 ** Math.floor(Math.log10(max))
+  const top = [1, 2, 5, 10].map((m) => m * step).find((v) => v >= max)
+  const [w, h, left, bottom, pad] = [720, 200, 44, 22, 8]
+  const x = (i) => left + (days.length === 1 ? (w - left - pad) / 2 : (i * (w - left - pad)) / (days.length - 1))
+  const y = (v) => pad + (h - pad - bottom) * (1 - v / top)
+  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => Math.round(top * f))
+  const grid = ticks.map((v) => `<line x1="${left}" x2="${w - pad}" y1="${y(v)}" y2="${y(v)}" stroke="#e4e7ec"/><text x="${left - 6}" y="${y(v) + 4}" text-anchor="end" font-size="11" fill="#667085">${v.toLocaleString()}</text>`).join('')
+  const every = Math.ceil(days.length / 10)
+  const xLabels = days.map((d, i) => (i % every === 0 || i === days.length - 1 ? `<text x="${x(i)}" y="${h - 6}" text-anchor="middle" font-size="11" fill="#667085">${esc(d.day.slice(5))}</text>` : '')).join('')
+  const lines = SERIES.map(([k, color]) => `<polyline fill="none" stroke="${color}" stroke-width="2" points="${days.map((d, i) => `${x(i).toFixed(1)},${y(d[k]).toFixed(1)}`).join(' ')}"><title>${k}</title></polyline>
+    ${days.map((d, i) => `<circle cx="${x(i).toFixed(1)}" cy="${y(d[k]).toFixed(1)}" r="2.5" fill="${color}"><title>${esc(d.day)} ${k}: ${d[k]}</title></circle>`).join('')}`).join('')
+  return `<svg class="chart" viewBox="0 0 ${w} ${h}" role="img" aria-label="Messages per day: ${SERIES.map(([k]) => k).join(', ')}">
+    <line x1="${left}" x2="${left}" y1="${pad}" y2="${h - bottom}" stroke="#98a2b3"/><line x1="${left}" x2="${w - pad}" y1="${h - bottom}" y2="${h - bottom}" stroke="#98a2b3"/>${grid}${xLabels}${lines}</svg>
+    <div class="legend">${SERIES.map(([k, c]) => `<span><span class="swatch" style="background:${c}"></span>${k}</span>`).join('')}</div>`
+}
+
+/** Sums of the last `n` days (the newest last in `days`), with the rates that matter. */
+function headline(days, n) {
+  const part = days.slice(-n)
+  const sum = (k) => part.reduce((a, d) => a + d[k], 0)
+  const t = { sent: sum('sent'), delivered: sum('delivered'), read: sum('read'), failed: sum('failed'), received: sum('received') }
+  const pct = (a, b) => (b ? `${Math.round((a / b) * 100)}%` : '—')
+  return { ...t, deliveryRate: pct(t.delivered, t.sent), failureRate: pct(t.failed, t.sent + t.failed) }
+}
+
+/** Numbers that want a look: offline, failing, at a cap, or with a long queue. */
+function attention(live) {
+  const out = []
+  for (const n of live) {
+    if (n.status !== 'online') out.push([n, `offline${n.status_reason ? `: ${n.status_reason}` : ''}`])
+    else if (n.failed_last_day > 0) out.push([n, `${n.failed_last_day} failed in 24 h${n.last_failure ? ` — last: ${n.last_failure.code} ${n.last_failure.message}` : ''}`])
+    else if (n.sent_last_day >= n.daily_cap && n.queue_depth > 0) out.push([n, `at its daily cap (${n.daily_cap}) with ${n.queue_depth} waiting`])
+    else if (n.sent_last_hour >= n.hourly_cap && n.queue_depth > 0) out.push([n, `at its hourly cap (${n.hourly_cap}) with ${n.queue_depth} waiting`])
+  }
+  return out
 }
 
 function numbersLive(rows) {
@@ -435,9 +463,26 @@ async function campaignRecipients(ws, params) {
 
 const pages = {
   async overview(ws) {
-    const [{ data: days }, { data: live }] = await Promise.all([api('GET', `/workspaces/${ws.id}/stats/daily?days=14`), api('GET', `/workspaces/${ws.id}/numbers/live`)])
-    main.innerHTML = `<h1>Overview</h1><div class="card"><h2>Messages per day (14 days)</h2>${chart(days)}</div>
-      <div class="card"><h2>Numbers right now</h2>${numbersLive(live)}</div>`
+    const load = () => Promise.all([api('GET', `/workspaces/${ws.id}/stats/daily?days=30`), api('GET', `/workspaces/${ws.id}/numbers/live`)]).then(([a, b]) => [a.data, b.data])
+    const draw = ([days, live]) => {
+      const cards = [['Today', 1], ['Last 7 days', 7], ['Last 30 days', 30]].map(([label, n]) => {
+        const x = headline(days, n)
+        return `<div class="card figure" data-period="${n}"><h2>${label}</h2><p class="big">${x.sent.toLocaleString()} <span>sent</span></p>
+          <p>${x.delivered.toLocaleString()} delivered · ${x.read.toLocaleString()} read · ${x.failed.toLocaleString()} failed · ${x.received.toLocaleString()} received</p>
+          <p class="muted">delivery rate ${x.deliveryRate} · failure rate ${x.failureRate}</p></div>`
+      }).join('')
+      const look = attention(live)
+      return `<div class="figures">${cards}</div>
+        <div class="card"><h2>Messages per day (30 days, UTC)</h2>${chart(days.slice(-30))}</div>
+        <div class="card"><h2>Numbers that need a look</h2>${look.length ? `<ul class="attention">${look.map(([n, why]) => `<li><a href="#/w/${esc(ws.id)}/numbers">${esc(n.phone)}</a> ${esc(why)}</li>`).join('')}</ul>` : '<p class="muted">None: every number is online, without failures, under its caps.</p>'}</div>
+        <div class="card"><h2>Numbers right now</h2>${numbersLive(live)}</div>`
+    }
+    main.innerHTML = `<h1>Overview</h1><div id="overview">${draw(await load())}</div>`
+    live(10_000, async () => {
+      const next = draw(await load())
+      const el = $('#overview')
+      if (el) el.innerHTML = next
+    })
   },
 
   async keys(ws) {

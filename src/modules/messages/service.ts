@@ -221,9 +221,12 @@ export class MessageService {
     return this.store.queuedCount(connectionId)
   }
 
-  /** The workspace's outbound messages per UTC day since `since` (ms), by when each reached sent, delivered, read or failed. */
+  /**
+   * The workspace's outbound messages per UTC day since `since` (ms), by when each reached sent,
+   * delivered, read or failed; and the messages received per day.
+   */
   async perDay(workspaceId: string, since: number) {
-    const steps = ['sent', 'delivered', 'read', 'failed'] as const
+    const steps = ['sent', 'delivered', 'read', 'failed', 'received'] as const
     const counts = await Promise.all(steps.map((step) => this.store.perDay(workspaceId, step, since)))
     return Object.fromEntries(steps.map((step, i) => [step, counts[i]!])) as Record<(typeof steps)[number], { day: string; n: number }[]>
   }

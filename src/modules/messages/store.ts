@@ -118,11 +118,14 @@ function listStatements(filter: Filter): { page: Statement; count: Statement } {
   return { page: stmt(lite.page, pg.page), count: stmt(lite.count, pg.count) }
 }
 
-/** Per UTC day (YYYY-MM-DD) the outbound messages that reached a step: one statement per step's time column. */
-const perDayStatement = (col: string) =>
+/**
+ * Per UTC day (YYYY-MM-DD) the outbound messages that reached a step, one statement per step's
+ * time column — or, for `inbound`, the messages received (by when they were written).
+ */
+const perDayStatement = (col: string, direction: 'outbound' | 'inbound' = 'outbound') =>
   stmt(
-    `SELECT strftime('%Y-%m-%d', ${col} / 1000, 'unixepoch') AS day, COUNT(*) AS n FROM messages WHERE workspace_id = ? AND direction = 'outbound' AND ${col} >= ? GROUP BY day`,
-    `SELECT to_char(to_timestamp(${col} / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, COUNT(*) AS n FROM messages WHERE workspace_id = $1 AND direction = 'outbound' AND ${col} >= $2 GROUP BY day`,
+    `SELECT strftime('%Y-%m-%d', ${col} / 1000, 'unixepoch') AS day, COUNT(*) AS n FROM messages WHERE workspace_id = ? AND direction = '${direction}' AND ${col} >= ? GROUP BY day`,
+    `SELECT to_char(to_timestamp(${col} / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, COUNT(*) AS n FROM messages WHERE workspace_id = $1 AND direction = '${direction}' AND ${col} >= $2 GROUP BY day`,
   )
 
 const Q = {
@@ -172,7 +175,7 @@ const Q = {
     'INSERT INTO service_windows (connection_id, phone, workspace_id, last_inbound_at) VALUES (?, ?, ?, ?) ON CONFLICT (connection_id, phone) DO UPDATE SET last_inbound_at = CASE WHEN excluded.last_inbound_at > service_windows.last_inbound_at THEN excluded.last_inbound_at ELSE service_windows.last_inbound_at END',
   ),
   lastInbound: stmt('SELECT last_inbound_at FROM service_windows WHERE connection_id = ? AND phone = ?'),
-  perDay: { sent: perDayStatement('sent_at'), delivered: perDayStatement('delivered_at'), read: perDayStatement('read_at'), failed: perDayStatement('failed_at') },
+  perDay: { sent: perDayStatement('sent_at'), delivered: perDayStatement('delivered_at'), read: perDayStatement('read_at'), failed: perDayStatement('failed_at'), received: perDayStatement('created_at', 'inbound') },
 }
 
 export class MessageStore {
@@ -217,7 +220,7 @@ export class MessageStore {
   }
 
   /** Outbound messages of the workspace that reached `step` since `since` (ms), per UTC day (YYYY-MM-DD). */
-  perDay(workspaceId: string, step: 'sent' | 'delivered' | 'read' | 'failed', since: number) {
+  perDay(workspaceId: string, step: 'sent' | 'delivered' | 'read' | 'failed' | 'received', since: number) {
     return this.db.all<{ day: string; n: number }>(Q.perDay[step], workspaceId, since)
   }
 
