@@ -649,7 +649,7 @@ describe('dashboard', () => {
     /** Controls without a label of their own (a <label>, or aria-label). */
     const unlabelled = () => page.$$eval('main input:not([type=hidden]), main select, main textarea', (els) => els.filter((e) => !(e as unknown as { labels?: { length: number } }).labels?.length && !e.getAttribute('aria-label')).map((e) => e.outerHTML.slice(0, 80)))
     expect(await unlabelled()).toEqual([])
-    for (const [tab, heading] of [['overview', 'Overview'], ['keys', 'API keys'], ['numbers', 'Numbers'], ['policy', 'Sending policy and limits'], ['messages', 'Messages'], ['contacts', 'Contacts'], ['campaigns', 'Campaigns'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppression list'], ['audit', 'Audit log']]) {
+    for (const [tab, heading] of [['overview', 'Overview'], ['keys', 'API keys'], ['numbers', 'Numbers'], ['policy', 'Sending policy and limits'], ['messages', 'Messages'], ['contacts', 'Contacts'], ['templates', 'Templates'], ['campaigns', 'Campaigns'], ['groups', 'Groups'], ['media', 'Media'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppression list'], ['audit', 'Audit log']]) {
       await page.goto(`${srv.base}/admin#/w/${t.ws.id}/${tab}`)
       await page.waitForSelector(`h1:has-text("${heading}")`)
       await page.waitForFunction(`document.activeElement && document.activeElement.tagName === 'H1'`)
@@ -820,6 +820,45 @@ describe('dashboard', () => {
     } finally {
       graph.stop(true)
     }
+  })
+
+  test('groups: search them, sync every number with one button and see each outcome; media: each file with its type, size, scan verdict and expiry, downloaded', async () => {
+    const t = await srv.tenant()
+    const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+    const people = (n: number) => Array.from({ length: n }, () => newPhone())
+    expect((await srv.admin('PUT', `/connections/${conn.id}/sandbox/groups`, { groups: [
+      { external_id: 'g-1', name: 'VIP <svg/onload=window.__xss=1>', participants: people(12), announce: false, admin: true },
+      { external_id: 'g-2', name: 'Newsletter', participants: people(40), announce: true, admin: false },
+    ] })).status).toBe(200)
+    const fd = new FormData()
+    fd.set('file', new File([files.pdf()], 'price list <img src=x onerror=window.__xss=3>.pdf'))
+    const media = (await srv.api(t.key, 'POST', '/media', { multipart: fd })).json.data
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    await page.addInitScript('window.__xss = undefined')
+    await signIn(page)
+    await page.goto(`${srv.base}/admin#/w/${t.ws.id}/groups`)
+    await page.waitForSelector('#groups-total:has-text("0 groups")')
+    await page.click('#group-sync')
+    await page.waitForSelector(`#sync-outcome:has-text("${conn.phone}: synced · 2 groups")`)
+    expect(await page.textContent('#groups-total')).toContain('2 groups')
+    // largest first; a search by name
+    expect(await page.$$eval('tbody tr td:first-child', (tds) => tds.map((td) => td.textContent))).toEqual(['Newsletter (announcements)', 'VIP <svg/onload=window.__xss=1>'])
+    await page.fill('#group-search input[name=search]', 'vip')
+    await page.click('#group-search button[type=submit]')
+    await page.waitForSelector('#groups-total:has-text("1 group ·")')
+    await shot(page, 'groups')
+    await page.click('nav a:has-text("Media")')
+    await page.waitForSelector(`tr[data-media="${media.id}"]`)
+    const row = (await page.textContent(`tr[data-media="${media.id}"]`))!
+    expect(row).toContain('price list <img src=x onerror=window.__xss=3>.pdf')
+    expect(row).toContain('application/pdf')
+    expect(row).toContain('clean')
+    const href = (await page.getAttribute(`tr[data-media="${media.id}"] a`, 'href'))!
+    const got = await page.evaluate(`fetch(${JSON.stringify(href)}).then((r) => r.status)`)
+    expect(got).toBe(200)
+    await shot(page, 'media')
+    expect(await page.evaluate('window.__xss')).toBeUndefined()
+    await page.close()
   })
 
   test('a banner above every page says what is wrong with the appliance: here, clamd unreachable', async () => {

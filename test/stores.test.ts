@@ -207,6 +207,11 @@ describe.each(ENGINES)('media records on %s', (name) => {
       await tx.run(stmt("INSERT INTO messages (id, workspace_id, connection_id, direction, status, attachments, created_at, updated_at) VALUES (?, ?, ?, 'outbound', 'queued', ?, 0, 0)"), crypto.randomUUID(), ws, conn, JSON.stringify([queuedFor.id]))
     })
     expect(await store.get(ws, kept.id)).toEqual(kept)
+    // the operators' list: newest first (ties by id), counted, only the workspace's own
+    const page = await store.list(ws, 10, 0)
+    expect([page.total, page.rows.map((r) => r.id)]).toEqual([4, [kept, old, queuedFor, shared].map((r) => r.id).sort().reverse()])
+    expect((await store.list(ws, 2, 3)).rows.length).toBe(1)
+    expect(await store.list(crypto.randomUUID(), 10, 0)).toEqual({ rows: [], total: 0 })
     expect(await store.get(crypto.randomUUID(), kept.id)).toBeNull()
     expect((await store.expired(100, 10)).map((r) => r.id).sort()).toEqual([old.id, shared.id].sort())
     expect([await store.references(blob('a')), await store.references(blob('b')), await store.references(blob('z'))]).toEqual([2, 1, 0])

@@ -15,6 +15,8 @@ import { contactDoc } from '../modules/contacts/model'
 import { contactsPage } from '../modules/contacts/routes'
 import { downloadResponse } from '../modules/media/routes'
 import { messageDoc, STATUSES } from '../modules/messages/model'
+import { groupDoc, syncDoc } from '../modules/groups/model'
+import { mediaDoc } from '../modules/media/model'
 import type { Services } from '../services'
 
 const HOUR = 3_600_000
@@ -39,6 +41,9 @@ const logRowDoc = d.object({
   campaign: d.nullable(d.object({ id: d.uuid, name: d.string() }), { description: 'The campaign that sent it, or null.' }),
 })
 const daysQuery = s.object({ days: s.integer().range(1, 90).optional() })
+const groupsQuery = s.object({ search: s.string().length(0, 200).optional().describe('Case-insensitive match on the group name.'), ...pageQuery.shape })
+/** A file as the operators' list has it: its record, and what the scanner said of it. */
+const mediaRowDoc = d.object({ ...mediaDoc.properties, scan: d.constant('clean', { description: 'Every file stored passed the malware scan (one that did not was refused and never stored).' }), expired: d.boolean })
 
 const liveDoc = d.object({
   id: d.uuid,
@@ -148,6 +153,32 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         return downloadResponse(svc, await svc.media.get(params.id, params.mediaId.toLowerCase()), request.headers.get('range'))
       },
       { admin: true, detail: adminOp({ summary: 'A file of the message log', tag, ok: { status: 200, binary: true, description: 'The file, in its own type, as an attachment.' }, alsoOk: [{ status: 206, description: 'The part a Range header asked for.' }], errors: [404, 416] }) },
+    )
+    .get(
+      '/workspaces/:id/groups',
+      async ({ params, query }) => {
+        await svc.workspaces.find(params.id)
+        const q = validate(groupsQuery, query)
+        return paged(query, (l, o) => svc.groups.list(params.id, q.search || null, l, o), (g) => svc.groups.toPublic(g))
+      },
+      { admin: true, detail: adminOp({ summary: "A workspace's groups", description: 'As GET /api/v1/groups: largest first; search matches the name.', tag, query: groupsQuery, ok: { status: 200, data: groupDoc, list: true, description: 'A page of groups.' }, errors: [404, 422] }) },
+    )
+    .post(
+      '/workspaces/:id/groups/sync',
+      async ({ params }) => {
+        await svc.workspaces.find(params.id)
+        return { data: { numbers: await svc.groups.sync(params.id) } }
+      },
+      { admin: true, detail: adminOp({ summary: "Re-read the groups of a workspace's numbers", description: 'As POST /api/v1/groups/sync: one outcome per number.', tag, writes: true, ok: { status: 200, data: syncDoc, description: 'One entry per number.' }, errors: [404] }) },
+    )
+    .get(
+      '/workspaces/:id/media',
+      async ({ params, query }) => {
+        await svc.workspaces.find(params.id)
+        const now = svc.deps.clock.now()
+        return paged(query, (l, o) => svc.media.list(params.id, l, o), (m) => ({ ...svc.media.toPublic(m), scan: 'clean' as const, expired: m.expires_at <= now }))
+      },
+      { admin: true, detail: adminOp({ summary: "A workspace's media", description: 'Newest first; meta.total counts up to 10,000.', tag, query: pageQuery, ok: { status: 200, data: mediaRowDoc, list: true, description: 'A page of files.' }, errors: [404, 422] }) },
     )
     .get(
       '/workspaces/:id/stats/daily',

@@ -207,7 +207,7 @@ async function backupsPage() {
 
 const TABS = [
   ['overview', 'Overview'], ['keys', 'API keys'], ['numbers', 'Numbers'], ['policy', 'Sending policy'], ['messages', 'Messages'],
-  ['contacts', 'Contacts'], ['templates', 'Templates'], ['campaigns', 'Campaigns'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppressions'], ['audit', 'Audit log'],
+  ['contacts', 'Contacts'], ['templates', 'Templates'], ['campaigns', 'Campaigns'], ['groups', 'Groups'], ['media', 'Media'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppressions'], ['audit', 'Audit log'],
 ]
 
 function tabs(ws, current) {
@@ -887,6 +887,50 @@ const pages = {
         }
       }
     }))
+  },
+
+  async groups(ws, params = {}) {
+    const q = new URLSearchParams({ per_page: '50', page: params.page || '1', ...(params.search ? { search: params.search } : {}) })
+    const { data, meta } = await api('GET', `/workspaces/${ws.id}/groups?${q}`)
+    const page = (p) => `#/w/${esc(ws.id)}/groups?${esc(new URLSearchParams({ ...params, page: String(p) }))}`
+    main.innerHTML = `<h1>Groups</h1>
+      <form id="group-search" class="filters card"><label>Name<input name="search" type="search" value="${esc(params.search || '')}"></label><button type="submit" class="secondary">Search</button>
+      <button type="button" id="group-sync">Sync every number's groups</button></form><div id="sync-outcome"></div>
+      <p class="muted" id="groups-total">${esc(Number(meta.total).toLocaleString())} ${meta.total === 1 ? 'group' : 'groups'} · page ${esc(meta.page)} of ${esc(meta.last_page)}</p>
+      <table class="log"><thead><tr><th>Name</th><th class="c-num">Number</th><th class="c-n">People</th><th class="c-status">Can post</th><th class="c-when">Synced</th></tr></thead><tbody>
+      ${data.map((g) => `<tr><td>${esc(g.name)}${g.announce ? ' <span class="muted">(announcements)</span>' : ''}</td><td class="c-num">${esc(g.number || '—')}</td><td class="c-n">${esc(g.participant_count)}</td><td class="c-status">${g.can_send ? 'yes' : 'no'}</td><td class="c-when">${esc(short(g.synced_at))}</td></tr>`).join('')}</tbody></table>
+      ${data.length ? '' : '<p class="muted">No groups. A sandbox number is given groups with the admin API; a sync reads each number\'s.</p>'}
+      <p class="pager">${meta.page > 1 ? `<a href="${page(meta.page - 1)}">← previous</a>` : ''}${meta.page < meta.last_page ? `<a href="${page(meta.page + 1)}">next →</a>` : ''}</p>`
+    $('#group-search').onsubmit = (ev) => {
+      ev.preventDefault()
+      const { search } = formData(ev.target)
+      location.hash = `#/w/${ws.id}/groups${search ? `?${new URLSearchParams({ search })}` : ''}`
+    }
+    $('#group-sync').onclick = async (ev) => {
+      ev.target.disabled = true
+      try {
+        const { data: r } = await api('POST', `/workspaces/${ws.id}/groups/sync`)
+        await route()
+        $('#sync-outcome').innerHTML = `<div class="card"><strong>Synced</strong><ul>${r.numbers.map((n) => `<li>${esc(n.number)}: ${esc(n.status)}${n.groups !== null ? ` · ${esc(n.groups)} groups` : ''}${n.error ? ` — ${esc(n.error)}` : ''}</li>`).join('')}</ul></div>`
+      } catch (e) {
+        if (e.status !== 401) toast(errorText(e), true)
+      } finally {
+        ev.target.disabled = false
+      }
+    }
+  },
+
+  async media(ws, params = {}) {
+    const { data, meta } = await api('GET', `/workspaces/${ws.id}/media?per_page=50&page=${encodeURIComponent(params.page || '1')}`)
+    const size = (n) => (n >= 1048576 ? `${(n / 1048576).toFixed(1)} MB` : n >= 1024 ? `${Math.round(n / 1024)} KB` : `${n} B`)
+    const page = (p) => `#/w/${esc(ws.id)}/media?page=${p}`
+    main.innerHTML = `<h1>Media</h1><p class="muted">Files uploaded or sent by customers, each scanned for malware before it was stored (one that failed the scan was refused and never kept). They are kept until their expiry (the workspace's media retention), longer while a message or campaign still has to send them.</p>
+      <p class="muted" id="media-total">${esc(Number(meta.total).toLocaleString())} ${meta.total === 1 ? 'file' : 'files'} · page ${esc(meta.page)} of ${esc(meta.last_page)}</p>
+      <table class="log"><thead><tr><th>File</th><th class="c-num">Type</th><th class="c-n">Size</th><th class="c-status">Scan</th><th class="c-when">Added</th><th class="c-when">Expires</th></tr></thead><tbody>
+      ${data.map((m) => `<tr data-media="${esc(m.id)}"><td>${m.expired ? esc(m.filename) : `<a href="/admin/api/workspaces/${esc(ws.id)}/media/${esc(m.id)}/download">${esc(m.filename || m.id)}</a>`}</td><td class="c-num">${esc(m.mime_type)}</td><td class="c-n">${esc(size(m.size))}</td>
+        <td class="c-status">${badge(m.scan)}</td><td class="c-when">${esc(short(m.created_at))}</td><td class="c-when">${m.expired ? 'expired' : esc(short(m.expires_at))}</td></tr>`).join('')}</tbody></table>
+      ${data.length ? '' : '<p class="muted">No files.</p>'}
+      <p class="pager">${meta.page > 1 ? `<a href="${page(meta.page - 1)}">← newer</a>` : ''}${meta.page < meta.last_page ? `<a href="${page(meta.page + 1)}">older →</a>` : ''}</p>`
   },
 
   async webhooks(ws, params = {}) {

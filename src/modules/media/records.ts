@@ -29,6 +29,9 @@ const EXPIRED = (elements: string) => `SELECT * FROM media m WHERE m.expires_at 
 const Q = {
   insert: stmt('INSERT INTO media (id, workspace_id, sha256, blob, filename, mime_type, size, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)'),
   get: stmt('SELECT * FROM media WHERE id = ? AND workspace_id = ?'),
+  // through media_workspace (workspace_id, created_at DESC); counted at most as deep as a list pages
+  list: stmt('SELECT * FROM media WHERE workspace_id = ? ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?'),
+  count: stmt('SELECT COUNT(*) AS n FROM (SELECT 1 FROM media WHERE workspace_id = ? LIMIT 10000) AS found'),
   expired: stmt(EXPIRED('json_each(q.attachments) j'), pgPlaceholders(EXPIRED('json_array_elements_text(q.attachments::json) AS j(value)'))),
   remove: stmt('DELETE FROM media WHERE id = ?'),
   references: stmt('SELECT COUNT(*) AS n FROM media WHERE blob = ?'),
@@ -43,6 +46,11 @@ export class MediaRecordStore {
 
   async insert(tx: Queries, r: MediaRow) {
     await tx.run(Q.insert, r.id, r.workspace_id, r.sha256, r.blob, r.filename, r.mime_type, r.size, r.created_at, r.expires_at)
+  }
+  /** A page of the workspace's media, newest first, and how many it has (up to 10,000). */
+  async list(workspaceId: string, limit: number, offset: number) {
+    const [rows, count] = await Promise.all([this.db.all<MediaRow>(Q.list, workspaceId, limit, offset), this.db.get<{ n: number }>(Q.count, workspaceId)])
+    return { rows, total: Number(count?.n ?? 0) }
   }
   get(workspaceId: string, id: string, q: Queries = this.db) {
     return q.get<MediaRow>(Q.get, id, workspaceId)

@@ -48,6 +48,11 @@ export class MediaService {
     this.records = new MediaRecordStore(deps.engine)
   }
 
+  /** A page of the workspace's media, newest first (the operators' list). */
+  list(workspaceId: string, limit: number, offset: number) {
+    return this.records.list(workspaceId, limit, offset)
+  }
+
   toPublic(row: MediaRow): PublicMedia {
     return { id: row.id, filename: row.filename, mime_type: row.mime_type, size: row.size, sha256: row.sha256, created_at: iso(row.created_at), expires_at: iso(row.expires_at) }
   }
