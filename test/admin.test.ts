@@ -314,5 +314,12 @@ describe('audit log', () => {
     ])
     expect(log.text).not.toContain('+1555000995')
     expect(log.text).not.toContain('Exported Person')
+    // one kind or one action, with the names of what they are about (gone once it is removed)
+    const kind = async (action: string) => (await srv.admin('GET', `/workspaces/${ws.id}/audit-log?action=${action}`)).json
+    const workspaceEntries = await kind('workspace')
+    expect([workspaceEntries.meta.total, workspaceEntries.data.map((e: any) => [e.action, e.subject_name, e.actor])]).toEqual([1, [['workspace.updated', ws.name, 'operator']]])
+    expect((await kind('webhook')).data.map((e: any) => e.action)).toEqual(['webhook.removed', 'webhook.secret_rotated', 'webhook.recovered', 'webhook.updated', 'webhook.created'])
+    expect((await kind('connection.created')).data.map((e: any) => [e.subject_id, e.subject_name])).toEqual([[conn.id, null]])
+    expect((await srv.admin('GET', `/workspaces/${ws.id}/audit-log?action=DROP%20TABLE`)).status).toBe(422)
   })
 })

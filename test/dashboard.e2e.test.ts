@@ -861,6 +861,51 @@ describe('dashboard', () => {
     await page.close()
   })
 
+  test('contacts found by name and filtered by consent; suppressions a page at a time; the audit log with names, its actor, by kind', async () => {
+    const t = await srv.tenant()
+    for (const [name, consent] of [['Ada Lovelace', 'opted_in'], ['Adam Smith', 'opted_out'], ['Grace Hopper', 'opted_in'], ['<svg/onload=window.__xss=1>', 'unknown']]) await srv.api(t.key, 'POST', '/contacts', { json: { phone: newPhone(), name, consent_status: consent } })
+    for (let i = 0; i < 55; i++) await srv.admin('POST', `/workspaces/${t.ws.id}/suppressions`, { phone: newPhone(), reason: `complaint ${i}` })
+    const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
+    const hook = (await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: 'http://127.0.0.1:9/audited' })).json.data
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    await page.addInitScript('window.__xss = undefined')
+    await signIn(page)
+    await page.goto(`${srv.base}/admin#/w/${t.ws.id}/contacts`)
+    await page.waitForSelector('#contacts-total:has-text("4 contacts")')
+    await page.fill('#find input[name=search]', 'ADA')
+    await page.click('#find button[type=submit]')
+    await page.waitForSelector('#contacts-total:has-text("2 contacts")')
+    await page.selectOption('#find select[name=consent]', 'opted_in')
+    await page.click('#find button[type=submit]')
+    await page.waitForSelector('#contacts-total:has-text("1 contacts")')
+    expect(await page.isVisible('td:has-text("Ada Lovelace")')).toBe(true)
+    await page.fill('#find input[name=search]', '')
+    await page.selectOption('#find select[name=consent]', 'unknown')
+    await page.click('#find button[type=submit]')
+    await page.waitForSelector('td:has-text("<svg/onload=window.__xss=1>")')
+    await shot(page, 'contacts')
+    // 55 suppressed numbers, 50 a page
+    await page.click('nav a:has-text("Suppressions")')
+    await page.waitForSelector('#suppressions-total:has-text("55 numbers · page 1 of 2")')
+    await page.click('a:has-text("older →")')
+    await page.waitForSelector('#suppressions-total:has-text("page 2 of 2")')
+    expect(await page.$$eval('tbody tr', (rows) => rows.length)).toBe(5)
+    // the audit log: names beside ids, its actor, one kind at a time
+    await page.click('nav a:has-text("Audit log")')
+    await page.waitForSelector('#audit-total')
+    const text = (await page.textContent('main'))!
+    expect(text).toContain(conn.phone)
+    expect(text).toContain('http://127.0.0.1:9/audited')
+    expect(text).toContain('operator')
+    await page.selectOption('#audit-filter select[name=action]', 'webhook')
+    await page.click('#audit-filter button[type=submit]')
+    await page.waitForSelector('#audit-total:has-text("1 entry")')
+    expect(await page.textContent('tbody')).toContain(hook.url)
+    await shot(page, 'audit')
+    expect(await page.evaluate('window.__xss')).toBeUndefined()
+    await page.close()
+  })
+
   test('a banner above every page says what is wrong with the appliance: here, clamd unreachable', async () => {
     const bare = await TestServer.start() // its CAPSTAN_CLAMD names a socket nothing listens on
     const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })

@@ -126,6 +126,18 @@ describe.each(ENGINES)('contacts on %s', (name) => {
     expect((await store.list(ws, 10, 0)).map((r) => r.phone)).toEqual([c.phone, b.phone, a.phone])
     expect((await store.list(ws, 1, 1)).map((r) => r.phone)).toEqual([b.phone])
     expect(await store.count(ws)).toBe(3)
+    // the operators' search: by name in any case (% and _ as themselves), by consent, or both
+    const found = async (f: { name?: string; consent?: string }) => {
+      const r = await store.search(ws, f, 10, 0)
+      return [r.total, r.rows.map((x) => x.phone)]
+    }
+    expect(await found({ name: 'BOB' })).toEqual([1, [b.phone]])
+    expect(await found({ name: 'ada' })).toEqual([1, [a.phone]])
+    expect(await found({ name: '_' })).toEqual([0, []])
+    expect(await found({ consent: 'opted_in' })).toEqual([2, [c.phone, b.phone]])
+    expect(await found({ consent: 'opted_out' })).toEqual([1, [a.phone]])
+    expect(await found({ name: 'a', consent: 'opted_in' })).toEqual([0, []])
+    expect(await found({ name: 'o', consent: 'opted_in' })).toEqual([1, [b.phone]])
     expect((await store.after(ws, a.phone, 10)).map((r) => r.phone)).toEqual([b.phone, c.phone])
     expect(await store.numbersAfter(ws, '', 2)).toEqual([
       { phone: a.phone, created_at: 1000 },

@@ -118,6 +118,20 @@ describe.each(ENGINES)('audit log on %s', (name) => {
       ['hook-2', 102, ws],
     ])
     expect(typeof page.rows[0]!.id).toBe('number')
+    // one kind of action, or one action; `_` in a kind is no pattern
+    await engine.write(async (tx) => {
+      await auditIn(tx, ws, 'api_key.created', null, 200)
+      await auditIn(tx, ws, 'webhook.removed', null, 201)
+    })
+    const kinds = async (action: string) => {
+      const r = await log.list(ws, 10, 0, action)
+      return [r.total, r.rows.map((x) => x.action)]
+    }
+    expect(await kinds('webhook')).toEqual([6, ['webhook.removed', ...Array(5).fill('webhook.updated')]])
+    expect(await kinds('webhook.removed')).toEqual([1, ['webhook.removed']])
+    expect(await kinds('api_key')).toEqual([1, ['api_key.created']])
+    expect(await kinds('api')).toEqual([0, []])
+    expect(await kinds('contact')).toEqual([0, []])
   })
 })
 

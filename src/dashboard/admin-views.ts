@@ -41,6 +41,11 @@ const logRowDoc = d.object({
   campaign: d.nullable(d.object({ id: d.uuid, name: d.string() }), { description: 'The campaign that sent it, or null.' }),
 })
 const daysQuery = s.object({ days: s.integer().range(1, 90).optional() })
+const contactsQuery = s.object({
+  ...listContactsQuery.shape,
+  search: s.string().length(1, 100).optional().describe('Contacts whose name contains this (any case).', 'ada'),
+  consent: s.string().oneOf(['unknown', 'opted_in', 'opted_out']).optional().describe('Contacts of this consent only.'),
+})
 const groupsQuery = s.object({ search: s.string().length(0, 200).optional().describe('Case-insensitive match on the group name.'), ...pageQuery.shape })
 /** A file as the operators' list has it: its record, and what the scanner said of it. */
 const mediaRowDoc = d.object({ ...mediaDoc.properties, scan: d.constant('clean', { description: 'Every file stored passed the malware scan (one that did not was refused and never stored).' }), expired: d.boolean })
@@ -140,9 +145,21 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
       '/workspaces/:id/contacts',
       async ({ params, query }) => {
         await svc.workspaces.find(params.id)
-        return contactsPage(svc, params.id, query)
+        const q = validate(contactsQuery, { ...query, phone: queryPhone(query.phone) })
+        if (q.phone !== undefined || (q.search === undefined && q.consent === undefined)) return contactsPage(svc, params.id, query)
+        return paged(query, (l, o) => svc.contacts.search(params.id, { name: q.search, consent: q.consent }, l, o), (r) => svc.contacts.toPublic(r))
       },
-      { admin: true, detail: adminOp({ summary: "A workspace's contacts", tag, query: listContactsQuery, ok: { status: 200, data: contactDoc, list: true, description: 'A page of contacts, as GET /api/v1/contacts.' }, errors: [404, 422] }) },
+      {
+        admin: true,
+        detail: adminOp({
+          summary: "A workspace's contacts",
+          description: 'As GET /api/v1/contacts, and found by name (search) and/or consent; then meta.total counts up to 10,000.',
+          tag,
+          query: contactsQuery,
+          ok: { status: 200, data: contactDoc, list: true, description: 'A page of contacts, as GET /api/v1/contacts.' },
+          errors: [404, 422],
+        }),
+      },
     )
     // a file of the message log (what a customer sent, or what was sent to them), for the dashboard
     .get(

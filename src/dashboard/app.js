@@ -716,10 +716,13 @@ const pages = {
   },
 
   async contacts(ws, params) {
-    const q = new URLSearchParams({ per_page: '50', page: params.page || '1', ...(params.phone ? { phone: params.phone } : {}) })
+    const q = new URLSearchParams({ per_page: '50', page: params.page || '1', ...(params.phone ? { phone: params.phone } : {}), ...(params.search ? { search: params.search } : {}), ...(params.consent ? { consent: params.consent } : {}) })
     const { data, meta, problem } = await listOrProblem(`/workspaces/${ws.id}/contacts?${q}`)
-    main.innerHTML = `<h1>Contacts</h1><form id="find" class="inline card"><label>Contact's number<input name="phone" placeholder="+14155550123" value="${esc(params.phone || '')}"></label><button type="submit" class="secondary">Find</button>
-      <span class="muted">${esc(meta.total)} contacts · page ${esc(meta.page)} of ${esc(meta.last_page)}</span></form>${problem ? `<p class="card">${esc(problem)}</p>` : ''}
+    main.innerHTML = `<h1>Contacts</h1><form id="find" class="filters card"><label>Contact's number<input name="phone" placeholder="+14155550123" value="${esc(params.phone || '')}"></label>
+      <label>Name<input name="search" type="search" maxlength="100" value="${esc(params.search || '')}"></label>
+      <label>Consent<select name="consent"><option value="">any</option>${['opted_in', 'opted_out', 'unknown'].map((c) => `<option ${params.consent === c ? 'selected' : ''}>${c}</option>`).join('')}</select></label>
+      <button type="submit" class="secondary">Find</button> <a href="#/w/${esc(ws.id)}/contacts">Clear</a></form>
+      <p class="muted" id="contacts-total">${esc(Number(meta.total).toLocaleString())}${(params.search || params.consent) && meta.total >= 10000 ? '+' : ''} contacts · page ${esc(meta.page)} of ${esc(meta.last_page)}</p>${problem ? `<p class="card">${esc(problem)}</p>` : ''}
       <form id="import" class="inline card"><label>Import contacts from a CSV file (a header line with phone, and name, consent_status or metadata.&lt;key&gt; if you like; up to 100,000 rows) <input type="file" name="file" accept=".csv,text/csv" required></label><button type="submit" class="secondary">Import</button> <a href="/admin/api/workspaces/${esc(ws.id)}/contacts.csv" download>Download all as CSV</a></form><div id="import-result"></div>
       <p class="muted">Someone who asks for their data: <b>Export</b> downloads everything kept about them as JSON. Someone who asks to be forgotten: <b>Erase</b> deletes their contact, consent history and the files they sent, and leaves their messages in the log without their number, text or attachments — for good. To keep them from being messaged again, suppress the number first.</p>
       <table class="stack"><thead><tr><th>Phone</th><th>Name</th><th>Consent</th><th>Last activity</th><th></th></tr></thead><tbody>
@@ -729,8 +732,8 @@ const pages = {
       ${meta.page < meta.last_page ? ` <a href="#/w/${esc(ws.id)}/contacts?${new URLSearchParams({ ...params, page: String(meta.page + 1) })}">older →</a>` : ''}</p>`
     $('#find').onsubmit = (ev) => {
       ev.preventDefault()
-      const { phone } = formData(ev.target)
-      location.hash = `#/w/${ws.id}/contacts${phone ? `?${new URLSearchParams({ phone })}` : ''}`
+      const found = Object.fromEntries(Object.entries(formData(ev.target)).filter(([, v]) => v))
+      location.hash = `#/w/${ws.id}/contacts${Object.keys(found).length ? `?${new URLSearchParams(found)}` : ''}`
     }
     importForm(`/workspaces/${ws.id}/contacts/import`, (r) => `Contacts imported: ${r.created} new, ${r.updated} updated`)
     main.querySelectorAll('[data-export]').forEach((b) => (b.onclick = () => {
@@ -1010,13 +1013,16 @@ const pages = {
     main.querySelectorAll('[data-disable]').forEach((b) => (b.onclick = () => confirm('Disable this endpoint? Its pending deliveries are held until it is enabled again.') && act(() => api('PATCH', `/webhooks/${b.dataset.disable}`, { status: 'disabled' }), 'Endpoint disabled')))
   },
 
-  async suppressions(ws) {
-    const { data } = await api('GET', `/workspaces/${ws.id}/suppressions?per_page=100`)
+  async suppressions(ws, params = {}) {
+    const { data, meta } = await api('GET', `/workspaces/${ws.id}/suppressions?per_page=50&page=${encodeURIComponent(params.page || '1')}`)
+    const page = (p) => `#/w/${esc(ws.id)}/suppressions?page=${p}`
     main.innerHTML = `<h1>Suppression list</h1><p class="muted">Numbers here are never messaged, whatever their consent.</p>
       <div class="card"><form id="new-sup" class="inline"><label>Phone (E.164)<input name="phone" required></label><label style="flex:1">Reason<input name="reason"></label><button type="submit">Suppress</button></form></div>
       <form id="import" class="inline card"><label>Import a do-not-contact list from a CSV file (a header line with phone, and reason if you like; up to 100,000 rows) <input type="file" name="file" accept=".csv,text/csv" required></label><button type="submit" class="secondary">Import</button></form><div id="import-result"></div>
+      <p class="muted" id="suppressions-total">${esc(Number(meta.total).toLocaleString())} ${meta.total === 1 ? 'number' : 'numbers'} · page ${esc(meta.page)} of ${esc(meta.last_page)}</p>
       <table class="stack"><thead><tr><th>Phone</th><th>Reason</th><th>Since</th><th></th></tr></thead><tbody>
-      ${data.map((s) => `<tr>${cell('Phone', esc(s.phone))}${cell('Reason', esc(s.reason || ''))}${cell('Since', when(s.created_at))}${cell('', `<button class="secondary" data-unsup="${esc(s.phone)}">Remove</button>`)}</tr>`).join('')}</tbody></table>`
+      ${data.map((s) => `<tr>${cell('Phone', esc(s.phone))}${cell('Reason', esc(s.reason || ''))}${cell('Since', when(s.created_at))}${cell('', `<button class="secondary" data-unsup="${esc(s.phone)}">Remove</button>`)}</tr>`).join('')}</tbody></table>
+      <p class="pager">${meta.page > 1 ? `<a href="${page(meta.page - 1)}">← newer</a>` : ''}${meta.page < meta.last_page ? `<a href="${page(meta.page + 1)}">older →</a>` : ''}</p>`
     $('#new-sup').onsubmit = (ev) => {
       ev.preventDefault()
       const f = formData(ev.target)
@@ -1026,10 +1032,23 @@ const pages = {
     main.querySelectorAll('[data-unsup]').forEach((b) => (b.onclick = () => act(() => api('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(b.dataset.unsup)}`), 'Removed')))
   },
 
-  async audit(ws) {
-    const { data } = await api('GET', `/workspaces/${ws.id}/audit-log?per_page=100`)
-    main.innerHTML = `<h1>Audit log</h1><table class="stack"><thead><tr><th>When</th><th>Action</th><th>Key</th><th>About</th></tr></thead><tbody>
-      ${data.map((e) => `<tr>${cell('When', when(e.at))}${cell('Action', esc(e.action))}${cell('Key', `<span class="mono">${esc(e.key_id ?? '')}</span>`)}${cell('About', `<span class="mono">${esc(e.subject_id ?? '')}</span>`)}</tr>`).join('')}</tbody></table>`
+  async audit(ws, params = {}) {
+    const q = new URLSearchParams({ per_page: '50', page: params.page || '1', ...(params.action ? { action: params.action } : {}) })
+    const { data, meta } = await api('GET', `/workspaces/${ws.id}/audit-log?${q}`)
+    const KINDS = [['api_key', 'API keys'], ['workspace', 'workspace settings'], ['connection', 'numbers'], ['webhook', 'webhooks'], ['templates', 'template imports'], ['suppression', 'suppressions'], ['suppressions', 'suppression imports'], ['contact', 'contact exports and erasures'], ['contacts', 'contact imports and exports']]
+    const page = (p) => `#/w/${esc(ws.id)}/audit?${esc(new URLSearchParams({ ...params, page: String(p) }))}`
+    const about = (e) => (e.key_id ? `key ${e.key_name ? `“${e.key_name}”` : '(removed)'}` : e.subject_id ? (e.subject_name ? e.subject_name : `${e.subject_id} (removed)`) : '<span class="muted">— (a person: not named here)</span>')
+    main.innerHTML = `<h1>Audit log</h1>
+      <form id="audit-filter" class="filters card"><label>What<select name="action"><option value="">everything</option>${KINDS.map(([k, label]) => `<option value="${k}" ${params.action === k ? 'selected' : ''}>${label}</option>`).join('')}</select></label><button type="submit" class="secondary">Show</button></form>
+      <p class="muted" id="audit-total">${esc(Number(meta.total).toLocaleString())} ${meta.total === 1 ? 'entry' : 'entries'} · page ${esc(meta.page)} of ${esc(meta.last_page)} · every entry is an operator's (the admin token, this dashboard or the CLI)</p>
+      <table class="stack"><thead><tr><th>When</th><th>Action</th><th>By</th><th>About</th></tr></thead><tbody>
+      ${data.map((e) => `<tr>${cell('When', esc(when(e.at)))}${cell('Action', `<code>${esc(e.action)}</code>`)}${cell('By', esc(e.actor))}${cell('About', e.key_id || e.subject_id ? esc(about(e)) : about(e))}</tr>`).join('')}</tbody></table>
+      <p class="pager">${meta.page > 1 ? `<a href="${page(meta.page - 1)}">← newer</a>` : ''}${meta.page < meta.last_page ? `<a href="${page(meta.page + 1)}">older →</a>` : ''}</p>`
+    $('#audit-filter').onsubmit = (ev) => {
+      ev.preventDefault()
+      const { action } = formData(ev.target)
+      location.hash = `#/w/${ws.id}/audit${action ? `?${new URLSearchParams({ action })}` : ''}`
+    }
   },
 }
 

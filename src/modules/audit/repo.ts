@@ -9,6 +9,9 @@ import { type Queries, stmt } from '../../db/engine'
 const INSERT = stmt('INSERT INTO audit_log (workspace_id, action, key_id, subject_id, at) VALUES (?, ?, ?, ?, ?)')
 const LIST = stmt('SELECT * FROM audit_log WHERE workspace_id = ? ORDER BY id DESC LIMIT ? OFFSET ?')
 const COUNT = stmt('SELECT COUNT(*) AS n FROM audit_log WHERE workspace_id = ?')
+// one kind of entry (api_key, webhook, …) or one action: the workspace's entries walked newest first
+const LIST_OF = stmt('SELECT * FROM audit_log WHERE workspace_id = ? AND (action = ? OR action LIKE ?) ORDER BY id DESC LIMIT ? OFFSET ?')
+const COUNT_OF = stmt('SELECT COUNT(*) AS n FROM (SELECT 1 FROM audit_log WHERE workspace_id = ? AND (action = ? OR action LIKE ?) LIMIT 10000) AS found')
 
 export type AuditAction =
   | 'api_key.created'
@@ -56,8 +59,17 @@ export class AuditRepo {
     return auditIn(tx, workspaceId, action, keyId, at, subjectId)
   }
 
-  /** Newest first. */
-  async list(workspaceId: string, limit: number, offset: number) {
+  /**
+   * Newest first; `action`: only that action (`webhook.removed`) or that kind (`webhook`: every
+   * webhook.* entry), counted up to 10,000.
+   */
+  async list(workspaceId: string, limit: number, offset: number, action?: string) {
+    if (action) {
+      const kind = action.includes('.') ? action : null
+      const like = kind ? '' : `${action}.%`
+      const [rows, count] = await Promise.all([this.engine.all<AuditRow>(LIST_OF, workspaceId, kind ?? '', like, limit, offset), this.engine.get<{ n: number }>(COUNT_OF, workspaceId, kind ?? '', like)])
+      return { rows, total: Number(count!.n) }
+    }
     const [rows, count] = await Promise.all([this.engine.all<AuditRow>(LIST, workspaceId, limit, offset), this.engine.get<{ n: number }>(COUNT, workspaceId)])
     return { rows, total: count!.n }
   }

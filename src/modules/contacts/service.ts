@@ -166,6 +166,11 @@ export class ContactService {
   }
 
   /** A page of contacts, newest activity first; with `phone`, the one contact with that number (if any). */
+  /** The operators' search by name and/or consent (see ContactStore.search). */
+  search(workspaceId: string, f: { name?: string; consent?: string }, limit: number, offset: number) {
+    return this.store.search(workspaceId, f, limit, offset)
+  }
+
   async list(workspaceId: string, limit: number, offset: number, phone?: string) {
     if (phone !== undefined) {
       const row = await this.store.byPhone(workspaceId, phone)

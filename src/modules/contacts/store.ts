@@ -1,5 +1,5 @@
 /** Contacts, their consent ledger and network addresses on the store seam (docs/design/two-engines.md). */
-import { type Queries, stmt } from '../../db/engine'
+import { type Queries, type Statement, stmt } from '../../db/engine'
 
 export interface ContactRow {
   id: string
@@ -12,6 +12,26 @@ export interface ContactRow {
   updated_at: number
   last_activity_at: number
 }
+
+/**
+ * The operators' search: contacts whose name contains a text (any case: ASCII on SQLite's LIKE,
+ * Unicode on PostgreSQL's ILIKE) and/or of one consent, newest activity first; counted at most as
+ * deep as a list pages. Placeholders: the workspace, then the name pattern and/or the consent.
+ */
+function searchStatements(byName: boolean, byConsent: boolean): { page: Statement; count: Statement } {
+  const texts = (pg: boolean) => {
+    let i = 1
+    const p = () => (pg ? `$${++i}` : '?')
+    const where = [`workspace_id = ${pg ? '$1' : '?'}`]
+    if (byName) where.push(`name ${pg ? 'ILIKE' : 'LIKE'} ${p()} ESCAPE '\\'`)
+    if (byConsent) where.push(`consent_status = ${p()}`)
+    const key = where.join(' AND ')
+    return { page: `SELECT * FROM contacts WHERE ${key} ORDER BY last_activity_at DESC, ${pg ? 'id' : 'rowid'} DESC LIMIT ${p()} OFFSET ${p()}`, count: `SELECT COUNT(*) AS n FROM (SELECT 1 FROM contacts WHERE ${key} LIMIT 10000) AS found` }
+  }
+  const [lite, pg] = [texts(false), texts(true)]
+  return { page: stmt(lite.page, pg.page), count: stmt(lite.count, pg.count) }
+}
+const SEARCH = { n: searchStatements(true, false), c: searchStatements(false, true), nc: searchStatements(true, true) }
 
 const Q = {
   byPhone: stmt('SELECT * FROM contacts WHERE workspace_id = ? AND phone = ?'),
@@ -110,6 +130,15 @@ export class ContactStore {
   }
   list(workspaceId: string, limit: number, offset: number) {
     return this.db.all<ContactRow>(Q.list, workspaceId, limit, offset)
+  }
+  /** The operators' search: contacts whose name contains `name` (any case) and/or of one consent; counted up to 10,000. */
+  async search(workspaceId: string, f: { name?: string; consent?: string }, limit: number, offset: number) {
+    const s = SEARCH[`${f.name ? 'n' : ''}${f.consent ? 'c' : ''}` as keyof typeof SEARCH]
+    const params: string[] = [workspaceId]
+    if (f.name) params.push(`%${f.name.replace(/[\\%_]/g, (c) => `\\${c}`)}%`)
+    if (f.consent) params.push(f.consent)
+    const [rows, count] = await Promise.all([this.db.all<ContactRow>(s.page, ...params, limit, offset), this.db.get<{ n: number }>(s.count, ...params)])
+    return { rows, total: Number(count?.n ?? 0) }
   }
   async count(workspaceId: string): Promise<number> {
     return (await this.db.get<{ n: number }>(Q.count, workspaceId))?.n ?? 0

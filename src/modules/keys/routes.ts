@@ -3,11 +3,20 @@ import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { adminOp, d } from '../../http/docs'
 import { iso, paged, pageQuery } from '../../http/format'
-import { validate } from '../../http/schema'
+import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { createKeyBody, keyDoc, newKeyDoc } from './model'
 
-const auditDoc = d.object({ action: d.string('What happened: api_key.created, api_key.revoked, contact.erased, …'), key_id: d.nullable(d.uuid), subject_id: d.nullable(d.string()), at: d.time })
+const auditDoc = d.object({
+  action: d.string('What happened: api_key.created, api_key.revoked, contact.erased, …'),
+  key_id: d.nullable(d.uuid),
+  key_name: d.nullable(d.string('The name of the API key it is about (null once the key is removed).')),
+  subject_id: d.nullable(d.string()),
+  subject_name: d.nullable(d.string('What the subject is called: the number, the endpoint URL or the workspace name (null once it is removed).')),
+  actor: d.constant('operator', { description: 'Who did it: every entry is an operator’s (the admin token, the dashboard or the CLI); what API keys change is in the consent ledger and the message log.' }),
+  at: d.time,
+})
+const auditQuery = s.object({ action: s.string().length(1, 64).pattern(/^[a-z_]+(\.[a-z_]+)?$/, 'must be an action (webhook.removed) or a kind of action (webhook)').optional().describe('Only this action, or every action of this kind.', 'webhook'), ...pageQuery.shape })
 const tag = 'API keys'
 
 export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin>) {
@@ -45,9 +54,31 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
     .get(
       '/workspaces/:id/audit-log',
       async ({ params, query }) => {
-        await svc.workspaces.find(params.id)
-        return paged(query, (limit, offset) => svc.audit.list(params.id, limit, offset), (r) => ({ action: r.action, key_id: r.key_id, subject_id: r.subject_id, at: iso(r.at) }))
+        const ws = await svc.workspaces.find(params.id)
+        const { action } = validate(auditQuery, query)
+        // names beside the ids, each looked up once a page
+        const names = new Map<string, Promise<string | null>>()
+        const once = (id: string, look: () => Promise<string | null>) => names.get(id) ?? names.set(id, look().catch(() => null)).get(id)!
+        const subjectName = (kind: string, id: string): Promise<string | null> => {
+          if (id === ws.id) return Promise.resolve(ws.name)
+          if (kind === 'connection' || kind === 'templates') return Promise.resolve(svc.connections.find(id)?.row.phone ?? null)
+          if (kind === 'webhook') return once(id, async () => (await svc.webhooks.get(id)).url)
+          return Promise.resolve(null)
+        }
+        return paged(
+          query,
+          (limit, offset) => svc.audit.list(params.id, limit, offset, action),
+          async (r) => ({
+            action: r.action,
+            key_id: r.key_id,
+            key_name: r.key_id ? await once(r.key_id, () => svc.keys.nameOf(r.key_id!)) : null,
+            subject_id: r.subject_id,
+            subject_name: r.subject_id ? await subjectName(r.action.split('.')[0]!, r.subject_id) : null,
+            actor: 'operator' as const,
+            at: iso(r.at),
+          }),
+        )
       },
-      { admin: true, detail: adminOp({ summary: "A workspace's audit log", tag, query: pageQuery, ok: { status: 200, data: auditDoc, list: true, description: 'Newest first.' }, errors: [404, 422] }) },
+      { admin: true, detail: adminOp({ summary: "A workspace's audit log", description: 'Newest first, with the names of what each entry is about; action narrows it to one action or kind (then meta.total counts up to 10,000).', tag, query: auditQuery, ok: { status: 200, data: auditDoc, list: true, description: 'Newest first.' }, errors: [404, 422] }) },
     )
 }

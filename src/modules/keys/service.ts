@@ -91,6 +91,11 @@ export class KeyService {
     }
   }
   /** The workspace's keys, newest first. */
+  /** A key's name, or null when there is no such key (removed). */
+  async nameOf(id: string): Promise<string | null> {
+    return (await this.store.get(id))?.name ?? null
+  }
+
   listForWorkspace(workspaceId: string): Promise<KeyRow[]> {
     return this.store.listForWorkspace(workspaceId)
   }
