@@ -45,12 +45,13 @@ async function api(method, path, body) {
   return json
 }
 
+let toastTimer = 0
 function toast(text, error = false) {
   const t = $('#toast')
   t.textContent = text
   t.className = `toast show${error ? ' error' : ''}`
-  clearTimeout(toast.timer)
-  toast.timer = setTimeout(() => (t.className = 'toast'), 3500)
+  clearTimeout(toastTimer)
+  toastTimer = setTimeout(() => (t.className = 'toast'), 3500)
 }
 
 function errorText(e) {
@@ -250,9 +251,9 @@ function headline(days, n) {
 }
 
 /** Numbers that want a look: offline, failing, at a cap, or with a long queue. */
-function attention(live) {
+function attention(numbersNow) {
   const out = []
-  for (const n of live) {
+  for (const n of numbersNow) {
     if (n.status !== 'online') out.push([n, `offline${n.status_reason ? `: ${n.status_reason}` : ''}`])
     else if (n.failed_last_day > 0) out.push([n, `${n.failed_last_day} failed in 24 h${n.last_failure ? ` — last: ${n.last_failure.code} ${n.last_failure.message}` : ''}`])
     else if (n.sent_last_day >= n.daily_cap && n.queue_depth > 0) out.push([n, `at its daily cap (${n.daily_cap}) with ${n.queue_depth} waiting`])
@@ -363,6 +364,24 @@ function configOf(driver, v, change) {
   return out
 }
 
+/** A number's moving figures: its queue and sends against its caps, its failures and the last one's words. */
+function numberNow(n) {
+  if (!n) return ''
+  return `<p class="counts">Queue ${esc(n.queue_depth)} · last hour ${esc(n.sent_last_hour)} / ${esc(n.hourly_cap)} · last 24 h ${esc(n.sent_last_day)} / ${esc(n.daily_cap)}${n.warming_up ? ' (warming up)' : ''} · failed in 24 h ${esc(n.failed_last_day)}${n.next_release_at ? ` · next ${esc(when(n.next_release_at))}` : ''}</p>
+    ${n.last_failure ? `<p class="muted" data-last-failure>Last failure (${esc(when(n.last_failure.at))}): <code>${esc(n.last_failure.code)}</code> ${esc(n.last_failure.message)}</p>` : ''}`
+}
+
+/** An endpoint's health: a coloured word, the share delivered and failures in a row, the last error. */
+function hookHealth(id, x) {
+  const words = { healthy: 'healthy', degraded: 'some failures', failing: 'failing', disabled: 'disabled', unknown: 'no deliveries yet' }
+  const parts = []
+  if (x.success_rate !== null) parts.push(`${Math.round(x.success_rate * 100)}% of the last ${x.recent} delivered`)
+  if (x.consecutive_failures) parts.push(`${x.consecutive_failures} failed in a row`)
+  if (x.last_success_at) parts.push(`last delivered ${when(x.last_success_at)}`)
+  return `<span class="badge hb ${esc(x.state)}" data-health="${esc(id)}">${esc(words[x.state] || x.state)}</span>
+    <p class="muted">${esc(parts.join(' · '))}</p>${x.last_error ? `<p class="error-line">Last error (${esc(when(x.last_error_at))}): ${esc(x.last_error)}</p>` : ''}`
+}
+
 /** Words for why a campaign is paused. */
 const PAUSED_WHY = {
   requested: 'Paused by an operator: resume it to go on.',
@@ -463,19 +482,20 @@ async function campaignRecipients(ws, params) {
 
 const pages = {
   async overview(ws) {
+    /** @returns {Promise<[any[], any[]]>} */
     const load = () => Promise.all([api('GET', `/workspaces/${ws.id}/stats/daily?days=30`), api('GET', `/workspaces/${ws.id}/numbers/live`)]).then(([a, b]) => [a.data, b.data])
-    const draw = ([days, live]) => {
+    const draw = ([days, numbersNow]) => {
       const cards = [['Today', 1], ['Last 7 days', 7], ['Last 30 days', 30]].map(([label, n]) => {
         const x = headline(days, n)
         return `<div class="card figure" data-period="${n}"><h2>${label}</h2><p class="big">${x.sent.toLocaleString()} <span>sent</span></p>
           <p>${x.delivered.toLocaleString()} delivered · ${x.read.toLocaleString()} read · ${x.failed.toLocaleString()} failed · ${x.received.toLocaleString()} received</p>
           <p class="muted">delivery rate ${x.deliveryRate} · failure rate ${x.failureRate}</p></div>`
       }).join('')
-      const look = attention(live)
+      const look = attention(numbersNow)
       return `<div class="figures">${cards}</div>
         <div class="card"><h2>Messages per day (30 days, UTC)</h2>${chart(days.slice(-30))}</div>
         <div class="card"><h2>Numbers that need a look</h2>${look.length ? `<ul class="attention">${look.map(([n, why]) => `<li><a href="#/w/${esc(ws.id)}/numbers">${esc(n.phone)}</a> ${esc(why)}</li>`).join('')}</ul>` : '<p class="muted">None: every number is online, without failures, under its caps.</p>'}</div>
-        <div class="card"><h2>Numbers right now</h2>${numbersLive(live)}</div>`
+        <div class="card"><h2>Numbers right now</h2>${numbersLive(numbersNow)}</div>`
     }
     main.innerHTML = `<h1>Overview</h1><div id="overview">${draw(await load())}</div>`
     live(10_000, async () => {
@@ -504,6 +524,7 @@ const pages = {
       ev.preventDefault()
       const f = ev.target
       const scopes = [...f.querySelectorAll('input[name=scope]:checked')].map((i) => i.value)
+      /** @type {Record<string, unknown>} */
       const body = { name: f.name.value, ...(scopes.length ? { scopes } : {}) }
       if (f.expires_at.value) body.expires_at = new Date(f.expires_at.value).toISOString()
       const ips = f.allowed_ips.value.split(',').map((v) => v.trim()).filter(Boolean)
@@ -523,8 +544,8 @@ const pages = {
   },
 
   async numbers(ws) {
-    const [{ data }, { data: live }] = await Promise.all([api('GET', `/workspaces/${ws.id}/connections`), api('GET', `/workspaces/${ws.id}/numbers/live`)])
-    const now = new Map(live.map((n) => [n.id, n]))
+    const [{ data }, { data: numbersNow }] = await Promise.all([api('GET', `/workspaces/${ws.id}/connections`), api('GET', `/workspaces/${ws.id}/numbers/live`)])
+    const now = new Map(numbersNow.map((n) => [n.id, n]))
     const field = (name, label, attrs = '') => `<label>${label}<input name="${name}" ${attrs}></label>`
     main.innerHTML = `<h1>Numbers</h1>
       <form id="new-conn" class="card"><h2>Add a number</h2>
@@ -537,8 +558,7 @@ const pages = {
         const n = now.get(c.id)
         return `<div class="card" data-number="${esc(c.id)}"><strong>${esc(c.phone)}</strong> ${esc(c.name || '')} ${badge(c.status)} <span class="muted">${esc(c.driver)}</span>
         ${c.status_reason ? `<p class="error-line">Offline: ${esc(c.status_reason)}</p>` : ''}
-        ${n ? `<p class="counts">Queue ${esc(n.queue_depth)} · last hour ${esc(n.sent_last_hour)} / ${esc(n.hourly_cap)} · last 24 h ${esc(n.sent_last_day)} / ${esc(n.daily_cap)}${n.warming_up ? ' (warming up)' : ''} · failed in 24 h ${esc(n.failed_last_day)}${n.next_release_at ? ` · next ${esc(when(n.next_release_at))}` : ''}</p>` : ''}
-        ${n && n.last_failure ? `<p class="muted" data-last-failure>Last failure (${esc(when(n.last_failure.at))}): <code>${esc(n.last_failure.code)}</code> ${esc(n.last_failure.message)}</p>` : ''}
+        <div class="number-now">${numberNow(n)}</div>
         ${c.driver === 'cloud_api' ? `<p class="muted">Meta's callback URL for it: <span class="mono">${esc(location.origin)}/hooks/whatsapp/${esc(c.id)}</span></p>` : ''}
         ${c.warmup?.day ? `<div class="muted">Warming up: day ${esc(c.warmup.day)} of ${esc(c.warmup.days)} (daily cap rising from ${esc(c.warmup.start_daily_cap)} to the workspace's)</div>` : ''}
         <details><summary>Settings</summary><form class="filters" data-settings="${esc(c.id)}" data-kind="${esc(c.driver)}">${c.driver === 'cloud_api' ? cloudFields(c.config, true) : sandboxFields(c.config)}<button class="secondary" type="submit">Save settings</button></form></details>
@@ -552,6 +572,14 @@ const pages = {
         ${c.driver === 'sandbox' ? `<form class="inline" data-inbound="${esc(c.id)}"><label>Simulate inbound from<input name="from" required placeholder="+14155550123"></label>
           <label style="flex:1">Text<input name="body" required></label><button class="secondary" type="submit">Receive</button></form>` : ''}</div>`
       }).join('') || '<p class="muted">No numbers yet.</p>'}`
+    // the figures move: refreshed every 5 s, the forms left as they are
+    live(5000, async () => {
+      const { data: fresh } = await api('GET', `/workspaces/${ws.id}/numbers/live`)
+      for (const n of fresh) {
+        const el = document.querySelector(`[data-number="${CSS.escape(n.id)}"] .number-now`)
+        if (el) el.innerHTML = numberNow(n)
+      }
+    })
     const driverSelect = $('#new-conn select[name=driver]')
     const showDriver = () => main.querySelectorAll('#new-conn [data-driver]').forEach((f) => {
       f.hidden = f.dataset.driver !== driverSelect.value
@@ -600,7 +628,7 @@ const pages = {
   async policy(ws) {
     const full = (await api('GET', `/workspaces/${ws.id}`)).data
     const p = full.settings.sending_policy
-    const { data: live } = await api('GET', `/workspaces/${ws.id}/numbers/live`)
+    const { data: numbersNow } = await api('GET', `/workspaces/${ws.id}/numbers/live`)
     main.innerHTML = `<h1>Sending policy and limits</h1>
       <div class="card"><form id="policy" class="inline">
         <label>Hourly cap per number<input name="hourly_cap" type="number" min="1" value="${esc(p.hourly_cap)}"></label>
@@ -615,7 +643,12 @@ const pages = {
         <label>Media storage in all (bytes; empty = the disk)<input name="max_total_bytes" type="number" min="1048576" value="${esc(full.settings.media.max_total_bytes ?? '')}"></label>
         <label>Message content kept (days; empty = for good)<input name="content_retention_days" type="number" min="1" value="${esc(full.settings.messages.content_retention_days ?? '')}"></label>
         <button type="submit">Save limits</button></form></div>
-      <div class="card"><h2>Per number</h2>${numbersLive(live)}</div>`
+      <div class="card"><h2>Per number</h2><div id="per-number">${numbersLive(numbersNow)}</div></div>`
+    live(5000, async () => {
+      const { data: fresh } = await api('GET', `/workspaces/${ws.id}/numbers/live`)
+      const el = $('#per-number')
+      if (el) el.innerHTML = numbersLive(fresh)
+    })
     $('#policy').onsubmit = (ev) => {
       ev.preventDefault()
       const f = formData(ev.target)
@@ -804,7 +837,7 @@ const pages = {
     live(3000, async () => {
       const [{ data: now }, { data: numbersNow }] = await Promise.all([api('GET', `${base}/campaigns?per_page=100`), api('GET', `${base}/numbers/live`)])
       for (const c of now) {
-        const el = document.querySelector(`[data-campaign="${CSS.escape(c.id)}"]`)
+        const el = /** @type {HTMLElement | null} */ (document.querySelector(`[data-campaign="${CSS.escape(c.id)}"]`))
         if (!el) continue
         if (el.dataset.status !== c.status) {
           el.outerHTML = campaignCard(ws, c, templates, numbers, numbersNow)
@@ -940,27 +973,27 @@ const pages = {
     if (params.endpoint) return webhookHistory(ws, params)
     const { data } = await api('GET', `/workspaces/${ws.id}/webhooks`)
     const healths = await Promise.all(data.map((h) => api('GET', `/webhooks/${h.id}/health`).then((r) => r.data)))
-    const HEALTH_WORDS = { healthy: 'healthy', degraded: 'some failures', failing: 'failing', disabled: 'disabled', unknown: 'no deliveries yet' }
-    const healthLine = (x) => {
-      const parts = []
-      if (x.success_rate !== null) parts.push(`${Math.round(x.success_rate * 100)}% of the last ${x.recent} delivered`)
-      if (x.consecutive_failures) parts.push(`${x.consecutive_failures} failed in a row`)
-      if (x.last_success_at) parts.push(`last delivered ${when(x.last_success_at)}`)
-      return parts.join(' · ')
-    }
     main.innerHTML = `<h1>Webhooks</h1>
       <div class="card"><form id="new-hook"><div class="inline"><label style="flex:1">URL<input name="url" required placeholder="https://shop.example/capstan"></label></div>
       <fieldset class="scopes"><legend class="muted">Events (none ticked = every event)</legend>${EVENTS.map((e) => `<label><input type="checkbox" name="event" value="${e}">${e}</label>`).join('')}</fieldset>
       <button type="submit">Add endpoint</button></form><div id="new-hook-secret"></div></div>
-      ${data.map((h, i) => `<div class="card health-${esc(healths[i].state)}" data-hook="${esc(h.id)}"><span class="mono">${esc(h.url)}</span> ${badge(h.status)} <span class="badge hb ${esc(healths[i].state)}" data-health="${esc(h.id)}">${esc(HEALTH_WORDS[healths[i].state] || healths[i].state)}</span>
-        <p class="muted">${esc(healthLine(healths[i]))}</p>
-        ${healths[i].last_error ? `<p class="error-line">Last error (${esc(when(healths[i].last_error_at))}): ${esc(healths[i].last_error)}</p>` : ''}
+      ${data.map((h, i) => `<div class="card health-${esc(healths[i].state)}" data-hook="${esc(h.id)}"><span class="mono">${esc(h.url)}</span> ${badge(h.status)} <span class="health-now">${hookHealth(h.id, healths[i])}</span>
         <p class="muted">${esc(h.events.join(', '))}${h.headers.length ? ` · extra headers: ${esc(h.headers.join(', '))}` : ''}</p>
         <p><a class="button secondary" href="#/w/${esc(ws.id)}/webhooks?endpoint=${esc(h.id)}">Delivery history</a> <button class="secondary" data-secret="${esc(h.id)}">Show signing secret</button> <button class="secondary" data-rotate="${esc(h.id)}">Rotate secret</button> <button class="secondary" data-headers="${esc(h.id)}">Extra headers…</button> ${h.status === 'disabled' ? `<button data-enable="${esc(h.id)}">Enable again</button>` : `<button class="secondary" data-test="${esc(h.id)}">Send test event</button> <button class="secondary" data-disable="${esc(h.id)}">Disable</button>`} <button class="danger" data-del="${esc(h.id)}">Remove</button></p>
         ${h.status === 'active' ? `<p class="inline"><select data-since="${esc(h.id)}" aria-label="Failed deliveries of events from the">${RECOVER_PERIODS.map(([hours, label]) => `<option value="${hours}">${label}</option>`).join('')}</select> <button class="secondary" data-recover="${esc(h.id)}">Send failed deliveries again</button></p>` : ''}
         ${h.previous_secret_expires_at ? `<p class="muted">The previous secret also signs until ${when(h.previous_secret_expires_at)}: switch the receiver to the new one before then.</p>` : ''}
         ${h.status === 'disabled' ? '<p class="muted">Disabled: no events are written for it. Enabling it again sends the deliveries that were pending when it was disabled.</p>' : ''}
         <div id="secret-${esc(h.id)}"></div></div>`).join('') || '<p class="muted">No endpoints yet.</p>'}`
+    // health moves with every delivery: refreshed every 10 s
+    live(10_000, async () => {
+      for (const h of data) {
+        const { data: x } = await api('GET', `/webhooks/${h.id}/health`)
+        const card = document.querySelector(`[data-hook="${CSS.escape(h.id)}"]`)
+        if (!card) continue
+        card.className = `card health-${x.state}`
+        card.querySelector('.health-now').innerHTML = hookHealth(h.id, x)
+      }
+    })
     $('#new-hook').onsubmit = async (ev) => {
       ev.preventDefault()
       const f = ev.target
