@@ -906,6 +906,41 @@ describe('dashboard', () => {
     await page.close()
   })
 
+  test('a tour of every page with a workspace in use: each one fits a 390 px screen without sideways scrolling (screenshots of each, desktop and phone)', async () => {
+    const t = await srv.tenant()
+    await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), name: 'Shop', driver: 'sandbox', config: { delivered_after_ms: 20, read_after_ms: 40, fail_recipients: [] } })).json.data
+    await srv.admin('PUT', `/connections/${conn.id}/sandbox/groups`, { groups: [{ external_id: 'g-1', name: 'VIP customers', participants: [newPhone(), newPhone()], announce: false, admin: true }] })
+    await srv.admin('POST', `/workspaces/${t.ws.id}/groups/sync`)
+    for (const name of ['Ada Lovelace', 'Grace Hopper', 'Alan Turing']) await srv.api(t.key, 'POST', '/contacts', { json: { phone: newPhone(), name, consent_status: 'opted_in', metadata: { list: 'tour' } } })
+    const tpl = (await srv.api(t.key, 'POST', '/templates', { json: { name: 'Order update', body: 'Hi {{name}}, your order has shipped.' } })).json.data
+    const camp = (await srv.api(t.key, 'POST', '/campaigns', { json: { name: 'Shipping notice', template_id: tpl.id, connection_id: conn.id, audience: { metadata: { list: 'tour' } } } })).json.data
+    await srv.api(t.key, 'POST', `/campaigns/${camp.id}/schedule`, { json: {} })
+    await waitFor(async () => (await srv.api(t.key, 'GET', `/campaigns/${camp.id}`)).json.data.status === 'completed')
+    const fd = new FormData()
+    fd.set('file', new File([files.pdf()], 'invoice-1001.pdf'))
+    await srv.api(t.key, 'POST', '/media', { multipart: fd })
+    await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: 'http://127.0.0.1:9/orders' })
+    await srv.admin('POST', `/workspaces/${t.ws.id}/suppressions`, { phone: newPhone(), reason: 'asked not to be contacted' })
+    await srv.admin('POST', `/workspaces/${t.ws.id}/keys`, { name: 'shop backend' })
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    await signIn(page)
+    const stops: [string, string, string][] = [['#/workspaces', 'Workspaces', 'workspaces'], ['#/backups', 'Backups', 'backups']]
+    for (const [tab, heading] of [['overview', 'Overview'], ['keys', 'API keys'], ['numbers', 'Numbers'], ['policy', 'Sending policy and limits'], ['messages', 'Messages'], ['contacts', 'Contacts'], ['templates', 'Templates'], ['campaigns', 'Campaigns'], ['groups', 'Groups'], ['media', 'Media'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppression list'], ['audit', 'Audit log']]) stops.push([`#/w/${t.ws.id}/${tab}`, heading!, tab!])
+    for (const [hash, heading, name] of stops) {
+      for (const [width, suffix] of [[1200, ''], [390, '-phone']] as const) {
+        await page.setViewportSize({ width, height: 860 })
+        await page.goto(`${srv.base}/admin${hash}`)
+        await page.waitForSelector(`h1:has-text("${heading}")`)
+        await page.waitForLoadState('networkidle')
+        const overflow = await page.evaluate('document.documentElement.scrollWidth - document.documentElement.clientWidth')
+        expect([name, width, overflow]).toEqual([name, width, 0])
+        await shot(page, `tour-${name}${suffix}`)
+      }
+    }
+    await page.close()
+  }, 120_000)
+
   test('a banner above every page says what is wrong with the appliance: here, clamd unreachable', async () => {
     const bare = await TestServer.start() // its CAPSTAN_CLAMD names a socket nothing listens on
     const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })

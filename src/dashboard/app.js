@@ -224,13 +224,15 @@ const SERIES = [['sent', '#1f6feb'], ['delivered', '#2e7d32'], ['read', '#7b61ff
 /** Messages per day as lines over a grid, with a y axis of counts, an x axis of days and a legend. */
 function chart(days) {
   const max = Math.max(1, ...days.flatMap((d) => SERIES.map(([k]) => d[k])))
-  // a round top for the y axis: 1, 2 or 5 times a power of ten
-  const step = 10 ** Math.floor(Math.log10(max))
-  const top = [1, 2, 5, 10].map((m) => m * step).find((v) => v >= max)
+  // four even steps up the y axis, each 1, 2 or 5 times a power of ten
+  const raw = max / 4
+  const power = 10 ** Math.floor(Math.log10(raw))
+  const step = Math.max(1, [1, 2, 5, 10].map((m) => m * power).find((v) => v >= raw))
+  const top = step * 4
   const [w, h, left, bottom, pad] = [720, 200, 44, 22, 8]
   const x = (i) => left + (days.length === 1 ? (w - left - pad) / 2 : (i * (w - left - pad)) / (days.length - 1))
   const y = (v) => pad + (h - pad - bottom) * (1 - v / top)
-  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => Math.round(top * f))
+  const ticks = [0, 1, 2, 3, 4].map((i) => i * step)
   const grid = ticks.map((v) => `<line x1="${left}" x2="${w - pad}" y1="${y(v)}" y2="${y(v)}" stroke="#e4e7ec"/><text x="${left - 6}" y="${y(v) + 4}" text-anchor="end" font-size="11" fill="#667085">${v.toLocaleString()}</text>`).join('')
   const every = Math.ceil(days.length / 10)
   const xLabels = days.map((d, i) => (i % every === 0 || i === days.length - 1 ? `<text x="${x(i)}" y="${h - 6}" text-anchor="middle" font-size="11" fill="#667085">${esc(d.day.slice(5))}</text>` : '')).join('')
