@@ -16,6 +16,16 @@ type Route = { method: string; path: (a: Args) => string; body?: (a: Args) => un
 type Args = { positionals: string[]; values: Record<string, string | string[] | boolean | undefined> }
 
 const csv = (v: unknown) => (typeof v === 'string' && v.length ? v.split(',').map((x) => x.trim()).filter(Boolean) : undefined)
+/** A query string: each key a fixed value (`per_page: '100'`) or, when it names a given flag, that flag's value. */
+const query = (a: Args, from: Record<string, string>) => {
+  const q = new URLSearchParams()
+  for (const [k, v] of Object.entries(from)) {
+    if (k === 'per_page') q.set(k, v)
+    else if (a.values[v] !== undefined) q.set(k, String(a.values[v]))
+  }
+  return q.toString()
+}
+
 const pos = (a: Args, i: number, name: string) => {
   const v = a.positionals[i]
   if (!v) throw new UsageError(`missing ${name}`)
@@ -123,7 +133,16 @@ const COMMANDS: Record<string, Route> = {
   'keys list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/keys`, options: ['workspace'] },
   'keys revoke': { method: 'POST', path: (a) => `/keys/${pos(a, 0, 'key id')}/revoke` },
   'keys remove': { method: 'DELETE', path: (a) => `/keys/${pos(a, 0, 'key id')}` },
-  'audit-log': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/audit-log?per_page=100`, options: ['workspace'] },
+  'audit-log': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/audit-log?${query(a, { per_page: '100', action: 'action' })}`, options: ['workspace', 'action'] },
+  'messages list': {
+    method: 'GET',
+    path: (a) => `/workspaces/${ws(a)}/messages?${query(a, { per_page: '100', q: 'text', phone: 'phone', status: 'status', direction: 'direction', from: 'from', to: 'to' })}`,
+    options: ['workspace', 'text', 'phone', 'status', 'direction', 'from', 'to'],
+  },
+  'contacts list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/contacts?${query(a, { per_page: '100', phone: 'phone', search: 'name', consent: 'consent' })}`, options: ['workspace', 'phone', 'name', 'consent'] },
+  'groups list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/groups?${query(a, { per_page: '100', search: 'search' })}`, options: ['workspace', 'search'] },
+  'groups sync': { method: 'POST', path: (a) => `/workspaces/${ws(a)}/groups/sync`, options: ['workspace'] },
+  'media list': { method: 'GET', path: (a) => `/workspaces/${ws(a)}/media?per_page=100`, options: ['workspace'] },
   'connections create': {
     method: 'POST',
     path: (a) => `/workspaces/${ws(a)}/connections`,
@@ -225,7 +244,11 @@ export const CLI_HELP = `Admin commands (talk to a running server's admin API; n
   capstan workspaces policy ID [--hourly-cap N] [--daily-cap N] [--min-gap S] [--max-gap S]   (flags left out keep their value)
   capstan keys create --workspace ID --name NAME [--scopes a:b,c:d] [--expires-at ISO] [--allowed-ips 203.0.113.7,10.0.0.0/8]
   capstan keys list --workspace ID | revoke KEY_ID | remove KEY_ID
-  capstan audit-log --workspace ID
+  capstan audit-log --workspace ID [--action webhook | webhook.removed]
+  capstan messages list --workspace ID [--text WORDS] [--phone +E164] [--status S] [--direction inbound|outbound] [--from ISO] [--to ISO]
+  capstan contacts list --workspace ID [--phone +E164 | --name TEXT] [--consent opted_in|opted_out|unknown]
+  capstan groups list --workspace ID [--search NAME] | sync --workspace ID
+  capstan media list --workspace ID
   capstan connections create --workspace ID --phone +E164 [--name N] [--driver sandbox] [--config JSON] [--warmup-days N --warmup-start-cap N]
   capstan connections list --workspace ID | update ID [--status online|offline] [--config JSON] [--warmup-days N --warmup-start-cap N | --warmup-days 0] | remove ID
   capstan connections import-templates ID   (a Cloud API number's approved WhatsApp templates become templates of its workspace)

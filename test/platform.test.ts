@@ -660,6 +660,16 @@ describe('configuration and start-up', () => {
     expect(JSON.parse((await runCapstan(['campaigns', 'list', '--workspace', wsId, '--json'], env)).out).data.map((c: any) => c.id)).toEqual([camp.id])
     const inUse = await runCapstan(['templates', 'remove', tpl.id, '--workspace', wsId], env)
     expect(inUse.code).toBe(0)
+    // the operators' lists from a shell: contacts by name and consent, messages by words, groups, media, the audit log by kind
+    const writer = (await srv.key(wsId, ['contacts:write'])).key
+    expect((await srv.api(writer, 'POST', '/contacts', { json: { phone: '+15557654000', name: 'Shell Person', consent_status: 'opted_in' } })).status).toBe(201)
+    const admin = (args: string[]) => runCapstan([...args, '--workspace', wsId, '--json'], env).then((r) => JSON.parse(r.out))
+    expect((await admin(['contacts', 'list', '--name', 'shell', '--consent', 'opted_in'])).data.map((c: any) => c.name)).toEqual(['Shell Person'])
+    expect((await admin(['messages', 'list', '--text', 'nothing like this'])).data).toEqual([])
+    expect((await admin(['groups', 'sync'])).data.numbers).toEqual([{ number: '+15557654321', status: 'failed', groups: null, error: 'The number is offline.' }]) // (taken offline above)
+    expect((await admin(['groups', 'list'])).data).toEqual([])
+    expect((await admin(['media', 'list'])).data).toEqual([])
+    expect((await admin(['audit-log', '--action', 'connection'])).data.map((e: any) => e.action)).toEqual(['connection.updated', 'connection.updated', 'connection.updated', 'connection.created'])
     // another workspace's campaign is not found through this one
     const elsewhere = await srv.admin('GET', `/workspaces/${(await srv.workspace()).id}/campaigns/${camp.id}`)
     expect(elsewhere.status).toBe(404)
