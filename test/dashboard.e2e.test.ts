@@ -647,7 +647,7 @@ describe('dashboard', () => {
     await signIn(page)
     expect([await page.title(), await page.isHidden('#tabs')]).toEqual(['Workspaces · Capstan', true])
     /** Controls without a label of their own (a <label>, or aria-label). */
-    const unlabelled = () => page.$$eval('main input:not([type=hidden]), main select, main textarea', (els) => els.filter((e) => !(e as unknown as { labels?: { length: number } }).labels?.length && !e.getAttribute('aria-label')).map((e) => e.outerHTML.slice(0, 80)))
+    const unlabelled = () => page.$$eval('main input:not([type=hidden]), main select, main textarea', (els) => els.filter((e) => !e.closest('label') && !(e.id && document.querySelector(`label[for="${e.id}"]`)) && !e.getAttribute('aria-label')).map((e) => e.outerHTML.slice(0, 80)))
     expect(await unlabelled()).toEqual([])
     for (const [tab, heading] of [['overview', 'Overview'], ['keys', 'API keys'], ['numbers', 'Numbers'], ['policy', 'Sending policy and limits'], ['messages', 'Messages'], ['contacts', 'Contacts'], ['templates', 'Templates'], ['campaigns', 'Campaigns'], ['groups', 'Groups'], ['media', 'Media'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppression list'], ['audit', 'Audit log']]) {
       await page.goto(`${srv.base}/admin#/w/${t.ws.id}/${tab}`)
@@ -864,7 +864,8 @@ describe('dashboard', () => {
   test('contacts found by name and filtered by consent; suppressions a page at a time; the audit log with names, its actor, by kind', async () => {
     const t = await srv.tenant()
     for (const [name, consent] of [['Ada Lovelace', 'opted_in'], ['Adam Smith', 'opted_out'], ['Grace Hopper', 'opted_in'], ['<svg/onload=window.__xss=1>', 'unknown']]) await srv.api(t.key, 'POST', '/contacts', { json: { phone: newPhone(), name, consent_status: consent } })
-    for (let i = 0; i < 55; i++) await srv.admin('POST', `/workspaces/${t.ws.id}/suppressions`, { phone: newPhone(), reason: `complaint ${i}` })
+    const known = newPhone()
+    for (let i = 0; i < 55; i++) await srv.admin('POST', `/workspaces/${t.ws.id}/suppressions`, { phone: i === 7 ? known : newPhone(), reason: `complaint ${i}` })
     const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone('+1444'), driver: 'sandbox' })).json.data
     const hook = (await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: 'http://127.0.0.1:9/audited' })).json.data
     const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
@@ -890,6 +891,10 @@ describe('dashboard', () => {
     await page.click('a:has-text("older →")')
     await page.waitForSelector('#suppressions-total:has-text("page 2 of 2")')
     expect(await page.$$eval('tbody tr', (rows) => rows.length)).toBe(5)
+    await page.fill('#find-suppressed input[name=phone]', known)
+    await page.click('#find-suppressed button[type=submit]')
+    await page.waitForSelector('#suppressions-total:has-text("1 number ·")')
+    expect(await page.textContent('tbody')).toContain('complaint 7')
     // the audit log: names beside ids, its actor, one kind at a time
     await page.click('nav a:has-text("Audit log")')
     await page.waitForSelector('#audit-total')

@@ -1049,11 +1049,13 @@ const pages = {
   },
 
   async suppressions(ws, params = {}) {
-    const { data, meta } = await api('GET', `/workspaces/${ws.id}/suppressions?per_page=50&page=${encodeURIComponent(params.page || '1')}`)
+    const q = new URLSearchParams({ per_page: '50', page: params.page || '1', ...(params.phone ? { phone: params.phone } : {}) })
+    const { data, meta, problem } = await listOrProblem(`/workspaces/${ws.id}/suppressions?${q}`)
     const page = (p) => `#/w/${esc(ws.id)}/suppressions?page=${p}`
     main.innerHTML = `<h1>Suppression list</h1><p class="muted">Numbers here are never messaged, whatever their consent.</p>
       <div class="card"><form id="new-sup" class="inline"><label>Phone (E.164)<input name="phone" required></label><label style="flex:1">Reason<input name="reason"></label><button type="submit">Suppress</button></form></div>
       <form id="import" class="inline card"><label>Import a do-not-contact list from a CSV file (a header line with phone, and reason if you like; up to 100,000 rows) <input type="file" name="file" accept=".csv,text/csv" required></label><button type="submit" class="secondary">Import</button></form><div id="import-result"></div>
+      <form id="find-suppressed" class="filters card"><label>Find a number<input name="phone" placeholder="+14155550123" value="${esc(params.phone || '')}"></label><button type="submit" class="secondary">Find</button> <a href="#/w/${esc(ws.id)}/suppressions">All</a></form>${problem ? `<p class="card">${esc(problem)}</p>` : ''}
       <p class="muted" id="suppressions-total">${esc(Number(meta.total).toLocaleString())} ${meta.total === 1 ? 'number' : 'numbers'} · page ${esc(meta.page)} of ${esc(meta.last_page)}</p>
       <table class="stack"><thead><tr><th>Phone</th><th>Reason</th><th>Since</th><th></th></tr></thead><tbody>
       ${data.map((s) => `<tr>${cell('Phone', esc(s.phone))}${cell('Reason', esc(s.reason || ''))}${cell('Since', when(s.created_at))}${cell('', `<button class="secondary" data-unsup="${esc(s.phone)}">Remove</button>`)}</tr>`).join('')}</tbody></table>
@@ -1062,6 +1064,11 @@ const pages = {
       ev.preventDefault()
       const f = formData(ev.target)
       act(() => api('POST', `/workspaces/${ws.id}/suppressions`, { phone: f.phone, ...(f.reason ? { reason: f.reason } : {}) }), 'Number suppressed')
+    }
+    $('#find-suppressed').onsubmit = (ev) => {
+      ev.preventDefault()
+      const { phone } = formData(ev.target)
+      location.hash = `#/w/${ws.id}/suppressions${phone ? `?${new URLSearchParams({ phone })}` : ''}`
     }
     importForm(`/workspaces/${ws.id}/suppressions/import`, (r) => `Numbers suppressed: ${r.added} added, ${r.already} already on the list`)
     main.querySelectorAll('[data-unsup]').forEach((b) => (b.onclick = () => act(() => api('DELETE', `/workspaces/${ws.id}/suppressions/${encodeURIComponent(b.dataset.unsup)}`), 'Removed')))

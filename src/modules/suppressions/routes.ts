@@ -6,10 +6,11 @@ import { adminOp, d, importBody } from '../../http/docs'
 import { paged, pageQuery } from '../../http/format'
 import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
-import { E164, phoneField } from '../contacts/model'
+import { E164, phoneField, queryPhone } from '../contacts/model'
 import { notFound } from '../../http/errors'
 
 const addBody = s.object({ phone: phoneField(), reason: s.string().length(0, 500).nullable().optional() })
+const listQuery = s.object({ phone: phoneField().optional().describe('Only this number: a page of one, or none.'), ...pageQuery.shape })
 
 /** An import's rows: phone and reason columns, or `{"suppressions": [{phone, reason?}]}`. */
 const SUPPRESSION_ROWS: BulkSpec<{ phone: string; reason?: string | null }> = {
@@ -51,9 +52,14 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
       '/workspaces/:id/suppressions',
       async ({ params, query }) => {
         await svc.workspaces.find(params.id)
+        const { phone } = validate(listQuery, { ...query, phone: queryPhone(query.phone) })
+        if (phone !== undefined) {
+          const row = await sup.find(params.id, phone)
+          return paged(query, async (_l, offset) => ({ rows: row && offset === 0 ? [row] : [], total: row ? 1 : 0 }), (r) => sup.toPublic(r))
+        }
         return paged(query, (limit, offset) => sup.list(params.id, limit, offset), (r) => sup.toPublic(r))
       },
-      { admin: true, detail: adminOp({ summary: "A workspace's suppressions", tag, query: pageQuery, ok: { status: 200, data: suppressionDoc, list: true, description: 'A page of suppressed numbers.' }, errors: [404, 422] }) },
+      { admin: true, detail: adminOp({ summary: "A workspace's suppressions", description: 'Newest first; phone looks one number up.', tag, query: listQuery, ok: { status: 200, data: suppressionDoc, list: true, description: 'A page of suppressed numbers.' }, errors: [404, 422] }) },
     )
     .delete(
       '/workspaces/:id/suppressions/:phone',
