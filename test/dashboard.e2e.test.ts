@@ -647,7 +647,7 @@ describe('dashboard', () => {
     await signIn(page)
     expect([await page.title(), await page.isHidden('#tabs')]).toEqual(['Workspaces · Capstan', true])
     /** Controls without a label of their own (a <label>, or aria-label). */
-    const unlabelled = () => page.$$eval('main input:not([type=hidden]), main select, main textarea', (els) => els.filter((e) => !e.closest('label') && !(e.id && document.querySelector(`label[for="${e.id}"]`)) && !e.getAttribute('aria-label')).map((e) => e.outerHTML.slice(0, 80)))
+    const unlabelled = () => page.$$eval('main input:not([type=hidden]), main select, main textarea', (els) => els.filter((e) => !e.closest('label') && !(e.id && (globalThis as any).document.querySelector(`label[for="${e.id}"]`)) && !e.getAttribute('aria-label')).map((e) => e.outerHTML.slice(0, 80)))
     expect(await unlabelled()).toEqual([])
     for (const [tab, heading] of [['overview', 'Overview'], ['keys', 'API keys'], ['numbers', 'Numbers'], ['policy', 'Sending policy and limits'], ['messages', 'Messages'], ['contacts', 'Contacts'], ['templates', 'Templates'], ['campaigns', 'Campaigns'], ['groups', 'Groups'], ['media', 'Media'], ['webhooks', 'Webhooks'], ['suppressions', 'Suppression list'], ['audit', 'Audit log']]) {
       await page.goto(`${srv.base}/admin#/w/${t.ws.id}/${tab}`)
