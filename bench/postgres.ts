@@ -153,7 +153,9 @@ if (runs('log')) {
 /** A Capstan on an existing database and data directory (a restart). */
 async function startCapstanOn(url: string, dataDir: string) {
   const port = await freePort()
-  const proc = Bun.spawn(['bun', join(ROOT, 'src/main.ts'), 'serve'], {
+  // BENCH_CPU_PROF=<dir>: the released instance writes a CPU profile there (markdown) when it stops
+  const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof-md', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []
+  const proc = Bun.spawn(['bun', ...profile, join(ROOT, 'src/main.ts'), 'serve'], {
     env: { ...process.env, CAPSTAN_HOST: '127.0.0.1', CAPSTAN_PORT: String(port), CAPSTAN_DATA_DIR: dataDir, CAPSTAN_ADMIN_TOKEN: ADMIN, CAPSTAN_CLAMD: `unix:${join(dataDir, 'none.sock')}`, ...env(url) },
     stdout: 'ignore',
     stderr: 'inherit',

@@ -197,7 +197,7 @@ describe('erasure, in process', () => {
       const conn = await svc.connections.create(ws.id, { phone: '+15550004000', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } } as any)
       const sent = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550004001', body: 'On its way', attachments: [] })
       await svc.deps.engine.write((tx) => svc.webhooks.enqueueIn(tx, ws.id, 'message.received', { contact_id: sent.contact_id } as never))
-      await svc.deps.engine.write((tx) => svc.messages.markSendingIn(tx, [sent.id], env.clock.now()))
+      await svc.deps.engine.write((tx) => svc.messages.markSendingIn(tx, [sent], env.clock.now()))
       const events = () => (db.query('SELECT COUNT(*) AS n FROM webhook_deliveries').get() as { n: number }).n
       expect(events()).toBe(1)
       let refusal: any = null

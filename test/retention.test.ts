@@ -36,7 +36,7 @@ describe('message content retention', () => {
       await timers.advance(1000)
       await waitFor(async () => (await get(oldOut.id)).status === 'sent')
       const handing = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550005003', body: 'MARK-SENDING-51c2', attachments: [] })
-      await svc.deps.engine.write((tx) => svc.messages.markSendingIn(tx, [handing.id], clock.now()))
+      await svc.deps.engine.write((tx) => svc.messages.markSendingIn(tx, [handing], clock.now()))
       const otherOld = await svc.messages.inbound(otherConn.id, '+15550005101', 'MARK-OTHER-OLD-51c2')
       clock.t += 31 * DAY
       const fresh = await svc.messages.inbound(conn.id, '+15550005001', 'MARK-IN-NEW-51c2')

@@ -23,6 +23,16 @@ const HOUR = 3_600_000
 const DAY = 86_400_000
 /** Most messages one number releases in one tick (only reached with a zero gap). */
 const BURST = 200
+/** How many numbers' releases a PostgreSQL tick has in flight at once on its connection. */
+const PIPELINED_NUMBERS = 32
+
+/** Run `fn` over `items`, at most `n` at a time. */
+async function eachConcurrently<T>(items: readonly T[], n: number, fn: (item: T) => Promise<void>) {
+  let at = 0
+  await Promise.all(Array.from({ length: Math.min(n, items.length) }, async () => {
+    while (at < items.length) await fn(items[at++]!)
+  }))
+}
 
 export interface Timers {
   set(fn: () => void, ms: number): unknown
@@ -285,7 +295,8 @@ export class Pacer {
       const row = await lane(tx, connectionId, now)
       if (row) {
         st.campaignNext = lane === this.directLane
-        await this.messages.markSendingIn(tx, [row.id], now)
+        // the row was read in this write: its state is the one to move on from
+        await this.messages.markSendingIn(tx, [row], now)
         return row
       }
     }
@@ -337,22 +348,22 @@ export class Pacer {
         released = []
         idle = []
         next = Infinity
-        for (const id of ids) {
+        const releaseNumber = async (id: string) => {
           const live = this.connections.find(id)
           if (!live || live.row.status !== 'online') {
             idle.push(id) // woken again when it comes online
-            continue
+            return
           }
           // the lease went to another instance (this one stood still past it): that one releases
           if (this.leases.checked && !(await this.leases.heldIn(tx, id))) {
             idle.push(id)
-            continue
+            return
           }
           // an inactive workspace sends nothing (its queue waits; reactivating it wakes its numbers)
           const ws = this.workspaces.cached(live.row.workspace_id)
           if (!ws || ws.status !== 'active') {
             idle.push(id)
-            continue
+            return
           }
           // the workspace's policy, with lower caps while the number warms up
           const policy = this.connections.policyFor(live.row, this.workspaces.settings(ws).sending_policy, now)
@@ -381,6 +392,10 @@ export class Pacer {
           // when a warming-up number's cap rises, if that comes first
           if (!empty) next = Math.min(next, Math.max(Math.min(due, nextWarmupStep(this.connections.warmupOf(live.row), now)), now))
         }
+        // on PostgreSQL the numbers' statements go down the write's connection together
+        // (pipelined: no round trip waited for per statement); SQLite's are synchronous anyway
+        if (this.deps.engine.kind === 'postgres') await eachConcurrently(ids, PIPELINED_NUMBERS, releaseNumber)
+        else for (const id of ids) await releaseNumber(id)
       })
     } catch (e) {
       // nothing was released (e.g. the disk is full): releases counted in memory must not count

@@ -419,7 +419,13 @@ export class MessageService {
    */
   async advanceIn(tx: Queries, id: string, status: MessageStatus, at: number, extra: Partial<MessageRow> = {}, told?: number): Promise<MessageRow | null> {
     const row = await this.store.getAny(id, tx)
-    if (!row || row.direction !== 'outbound') return null
+    return row ? this.advanceRowIn(tx, row, status, at, extra, told) : null
+  }
+
+  /** advanceIn for a row read in this same write (nothing can have changed it since): not read again. */
+  private async advanceRowIn(tx: Queries, row: MessageRow, status: MessageStatus, at: number, extra: Partial<MessageRow> = {}, told?: number): Promise<MessageRow | null> {
+    const id = row.id
+    if (row.direction !== 'outbound') return null
     if (row.group_id !== null && (status === 'delivered' || status === 'read')) return null
     const fields: Partial<MessageRow> = { ...extra }
     const col = status === 'queued' ? null : TIME_COLUMN[status]
@@ -486,8 +492,8 @@ export class MessageService {
   }
 
   /** Claim messages for release: queued → sending, in one write. */
-  async markSendingIn(tx: Queries, ids: string[], at: number) {
-    for (const id of ids) await this.advanceIn(tx, id, 'sending', at)
+  async markSendingIn(tx: Queries, rows: MessageRow[], at: number) {
+    for (const row of rows) await this.advanceRowIn(tx, row, 'sending', at)
   }
 
   /**
