@@ -1,6 +1,6 @@
 /** Pacing (CONTRACT §3) with a controlled clock: gaps, hourly and daily caps, FIFO, online only. */
 import { afterEach, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { dueAt } from '../src/scheduler/pacer'
+import { dueAt, eachConcurrently } from '../src/scheduler/pacer'
 import { eachTurn, inProcess, settle } from './support/inproc'
 import { copyRow } from './support/rows'
 
@@ -304,3 +304,32 @@ async function released(ids: string[]) {
   for (const id of ids) if ((await env!.svc.messages.getAny(id))!.sending_at !== null) n++
   return n
 }
+
+describe('a tick on PostgreSQL: numbers taken several at a time', () => {
+  test('at most n run at once; after a failure none is started, and it throws only once every started one has settled', async () => {
+    const events: string[] = []
+    let running = 0
+    let most = 0
+    const work = async (i: number) => {
+      running++
+      most = Math.max(most, running)
+      events.push(`start ${i}`)
+      await Bun.sleep(i === 2 ? 5 : 30)
+      running--
+      events.push(`end ${i}`)
+      if (i === 2) throw new Error('number 2 failed')
+    }
+    await expect(eachConcurrently([0, 1, 2, 3, 4, 5, 6, 7], 3, work)).rejects.toThrow('number 2 failed')
+    // the first three ran together; nothing began after 2 failed; 0 and 1 ended before the throw
+    expect(most).toBe(3)
+    expect(events.filter((e) => e.startsWith('start'))).toEqual(['start 0', 'start 1', 'start 2'])
+    expect(events.sort()).toEqual(['end 0', 'end 1', 'end 2', 'start 0', 'start 1', 'start 2'])
+    expect(running).toBe(0)
+    // all of them when nothing fails
+    const seen: number[] = []
+    await eachConcurrently([1, 2, 3, 4, 5], 2, async (i) => {
+      seen.push(i)
+    })
+    expect(seen).toEqual([1, 2, 3, 4, 5])
+  })
+})

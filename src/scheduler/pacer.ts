@@ -26,12 +26,26 @@ const BURST = 200
 /** How many numbers' releases a PostgreSQL tick has in flight at once on its connection. */
 const PIPELINED_NUMBERS = 32
 
-/** Run `fn` over `items`, at most `n` at a time. */
-async function eachConcurrently<T>(items: readonly T[], n: number, fn: (item: T) => Promise<void>) {
+/**
+ * Run `fn` over `items`, at most `n` at a time. On a failure no more are started, and it settles
+ * only once every started one has — inside a write, no statement may still be on its way when the
+ * write ends and its connection goes back to the pool — then throws the first failure.
+ */
+export async function eachConcurrently<T>(items: readonly T[], n: number, fn: (item: T) => Promise<void>) {
   let at = 0
-  await Promise.all(Array.from({ length: Math.min(n, items.length) }, async () => {
-    while (at < items.length) await fn(items[at++]!)
-  }))
+  let failed = null as { error: unknown } | null
+  await Promise.all(
+    Array.from({ length: Math.min(n, items.length) }, async () => {
+      while (at < items.length && !failed) {
+        try {
+          await fn(items[at++]!)
+        } catch (error) {
+          failed ??= { error }
+        }
+      }
+    }),
+  )
+  if (failed) throw failed.error
 }
 
 export interface Timers {
