@@ -232,6 +232,15 @@ describe.each(ENGINES)('messages on %s', (name) => {
     expect((await store.erasureRowsOf(ada.id)).map((r) => r.id).sort()).toEqual([m0, m3].sort())
     expect((await store.queuedBefore(1000, 10)).map((r) => r.id).sort()).toEqual([m0, m3].sort())
     expect((await store.queuedFor(conn.id, 1)).length).toBe(1)
+    // a release claims a message only while it is queued: one failed meanwhile (by another
+    // instance's write) stays failed, and a second claim finds nothing to claim
+    await engine.write((tx) => store.update(tx, m3!, { status: 'failed', failed_at: 2500, updated_at: 2500 }))
+    expect(await engine.write((tx) => store.claim(tx, m3!, 3000))).toBe(false)
+    expect(await store.getAny(m3!)).toMatchObject({ status: 'failed', sending_at: null })
+    expect(await engine.write((tx) => store.claim(tx, m0!, 3000))).toBe(true)
+    expect(await store.getAny(m0!)).toMatchObject({ status: 'sending', sending_at: 3000, updated_at: 3000 })
+    expect(await engine.write((tx) => store.claim(tx, m0!, 4000))).toBe(false)
+    expect(await store.getAny(m0!)).toMatchObject({ status: 'sending', sending_at: 3000 })
   })
 
   test("the operator's search finds text in the body in any case, takes % and _ as themselves, keeps to a time range and the filters, newest first, counted", async () => {

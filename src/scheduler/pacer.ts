@@ -306,12 +306,15 @@ export class Pacer {
   private async take(tx: Queries, connectionId: string, st: NumberState, now: number): Promise<MessageRow | null> {
     const lanes = st.campaignNext ? [this.campaignLane, this.directLane] : [this.directLane, this.campaignLane]
     for (const lane of lanes) {
-      const row = await lane(tx, connectionId, now)
-      if (row) {
-        st.campaignNext = lane === this.directLane
-        // the row was read in this write: its state is the one to move on from
-        await this.messages.markSendingIn(tx, [row], now)
-        return row
+      // a head another instance's write failed since it was read is not claimed: the next one is
+      for (let tries = 0; tries < 3; tries++) {
+        const row = await lane(tx, connectionId, now)
+        if (!row) break
+        const [claimed] = await this.messages.markSendingIn(tx, [row], now)
+        if (claimed) {
+          st.campaignNext = lane === this.directLane
+          return claimed
+        }
       }
     }
     return null

@@ -419,13 +419,7 @@ export class MessageService {
    */
   async advanceIn(tx: Queries, id: string, status: MessageStatus, at: number, extra: Partial<MessageRow> = {}, told?: number): Promise<MessageRow | null> {
     const row = await this.store.getAny(id, tx)
-    return row ? this.advanceRowIn(tx, row, status, at, extra, told) : null
-  }
-
-  /** advanceIn for a row read in this same write (nothing can have changed it since): not read again. */
-  private async advanceRowIn(tx: Queries, row: MessageRow, status: MessageStatus, at: number, extra: Partial<MessageRow> = {}, told?: number): Promise<MessageRow | null> {
-    const id = row.id
-    if (row.direction !== 'outbound') return null
+    if (!row || row.direction !== 'outbound') return null
     if (row.group_id !== null && (status === 'delivered' || status === 'read')) return null
     const fields: Partial<MessageRow> = { ...extra }
     const col = status === 'queued' ? null : TIME_COLUMN[status]
@@ -491,9 +485,14 @@ export class MessageService {
     return null
   }
 
-  /** Claim messages for release: queued → sending, in one write. */
-  async markSendingIn(tx: Queries, rows: MessageRow[], at: number) {
-    for (const row of rows) await this.advanceRowIn(tx, row, 'sending', at)
+  /**
+   * Claim messages for release: queued → sending, in one write; returns those claimed. One no
+   * longer queued (failed by another instance's write since it was read) is not: it must not be sent.
+   */
+  async markSendingIn(tx: Queries, rows: MessageRow[], at: number): Promise<MessageRow[]> {
+    const claimed: MessageRow[] = []
+    for (const row of rows) if (await this.store.claim(tx, row.id, at)) claimed.push({ ...row, status: 'sending', sending_at: row.sending_at ?? at, updated_at: at })
+    return claimed
   }
 
   /**
