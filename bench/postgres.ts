@@ -157,7 +157,7 @@ async function startCapstanOn(url: string, dataDir: string) {
   const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof-md', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []
   const proc = Bun.spawn(['bun', ...profile, join(ROOT, 'src/main.ts'), 'serve'], {
     env: { ...process.env, CAPSTAN_HOST: '127.0.0.1', CAPSTAN_PORT: String(port), CAPSTAN_DATA_DIR: dataDir, CAPSTAN_ADMIN_TOKEN: ADMIN, CAPSTAN_CLAMD: `unix:${join(dataDir, 'none.sock')}`, ...env(url) },
-    stdout: 'ignore',
+    stdout: process.env.BENCH_LOG ? 'inherit' : 'ignore',
     stderr: 'inherit',
   })
   return {
