@@ -241,6 +241,11 @@ describe.each(ENGINES)('messages on %s', (name) => {
     expect(await store.getAny(m0!)).toMatchObject({ status: 'sending', sending_at: 3000, updated_at: 3000 })
     expect(await engine.write((tx) => store.claim(tx, m0!, 4000))).toBe(false)
     expect(await store.getAny(m0!)).toMatchObject({ status: 'sending', sending_at: 3000 })
+    // a clock read before the message was made (a tick that began just before it was queued) is not its time
+    const late = message(ws, conn.id, { created_at: 5000, updated_at: 5000 })
+    await engine.write((tx) => store.insert(tx, late))
+    expect(await engine.write((tx) => store.claim(tx, late.id, 4000))).toBe(true)
+    expect(await store.getAny(late.id)).toMatchObject({ status: 'sending', sending_at: 5000, updated_at: 5000 })
   })
 
   test("the operator's search finds text in the body in any case, takes % and _ as themselves, keeps to a time range and the filters, newest first, counted", async () => {

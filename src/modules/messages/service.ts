@@ -491,7 +491,10 @@ export class MessageService {
    */
   async markSendingIn(tx: Queries, rows: MessageRow[], at: number): Promise<MessageRow[]> {
     const claimed: MessageRow[] = []
-    for (const row of rows) if (await this.store.claim(tx, row.id, at)) claimed.push({ ...row, status: 'sending', sending_at: row.sending_at ?? at, updated_at: at })
+    for (const row of rows) {
+      const when = Math.max(at, row.created_at)
+      if (await this.store.claim(tx, row.id, at)) claimed.push({ ...row, status: 'sending', sending_at: row.sending_at ?? when, updated_at: when })
+    }
     return claimed
   }
 

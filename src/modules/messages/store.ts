@@ -135,7 +135,12 @@ const Q = {
   head: stmt("SELECT * FROM messages WHERE connection_id = ? AND status = 'queued' ORDER BY seq LIMIT ?"),
   // queued → sending only while it is still queued: on PostgreSQL another instance's write (an
   // erasure, a removal) may have failed it since the release read it
-  claim: stmt("UPDATE messages SET status = 'sending', sending_at = COALESCE(sending_at, ?), updated_at = ? WHERE id = ? AND status = 'queued'"),
+  // (never before the message was made: one queued in the same group commit as the tick that
+  // releases it was written after the tick read the clock)
+  claim: stmt(
+    "UPDATE messages SET status = 'sending', sending_at = COALESCE(sending_at, MAX(?1, created_at)), updated_at = MAX(?1, created_at) WHERE id = ?2 AND status = 'queued'",
+    "UPDATE messages SET status = 'sending', sending_at = COALESCE(sending_at, GREATEST($1, created_at)), updated_at = GREATEST($1, created_at) WHERE id = $2 AND status = 'queued'",
+  ),
   queuedConnections: stmt("SELECT DISTINCT connection_id FROM messages WHERE status = 'queued'"),
   releases: stmt('SELECT sending_at FROM messages WHERE connection_id = ? AND sending_at >= ? ORDER BY sending_at'),
   // through messages_releases as well: the number's sends since a time that failed, and the newest
@@ -290,7 +295,7 @@ export class MessageStore {
   /** Write the changed columns of a message (one statement per set of columns, made once). */
   /** queued → sending, if it is still queued; whether it was. */
   async claim(tx: Queries, id: string, at: number): Promise<boolean> {
-    return (await tx.run(Q.claim, at, at, id)) > 0
+    return (await tx.run(Q.claim, at, id)) > 0
   }
 
   async update(tx: Queries, id: string, fields: Partial<MessageRow>) {
