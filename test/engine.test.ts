@@ -72,6 +72,20 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (kind) => {
     await engine.run(CREATE)
   })
 
+  test('a change announced in a write has gone round when propagated resolves: heard back on PostgreSQL, at once on SQLite', async () => {
+    const heard: string[] = []
+    await engine.listen((what) => heard.push(what))
+    const what = `test:${crypto.randomUUID()}`
+    let round: Promise<void> | null = null
+    await engine.write(async (tx) => {
+      await engine.announce(tx, what)
+      round = engine.propagated(what)
+    })
+    await round
+    if (kind === 'postgres') expect(heard).toContain(what)
+    else expect(heard).toEqual([])
+  })
+
   test('values come back as they went in: text, whole numbers past 2^32 (times in ms), null, 0/1 flags', async () => {
     await engine.run(CLEAR)
     const at = 1_795_000_000_123

@@ -88,6 +88,13 @@ export interface Engine extends Queries {
    * SQLite: nothing to tell.
    */
   announce(tx: Queries, what: string): Promise<void>
+  /**
+   * After a committed write announced `what`: resolves once the announcement has gone round —
+   * this instance heard it back, and the others (who hear it at the same moment) have had a moment
+   * to apply it — so the answer to an operator's change (a workspace deactivated, a key revoked)
+   * holds on the next request whichever instance takes it. At most a second; at once on SQLite.
+   */
+  propagated(what: string): Promise<void>
   /** Hear what the instances announce (this one's own too) until the engine closes. */
   listen(heard: (what: string) => void): Promise<void>
   close(): Promise<void>
@@ -190,6 +197,8 @@ export class SqliteEngine implements Engine {
 
   async announce() {}
 
+  async propagated() {}
+
   async listen() {}
 
   async close() {
@@ -234,6 +243,9 @@ function pgQueries(runner: PgRunner): Queries {
 
 /** The channel instances announce changes on (see Engine.announce). */
 const CHANNEL = 'capstan_changes'
+/** How long `propagated` waits for its own echo at most, and how long after it (the others apply the change in a read or two). */
+const PROPAGATION_WAIT_MS = 1000
+const PROPAGATION_GRACE_MS = 30
 const NOTIFY = stmt('', `SELECT pg_notify('${CHANNEL}', $1)`)
 
 /** PostgreSQL through Bun's built-in client: a pool of connections, each write its own transaction. */
@@ -310,8 +322,25 @@ export class PgEngine implements Engine {
     await tx.run(NOTIFY, what)
   }
 
+  /** Who waits to hear an announcement back (see propagated). */
+  private readonly echoes = new Map<string, (() => void)[]>()
+
   async listen(heard: (what: string) => void) {
-    await this.client.listen(CHANNEL, heard)
+    await this.client.listen(CHANNEL, (what: string) => {
+      heard(what)
+      const waiting = this.echoes.get(what)
+      if (!waiting) return
+      this.echoes.delete(what)
+      for (const done of waiting) done()
+    })
+  }
+
+  async propagated(what: string) {
+    // callers ask before their write commits; one that asks after may miss the echo and wait the bound
+    const echoed = new Promise<void>((done) => this.echoes.set(what, [...(this.echoes.get(what) ?? []), done]))
+    const bound = Bun.sleep(PROPAGATION_WAIT_MS)
+    await Promise.race([echoed.then(() => Bun.sleep(PROPAGATION_GRACE_MS)), bound])
+    this.echoes.delete(what)
   }
 
   async close() {

@@ -158,6 +158,8 @@ export class KeyService {
   }
 
   async revoke(id: string): Promise<KeyRow> {
+    // listened for from inside the write: its announcement can come back before the write resolves
+    let propagated: Promise<void> | null = null
     const row = await this.deps.engine.write(async (tx) => {
       const row = await this.store.get(id, tx)
       if (!row) throw notFound('API key')
@@ -167,12 +169,15 @@ export class KeyService {
         await this.store.revoke(tx, id, now)
         await this.audit.addIn(tx, row.workspace_id, 'api_key.revoked', id, now)
         await this.deps.engine.announce(tx, `key:${row.key_id}`)
+        propagated = this.deps.engine.propagated(`key:${row.key_id}`)
       }
       return (await this.store.get(id, tx))!
     })
     // and again once it is committed: a lookup that read the key meanwhile (on an engine whose
     // reads can come between, PostgreSQL) must not keep it
     this.cache.delete(row.key_id)
+    // refused on every instance before the operator hears it is revoked
+    if (propagated) await propagated
     return row
   }
 

@@ -151,9 +151,12 @@ export class WorkspaceService {
   }
 
   async patch(id: string, input: PatchInput): Promise<WorkspaceRow> {
+    const wait = this.deps.engine.propagated(`workspace:${id}`)
     const row = await this.patchRow(id, input)
     this.rows.set(id, row)
     this.onChange(id)
+    // a status change holds on every instance before the operator hears it is done
+    if (input.status !== undefined) await wait
     return row
   }
 
