@@ -271,6 +271,40 @@ function numbersLive(rows) {
     ${cell('Last hour', `${esc(n.sent_last_hour)} / ${esc(n.hourly_cap)}`)}${cell('Last 24 h', `${esc(n.sent_last_day)} / ${esc(n.daily_cap)}${n.warming_up ? ' <span class="muted">(warming up)</span>' : ''}`)}${cell('Next release', when(n.next_release_at))}</tr>`).join('')}</tbody></table>`
 }
 
+/** Links to the pages before and after this one of a list (`href(n)`: page n's address). */
+function pager(meta, href, [back, forward] = ['← newer', 'older →']) {
+  return `<p class="pager">${meta.page > 1 ? `<a href="${href(meta.page - 1)}">${back}</a>` : ''}${meta.page < meta.last_page ? `<a href="${href(meta.page + 1)}">${forward}</a>` : ''}</p>`
+}
+
+/**
+ * Show `html` (with an h2#drawer-title) in the page's drawer beside the list, opened from `from`:
+ * focus goes to its title, and back to `from` when Escape or its Close button closes it. Returns
+ * the function that closes it.
+ */
+function openDrawer(html, from) {
+  const drawer = $('#drawer')
+  const close = () => {
+    drawer.hidden = true
+    drawer.innerHTML = ''
+    if (from) from.focus()
+  }
+  drawer.innerHTML = `<button class="secondary close" id="drawer-close">Close</button>${html}`
+  drawer.hidden = false
+  drawer.onkeydown = (ev) => ev.key === 'Escape' && close()
+  $('#drawer-close').onclick = close
+  $('#drawer-title').focus()
+  return close
+}
+
+/** A list whose lines open a detail: by its button (data-open) or a click anywhere on the line (data-row). */
+function openRows(open) {
+  main.querySelectorAll('[data-open]').forEach((b) => (b.onclick = (ev) => {
+    ev.stopPropagation()
+    void open(b.dataset.open, b)
+  }))
+  main.querySelectorAll('tr[data-row]').forEach((tr) => (tr.onclick = () => void open(tr.dataset.row, tr.querySelector('[data-open]'))))
+}
+
 /**
  * One webhook endpoint's delivery history: every delivery with its times, a page at a time, by
  * status; a delivery opens beside the list with the event it carried, its attempts and the last
@@ -291,46 +325,29 @@ async function webhookHistory(ws, params) {
       <td><button class="open" data-open="${esc(d.id)}" aria-label="Open the ${esc(d.type)} delivery of ${esc(when(d.created_at))}">${esc(d.type)}</button></td><td class="c-status">${badge(d.status)}</td><td class="c-n">${esc(d.attempts)}</td>
       <td>${esc(d.last_status_code ?? d.last_error ?? '—')}</td><td class="c-when">${esc(d.delivered_at ? short(d.delivered_at) : d.next_attempt_at ? `next ${short(d.next_attempt_at)}` : '—')}</td></tr>`).join('')}</tbody></table>
     ${data.length ? '' : '<p class="muted">No deliveries.</p>'}
-    <p class="pager">${meta.page > 1 ? `<a href="${link({ page: String(meta.page - 1) })}">← newer</a>` : ''}${meta.page < meta.last_page ? `<a href="${link({ page: String(meta.page + 1) })}">older →</a>` : ''}</p>
+    ${pager(meta, (n) => link({ page: String(n) }))}
     <aside id="drawer" class="drawer" role="dialog" aria-modal="false" aria-labelledby="drawer-title" hidden></aside>`
   $('#history-filter').onsubmit = (ev) => {
     ev.preventDefault()
     const { status } = formData(ev.target)
     location.hash = hashOf({ status, page: '' })
   }
-  const drawer = $('#drawer')
-  let opener = null
-  const close = () => {
-    drawer.hidden = true
-    drawer.innerHTML = ''
-    if (opener) opener.focus()
-  }
-  drawer.onkeydown = (ev) => ev.key === 'Escape' && close()
-  const open = async (id, from) => {
-    opener = from
+  openRows(async (id, from) => {
     const { data: d } = await api('GET', `/webhooks/${hook.id}/deliveries/${encodeURIComponent(id)}`)
-    drawer.innerHTML = `<button class="secondary close" id="drawer-close">Close</button><h2 id="drawer-title" tabindex="-1">${esc(d.type)}</h2>
+    const close = openDrawer(`<h2 id="drawer-title" tabindex="-1">${esc(d.type)}</h2>
       <dl><dt>Status</dt><dd>${badge(d.status)}</dd><dt>Attempts</dt><dd>${esc(d.attempts)}</dd>
       <dt>Last answer</dt><dd>${d.last_status_code !== null ? `HTTP ${esc(d.last_status_code)}` : '—'}${d.last_error ? ` · ${esc(d.last_error)}` : ''}</dd>
       <dt>Created</dt><dd>${esc(when(d.created_at))}</dd><dt>Delivered</dt><dd>${esc(when(d.delivered_at))}</dd>
       ${d.next_attempt_at ? `<dt>Next attempt</dt><dd>${esc(when(d.next_attempt_at))}</dd>` : ''}
       <dt>webhook-id</dt><dd class="mono">${esc(d.id)}</dd></dl>
       <h3>Payload</h3><pre class="body mono" id="payload">${esc(JSON.stringify(d.payload, null, 2))}</pre>
-      ${d.status === 'pending' ? '<p class="muted">Still being attempted.</p>' : hook.status === 'active' ? `<p><button id="resend">Send again</button> <span class="muted">with the same webhook-id, from the first attempt</span></p>` : '<p class="muted">Enable the endpoint to send it again.</p>'}`
-    drawer.hidden = false
-    $('#drawer-title').focus()
-    $('#drawer-close').onclick = close
+      ${d.status === 'pending' ? '<p class="muted">Still being attempted.</p>' : hook.status === 'active' ? `<p><button id="resend">Send again</button> <span class="muted">with the same webhook-id, from the first attempt</span></p>` : '<p class="muted">Enable the endpoint to send it again.</p>'}`, from)
     const resend = $('#resend')
     if (resend) resend.onclick = () => {
       close()
       act(() => api('POST', `/webhooks/${hook.id}/deliveries/${encodeURIComponent(d.id)}/resend`), 'Delivery sent again')
     }
-  }
-  main.querySelectorAll('[data-open]').forEach((b) => (b.onclick = (ev) => {
-    ev.stopPropagation()
-    void open(b.dataset.open, b)
-  }))
-  main.querySelectorAll('tr[data-row]').forEach((tr) => (tr.onclick = () => void open(tr.dataset.row, tr.querySelector('[data-open]'))))
+  })
 }
 
 /** The sandbox's settings as form fields (a number's, or the defaults). */
@@ -479,7 +496,7 @@ async function campaignRecipients(ws, params) {
     <p class="muted" id="recipients-total">${esc(Number(meta.total).toLocaleString())} recipients · page ${esc(meta.page)} of ${esc(meta.last_page)}</p>
     <table class="log"><thead><tr><th class="c-num">Phone</th><th class="c-status">Status</th><th>Skipped because</th><th class="c-when">Updated</th></tr></thead><tbody>
     ${data.map((r) => `<tr><td class="c-num">${esc(r.phone)}</td><td class="c-status">${badge(r.status)}</td><td>${esc(r.skipped_reason || '')}</td><td class="c-when">${esc(short(r.updated_at))}</td></tr>`).join('')}</tbody></table>
-    <p class="pager">${meta.page > 1 ? `<a href="${page(meta.page - 1)}">← previous</a>` : ''}${meta.page < meta.last_page ? `<a href="${page(meta.page + 1)}">next →</a>` : ''}</p>`
+    ${pager(meta, page, ['← previous', 'next →'])}`
 }
 
 const pages = {
@@ -702,20 +719,13 @@ const pages = {
         <td class="c-dir" title="${esc(m.direction)}"><span aria-hidden="true">${m.direction === 'inbound' ? '←' : '→'}</span><span class="sr-only">${esc(m.direction)}</span></td><td class="c-status">${badge(m.status)}</td>
         <td class="c-msg"><button class="open" data-open="${esc(m.id)}" aria-label="Open the message of ${esc(when(m.created_at))}">${esc((m.body || (m.attachments.length ? `[${m.attachments.length} file${m.attachments.length > 1 ? 's' : ''}]` : '')).slice(0, 140))}</button></td></tr>`).join('')}</tbody></table>
       ${data.length ? '' : '<p class="muted">No messages.</p>'}
-      <p class="pager">${meta.page > 1 ? `<a href="${link({ page: String(meta.page - 1) })}">← newer</a>` : ''}${meta.page < meta.last_page ? `<a href="${link({ page: String(meta.page + 1) })}">older →</a>` : ''}</p>
+      ${pager(meta, (n) => link({ page: String(n) }))}
       <aside id="drawer" class="drawer" role="dialog" aria-modal="false" aria-labelledby="drawer-title" hidden></aside>`
     const rows = new Map(data.map((m) => [m.id, m]))
-    const drawer = $('#drawer')
-    let opener = null
-    const close = () => {
-      drawer.hidden = true
-      drawer.innerHTML = ''
-      if (opener) opener.focus()
-    }
-    const open = (m, from) => {
-      opener = from
+    openRows((id, from) => {
+      const m = rows.get(id)
       const files = m.attachments.map((id, i) => `<a class="file" href="/admin/api/workspaces/${esc(ws.id)}/media/${esc(id)}/download">file ${i + 1}</a>`).join(' ')
-      drawer.innerHTML = `<button class="secondary close" id="drawer-close">Close</button><h2 id="drawer-title" tabindex="-1">${m.direction === 'inbound' ? 'Received' : 'Sent'} message</h2>
+      const close = openDrawer(`<h2 id="drawer-title" tabindex="-1">${m.direction === 'inbound' ? 'Received' : 'Sent'} message</h2>
         <dl><dt>Status</dt><dd>${badge(m.status)}</dd>
         <dt>Number</dt><dd>${esc(m.number || '—')}</dd>
         <dt>${m.direction === 'inbound' ? 'From' : 'To'}</dt><dd>${who(m)}</dd>
@@ -727,22 +737,13 @@ const pages = {
         <dt>Id</dt><dd class="mono">${esc(m.id)}</dd></dl>
         ${m.body ? `<div class="body">${esc(m.body)}</div>` : ''}
         <h3>Timeline</h3><ol class="timeline">${m.timeline.map((e) => `<li>${esc(e.status)} · ${esc(when(e.at))}</li>`).join('')}</ol>
-        ${m.direction === 'outbound' && !m.group_id ? `<p class="muted">Sandbox receipt: ${['delivered', 'read', 'failed'].map((st) => `<button class="link" data-receipt="${esc(m.id)}" data-to="${st}">${st}</button>`).join(' ')}</p>` : ''}`
-      drawer.hidden = false
-      $('#drawer-title').focus()
-      $('#drawer-close').onclick = close
+        ${m.direction === 'outbound' && !m.group_id ? `<p class="muted">Sandbox receipt: ${['delivered', 'read', 'failed'].map((st) => `<button class="link" data-receipt="${esc(m.id)}" data-to="${st}">${st}</button>`).join(' ')}</p>` : ''}`, from)
       // an action closes the drawer at once; the page is drawn again with its outcome
-      drawer.querySelectorAll('[data-receipt]').forEach((b) => (b.onclick = () => {
+      $('#drawer').querySelectorAll('[data-receipt]').forEach((b) => (b.onclick = () => {
         close()
         act(() => api('POST', `/messages/${b.dataset.receipt}/sandbox/receipt`, { status: b.dataset.to }), `Receipt: ${b.dataset.to}`)
       }))
-    }
-    drawer.onkeydown = (ev) => ev.key === 'Escape' && close()
-    main.querySelectorAll('[data-open]').forEach((b) => (b.onclick = (ev) => {
-      ev.stopPropagation()
-      open(rows.get(b.dataset.open), b)
-    }))
-    main.querySelectorAll('tr[data-row]').forEach((tr) => (tr.onclick = () => open(rows.get(tr.dataset.row), tr.querySelector('[data-open]'))))
+    })
     $('#filter').onsubmit = (ev) => {
       ev.preventDefault()
       const f = formData(ev.target)
@@ -763,8 +764,7 @@ const pages = {
       <table class="stack"><thead><tr><th>Phone</th><th>Name</th><th>Consent</th><th>Last activity</th><th></th></tr></thead><tbody>
       ${data.map((c) => `<tr>${cell('Phone', esc(c.phone))}${cell('Name', esc(c.name || ''))}${cell('Consent', badge(c.consent_status))}${cell('Last activity', when(c.last_activity_at))}
         ${cell('', `<a href="#/w/${esc(ws.id)}/messages?${new URLSearchParams({ phone: c.phone })}">Messages</a> <button class="secondary" data-export="${esc(c.phone)}">Export</button> <button class="danger" data-erase="${esc(c.phone)}">Erase</button>`)}</tr>`).join('')}</tbody></table>
-      <p>${meta.page > 1 ? `<a href="#/w/${esc(ws.id)}/contacts?${new URLSearchParams({ ...params, page: String(meta.page - 1) })}">← newer</a>` : ''}
-      ${meta.page < meta.last_page ? ` <a href="#/w/${esc(ws.id)}/contacts?${new URLSearchParams({ ...params, page: String(meta.page + 1) })}">older →</a>` : ''}</p>`
+      ${pager(meta, (n) => `#/w/${esc(ws.id)}/contacts?${esc(new URLSearchParams({ ...params, page: String(n) }))}`)}`
     $('#find').onsubmit = (ev) => {
       ev.preventDefault()
       const found = Object.fromEntries(Object.entries(formData(ev.target)).filter(([, v]) => v))
@@ -891,21 +891,13 @@ const pages = {
       }
     }
     main.querySelectorAll('[data-del-template]').forEach((b) => (b.onclick = () => confirm('Delete this template?') && act(() => api('DELETE', `${base}/templates/${b.dataset.delTemplate}`), 'Template deleted')))
-    const drawer = $('#drawer')
-    drawer.onkeydown = (ev) => ev.key === 'Escape' && (drawer.hidden = true)
     main.querySelectorAll('[data-preview]').forEach((b) => (b.onclick = () => {
       const t = data.find((x) => x.id === b.dataset.preview)
       const numbered = t.variables.filter((v) => /^\d+$/.test(v))
-      drawer.innerHTML = `<button class="secondary close" id="drawer-close">Close</button><h2 id="drawer-title" tabindex="-1">Preview: ${esc(t.name)}</h2>
+      openDrawer(`<h2 id="drawer-title" tabindex="-1">Preview: ${esc(t.name)}</h2>
         <form id="preview-form" class="filters"><label>For the contact with the number<input name="phone" placeholder="+14155550123"></label>
         ${numbered.map((n) => `<label>{{${esc(n)}}}<input name="n${esc(n)}"></label>`).join('')}<button type="submit" class="secondary">Render</button></form>
-        <div class="body" id="preview-text">${esc(t.body)}</div><p class="muted" id="preview-missing"></p>`
-      drawer.hidden = false
-      $('#drawer-title').focus()
-      $('#drawer-close').onclick = () => {
-        drawer.hidden = true
-        b.focus()
-      }
+        <div class="body" id="preview-text">${esc(t.body)}</div><p class="muted" id="preview-missing"></p>`, b)
       $('#preview-form').onsubmit = async (ev) => {
         ev.preventDefault()
         const v = formData(ev.target)
@@ -938,7 +930,7 @@ const pages = {
       <table class="log"><thead><tr><th>Name</th><th class="c-num">Number</th><th class="c-n">People</th><th class="c-status">Can post</th><th class="c-when">Synced</th></tr></thead><tbody>
       ${data.map((g) => `<tr><td>${esc(g.name)}${g.announce ? ' <span class="muted">(announcements)</span>' : ''}</td><td class="c-num">${esc(g.number || '—')}</td><td class="c-n">${esc(g.participant_count)}</td><td class="c-status">${g.can_send ? 'yes' : 'no'}</td><td class="c-when">${esc(short(g.synced_at))}</td></tr>`).join('')}</tbody></table>
       ${data.length ? '' : '<p class="muted">No groups. A sandbox number is given groups with the admin API; a sync reads each number\'s.</p>'}
-      <p class="pager">${meta.page > 1 ? `<a href="${page(meta.page - 1)}">← previous</a>` : ''}${meta.page < meta.last_page ? `<a href="${page(meta.page + 1)}">next →</a>` : ''}</p>`
+      ${pager(meta, page, ['← previous', 'next →'])}`
     $('#group-search').onsubmit = (ev) => {
       ev.preventDefault()
       const { search } = formData(ev.target)
@@ -968,7 +960,7 @@ const pages = {
       ${data.map((m) => `<tr data-media="${esc(m.id)}"><td>${m.expired ? esc(m.filename) : `<a href="/admin/api/workspaces/${esc(ws.id)}/media/${esc(m.id)}/download">${esc(m.filename || m.id)}</a>`}</td><td class="c-num">${esc(m.mime_type)}</td><td class="c-n">${esc(size(m.size))}</td>
         <td class="c-status">${badge(m.scan)}</td><td class="c-when">${esc(short(m.created_at))}</td><td class="c-when">${m.expired ? 'expired' : esc(short(m.expires_at))}</td></tr>`).join('')}</tbody></table>
       ${data.length ? '' : '<p class="muted">No files.</p>'}
-      <p class="pager">${meta.page > 1 ? `<a href="${page(meta.page - 1)}">← newer</a>` : ''}${meta.page < meta.last_page ? `<a href="${page(meta.page + 1)}">older →</a>` : ''}</p>`
+      ${pager(meta, page)}`
   },
 
   async webhooks(ws, params = {}) {
@@ -1059,7 +1051,7 @@ const pages = {
       <p class="muted" id="suppressions-total">${esc(Number(meta.total).toLocaleString())} ${meta.total === 1 ? 'number' : 'numbers'} · page ${esc(meta.page)} of ${esc(meta.last_page)}</p>
       <table class="stack"><thead><tr><th>Phone</th><th>Reason</th><th>Since</th><th></th></tr></thead><tbody>
       ${data.map((s) => `<tr>${cell('Phone', esc(s.phone))}${cell('Reason', esc(s.reason || ''))}${cell('Since', when(s.created_at))}${cell('', `<button class="secondary" data-unsup="${esc(s.phone)}">Remove</button>`)}</tr>`).join('')}</tbody></table>
-      <p class="pager">${meta.page > 1 ? `<a href="${page(meta.page - 1)}">← newer</a>` : ''}${meta.page < meta.last_page ? `<a href="${page(meta.page + 1)}">older →</a>` : ''}</p>`
+      ${pager(meta, page)}`
     $('#new-sup').onsubmit = (ev) => {
       ev.preventDefault()
       const f = formData(ev.target)
@@ -1085,7 +1077,7 @@ const pages = {
       <p class="muted" id="audit-total">${esc(Number(meta.total).toLocaleString())} ${meta.total === 1 ? 'entry' : 'entries'} · page ${esc(meta.page)} of ${esc(meta.last_page)} · every entry is an operator's (the admin token, this dashboard or the CLI)</p>
       <table class="stack"><thead><tr><th>When</th><th>Action</th><th>By</th><th>About</th></tr></thead><tbody>
       ${data.map((e) => `<tr>${cell('When', esc(when(e.at)))}${cell('Action', `<code>${esc(e.action)}</code>`)}${cell('By', esc(e.actor))}${cell('About', e.key_id || e.subject_id ? esc(about(e)) : about(e))}</tr>`).join('')}</tbody></table>
-      <p class="pager">${meta.page > 1 ? `<a href="${page(meta.page - 1)}">← newer</a>` : ''}${meta.page < meta.last_page ? `<a href="${page(meta.page + 1)}">older →</a>` : ''}</p>`
+      ${pager(meta, page)}`
     $('#audit-filter').onsubmit = (ev) => {
       ev.preventDefault()
       const { action } = formData(ev.target)
