@@ -7,7 +7,7 @@ import { Elysia } from 'elysia'
 import type { authPlugin } from '../http/auth'
 import { adminOp, d } from '../http/docs'
 import { conflict, notFound } from '../http/errors'
-import { iso, pageQuery, paged } from '../http/format'
+import { iso, lookedUpOnce, pageQuery, paged } from '../http/format'
 import { s, UUID, validate } from '../http/schema'
 import { listContactsQuery, phoneField, queryPhone } from '../modules/contacts/model'
 import { campaignDoc } from '../modules/campaigns/model'
@@ -114,10 +114,11 @@ export function dashboardAdminRoutes(svc: Services, auth: ReturnType<typeof auth
         const searching = q.q !== undefined || q.from !== undefined || q.to !== undefined
         const search = { ...filter, text: q.q, from: q.from === undefined ? undefined : Date.parse(q.from), to: q.to === undefined ? undefined : Date.parse(q.to) }
         // each contact's name and each campaign's name once per page
-        const names = new Map<string, Promise<string | null>>()
-        const contactName = (id: string) => names.get(id) ?? names.set(id, svc.contacts.find(params.id, id).then((c) => c?.name ?? null)).get(id)!
-        const campaigns = new Map<string, Promise<{ id: string; name: string } | null>>()
-        const campaign = (id: string) => campaigns.get(id) ?? campaigns.set(id, svc.campaigns.find(params.id, id).then((c) => (c ? { id: c.id, name: c.name } : null))).get(id)!
+        const contactName = lookedUpOnce(async (id) => (await svc.contacts.find(params.id, id))?.name ?? null)
+        const campaign = lookedUpOnce(async (id) => {
+          const c = await svc.campaigns.find(params.id, id)
+          return c ? { id: c.id, name: c.name } : null
+        })
         return paged(
           query,
           (l, o) => (searching ? svc.messages.search(params.id, search, l, o) : svc.messages.list(params.id, filter, l, o)),

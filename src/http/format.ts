@@ -31,6 +31,16 @@ export function randomString(length: number, alphabet = ALNUM): string {
  * items is refused (422) rather than making the one event loop walk up to 10^8 rows. Filters
  * narrow a list; the contact CSV export reads every contact.
  */
+/** `look` with each id looked up once (for the rows of one page naming the same contact, key or endpoint many times). */
+export function lookedUpOnce<T>(look: (id: string) => Promise<T | null>): (id: string) => Promise<T | null> {
+  const seen = new Map<string, Promise<T | null>>()
+  return (id) => {
+    let found = seen.get(id)
+    if (!found) seen.set(id, (found = look(id)))
+    return found
+  }
+}
+
 export const MAX_LIST_DEPTH = 10_000
 
 export const pageQuery = s.object({

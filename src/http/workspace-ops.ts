@@ -46,7 +46,7 @@ export function apiOps(auth: ReturnType<typeof authPlugin>, ops: readonly Worksp
 export function adminOps(svc: Services, auth: ReturnType<typeof authPlugin>, ops: readonly WorkspaceOp[]) {
   let app: any = new Elysia().use(auth)
   for (const op of ops) {
-    const { scope, params: _params, summary, ...doc } = op.doc
+    const { scope, params: _params, ...doc } = op.doc
     app = app[op.method](
       `/workspaces/:id${op.path.replace(/:id\b/, ':itemId')}`,
       async (c: Ctx) => {
@@ -55,7 +55,7 @@ export function adminOps(svc: Services, auth: ReturnType<typeof authPlugin>, ops
         const params = itemId === undefined ? rest : { ...rest, id: UUID.test(itemId) ? itemId.toLowerCase() : itemId }
         return op.run({ workspaceId: ws.id, params, body: c.body, query: c.query, set: c.set })
       },
-      { admin: true, detail: adminOp({ ...doc, summary, description: `${doc.description ? `${doc.description} ` : ''}As \`${op.method.toUpperCase()} /api/v1${op.path.replace(/:(\w+)/g, '{$1}')}\` (scope ${scope}), for the workspace in the path.`, errors: [...new Set([...(doc.errors ?? []), 404])] }) },
+      { admin: true, detail: adminOp({ ...doc, description: `${doc.description ? `${doc.description} ` : ''}As \`${op.method.toUpperCase()} /api/v1${op.path.replace(/:(\w+)/g, '{$1}')}\` (scope ${scope}), for the workspace in the path.`, errors: [...new Set([...(doc.errors ?? []), 404])] }) },
     )
   }
   return app as Elysia

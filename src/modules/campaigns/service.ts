@@ -17,7 +17,7 @@ import type { ContactService } from '../contacts/service'
 import { headerFault, renderedFault } from '../messages/model'
 import type { MessageRow } from '../messages/store'
 import type { MediaService } from '../media/service'
-import type { MessageService } from '../messages/service'
+import { type MessageService, tooLargeForNetwork } from '../messages/service'
 import type { SuppressionService } from '../suppressions/service'
 import { fill } from '../templates/render'
 import { type TemplateService, withArticle } from '../templates/service'
@@ -274,8 +274,8 @@ export class CampaignService {
     const live = await this.connections.obtain(workspaceId, row.connection_id)
     // a file larger than the number's network takes of its kind would fail every recipient
     const media = row.media_id && live.driver.mediaLimit ? await this.media.find(workspaceId, row.media_id) : null
-    const limit = media ? live.driver.mediaLimit!(media.mime_type) : null
-    if (media && limit && media.size > limit.bytes) throw validationFailed({ media_id: [`This campaign's number takes ${limit.what} up to ${limit.bytes / (1024 * 1024)} MB; ${media.filename || 'the file'} is ${media.size.toLocaleString('en-US')} bytes.`] })
+    const tooLarge = media ? tooLargeForNetwork(live.driver.mediaLimit!.bind(live.driver), media, "This campaign's number") : null
+    if (tooLarge) throw validationFailed({ media_id: [tooLarge] })
     this.templates.requireNumbered(tpl, JSON.parse(row.variables) as Record<string, unknown>)
     await this.checkHeaderPair(workspaceId, row.template_id, row.media_id, true)
     // still there: from scheduling on, retention keeps it until the campaign ends (so a campaign

@@ -2,7 +2,7 @@
 import { Elysia } from 'elysia'
 import type { authPlugin } from '../../http/auth'
 import { adminOp, d } from '../../http/docs'
-import { iso, paged, pageQuery } from '../../http/format'
+import { iso, lookedUpOnce, paged, pageQuery } from '../../http/format'
 import { s, validate } from '../../http/schema'
 import type { Services } from '../../services'
 import { createKeyBody, keyDoc, newKeyDoc } from './model'
@@ -57,12 +57,13 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         const ws = await svc.workspaces.find(params.id)
         const { action } = validate(auditQuery, query)
         // names beside the ids, each looked up once a page
-        const names = new Map<string, Promise<string | null>>()
-        const once = (id: string, look: () => Promise<string | null>) => names.get(id) ?? names.set(id, look().catch(() => null)).get(id)!
+        // (a removed one has no name: null)
+        const keyName = lookedUpOnce((id) => svc.keys.nameOf(id).catch(() => null))
+        const hookUrl = lookedUpOnce((id) => svc.webhooks.get(id).then((h) => h.url, () => null))
         const subjectName = (kind: string, id: string): Promise<string | null> => {
           if (id === ws.id) return Promise.resolve(ws.name)
           if (kind === 'connection' || kind === 'templates') return Promise.resolve(svc.connections.find(id)?.row.phone ?? null)
-          if (kind === 'webhook') return once(id, async () => (await svc.webhooks.get(id)).url)
+          if (kind === 'webhook') return hookUrl(id)
           return Promise.resolve(null)
         }
         return paged(
@@ -71,7 +72,7 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
           async (r) => ({
             action: r.action,
             key_id: r.key_id,
-            key_name: r.key_id ? await once(r.key_id, () => svc.keys.nameOf(r.key_id!)) : null,
+            key_name: r.key_id ? await keyName(r.key_id) : null,
             subject_id: r.subject_id,
             subject_name: r.subject_id ? await subjectName(r.action.split('.')[0]!, r.subject_id) : null,
             actor: 'operator' as const,

@@ -141,13 +141,25 @@ function checkTemplateHeader(listed: MediaRow[], upload: MediaRow | undefined, t
   if (headerMedia && kind !== headerMedia) throw validationFailed({ [field]: [`This template’s WhatsApp header is ${withArticle(headerMedia)} (whatsapp.header_media); the attachment is ${withArticle(kind!)}.`] })
 }
 
+/**
+ * Why `m` is too large for the number's network (`limitOf`, a driver's mediaLimit), in words
+ * beginning with `who` ("This number's network"); null when it fits.
+ */
+export function tooLargeForNetwork(limitOf: (mimeType: string) => { bytes: number; what: string } | null, m: MediaRow, who: string): string | null {
+  const limit = limitOf(m.mime_type)
+  return limit && m.size > limit.bytes ? `${who} takes ${limit.what} up to ${limit.bytes / (1024 * 1024)} MB; ${m.filename || 'the file'} is ${m.size.toLocaleString('en-US')} bytes.` : null
+}
+
 /** 422 for a file larger than the number's network takes of its kind (WhatsApp: images 5 MB, …). */
 function checkNetworkLimits(limitOf: (mimeType: string) => { bytes: number; what: string } | null, listed: MediaRow[], upload: MediaRow | undefined) {
   for (const m of upload ? [...listed, upload] : listed) {
-    const limit = limitOf(m.mime_type)
-    if (limit && m.size > limit.bytes) throw validationFailed({ [m === upload ? 'file' : 'media.attachments']: [`This number's network takes ${limit.what} up to ${limit.bytes / (1024 * 1024)} MB; ${m.filename || 'the file'} is ${m.size.toLocaleString('en-US')} bytes.`] })
+    const fault = tooLargeForNetwork(limitOf, m, "This number's network")
+    if (fault) throw validationFailed({ [m === upload ? 'file' : 'media.attachments']: [fault] })
   }
 }
+
+/** The key of a number's hold on one recipient (or group) the network asked to slow down for. */
+const holdKey = (connectionId: string, row: MessageRow) => `${connectionId} ${row.group_id ?? row.recipient}`
 
 export class MessageService {
   private readonly store: MessageStore
@@ -186,12 +198,12 @@ export class MessageService {
     return this.store.byLaterPart(connectionId, externalId)
   }
 
-  /** When the number released its messages since `since` (ms), oldest first: what the pacer counts. */
   /** The number's sends since `since` that failed: how many, and the newest one's error. */
   failuresSince(connectionId: string, since: number) {
     return this.store.failuresSince(connectionId, since)
   }
 
+  /** When the number released its messages since `since` (ms), oldest first: what the pacer counts. */
   releasesSince(connectionId: string, since: number): Promise<number[]> {
     return this.store.releasesSince(connectionId, since)
   }
@@ -276,7 +288,6 @@ export class MessageService {
     return row
   }
 
-  /** Refusals shared by one-to-one and group sends: a number that is not online, the allowance. */
   /**
    * Whether a free-form message may go to `phone` through the number now: its network has no
    * service window, or the person wrote to the number within it.
@@ -294,6 +305,7 @@ export class MessageService {
     throw refused('outside_service_window', `The recipient has not written to this number in the last ${hours} hours: WhatsApp delivers only template messages then. Send a template linked to an approved WhatsApp template (template_id).`)
   }
 
+  /** Refusals shared by one-to-one and group sends: a number that is not online, the allowance. */
   checkSendable(live: LiveConnection, workspaceId: string, now: number, q?: Queries): void | Promise<void> {
     if (live.row.status !== 'online') throw refused('connection_offline', 'The connection is offline.')
     // (no allowance set, the usual case: nothing to read)
@@ -398,12 +410,12 @@ export class MessageService {
     return { body: fault === 'rendered_empty' ? null : text, marketing: tpl.category === 'marketing', networkTemplate, headerText, headerMedia: this.templates.headerMediaOf(tpl) }
   }
 
-  /** A page of the log (see MessageRepo.list); 404 for a contact that is not the workspace's. */
   /** A page of the operator's search of the log (text in the body, a time range; see MessageStore.search). */
   search(workspaceId: string, f: Search, limit: number, offset: number) {
     return this.store.search(workspaceId, f, limit, offset)
   }
 
+  /** A page of the log (see MessageRepo.list); 404 for a contact that is not the workspace's. */
   async list(workspaceId: string, filter: { direction?: string; status?: string; contactId?: string }, limit: number, offset: number) {
     if (filter.contactId && !(await this.contacts.find(workspaceId, filter.contactId))) throw notFound('contact')
     return this.store.list(workspaceId, filter, limit, offset)
@@ -782,13 +794,13 @@ export class MessageService {
   private readonly recipientHolds = new Map<string, number>()
 
   private holdRecipient(connectionId: string, row: MessageRow, ms: number) {
-    const key = `${connectionId} ${row.group_id ?? row.recipient}`
+    const key = holdKey(connectionId, row)
     if (this.recipientHolds.size >= 10_000) for (const [k, until] of this.recipientHolds) if (until <= performance.now()) this.recipientHolds.delete(k)
     this.recipientHolds.set(key, Math.max(this.recipientHolds.get(key) ?? 0, performance.now() + ms))
   }
 
   private async recipientHeld(connectionId: string, row: MessageRow) {
-    const key = `${connectionId} ${row.group_id ?? row.recipient}`
+    const key = holdKey(connectionId, row)
     const until = this.recipientHolds.get(key)
     if (until === undefined) return
     const left = until - performance.now()
