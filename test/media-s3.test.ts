@@ -99,6 +99,7 @@ describe('media in a bucket', () => {
       const m = await svc.media.upload(ws.id, new File([png], 'photo.png'))
       expect(await s3.keys('capstan-media', 'retention/')).toEqual([`retention/${m.blob}`])
       expect(Buffer.from(await svc.media.store.bytes(m.blob)).equals(Buffer.from(png))).toBe(true)
+      expect(Buffer.from(await svc.media.store.bytes(m.blob, 8)).equals(Buffer.from(png.subarray(0, 8)))).toBe(true)
       await timers.advance(25 * 3_600_000)
       await svc.media.purgeExpired()
       expect(await svc.media.find(ws.id, m.id)).toBeNull()

@@ -479,6 +479,9 @@ describe('retention', () => {
       const m = await svc.media.upload(ws.id, new File([bytes], 'a.pdf'))
       const path = (svc.media.store as LocalMediaStore).pathFor(m.blob)
       expect(existsSync(path)).toBe(true)
+      // the whole file, or only its first bytes (all a driver needs to tell a WebP sticker)
+      expect(Buffer.from(await svc.media.store.bytes(m.blob)).equals(Buffer.from(bytes))).toBe(true)
+      expect(Buffer.from(await svc.media.store.bytes(m.blob, 5)).toString()).toBe('%PDF-')
       env.clock.t += 86_400_000 - 1
       const keep = await svc.media.upload(ws.id, new File([files.png()], 'b.png'))
       await svc.media.purgeExpired()

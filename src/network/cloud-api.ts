@@ -170,7 +170,6 @@ export class CloudApiConnection implements ConnectionDriver {
     this.uploads.clear() // another number or app may not see the old uploads
   }
 
-  /** The connection's secrets, for the webhook route. */
   /** WhatsApp's customer-service window: free-form messages only within 24 hours of the person's last message. */
   readonly serviceWindowMs = 24 * 3600_000
 
@@ -184,10 +183,11 @@ export class CloudApiConnection implements ConnectionDriver {
    * small), so any other WebP (a photo) goes as a document rather than be refused or mangled.
    */
   private async kindOf(m: OutboundMedia): Promise<'image' | 'audio' | 'video' | 'document' | 'sticker'> {
-    if (m.mimeType === 'image/webp') return isSticker(webpShape((await m.bytes()).subarray(0, 32)), m.size) ? 'sticker' : 'document'
+    if (m.mimeType === 'image/webp') return isSticker(webpShape(await m.bytes(32)), m.size) ? 'sticker' : 'document'
     return MEDIA_KIND[m.mimeType] ?? 'document'
   }
 
+  /** The connection's secrets, for the webhook route. */
   get appSecret() {
     return this.config.app_secret
   }

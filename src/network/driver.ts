@@ -11,8 +11,8 @@ export interface OutboundMedia {
   filename: string
   /** Its size in bytes. */
   size: number
-  /** The stored bytes (read only when the driver needs them). */
-  bytes(): Promise<Uint8Array>
+  /** The stored bytes, or only the first `length` (read only when the driver needs them). */
+  bytes(length?: number): Promise<Uint8Array>
 }
 
 /**

@@ -18,8 +18,8 @@ export interface MediaStore {
   has(sha: string): Promise<boolean>
   /** Store the bytes under their name, durably; a no-op when they are already there. */
   put(sha: string, bytes: Uint8Array): Promise<void>
-  /** The whole file (a send hands it to its network). */
-  bytes(sha: string): Promise<Uint8Array>
+  /** The whole file (a send hands it to its network), or only its first `length` bytes. */
+  bytes(sha: string, length?: number): Promise<Uint8Array>
   /** The file as an HTTP answer: streamed, with `headers`; one `Range: bytes=…` answered 206 (416 outside it). */
   response(sha: string, size: number, headers: Record<string, string>, range: string | null): Response
   remove(sha: string): Promise<void>
@@ -88,8 +88,9 @@ export class LocalMediaStore implements MediaStore {
     }
   }
 
-  async bytes(sha: string) {
-    return new Uint8Array(await Bun.file(this.pathFor(sha)).arrayBuffer())
+  async bytes(sha: string, length?: number) {
+    const file = Bun.file(this.pathFor(sha))
+    return new Uint8Array(await (length === undefined ? file : file.slice(0, length)).arrayBuffer())
   }
 
   // a file of the disk: Bun's server answers a Range itself
@@ -169,8 +170,10 @@ export class S3MediaStore implements MediaStore {
     await this.client.write(this.key(sha), bytes)
   }
 
-  async bytes(sha: string) {
-    return new Uint8Array(await this.client.file(this.key(sha)).arrayBuffer())
+  // the first bytes only: one ranged GET
+  async bytes(sha: string, length?: number) {
+    const file = this.client.file(this.key(sha))
+    return new Uint8Array(await (length === undefined ? file : file.slice(0, length)).arrayBuffer())
   }
 
   // streamed as it arrives from the bucket: Bun's server sends a stream chunked, without a

@@ -731,7 +731,7 @@ export class MessageService {
     for (const id of JSON.parse(row.attachments) as string[]) {
       const m = await this.media.find(row.workspace_id, id)
       if (!m) return null
-      out.push({ id: m.id, mimeType: m.mime_type, filename: m.filename, size: m.size, bytes: () => this.media.store.bytes(m.blob) })
+      out.push({ id: m.id, mimeType: m.mime_type, filename: m.filename, size: m.size, bytes: (length) => this.media.store.bytes(m.blob, length) })
     }
     return out
   }
