@@ -68,7 +68,6 @@ function withTimeout<T>(run: (signal: AbortSignal) => Promise<T>, ms: number): P
   ]).finally(() => clearTimeout(timer))
 }
 
-/** What a caller decides about a new message; the rest starts empty. */
 /** What an inbound message may carry beyond its text (see MessageService.inbound). */
 export interface InboundExtra {
   externalId?: string | null
@@ -93,6 +92,7 @@ function eventTime(told: number | undefined, now: number, floor: number): number
   return Math.min(now, Math.max(floor, told))
 }
 
+/** What a caller decides about a new message; the rest starts empty. */
 export type MessageFields = Pick<NewMessage, 'id' | 'workspace_id' | 'connection_id' | 'contact_id' | 'group_id' | 'recipient' | 'sender' | 'body' | 'attachments'> & {
   campaign_id?: string | null
   network_template?: string | null
