@@ -8,6 +8,8 @@
  * - GET /api/v1/messages with 1,000,000 rows in the workspace's log: p50 of the first page, of a
  *   status filter and of page 100.
  * Run: bun bench/postgres.ts [seconds per run = 5] [rounds = 5] [only: post | release | log]
+ * BENCH_PG_WAITS=1: the release run also prints its messages by status every 200 ms and what the
+ * database's sessions were doing (pg_stat_activity sampled every 10 ms).
  */
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -101,11 +103,27 @@ if (runs('release')) {
   const started = performance.now()
   const again = await startCapstanOn(url, cap.dir)
   let left = total
+  // BENCH_PG_WAITS=1: what the database's sessions were doing, sampled every 10 ms while it ran
+  const waits = new Map<string, number>()
+  let sampling = process.env.BENCH_PG_WAITS ? true : false
+  const sampler = (async () => {
+    while (sampling) {
+      for (const r of await db`SELECT state || ' ' || coalesce(wait_event_type, 'CPU') || ':' || coalesce(wait_event, '') AS w FROM pg_stat_activity WHERE datname = 'release' AND pid <> pg_backend_pid()`) waits.set(r.w, (waits.get(r.w) ?? 0) + 1)
+      await Bun.sleep(10)
+    }
+  })()
   while (left > 0) {
     await Bun.sleep(200)
     left = Number((await db`SELECT COUNT(*)::int AS n FROM messages WHERE status IN ('queued', 'sending')`)[0].n)
+    if (process.env.BENCH_PG_WAITS) console.log(`  ${((performance.now() - started) / 1000).toFixed(1)} s:`, (await db`SELECT status, COUNT(*)::int AS n FROM messages GROUP BY status ORDER BY status`).map((r: { status: string; n: number }) => `${r.status} ${r.n}`).join(', '))
   }
   const ms = performance.now() - started
+  sampling = false
+  await sampler
+  if (waits.size) {
+    const all = [...waits.values()].reduce((a, b) => a + b, 0)
+    for (const [w, n] of [...waits].sort((a, b) => b[1] - a[1]).slice(0, 12)) console.log(`  ${w}: ${((n / all) * 100).toFixed(1)}%`)
+  }
   say(`\nRelease throughput on PostgreSQL: ${total.toLocaleString('en-US')} messages queued on 1,000 sandbox numbers (no gaps), one instance from its start: all sent in ${(ms / 1000).toFixed(1)} s = ${Math.round(total / (ms / 1000)).toLocaleString('en-US')} msg/s`)
   await again.stop()
   await db.close()

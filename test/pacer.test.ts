@@ -1,8 +1,15 @@
 /** Pacing (CONTRACT §3) with a controlled clock: gaps, hourly and daily caps, FIFO, online only. */
-import { afterEach, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { PrivatePostgres } from '../src/cluster/postgres'
+import { stmt } from '../src/db/engine'
+import { NumberLeases } from '../src/scheduler/leases'
 import { dueAt, eachConcurrently } from '../src/scheduler/pacer'
-import { eachTurn, inProcess, settle } from './support/inproc'
+import { eachTurn, inProcess, inProcessOnPostgres, settle } from './support/inproc'
 import { copyRow } from './support/rows'
+import { waitFor } from './support/wait'
 
 setDefaultTimeout(60_000)
 
@@ -306,6 +313,94 @@ async function released(ids: string[]) {
 }
 
 describe('a tick on PostgreSQL: numbers taken several at a time', () => {
+  let dir: string
+  let pg: PrivatePostgres
+  let admin: InstanceType<typeof Bun.SQL>
+  let onPg: Awaited<ReturnType<typeof inProcessOnPostgres>> | null = null
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'capstan-pacer-pg-'))
+    pg = await PrivatePostgres.start(join(dir, 'pg'))
+    admin = new Bun.SQL(pg.url, { max: 1 })
+  })
+  afterEach(async () => {
+    await onPg?.close()
+    onPg = null
+  })
+  afterAll(async () => {
+    await admin.close()
+    await pg.stop()
+    rmSync(dir, { recursive: true, force: true })
+  })
+  /** A new empty database on the private server; its URL. */
+  const database = async () => {
+    const name = `t_${crypto.randomUUID().replaceAll('-', '')}`
+    await admin.unsafe(`CREATE DATABASE ${name}`)
+    const u = new URL(pg.url)
+    u.pathname = `/${name}`
+    return u.toString()
+  }
+
+  test('a write per 32 numbers: one that fails holds back only its own numbers, which count nothing against their caps and go a second later', async () => {
+    onPg = await inProcessOnPostgres(await database())
+    const { svc, engine, timers } = onPg
+    const ws = await svc.workspaces.create({ name: 'Many' })
+    await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 3, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    // 64 numbers (two writes' worth) with three messages each; one number's first is the one
+    // PostgreSQL refuses to release (a fault put in the database itself)
+    const numbers: string[] = []
+    for (let i = 0; i < 64; i++) numbers.push((await svc.connections.create(ws.id, { phone: `+1555300${String(i).padStart(4, '0')}`, driver: 'sandbox', config: NO_RECEIPTS })).id)
+    await waitFor(() => numbers.every((id) => svc.pacer.leases.holds(id)))
+    await engine.run(stmt('', `CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.body = 'boom' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$`))
+    await engine.run(stmt('', `CREATE TRIGGER refuse_boom BEFORE UPDATE OF status ON messages FOR EACH ROW WHEN (NEW.status = 'sending') EXECUTE FUNCTION refuse_boom()`))
+    const ids = new Map<string, string[]>()
+    for (const [n, id] of numbers.entries()) {
+      const bodies = n === 40 ? ['boom', 'b', 'c'] : ['a', 'b', 'c']
+      ids.set(id, [])
+      for (const [k, body] of bodies.entries()) ids.get(id)!.push((await svc.messages.send(ws.id, { connection_id: id, recipient: `+1555400${String(n * 3 + k).padStart(4, '0')}`, body, attachments: [] })).id)
+    }
+    const releasedOf = async (id: string) => (await Promise.all(ids.get(id)!.map((m) => svc.messages.getAny(m)))).filter((m) => m!.sending_at !== null).length
+    await timers.advance(0)
+    const counts = await Promise.all(numbers.map(releasedOf))
+    // the write with the refused message released nothing; the other released all three of each
+    expect(counts[40]).toBe(0)
+    expect(counts.filter((c) => c === 3).length).toBe(32)
+    expect(counts.filter((c) => c === 0).length).toBe(32)
+    // the fault gone: a second later the held-back numbers release their three (the failed
+    // attempt was not counted against the hourly cap of three)
+    await engine.run(stmt('', 'DROP TRIGGER refuse_boom ON messages'))
+    await timers.advance(1000)
+    expect(await Promise.all(numbers.map(releasedOf))).toEqual(numbers.map(() => 3))
+  })
+
+  test('a graceful stop lets go of every lease, also one a claim still on its way takes; nothing is claimed after it', async () => {
+    onPg = await inProcessOnPostgres(await database())
+    const { engine } = onPg
+    const leases = new NumberLeases(engine)
+    const [a, b] = [crypto.randomUUID(), crypto.randomUUID()]
+    // a run-out lease of another instance on `a`, its row locked for a while: a claim of `a` waits for it
+    await engine.write((tx) => tx.run(stmt('INSERT INTO number_leases (connection_id, owner, expires_at) VALUES (?, ?, 0)'), a, 'gone'))
+    let unlock = () => {}
+    const locked = new Promise<void>((r) => (unlock = r))
+    const holding = engine.write(async (tx) => {
+      await tx.get(stmt('SELECT 1 AS yes FROM number_leases WHERE connection_id = ? FOR UPDATE'), a)
+      await locked
+    })
+    await Bun.sleep(100)
+    const claiming = leases.claim([b, a])
+    await Bun.sleep(100)
+    const stopping = leases.releaseAll()
+    await Bun.sleep(100)
+    unlock()
+    await holding
+    await stopping
+    expect(await claiming).toEqual([])
+    const mine = stmt('SELECT connection_id FROM number_leases WHERE owner = ?')
+    expect(await engine.all(mine, leases.owner)).toEqual([])
+    expect(await leases.claim([b])).toEqual([])
+    expect(await engine.all(mine, leases.owner)).toEqual([])
+    expect(leases.holds(b)).toBe(false)
+  })
+
   test('at most n run at once; after a failure none is started, and it throws only once every started one has settled', async () => {
     const events: string[] = []
     let running = 0

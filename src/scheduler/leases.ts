@@ -49,18 +49,21 @@ export class NumberLeases {
    * stay theirs. Returns the numbers newly taken (a start, or a dead instance's numbers).
    */
   async claim(connectionIds: string[]): Promise<string[]> {
-    if (connectionIds.length === 0) return []
+    if (connectionIds.length === 0 || this.closed) return []
     if (!this.engine.shared) {
       const fresh = connectionIds.filter((id) => !this.mine.has(id))
       for (const id of fresh) this.mine.add(id)
       return fresh
     }
     const now = this.now()
-    const taken = await this.engine.write(async (tx) => {
+    const claiming = this.engine.write(async (tx) => {
       const got: string[] = []
       for (const id of connectionIds) if ((await tx.run(Q.take, id, this.owner, now + LEASE_MS, now)) > 0) got.push(id)
       return got
     })
+    this.claiming.add(claiming)
+    const taken = await claiming.finally(() => this.claiming.delete(claiming))
+    if (this.closed) return []
     const fresh = taken.filter((id) => !this.mine.has(id))
     const kept = new Set(taken)
     for (const id of connectionIds) if (!kept.has(id)) this.mine.delete(id)
@@ -93,9 +96,20 @@ export class NumberLeases {
     return (await this.engine.write((tx) => tx.run(Q.take, `job:${name}`, crypto.randomUUID(), now + ms, now))) > 0
   }
 
-  /** At a graceful stop: every lease goes at once (the others need not wait for it to run out). */
+  /** Claims on their way to the database (a graceful stop lets them land before it lets go). */
+  private readonly claiming = new Set<Promise<string[]>>()
+  /** Let go at a graceful stop: nothing more is claimed. */
+  private closed = false
+
+  /**
+   * At a graceful stop: every lease goes at once (the others need not wait for it to run out) —
+   * also one a claim still on its way takes (a number woken just before the stop): it is let go
+   * after that claim lands, not left to run out.
+   */
   async releaseAll() {
+    this.closed = true
     this.mine.clear()
+    await Promise.allSettled([...this.claiming])
     if (this.engine.shared) await this.engine.write((tx) => tx.run(Q.release, this.owner))
   }
 }

@@ -9,12 +9,13 @@ import { join } from 'node:path'
 import type { Clock } from '../../src/clock'
 import { loadConfig } from '../../src/config'
 import { migrate, openDatabase } from '../../src/db/open'
-import { SqliteEngine } from '../../src/db/engine'
+import { PgEngine, SqliteEngine } from '../../src/db/engine'
+import { migratePostgres } from '../../src/db/postgres'
 import { Writer } from '../../src/db/writer'
 import { Logger } from '../../src/http/log'
 import type { Timers } from '../../src/scheduler/pacer'
 import { SecretBox } from '../../src/secrets'
-import { buildServices, startServices, stopServices } from '../../src/services'
+import { buildServices, settleServices, startServices, stopServices } from '../../src/services'
 
 export class ManualClock implements Clock {
   constructor(public t = Date.UTC(2026, 10, 21, 9, 0, 0)) {}
@@ -84,6 +85,40 @@ export async function inProcess(opts: { clamd?: string; env?: Record<string, str
       await settle()
       stopServices(svc)
       db.close()
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
+
+/**
+ * `inProcess` on PostgreSQL: the services on an empty database at `url` (migrated here), with the
+ * same controlled clock and timers; the media and the sandbox's files under a temporary directory.
+ */
+export async function inProcessOnPostgres(url: string) {
+  const dir = mkdtempSync(join(tmpdir(), 'capstan-inproc-pg-'))
+  const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent', CAPSTAN_DATABASE_URL: url })
+  const admin = new Bun.SQL(url, { max: 1 })
+  await migratePostgres(admin)
+  await admin.close()
+  const engine = PgEngine.connect(url, 8)
+  const clock = new ManualClock()
+  const timers = new ManualTimers(clock)
+  const svc = buildServices({ config, engine, clock }, new Logger('silent'), SecretBox.load(dir, null), { timers, random: () => 0.5 })
+  timers.quiet = async () => {
+    await settle()
+    await svc.pacer.settled()
+  }
+  await startServices(svc)
+  return {
+    svc,
+    clock,
+    timers,
+    engine,
+    async close() {
+      await settle()
+      stopServices(svc)
+      await settleServices(svc)
+      await engine.close()
       rmSync(dir, { recursive: true, force: true })
     },
   }
