@@ -349,7 +349,6 @@ export class Pacer {
     for (const id of this.pending) if (!this.leases.holds(id)) this.pending.delete(id)
     const ids = [...this.pending]
     for (const id of ids) if (!this.state(id).loaded) await this.loaded(id)
-    const now = this.clock.now()
     let next = Infinity
     // SQLite: one write for the whole tick (its group commit). PostgreSQL: a write per
     // PIPELINED_NUMBERS numbers — each claim changes its workspace's kept count, and PostgreSQL
@@ -359,16 +358,18 @@ export class Pacer {
     const chunk = this.deps.engine.kind === 'postgres' ? PIPELINED_NUMBERS : Math.max(ids.length, 1)
     for (let at = 0; at < ids.length || at === 0; at += chunk) {
       // a write that fails holds back its own numbers only; they are tried again in a second
-      next = Math.min(next, (await this.releaseSome(ids.slice(at, at + chunk), now)) ?? now + 1000)
+      next = Math.min(next, (await this.releaseSome(ids.slice(at, at + chunk))) ?? this.clock.now() + 1000)
     }
-    if (next < Infinity) this.schedule(next - now)
+    if (next < Infinity) this.schedule(next - this.clock.now())
   }
 
   /**
    * Release what is due now from these numbers in one write, then hand it to the drivers. Returns
    * when the earliest of them may release again (Infinity: none waits), or null when the write failed.
    */
-  private async releaseSome(ids: string[], now: number): Promise<number | null> {
+  private async releaseSome(ids: string[]): Promise<number | null> {
+    // (each write reads the clock: a tick of many writes on PostgreSQL takes a while)
+    const now = this.clock.now()
     // each number's state before this write's releases, put back if they do not commit
     const before: Saved[] = []
     let released: { live: NonNullable<ReturnType<ConnectionService['find']>>; row: MessageRow }[] = []
