@@ -312,7 +312,7 @@ async function released(ids: string[]) {
   return n
 }
 
-describe('a tick on PostgreSQL: numbers taken several at a time', () => {
+describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are written together', () => {
   let dir: string
   let pg: PrivatePostgres
   let admin: InstanceType<typeof Bun.SQL>
@@ -370,6 +370,31 @@ describe('a tick on PostgreSQL: numbers taken several at a time', () => {
     await engine.run(stmt('', 'DROP TRIGGER refuse_boom ON messages'))
     await timers.advance(1000)
     expect(await Promise.all(numbers.map(releasedOf))).toEqual(numbers.map(() => 3))
+  })
+
+  test("the outcomes of one turn share a transaction; one that cannot be written is written alone and holds back none of the others", async () => {
+    onPg = await inProcessOnPostgres(await database())
+    const { svc, engine } = onPg
+    const ws = await svc.workspaces.create({ name: 'Outcomes' })
+    // (no timer fires unless the test moves the clock: the messages stay queued for the test to settle)
+    const conn = await svc.connections.create(ws.id, { phone: '+15553100001', driver: 'sandbox', config: NO_RECEIPTS })
+    const send = async (body: string, n: number) => (await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+1555310${String(n).padStart(4, '0')}`, body, attachments: [] })).id
+    const ids = [await send('first', 0), await send('a', 1), await send('b', 2), await send('c', 3), await send('boom', 4)]
+    const [, a, b, c, boom] = ids as [string, string, string, string, string]
+    const version = stmt('', 'SELECT xmin::text AS tx, status FROM messages WHERE id = $1')
+    const of = (id: string) => engine.get<{ tx: string; status: string }>(version, id)
+    // three in one turn: one transaction
+    await Promise.all([svc.messages.markSent(a, { externalId: 'x-a' }), svc.messages.markSent(b, { externalId: 'x-b' }), svc.messages.markFailed(c, 'recipient_unreachable', 'Unreachable.')])
+    const [ra, rb, rc] = await Promise.all([of(a), of(b), of(c)])
+    expect([ra!.status, rb!.status, rc!.status]).toEqual(['sent', 'sent', 'failed'])
+    expect(new Set([ra!.tx, rb!.tx, rc!.tx]).size).toBe(1)
+    // PostgreSQL refuses one of the next turn's outcomes: the other is written all the same
+    await engine.run(stmt('', `CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.body = 'boom' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$`))
+    await engine.run(stmt('', `CREATE TRIGGER refuse_boom BEFORE UPDATE OF status ON messages FOR EACH ROW WHEN (NEW.status = 'sent') EXECUTE FUNCTION refuse_boom()`))
+    const first = ids[0]!
+    const outcomes = await Promise.allSettled([svc.messages.markSent(boom, { externalId: 'x-boom' }), svc.messages.markSent(first, { externalId: 'x-first' })])
+    expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'fulfilled'])
+    expect([(await of(boom))!.status, (await of(first))!.status]).toEqual(['queued', 'sent'])
   })
 
   test('a graceful stop lets go of every lease, also one a claim still on its way takes; nothing is claimed after it', async () => {
