@@ -72,6 +72,27 @@ describe('pacer', () => {
     expect((await Promise.all(ids.map((id) => env!.svc.messages.getAny(id)))).map((m) => m!.status)).toEqual(['sent', 'sent', 'sent', 'sent'])
   })
 
+  test('a number woken before its gap is over makes no write; it releases when the gap is over', async () => {
+    const { ws, conn, ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 60, max_gap_seconds: 60 }, 1)
+    const t0 = env!.clock.t
+    await env!.timers.advance(0)
+    await settle()
+    // each new message wakes the number; none is due for a minute
+    const later = await queue(ws.id, conn.id, 3)
+    const engine = env!.svc.deps.engine
+    const write = engine.write.bind(engine)
+    let writes = 0
+    engine.write = (fn) => {
+      writes++
+      return write(fn)
+    }
+    await env!.timers.advance(59_000)
+    expect(writes).toBe(0)
+    await env!.timers.advance(1_000)
+    expect(writes).toBeGreaterThan(0)
+    expect(await releases([...ids, ...later], t0)).toEqual([0, 60, null, null])
+  })
+
   test('the random gap is drawn in [min, max]', async () => {
     // random() = 0.5 in these tests: gap = min + 0.5 * (max - min) = 7 s
     const { ids } = await setup({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 4, max_gap_seconds: 10 }, 3)
