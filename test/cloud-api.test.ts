@@ -1164,6 +1164,40 @@ describe('retries (in process, the waits shortened)', () => {
   })
 })
 
+describe('the 24-hour window when a message leaves', () => {
+  test('a text accepted inside the window but held by the caps until it closed fails as outside_service_window, and Meta never gets it', async () => {
+    const env = await inProcess()
+    try {
+      const { svc, timers } = env
+      const ws = await svc.workspaces.create({ name: 'Window at release' })
+      // one release an hour: the second message waits an hour behind the first
+      await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const phone = newPhone('+1444')
+      const pnid = '300000000004'
+      graph.state.numbers[pnid] = phone.slice(1)
+      const conn = await svc.connections.create(ws.id, { phone, driver: 'cloud_api', config: { phone_number_id: pnid, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base } })
+      const to = await wrote(svc, conn.id, newPhone())
+      // 23 h 50 min later, two messages: both inside the window when accepted
+      await timers.advance((23 * 60 + 50) * 60_000)
+      const first = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: to, body: 'window first', attachments: [] })
+      const second = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: to, body: 'window second', attachments: [] })
+      await timers.advance(0)
+      await waitFor(async () => (await svc.messages.get(ws.id, first.id)).status === 'sent')
+      // its turn comes an hour later, 50 minutes after the window closed
+      await timers.advance(3600_000)
+      const row = await waitFor(async () => {
+        const r = await svc.messages.get(ws.id, second.id)
+        return r.status !== 'queued' && r.status !== 'sending' ? r : null
+      })
+      expect([row.status, row.error_code, row.error_message, row.sending_at]).toEqual(['failed', 'outside_service_window', 'The recipient’s 24-hour service window closed before the message was sent: WhatsApp delivers only template messages then.', null])
+      expect(graph.seen.filter((x) => x.json?.text?.body === 'window second')).toHaveLength(0)
+      expect(graph.seen.filter((x) => x.json?.text?.body === 'window first')).toHaveLength(1)
+    } finally {
+      await env.close()
+    }
+  })
+})
+
 describe("Meta's times", () => {
   test('a status or a message that arrives late (after an outage) is recorded at the time Meta gives, so the timeline reads in order', async () => {
     const env = await inProcess()

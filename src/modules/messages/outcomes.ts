@@ -9,6 +9,7 @@ export const OUTCOME_CODES = {
   recipient_opted_out: 'The recipient opted out after the message was accepted and before it was sent.',
   recipient_suppressed: 'The recipient was put on the suppression list before the message was sent.',
   recipient_not_opted_in: 'A marketing message whose recipient was no longer opted in when it was to be sent.',
+  outside_service_window: "A text or media message through a Cloud API number whose recipient's 24-hour service window closed while it waited (WhatsApp delivers only templates then).",
   contact_erased: 'The contact was erased while the message was queued.',
   media_unavailable: 'An attachment expired (retention) before the message was sent.',
   expired: 'Still queued after 24 hours: the number never came back online or was held by its caps.',

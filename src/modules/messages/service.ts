@@ -476,6 +476,14 @@ export class MessageService {
     // in the order `send` checks them, so a message refused at release gets the code a send would
     if (row.recipient !== null && (await this.suppressions.isSuppressed(row.workspace_id, row.recipient, q))) return { code: 'recipient_suppressed', message: 'The recipient was suppressed before the message was sent.' }
     if (row.opt_in_required === 1 && contact?.consent_status !== 'opted_in') return { code: 'recipient_not_opted_in', message: 'The recipient was no longer opted in when the marketing message was to be sent.' }
+    // a free-form message held by the caps past the end of its recipient's 24-hour window would
+    // only be refused by WhatsApp (131047): it fails here, as the send would have been refused now
+    if (row.network_template === null && row.recipient !== null) {
+      const live = this.connections.find(row.connection_id)
+      if (live?.driver.serviceWindowMs && !(await this.inServiceWindow(live, row.recipient, this.deps.clock.now(), q))) {
+        return { code: 'outside_service_window', message: 'The recipient’s 24-hour service window closed before the message was sent: WhatsApp delivers only template messages then.' }
+      }
+    }
     return null
   }
 
