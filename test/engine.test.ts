@@ -165,3 +165,79 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (kind) => {
     expect((await engine.get<Item>(GET, 'counter'))!.n).toBe(200)
   })
 })
+
+describe("PostgreSQL's group commit: the writes of one turn share a transaction", () => {
+  let engine: Engine
+  const VERSION = stmt('', 'SELECT id, xmin::text AS tx FROM items ORDER BY id')
+  beforeAll(async () => {
+    engine = await make.postgres()
+    opened.push(engine)
+    await engine.run(stmt('DROP TABLE IF EXISTS items'))
+    await engine.run(CREATE)
+  })
+
+  test('writes asked for in one turn commit in one transaction; one refused before it wrote anything leaves the others in it', async () => {
+    await engine.run(CLEAR)
+    const results = await Promise.allSettled([
+      engine.write((tx) => tx.run(INSERT, 'a', 1, null, null, 0)),
+      engine.write(async (tx) => {
+        if (!(await tx.get(GET, 'nothing'))) throw new Error('refused after a read')
+      }),
+      engine.write((tx) => tx.run(INSERT, 'b', 1, null, null, 0)),
+    ])
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+    const rows = await engine.all<{ id: string; tx: string }>(VERSION)
+    expect(rows.map((r) => r.id)).toEqual(['a', 'b'])
+    expect(rows[0]!.tx).toBe(rows[1]!.tx)
+    // a write of the next turn is another transaction
+    await engine.write((tx) => tx.run(INSERT, 'c', 1, null, null, 0))
+    const later = await engine.all<{ id: string; tx: string }>(VERSION)
+    expect(later[2]!.tx).not.toBe(later[0]!.tx)
+  })
+
+  test('a statement that fails loses the shared transaction: each write runs again alone, the others commit, the failed one changes nothing', async () => {
+    await engine.run(CLEAR)
+    await engine.write((tx) => tx.run(INSERT, 'taken', 1, null, null, 0))
+    let runs = 0
+    const results = await Promise.allSettled([
+      engine.write(async (tx) => {
+        runs++
+        await tx.run(INSERT, 'first', 1, null, null, 0)
+      }),
+      engine.write(async (tx) => {
+        await tx.run(INSERT, 'half', 1, null, null, 0)
+        await tx.run(INSERT, 'taken', 2, null, null, 0)
+      }),
+      engine.write((tx) => tx.run(INSERT, 'last', 1, null, null, 0)),
+    ])
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+    expect((results[1] as PromiseRejectedResult).reason).toBeInstanceOf(UniqueViolation)
+    expect(runs).toBe(2)
+    expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['first', 'last', 'taken'])
+  })
+
+  test('a write that announces a change and then throws is undone with its announcement; the others are heard', async () => {
+    await engine.run(CLEAR)
+    const heard: string[] = []
+    await engine.listen((what) => heard.push(what))
+    const [kept, dropped] = [`test:${crypto.randomUUID()}`, `test:${crypto.randomUUID()}`]
+    let round: Promise<void> | null = null
+    const results = await Promise.allSettled([
+      engine.write(async (tx) => {
+        await engine.announce(tx, kept)
+        round = engine.propagated(kept)
+        await tx.run(INSERT, 'told', 1, null, null, 0)
+      }),
+      engine.write(async (tx) => {
+        await engine.announce(tx, dropped)
+        throw new Error('refused after announcing')
+      }),
+    ])
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected'])
+    await round
+    await Bun.sleep(100)
+    expect(heard).toContain(kept)
+    expect(heard).not.toContain(dropped)
+    expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['told'])
+  })
+})

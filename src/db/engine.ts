@@ -6,8 +6,9 @@
  * writes inside `write(async (tx) => …)`, never asking which engine it is on.
  *
  * `write` has one contract on both: the callback's statements commit together or not at all,
- * and the promise resolves only once they are durable. On SQLite it joins the group commit
- * (db/writer.ts: the callback must await only `tx`); on PostgreSQL it is a transaction of its own.
+ * and the promise resolves only once they are durable; it may run twice. On SQLite it joins the
+ * group commit (db/writer.ts: the callback must await only `tx`); on PostgreSQL it shares a
+ * transaction with the other writes asked for in the same turn (PgEngine.write).
  */
 import type { Database, Statement as Prepared } from 'bun:sqlite'
 import { emptyWal } from './wal'
@@ -248,7 +249,27 @@ const PROPAGATION_WAIT_MS = 1000
 const PROPAGATION_GRACE_MS = 30
 const NOTIFY = stmt('', `SELECT pg_notify('${CHANNEL}', $1)`)
 
-/** PostgreSQL through Bun's built-in client: a pool of connections, each write its own transaction. */
+/** Most writes one shared transaction takes (see PgEngine.write). */
+const GATHER_MAX = 64
+
+interface Gathered {
+  fn: (tx: Queries) => Promise<unknown>
+  done: (v: unknown) => void
+  failed: (e: unknown) => void
+}
+
+const pure = new WeakMap<Statement, boolean>()
+/** Whether a statement only reads (a SELECT that announces nothing): one that failed after it needs no undo. */
+function readsOnly(s: Statement): boolean {
+  let r = pure.get(s)
+  if (r === undefined) {
+    r = /^\s*SELECT\b/i.test(s.pg) && !/pg_notify|nextval|setval/i.test(s.pg)
+    pure.set(s, r)
+  }
+  return r
+}
+
+/** PostgreSQL through Bun's built-in client: a pool of connections; the writes of a turn share a transaction. */
 export class PgEngine implements Engine {
   readonly kind = 'postgres'
   readonly shared = true
@@ -284,7 +305,84 @@ export class PgEngine implements Engine {
    * order), which spares every write a round trip. PostgreSQL answers COMMIT with ROLLBACK when
    * a statement of the transaction failed: that is a failed write too.
    */
-  async write<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
+  /** Writes asked for in this turn, run together at its end (see `write`). */
+  private gathering: Gathered[] | null = null
+
+  /**
+   * Writes asked for in the same turn of the event loop share one transaction — PostgreSQL's
+   * group commit, as db/writer.ts is SQLite's: their callbacks run side by side on one
+   * connection, their statements pipelined, and one COMMIT makes them all durable (a commit per
+   * write cost a send half its speed). A callback that throws before it has written anything is
+   * refused alone. When one throws after writing, or a statement fails (which loses the whole
+   * transaction), the batch is rolled back and each write runs again in a transaction of its own:
+   * a callback may run twice, as on SQLite. Callbacks of one batch see each other's writes as they
+   * are made (one transaction): a decision that must hold against another write is made by a
+   * conditional statement, as between transactions.
+   */
+  write<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
+    return new Promise<T>((done, failed) => {
+      if (!this.gathering || this.gathering.length >= GATHER_MAX) {
+        const batch: Gathered[] = []
+        this.gathering = batch
+        setImmediate(() => void this.writeGathered(batch))
+      }
+      this.gathering.push({ fn, done: done as (v: unknown) => void, failed })
+    })
+  }
+
+  private async writeGathered(batch: Gathered[]) {
+    if (this.gathering === batch) this.gathering = null
+    const alone = (b: Gathered) => void this.writeAlone(b.fn).then(b.done, b.failed)
+    if (batch.length === 1) return alone(batch[0]!)
+    let outcomes: PromiseSettledResult<unknown>[] | null = null
+    let conn: Awaited<ReturnType<PgClient['reserve']>> | null = null
+    try {
+      conn = await this.client.reserve()
+      const begun = conn.unsafe('BEGIN')
+      begun.catch(() => {})
+      const queries = pgQueries(conn)
+      let undo = false
+      const settled = await Promise.allSettled(
+        batch.map(async (b) => {
+          let wrote = false
+          const mark = (s: Statement) => {
+            if (!wrote && !readsOnly(s)) wrote = true
+          }
+          const tx: Queries = {
+            all: (s, ...p) => (mark(s), queries.all(s, ...p)),
+            get: (s, ...p) => (mark(s), queries.get(s, ...p)),
+            run: (s, ...p) => (mark(s), queries.run(s, ...p)),
+          }
+          try {
+            return await b.fn(tx)
+          } catch (e) {
+            if (wrote) undo = true
+            throw e
+          }
+        }),
+      )
+      await begun
+      if (!undo) {
+        const end = (await conn.unsafe('COMMIT')) as unknown as { command?: string }
+        if (end.command === 'COMMIT') outcomes = settled
+      }
+    } catch {
+      // the connection failed, or a statement did: each write on its own, below
+    }
+    if (conn) {
+      if (!outcomes) await conn.unsafe('ROLLBACK').catch(() => {})
+      void conn.release()
+    }
+    if (!outcomes) return batch.forEach(alone)
+    batch.forEach((b, i) => {
+      const r = outcomes![i]!
+      if (r.status === 'fulfilled') b.done(r.value)
+      else b.failed(r.reason)
+    })
+  }
+
+  /** A write in a transaction of its own (once more after a lost race; see `write`). */
+  private async writeAlone<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
     try {
       return await this.transaction(fn)
     } catch (e) {

@@ -46,8 +46,6 @@ const INTERRUPTED = { code: 'send_interrupted', message: 'The server stopped whi
 const MAX_REFUSED_PER_RELEASE = 200
 /** Messages expired or failed per write when many go at once (each write short; requests are served between). */
 const EXPIRE_BATCH = 500
-/** Most send outcomes written in one transaction on PostgreSQL (see outcomeWrite). */
-const OUTCOMES_TOGETHER = 200
 
 /** Why a queued message may not leave any more: its failure code and message. */
 export interface Refusal {
@@ -525,7 +523,7 @@ export class MessageService {
    * recipient's address there when that is not the number sent to (see network_addresses).
    */
   markSent(id: string, { externalId, partIds = [], recipientAddress }: Accepted) {
-    return this.outcomeWrite(async (tx) => {
+    return this.deps.engine.write(async (tx) => {
       const row = await this.advanceIn(tx, id, 'sent', this.deps.clock.now(), { external_id: externalId })
       if (row && partIds.length) await this.store.addParts(tx, row.connection_id, id, partIds)
       if (row?.recipient && recipientAddress && recipientAddress !== row.recipient) await this.contacts.addAddressIn(tx, row.workspace_id, recipientAddress, row.recipient)
@@ -534,48 +532,7 @@ export class MessageService {
   }
 
   markFailed(id: string, code: string, message: string) {
-    return this.outcomeWrite((tx) => this.advanceIn(tx, id, 'failed', this.deps.clock.now(), { error_code: code, error_message: message }))
-  }
-
-  /** Outcome writes asked for in this turn, written together at its end (PostgreSQL). */
-  private outcomes: { fn: (tx: Queries) => Promise<unknown>; done: (v: unknown) => void; failed: (e: unknown) => void }[] | null = null
-
-  /**
-   * A send's outcome, written as its own write on SQLite (whose group commit gathers writes
-   * already). On PostgreSQL the outcomes asked for in one turn of the event loop share one
-   * transaction — one commit for many sends, rather than a commit each — and when it fails, each
-   * is written alone, so one that cannot be written does not hold back the others.
-   */
-  private outcomeWrite<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
-    if (this.deps.engine.kind !== 'postgres') return this.deps.engine.write(fn)
-    return new Promise<T>((done, failed) => {
-      // (a few hundred at most: each changes its workspace's kept counts, which PostgreSQL slows
-      // down on when one transaction changes the same row very many times)
-      if (!this.outcomes || this.outcomes.length >= OUTCOMES_TOGETHER) {
-        const batch: typeof this.outcomes = []
-        this.outcomes = batch
-        setImmediate(() => void this.writeOutcomes(batch))
-      }
-      this.outcomes.push({ fn, done: done as (v: unknown) => void, failed })
-    })
-  }
-
-  private async writeOutcomes(batch: NonNullable<typeof this.outcomes>) {
-    if (this.outcomes === batch) this.outcomes = null
-    let results: unknown[]
-    try {
-      results = await this.deps.engine.write(async (tx) => {
-        // every statement answered before the write ends, whichever fails
-        const settled = await Promise.allSettled(batch.map((b) => b.fn(tx)))
-        const failure = settled.find((r) => r.status === 'rejected')
-        if (failure) throw failure.reason
-        return settled.map((r) => (r as PromiseFulfilledResult<unknown>).value)
-      })
-    } catch {
-      for (const b of batch) this.deps.engine.write(b.fn).then(b.done, b.failed)
-      return
-    }
-    batch.forEach((b, i) => b.done(results[i]))
+    return this.deps.engine.write((tx) => this.advanceIn(tx, id, 'failed', this.deps.clock.now(), { error_code: code, error_message: message }))
   }
 
   /**
