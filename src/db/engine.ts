@@ -299,12 +299,6 @@ export class PgEngine implements Engine {
     return this.queries.run(s, ...params)
   }
 
-  /**
-   * A transaction on one connection of the pool. BEGIN is sent without waiting for its answer:
-   * the callback's first statement follows it down the same connection (PostgreSQL answers in
-   * order), which spares every write a round trip. PostgreSQL answers COMMIT with ROLLBACK when
-   * a statement of the transaction failed: that is a failed write too.
-   */
   /** Writes asked for in this turn, run together at its end (see `write`). */
   private gathering: Gathered[] | null = null
 
@@ -334,48 +328,38 @@ export class PgEngine implements Engine {
     if (this.gathering === batch) this.gathering = null
     const alone = (b: Gathered) => void this.writeAlone(b.fn).then(b.done, b.failed)
     if (batch.length === 1) return alone(batch[0]!)
-    let outcomes: PromiseSettledResult<unknown>[] | null = null
-    let conn: Awaited<ReturnType<PgClient['reserve']>> | null = null
+    let outcomes: PromiseSettledResult<unknown>[]
     try {
-      conn = await this.client.reserve()
-      const begun = conn.unsafe('BEGIN')
-      begun.catch(() => {})
-      const queries = pgQueries(conn)
-      let undo = false
-      const settled = await Promise.allSettled(
-        batch.map(async (b) => {
-          let wrote = false
-          const mark = (s: Statement) => {
-            if (!wrote && !readsOnly(s)) wrote = true
-          }
-          const tx: Queries = {
-            all: (s, ...p) => (mark(s), queries.all(s, ...p)),
-            get: (s, ...p) => (mark(s), queries.get(s, ...p)),
-            run: (s, ...p) => (mark(s), queries.run(s, ...p)),
-          }
-          try {
-            return await b.fn(tx)
-          } catch (e) {
-            if (wrote) undo = true
-            throw e
-          }
-        }),
-      )
-      await begun
-      if (!undo) {
-        const end = (await conn.unsafe('COMMIT')) as unknown as { command?: string }
-        if (end.command === 'COMMIT') outcomes = settled
-      }
+      outcomes = await this.transaction(async (shared) => {
+        let undo = false
+        const settled = await Promise.allSettled(
+          batch.map(async (b) => {
+            let wrote = false
+            const mark = (s: Statement) => {
+              if (!wrote && !readsOnly(s)) wrote = true
+            }
+            const tx: Queries = {
+              all: (s, ...p) => (mark(s), shared.all(s, ...p)),
+              get: (s, ...p) => (mark(s), shared.get(s, ...p)),
+              run: (s, ...p) => (mark(s), shared.run(s, ...p)),
+            }
+            try {
+              return await b.fn(tx)
+            } catch (e) {
+              if (wrote) undo = true
+              throw e
+            }
+          }),
+        )
+        if (undo) throw new Error('a write failed after writing: the batch is undone')
+        return settled
+      })
     } catch {
-      // the connection failed, or a statement did: each write on its own, below
+      // a write failed after writing, a statement failed, or the connection did: each on its own
+      return batch.forEach(alone)
     }
-    if (conn) {
-      if (!outcomes) await conn.unsafe('ROLLBACK').catch(() => {})
-      void conn.release()
-    }
-    if (!outcomes) return batch.forEach(alone)
     batch.forEach((b, i) => {
-      const r = outcomes![i]!
+      const r = outcomes[i]!
       if (r.status === 'fulfilled') b.done(r.value)
       else b.failed(r.reason)
     })
@@ -394,6 +378,12 @@ export class PgEngine implements Engine {
     }
   }
 
+  /**
+   * A transaction on one connection of the pool. BEGIN is sent without waiting for its answer:
+   * the callback's first statement follows it down the same connection (PostgreSQL answers in
+   * order), which spares every write a round trip. PostgreSQL answers COMMIT with ROLLBACK when
+   * a statement of the transaction failed: that is a failed write too.
+   */
   private async transaction<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
     const conn = await this.client.reserve()
     const begun = conn.unsafe('BEGIN')
