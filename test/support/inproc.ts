@@ -1,7 +1,8 @@
 /**
- * In-process services over a real SQLite file, with a controllable clock and timers, for tests of
- * time-driven behaviour (pacing caps and gaps, expiry, webhook disabling). The drivers, the
- * database and HTTP receivers stay real; only time is controlled.
+ * In-process services over a real SQLite file (or a real PostgreSQL: `inProcessOnPostgres`), with
+ * a controllable clock and timers, for tests of time-driven behaviour (pacing caps and gaps,
+ * expiry, webhook disabling). The drivers, the database and HTTP receivers stay real; only time is
+ * controlled.
  */
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
