@@ -8,7 +8,8 @@
  * - GET /api/v1/messages with 1,000,000 rows in the workspace's log: p50 of the first page, of a
  *   status filter and of page 100.
  * Run: bun bench/postgres.ts [seconds per run = 5] [rounds = 5] [only: post | release | log]
- * BENCH_PG_WAITS=1: the release run also prints its messages by status every 200 ms and what the
+ * BENCH_NUMBERS, BENCH_PER_NUMBER: the release run's numbers (1,000, in fifties) and messages queued on
+ * each (20). BENCH_PG_WAITS=1: the release run also prints its messages by status every 200 ms and what the
  * database's sessions were doing (pg_stat_activity sampled every 10 ms).
  */
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -80,13 +81,15 @@ for (const cap of [one, twoA, twoB]) await cap.stop()
 }
 
 // --- release throughput: 1,000 numbers × 20 queued messages, one instance, no gaps
+const NUMBERS = Number(process.env.BENCH_NUMBERS ?? 1000)
+const PER_NUMBER = Number(process.env.BENCH_PER_NUMBER ?? 20)
 if (runs('release')) {
   const url = await database('release')
   const cap = await startCapstan(env(url))
   const ws = (await cap.admin('POST', '/workspaces', { name: 'Release' })).data
   await cap.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0, hourly_cap: 100_000, daily_cap: 100_000 } } })
   const numbers: string[] = []
-  for (let i = 0; i < 1000; i += 50) {
+  for (let i = 0; i < NUMBERS; i += 50) {
     const made = await Promise.all(Array.from({ length: 50 }, (_, k) => cap.admin('POST', `/workspaces/${ws.id}/connections`, { phone: `+1666${String(i + k).padStart(7, '0')}`, driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })))
     numbers.push(...made.map((m) => m.data.id as string))
   }
@@ -96,7 +99,7 @@ if (runs('release')) {
   await db.unsafe(
     `INSERT INTO messages (id, workspace_id, connection_id, direction, status, recipient, sender, body, attachments, created_at, updated_at, opt_in_required)
      SELECT gen_random_uuid()::text, $1, c.id, 'outbound', 'queued', '+1777' || lpad(g::text, 7, '0'), c.phone, 'Your order shipped', '[]', $2, $2, 0
-     FROM connections c CROSS JOIN generate_series(1, 20) g WHERE c.workspace_id = $1`,
+     FROM connections c CROSS JOIN generate_series(1, ${PER_NUMBER}) g WHERE c.workspace_id = $1`,
     [ws.id, now],
   )
   const total = Number((await db`SELECT COUNT(*)::int AS n FROM messages WHERE status = 'queued'`)[0].n)
@@ -124,7 +127,7 @@ if (runs('release')) {
     const all = [...waits.values()].reduce((a, b) => a + b, 0)
     for (const [w, n] of [...waits].sort((a, b) => b[1] - a[1]).slice(0, 12)) console.log(`  ${w}: ${((n / all) * 100).toFixed(1)}%`)
   }
-  say(`\nRelease throughput on PostgreSQL: ${total.toLocaleString('en-US')} messages queued on 1,000 sandbox numbers (no gaps), one instance from its start: all sent in ${(ms / 1000).toFixed(1)} s = ${Math.round(total / (ms / 1000)).toLocaleString('en-US')} msg/s`)
+  say(`\nRelease throughput on PostgreSQL: ${total.toLocaleString('en-US')} messages queued on ${NUMBERS.toLocaleString('en-US')} sandbox numbers (no gaps), one instance from its start: all sent in ${(ms / 1000).toFixed(1)} s = ${Math.round(total / (ms / 1000)).toLocaleString('en-US')} msg/s`)
   await again.stop()
   await db.close()
 }

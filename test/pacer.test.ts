@@ -393,6 +393,33 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
     expect(await Promise.all(numbers.map(releasedOf))).toEqual(numbers.map(() => 3))
   })
 
+  test('a number with no gap releases at most 20 in one write; the next write follows at once, in order', async () => {
+    onPg = await inProcessOnPostgres(await database())
+    const { svc, engine, timers } = onPg
+    const ws = await svc.workspaces.create({ name: 'Burst' })
+    await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    const conn = await svc.connections.create(ws.id, { phone: '+15553200001', driver: 'sandbox', config: NO_RECEIPTS })
+    await waitFor(() => svc.pacer.leases.holds(conn.id))
+    const ids: string[] = []
+    for (let i = 0; i < 50; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+1555320${String(i).padStart(4, '0')}`, body: `m${i}`, attachments: [] })).id)
+    // how many messages each write claims (queued → sending)
+    const perWrite: number[] = []
+    const write = engine.write.bind(engine)
+    engine.write = (fn) =>
+      write(async (tx) => {
+        let claims = 0
+        const out = await fn({ ...tx, run: (s, ...p) => (s.pg.startsWith("UPDATE messages SET status = 'sending'") && claims++, tx.run(s, ...p)) })
+        if (claims) perWrite.push(claims)
+        return out
+      })
+    const t0 = onPg.clock.t
+    await timers.advance(0)
+    expect(perWrite).toEqual([20, 20, 10])
+    const released = await engine.all<{ id: string; sending_at: number }>(stmt('', 'SELECT id, sending_at FROM messages WHERE connection_id = $1 ORDER BY sending_at, seq'), conn.id)
+    expect(released.map((m) => m.id)).toEqual(ids)
+    expect(released.every((m) => m.sending_at === t0)).toBe(true)
+  })
+
   test("the outcomes of one turn share a transaction; one that cannot be written is written alone and holds back none of the others", async () => {
     onPg = await inProcessOnPostgres(await database())
     const { svc, engine } = onPg
