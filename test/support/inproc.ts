@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import type { Clock } from '../../src/clock'
 import { loadConfig } from '../../src/config'
 import { migrate, openDatabase } from '../../src/db/open'
-import { PgEngine, SqliteEngine } from '../../src/db/engine'
+import { type Engine, PgEngine, SqliteEngine } from '../../src/db/engine'
 import { migratePostgres } from '../../src/db/postgres'
 import { Writer } from '../../src/db/writer'
 import { Logger } from '../../src/http/log'
@@ -61,21 +61,25 @@ export class ManualTimers implements Timers {
   }
 }
 
-export async function inProcess(opts: { clamd?: string; env?: Record<string, string> } = {}) {
-  const dir = mkdtempSync(join(tmpdir(), 'capstan-inproc-'))
-  const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent', ...(opts.clamd ? { CAPSTAN_CLAMD: opts.clamd } : {}), ...opts.env })
-  const db = openDatabase(config.dbPath)
-  migrate(db)
+/** The services over `engine`, on the test's clock and timers (a timer's work waited for), started. */
+async function started(config: ReturnType<typeof loadConfig>, engine: Engine, dir: string) {
   const clock = new ManualClock()
   const timers = new ManualTimers(clock)
-  const writer = new Writer(db)
-  const deps = { config, engine: new SqliteEngine(db, writer), clock }
-  const svc = buildServices(deps, new Logger('silent'), SecretBox.load(dir, null), { timers, random: () => 0.5 })
+  const svc = buildServices({ config, engine, clock }, new Logger('silent'), SecretBox.load(dir, null), { timers, random: () => 0.5 })
   timers.quiet = async () => {
     await settle()
     await svc.pacer.settled()
   }
   await startServices(svc)
+  return { svc, clock, timers }
+}
+
+export async function inProcess(opts: { clamd?: string; env?: Record<string, string> } = {}) {
+  const dir = mkdtempSync(join(tmpdir(), 'capstan-inproc-'))
+  const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent', ...(opts.clamd ? { CAPSTAN_CLAMD: opts.clamd } : {}), ...opts.env })
+  const db = openDatabase(config.dbPath)
+  migrate(db)
+  const { svc, clock, timers } = await started(config, new SqliteEngine(db, new Writer(db)), dir)
   return {
     svc,
     clock,
@@ -102,14 +106,7 @@ export async function inProcessOnPostgres(url: string) {
   await migratePostgres(admin)
   await admin.close()
   const engine = PgEngine.connect(url, 8)
-  const clock = new ManualClock()
-  const timers = new ManualTimers(clock)
-  const svc = buildServices({ config, engine, clock }, new Logger('silent'), SecretBox.load(dir, null), { timers, random: () => 0.5 })
-  timers.quiet = async () => {
-    await settle()
-    await svc.pacer.settled()
-  }
-  await startServices(svc)
+  const { svc, clock, timers } = await started(config, engine, dir)
   return {
     svc,
     clock,
