@@ -95,6 +95,14 @@ async function withNumber(engine: Engine) {
   return { ws, conn }
 }
 
+/** `withNumber`, and a contact (Ada) in the same workspace. */
+async function withNumberAndContact(engine: Engine) {
+  const { ws, conn } = await withNumber(engine)
+  const ada = contact(ws)
+  await engine.write((tx) => new ContactStore(engine).insert(tx, ada))
+  return { ws, conn, ada }
+}
+
 describe.each(ENGINES)('contacts on %s', (name) => {
   test('a contact comes back as written; activity only moves later; consent changes land in the ledger in order; the list is newest activity first with ties newest made first, counted', async () => {
     const engine = engines[name]
@@ -196,9 +204,7 @@ describe.each(ENGINES)('messages on %s', (name) => {
   test('a message comes back as written; changed columns are written alone; the queue is FIFO of queued only; the log pages newest first under each filter, counted', async () => {
     const engine = engines[name]
     const store = new MessageStore(engine)
-    const { ws, conn } = await withNumber(engine)
-    const ada = contact(ws)
-    await engine.write((tx) => new ContactStore(engine).insert(tx, ada))
+    const { ws, conn, ada } = await withNumberAndContact(engine)
     const rows = [
       message(ws, conn.id, { contact_id: ada.id, network_template: '{"name":"order"}', opt_in_required: 1 }),
       message(ws, conn.id),
@@ -251,9 +257,7 @@ describe.each(ENGINES)('messages on %s', (name) => {
   test("the operator's search finds text in the body in any case, takes % and _ as themselves, keeps to a time range and the filters, newest first, counted", async () => {
     const engine = engines[name]
     const store = new MessageStore(engine)
-    const { ws, conn } = await withNumber(engine)
-    const ada = contact(ws)
-    await engine.write((tx) => new ContactStore(engine).insert(tx, ada))
+    const { ws, conn, ada } = await withNumberAndContact(engine)
     const rows = [
       message(ws, conn.id, { body: 'Your ORDER #1001 shipped', created_at: 1000 }),
       message(ws, conn.id, { body: 'order 50% off_today', created_at: 2000, contact_id: ada.id }),
