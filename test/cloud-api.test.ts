@@ -10,6 +10,7 @@ import { join } from 'node:path'
 import { EICAR, scanningServer } from './support/clamd'
 import { WindowCounter } from '../src/http/limits'
 import { handleCloudApiWebhook } from '../src/network/cloud-api-webhook'
+import type { Services } from '../src/services'
 import { inProcess } from './support/inproc'
 import * as files from './support/files'
 import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
@@ -145,6 +146,19 @@ function fakeGraph() {
 async function talking(connId: string, phone: string, base = srv.base) {
   expect((await deliver(base, connId, inboundEvent(phone.replace(/^\+/, ''), 'Hello', ''))).status).toBe(200)
   return phone
+}
+
+/**
+ * In process: a workspace (`policy`: no gaps unless told) with a Cloud API number on the fake Graph
+ * API, known there by `pnid`.
+ */
+async function cloudNumberInProcess(svc: Services, name: string, pnid: string, policy = { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 }) {
+  const ws = await svc.workspaces.create({ name })
+  await svc.workspaces.patch(ws.id, { settings: { sending_policy: policy } })
+  const phone = newPhone('+1444')
+  graph.state.numbers[pnid] = phone.slice(1)
+  const conn = await svc.connections.create(ws.id, { phone, driver: 'cloud_api', config: { phone_number_id: pnid, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base } })
+  return { ws, conn }
 }
 
 /** In process: `phone` wrote to the number (as Meta's webhook records it); returns the phone. */
@@ -1141,11 +1155,7 @@ describe('retries (in process, the waits shortened)', () => {
     try {
       const { svc } = env
       svc.messages.retryDelays = { failed: [5, 5, 5, 5, 5], throttled: [5, 5, 5, 5, 5, 5, 5, 5] }
-      const ws = await svc.workspaces.create({ name: 'Retries' })
-      await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
-      const phone = newPhone('+1444')
-      graph.state.numbers['300000000001'] = phone.slice(1)
-      const conn = await svc.connections.create(ws.id, { phone, driver: 'cloud_api', config: { phone_number_id: '300000000001', access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base } })
+      const { ws, conn } = await cloudNumberInProcess(svc, 'Retries', '300000000001')
       const to = newPhone()
       graph.state.throttleNext = 5
       graph.state.failFor[to.slice(1)] = [500, null]
@@ -1169,13 +1179,8 @@ describe('the 24-hour window when a message leaves', () => {
     const env = await inProcess()
     try {
       const { svc, timers } = env
-      const ws = await svc.workspaces.create({ name: 'Window at release' })
       // one release an hour: the second message waits an hour behind the first
-      await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 } } })
-      const phone = newPhone('+1444')
-      const pnid = '300000000004'
-      graph.state.numbers[pnid] = phone.slice(1)
-      const conn = await svc.connections.create(ws.id, { phone, driver: 'cloud_api', config: { phone_number_id: pnid, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base } })
+      const { ws, conn } = await cloudNumberInProcess(svc, 'Window at release', '300000000004', { hourly_cap: 1, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 })
       const to = await wrote(svc, conn.id, newPhone())
       // 23 h 50 min later, two messages: both inside the window when accepted
       await timers.advance((23 * 60 + 50) * 60_000)
@@ -1203,12 +1208,8 @@ describe("Meta's times", () => {
     const env = await inProcess()
     try {
       const { svc, clock } = env
-      const ws = await svc.workspaces.create({ name: 'Late webhooks' })
-      await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
-      const phone = newPhone('+1444')
       const pnid = '300000000003'
-      graph.state.numbers[pnid] = phone.slice(1)
-      const conn = await svc.connections.create(ws.id, { phone, driver: 'cloud_api', config: { phone_number_id: pnid, access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base } })
+      const { ws, conn } = await cloudNumberInProcess(svc, 'Late webhooks', pnid)
       const to = newPhone()
       const m = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: await wrote(svc, conn.id, to), body: 'your parcel', attachments: [] })
       await env.timers.advance(0)
@@ -1272,11 +1273,7 @@ describe('the pair rate limit (131056)', () => {
       const { svc } = env
       const hold = 400
       svc.messages.retryDelays = { failed: [5, 5, 5, 5, 5], throttled: [hold, hold, hold] }
-      const ws = await svc.workspaces.create({ name: 'Pair limit' })
-      await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 10000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
-      const phone = newPhone('+1444')
-      graph.state.numbers['300000000002'] = phone.slice(1)
-      const conn = await svc.connections.create(ws.id, { phone, driver: 'cloud_api', config: { phone_number_id: '300000000002', access_token: TOKEN, app_secret: APP_SECRET, verify_token: VERIFY, graph_base_url: graph.base } })
+      const { ws, conn } = await cloudNumberInProcess(svc, 'Pair limit', '300000000002')
       const busy = newPhone()
       graph.state.failFor[busy.slice(1)] = [131056]
       const status = async (id: string) => (await svc.messages.get(ws.id, id)).status
