@@ -315,18 +315,9 @@ export class MessageStore {
     await tx.run(Q.countUsage, workspaceId, month)
   }
 
-  /**
-   * A page of the log, newest first, with optional direction/status filters; with a contact, that
-   * contact's messages only (read through its index; counted there too).
-   */
   /** A page of the operator's search (see searchStatements) and its count, at most SEARCH_COUNT_MAX. */
-  async search(workspaceId: string, f: Search, limit: number, offset: number) {
+  search(workspaceId: string, f: Search, limit: number, offset: number) {
     const key = `search:${f.contactId ? 'c' : ''}${f.direction ? 'd' : ''}${f.status ? 's' : ''}${f.from !== undefined ? 'f' : ''}${f.to !== undefined ? 't' : ''}${f.text ? 'q' : ''}`
-    let s = this.lists.get(key)
-    if (!s) {
-      s = searchStatements(f)
-      this.lists.set(key, s)
-    }
     const params: (string | number)[] = [workspaceId]
     if (f.contactId) params.push(f.contactId)
     if (f.direction) params.push(f.direction)
@@ -334,22 +325,30 @@ export class MessageStore {
     if (f.from !== undefined) params.push(f.from)
     if (f.to !== undefined) params.push(f.to)
     if (f.text) params.push(`%${f.text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`)
-    const [rows, count] = await Promise.all([this.db.all<MessageRow>(s.page, ...params, limit, offset), this.db.get<{ n: number }>(s.count, ...params)])
-    return { rows, total: Number(count?.n ?? 0) }
+    return this.page(key, () => searchStatements(f), params, limit, offset)
   }
 
-  async list(workspaceId: string, filter: Filter, limit: number, offset: number) {
+  /**
+   * A page of the log, newest first, with optional direction/status filters; with a contact, that
+   * contact's messages only (read through its index; counted there too).
+   */
+  list(workspaceId: string, filter: Filter, limit: number, offset: number) {
     const key = `${filter.direction ? 'd' : ''}${filter.status ? 's' : ''}${filter.contactId ? 'c' : ''}`
-    let s = this.lists.get(key)
-    if (!s) {
-      s = listStatements(filter)
-      this.lists.set(key, s)
-    }
     const params: (string | number)[] = [workspaceId]
     if (filter.direction) params.push(filter.direction)
     if (filter.status) params.push(filter.status)
     if (filter.contactId) params.push(filter.contactId)
+    return this.page(key, () => listStatements(filter), params, limit, offset)
+  }
+
+  /** Rows and count by the statements kept under `key` (made by `make` the first time it is asked for). */
+  private async page(key: string, make: () => { page: Statement; count: Statement }, params: (string | number)[], limit: number, offset: number) {
+    let s = this.lists.get(key)
+    if (!s) {
+      s = make()
+      this.lists.set(key, s)
+    }
     const [rows, count] = await Promise.all([this.db.all<MessageRow>(s.page, ...params, limit, offset), this.db.get<{ n: number }>(s.count, ...params)])
-    return { rows, total: count?.n ?? 0 }
+    return { rows, total: Number(count?.n ?? 0) }
   }
 }
