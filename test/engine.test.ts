@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
-import { type Engine, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
+import { type Engine, insertStatement, MANY_CALLS, mergeable, oneByKey, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
 import { openDatabase } from '../src/db/open'
 import { Writer } from '../src/db/writer'
 
@@ -24,6 +24,10 @@ const GET = stmt('SELECT id, n, at, note, flag FROM items WHERE id = ?')
 const ALL = stmt('SELECT id, n FROM items ORDER BY id')
 const BUMP = stmt('UPDATE items SET n = n + 1 WHERE id = ?')
 const CLEAR = stmt('DELETE FROM items')
+
+// mergeable forms of an insert and of a read by key (PostgreSQL runs several writes' calls as one)
+const ADD = insertStatement('items', { id: 'TEXT', n: 'BIGINT', at: 'BIGINT', note: 'TEXT', flag: 'BIGINT' })
+const FIND = oneByKey('items', ['id'])
 
 interface Item {
   id: string
@@ -157,6 +161,26 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (kind) => {
     expect((await engine.get<Item>(GET, 'shared'))!.n).toBe(20)
   })
 
+  test('mergeable statements made by several writes at once: each write reads its own row (or none) and every row lands as given', async () => {
+    await engine.run(CLEAR)
+    await engine.write((tx) => tx.run(ADD, 'there', 7, 1_700_000_000_123, 'x', 1))
+    const ids = ['m1', 'm2', 'there', 'm3']
+    const found = await Promise.all(
+      ids.map((id, i) =>
+        engine.write(async (tx) => {
+          const before = await tx.get<Item>(FIND, id)
+          if (!before) await tx.run(ADD, id, i, i === 1 ? null : 2 ** 40 + i, i === 2 ? null : `note ${i}`, 0)
+          return before
+        }),
+      ),
+    )
+    expect(found.map((r) => r?.id ?? null)).toEqual([null, null, 'there', null])
+    expect(found[2]).toEqual({ id: 'there', n: 7, at: 1_700_000_000_123, note: 'x', flag: 1 })
+    expect(await engine.get<Item>(GET, 'm1')).toEqual({ id: 'm1', n: 0, at: 2 ** 40, note: 'note 0', flag: 0 })
+    expect(await engine.get<Item>(GET, 'm2')).toEqual({ id: 'm2', n: 1, at: null, note: 'note 1', flag: 0 })
+    expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['m1', 'm2', 'm3', 'there'])
+  })
+
   test('200 concurrent writes to one row all land (group commit on SQLite, row locks on PostgreSQL)', async () => {
     await engine.run(CLEAR)
     await engine.write((tx) => tx.run(INSERT, 'counter', 0, null, null, 0))
@@ -214,6 +238,59 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
     expect((results[1] as PromiseRejectedResult).reason).toBeInstanceOf(UniqueViolation)
     expect(runs).toBe(2)
     expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['first', 'last', 'taken'])
+  })
+
+  test("a mergeable statement made by several writes of one turn goes to PostgreSQL once, with every write's parameters", async () => {
+    await engine.run(CLEAR)
+    // each row notes how many calls its statement carried: 1 when sent alone
+    const COUNTED = mergeable(stmt('', 'INSERT INTO items (id, n) VALUES ($1, 1)'), `INSERT INTO items (id, n) SELECT calls.v->>0, COUNT(*) OVER () FROM ${MANY_CALLS}`)
+    await Promise.all(['a', 'b', 'c', 'd', 'e'].map((id) => engine.write((tx) => tx.run(COUNTED, id))))
+    expect(await engine.all<{ id: string; n: number }>(ALL)).toEqual(['a', 'b', 'c', 'd', 'e'].map((id) => ({ id, n: 5 })))
+    // a write alone in its turn sends it as it is
+    await engine.write((tx) => tx.run(COUNTED, 'f'))
+    expect((await engine.get<Item>(GET, 'f'))!.n).toBe(1)
+  })
+
+  test("merging keeps each write's own order of statements, and a call held behind a merged one waits its turn", async () => {
+    await engine.run(CLEAR)
+    await engine.run(stmt('', 'CREATE TABLE IF NOT EXISTS seen (who TEXT PRIMARY KEY, own BOOLEAN NOT NULL)'))
+    await engine.run(stmt('', 'DELETE FROM seen'))
+    // LOOK notes whether the looking write's own item ("a" for "A") is there when it runs
+    const LOOK = mergeable(
+      stmt('', 'INSERT INTO seen (who, own) SELECT $1, EXISTS (SELECT 1 FROM items WHERE id = lower($1))'),
+      `INSERT INTO seen (who, own) SELECT calls.v->>0, EXISTS (SELECT 1 FROM items WHERE id = lower(calls.v->>0)) FROM ${MANY_CALLS}`,
+    )
+    const COUNT = stmt('', 'SELECT COUNT(*) AS n FROM items WHERE id = $1')
+    const looked = await Promise.all([
+      // A adds, then looks (both sent at once)
+      engine.write((tx) => Promise.all([tx.run(ADD, 'a', 1, null, null, 0), tx.run(LOOK, 'A')])),
+      // B looks, then adds: merged with A's add and look, its look must still go before its add
+      engine.write((tx) => Promise.all([tx.run(LOOK, 'B'), tx.run(ADD, 'b', 1, null, null, 0)])),
+      // C: a mergeable add not awaited, then a plain read, which waits behind the add
+      engine.write(async (tx) => {
+        void tx.run(ADD, 'c', 1, null, null, 0)
+        return (await tx.get<{ n: number }>(COUNT, 'c'))!.n
+      }),
+    ])
+    const seen = Object.fromEntries((await engine.all<{ who: string; own: boolean }>(stmt('', 'SELECT who, own FROM seen'))).map((r) => [r.who, r.own]))
+    expect(seen).toEqual({ A: true, B: false })
+    expect(looked[2]).toBe(1)
+    expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['a', 'b', 'c'])
+    const rows = await engine.all<{ id: string; tx: string }>(VERSION)
+    expect(new Set(rows.map((r) => r.tx)).size).toBe(1)
+  })
+
+  test('a merged statement that fails loses the shared transaction: each write runs again alone, and only the one at fault fails', async () => {
+    await engine.run(CLEAR)
+    await engine.write((tx) => tx.run(ADD, 'taken', 1, null, null, 0))
+    const results = await Promise.allSettled(['x', 'taken', 'y'].map((id) => engine.write((tx) => tx.run(ADD, id, 2, null, null, 0))))
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+    expect((results[1] as PromiseRejectedResult).reason).toBeInstanceOf(UniqueViolation)
+    expect(await engine.all<{ id: string; n: number }>(ALL)).toEqual([
+      { id: 'taken', n: 1 },
+      { id: 'x', n: 2 },
+      { id: 'y', n: 2 },
+    ])
   })
 
   test('a write that announces a change and then throws is undone with its announcement; the others are heard', async () => {

@@ -18,6 +18,8 @@ import type { Writer } from './writer'
 export interface Statement {
   readonly sqlite: string
   readonly pg: string
+  /** PostgreSQL: the same statement for several calls at once (see `mergeable`). */
+  readonly many?: string
 }
 
 export type Param = string | number | boolean | null | Uint8Array
@@ -44,6 +46,41 @@ export function pgPlaceholders(text: string): string {
 
 /** A statement: the same text for both engines (placeholders converted), or one text for each. */
 export const stmt = (sqlite: string, pg?: string): Statement => ({ sqlite, pg: pg ?? pgPlaceholders(sqlite) })
+
+/**
+ * PostgreSQL's rows of the calls a merged statement stands for (see `mergeable`): `calls.v`, one
+ * call's parameters as a JSON array (`calls.v->>0` its first, as text), and `calls.n`, its place
+ * (1-based), in call order.
+ */
+export const MANY_CALLS = 'jsonb_array_elements(CAST($1 AS text)::jsonb) WITH ORDINALITY AS calls(v, n)'
+
+/**
+ * A statement that the writes sharing one PostgreSQL transaction (PgEngine.write) may run as one
+ * when several of them make it in the same turn: a send's lookups, its message and its counts, one
+ * statement each for the whole batch instead of one per send — PostgreSQL spends most of a small
+ * statement's time starting and ending it. `many` is the PostgreSQL text for any number of calls;
+ * its one parameter holds the calls' parameters (read through MANY_CALLS); one that returns rows
+ * names each row's call in a column `call_` (0-based). Its parameters must be text, numbers or
+ * null, and what a merged `run` resolves with is the whole statement's count: its callers must not
+ * read it. SQLite runs each call as it comes, as any statement.
+ */
+export const mergeable = (s: Statement, many: string): Statement => ({ ...s, many })
+
+/** The calls' parameters as MANY_CALLS's columns, in order: text as it is, other types cast (`types`: one per parameter). */
+export const callParams = (types: readonly string[]) => types.map((t, i) => (t === 'TEXT' ? `calls.v->>${i}` : `CAST(calls.v->>${i} AS ${t})`)).join(', ')
+
+/** A mergeable INSERT of one row per call (`types`: each column's PostgreSQL type, TEXT or BIGINT), the rows in call order. */
+export function insertStatement(table: string, columns: Readonly<Record<string, 'TEXT' | 'BIGINT'>>): Statement {
+  const names = Object.keys(columns).join(', ')
+  const one = stmt(`INSERT INTO ${table} (${names}) VALUES (${Object.keys(columns).map(() => '?').join(', ')})`)
+  return mergeable(one, `INSERT INTO ${table} (${names}) SELECT ${callParams(Object.values(columns))} FROM ${MANY_CALLS} ORDER BY calls.n`)
+}
+
+/** A mergeable read of at most one row of `table` per call, by `keys` (each call's parameters, in that order; all TEXT) that make a unique key. */
+export function oneByKey(table: string, keys: readonly string[]): Statement {
+  const one = stmt(`SELECT * FROM ${table} WHERE ${keys.map((k) => `${k} = ?`).join(' AND ')}`)
+  return mergeable(one, `SELECT calls.n - 1 AS call_, t.* FROM ${MANY_CALLS} CROSS JOIN LATERAL (SELECT * FROM ${table} WHERE ${keys.map((k, i) => `${k} = calls.v->>${i}`).join(' AND ')} LIMIT 1) AS t`)
+}
 
 /** What stores read and write with: inside a `write` it is that write's transaction. */
 export interface Queries {
@@ -269,6 +306,113 @@ function readsOnly(s: Statement): boolean {
   return r
 }
 
+interface Held {
+  who: number
+  s: Statement
+  params: Param[]
+  /** `run` (resolves with the count) or `all` (with the rows) */
+  counts: boolean
+  done: (v: never) => void
+  failed: (e: unknown) => void
+}
+
+/**
+ * The calls of one shared transaction's writes, each `mergeable` statement held until the end of
+ * the turn and then sent once for all who made it (see `mergeable`). A write's own statements keep
+ * their order: once it has a call held, its later calls wait behind it, and a call joins the group
+ * of its statement only if no group it must follow comes after that group.
+ */
+class Merger {
+  private held: Held[] = []
+  /** The writes with a call held (their next calls are held too). */
+  private waiting = new Set<number>()
+
+  constructor(private readonly q: Queries) {}
+
+  all<T>(who: number, s: Statement, params: Param[]): Promise<T[]> {
+    if (!s.many && !this.waiting.has(who)) return this.q.all<T>(s, ...params)
+    return this.hold(who, s, params, false) as Promise<T[]>
+  }
+
+  run(who: number, s: Statement, params: Param[]): Promise<number> {
+    if (!s.many && !this.waiting.has(who)) return this.q.run(s, ...params)
+    return this.hold(who, s, params, true) as Promise<number>
+  }
+
+  private hold(who: number, s: Statement, params: Param[], counts: boolean): Promise<unknown> {
+    return new Promise((done, failed) => {
+      if (this.held.length === 0) setImmediate(() => void this.flush())
+      this.held.push({ who, s, params, counts, done: done as (v: never) => void, failed })
+      this.waiting.add(who)
+    })
+  }
+
+  /** Send what is held: a statement per group, the groups in an order that keeps each write's. */
+  async flush() {
+    const held = this.held
+    if (held.length === 0) return
+    this.held = []
+    this.waiting.clear()
+    const groups: Held[][] = []
+    const after = new Map<number, number>()
+    for (const h of held) {
+      const floor = after.get(h.who) ?? 0
+      let g = -1
+      if (h.s.many && !h.params.some((p) => p instanceof Uint8Array))
+        for (let i = groups.length - 1; i >= floor; i--) {
+          const first = groups[i]![0]!
+          if (first.s === h.s && first.counts === h.counts) {
+            g = i
+            break
+          }
+        }
+      if (g < 0) g = groups.push([h]) - 1
+      else groups[g]!.push(h)
+      after.set(h.who, g)
+    }
+    // sent one after another without waiting (one connection answers in order)
+    await Promise.allSettled(groups.map((group) => this.send(group)))
+  }
+
+  private async send(group: Held[]) {
+    const first = group[0]!
+    try {
+      if (group.length === 1) {
+        first.done((await (first.counts ? this.q.run(first.s, ...first.params) : this.q.all(first.s, ...first.params))) as never)
+        return
+      }
+      const many = manyOf(first.s)
+      const calls = JSON.stringify(group.map((h) => h.params))
+      if (first.counts) {
+        const n = await this.q.run(many, calls)
+        for (const h of group) h.done(n as never)
+        return
+      }
+      const rows = await this.q.all<Record<string, unknown>>(many, calls)
+      const each: Record<string, unknown>[][] = group.map(() => [])
+      for (const row of rows) {
+        const i = Number(row.call_)
+        delete row.call_
+        each[i]?.push(row)
+      }
+      group.forEach((h, i) => h.done(each[i] as never))
+    } catch (e) {
+      for (const h of group) h.failed(e)
+    }
+  }
+}
+
+const manyStatements = new WeakMap<Statement, Statement>()
+/** The merged form of a mergeable statement, as a statement of its own (prepared once). */
+function manyOf(s: Statement): Statement {
+  let m = manyStatements.get(s)
+  if (!m) {
+    m = { sqlite: '', pg: s.many! }
+    manyStatements.set(s, m)
+  }
+  return m
+}
+
 /** PostgreSQL through Bun's built-in client: a pool of connections; the writes of a turn share a transaction. */
 export class PgEngine implements Engine {
   readonly kind = 'postgres'
@@ -332,16 +476,17 @@ export class PgEngine implements Engine {
     try {
       outcomes = await this.transaction(async (shared) => {
         let undo = false
+        const merger = new Merger(shared)
         const settled = await Promise.allSettled(
-          batch.map(async (b) => {
+          batch.map(async (b, who) => {
             let wrote = false
             const mark = (s: Statement) => {
               if (!wrote && !readsOnly(s)) wrote = true
             }
             const tx: Queries = {
-              all: (s, ...p) => (mark(s), shared.all(s, ...p)),
-              get: (s, ...p) => (mark(s), shared.get(s, ...p)),
-              run: (s, ...p) => (mark(s), shared.run(s, ...p)),
+              all: (s, ...p) => (mark(s), merger.all(who, s, p)),
+              get: async (s, ...p) => (mark(s), (await merger.all<never>(who, s, p))[0] ?? null),
+              run: (s, ...p) => (mark(s), merger.run(who, s, p)),
             }
             try {
               return await b.fn(tx)
@@ -351,6 +496,8 @@ export class PgEngine implements Engine {
             }
           }),
         )
+        // a call nobody awaited still goes before the COMMIT
+        await merger.flush()
         if (undo) throw new Error('a write failed after writing: the batch is undone')
         return settled
       })

@@ -1,5 +1,5 @@
 /** The message log, the queues and the monthly usage on the store seam (docs/design/two-engines.md). */
-import { type Queries, type Statement, stmt } from '../../db/engine'
+import { insertStatement, MANY_CALLS, mergeable, type Queries, type Statement, stmt } from '../../db/engine'
 
 export type MessageStatus = 'queued' | 'sending' | 'sent' | 'delivered' | 'read' | 'failed'
 
@@ -43,6 +43,8 @@ const COLUMNS = [
   'id', 'workspace_id', 'connection_id', 'contact_id', 'group_id', 'campaign_id', 'direction', 'status', 'recipient', 'sender', 'body', 'attachments', 'error_code', 'error_message', 'external_id',
   'created_at', 'updated_at', 'sending_at', 'sent_at', 'delivered_at', 'read_at', 'failed_at', 'network_template', 'opt_in_required', 'reply_to',
 ] as const satisfies readonly (keyof NewMessage)[]
+/** The columns that hold numbers (times in ms, a flag): BIGINT on PostgreSQL. */
+const NUMBER_COLUMNS = new Set<string>(['created_at', 'updated_at', 'sending_at', 'sent_at', 'delivered_at', 'read_at', 'failed_at', 'opt_in_required'])
 
 type Filter = { direction?: string; status?: string; contactId?: string }
 
@@ -129,7 +131,7 @@ const perDayStatement = (col: string, direction: 'outbound' | 'inbound' = 'outbo
   )
 
 const Q = {
-  insert: stmt(`INSERT INTO messages (${COLUMNS.join(', ')}) VALUES (${COLUMNS.map(() => '?').join(', ')})`),
+  insert: insertStatement('messages', Object.fromEntries(COLUMNS.map((c) => [c, NUMBER_COLUMNS.has(c) ? 'BIGINT' : 'TEXT']))),
   byId: stmt('SELECT * FROM messages WHERE id = ? AND workspace_id = ?'),
   byIdAny: stmt('SELECT * FROM messages WHERE id = ?'),
   head: stmt("SELECT * FROM messages WHERE connection_id = ? AND status = 'queued' ORDER BY seq LIMIT ?"),
@@ -157,9 +159,14 @@ const Q = {
   addPart: stmt('INSERT INTO message_parts (connection_id, external_id, message_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING'),
   usage: stmt('SELECT CAST(SUM(messages) AS BIGINT) AS messages FROM usage_monthly WHERE workspace_id = ? AND month = ?'),
   // one row per shard on PostgreSQL (migration 0038): sends on different connections never wait for one row
-  countUsage: stmt(
-    'INSERT INTO usage_monthly (workspace_id, month, messages) VALUES (?, ?, 1) ON CONFLICT (workspace_id, month) DO UPDATE SET messages = usage_monthly.messages + 1',
-    'INSERT INTO usage_monthly (workspace_id, month, shard, messages) VALUES ($1, $2, capstan_shard(), 1) ON CONFLICT (workspace_id, month, shard) DO UPDATE SET messages = usage_monthly.messages + 1',
+  countUsage: mergeable(
+    stmt(
+      'INSERT INTO usage_monthly (workspace_id, month, messages) VALUES (?, ?, 1) ON CONFLICT (workspace_id, month) DO UPDATE SET messages = usage_monthly.messages + 1',
+      'INSERT INTO usage_monthly (workspace_id, month, shard, messages) VALUES ($1, $2, capstan_shard(), 1) ON CONFLICT (workspace_id, month, shard) DO UPDATE SET messages = usage_monthly.messages + 1',
+    ),
+    // merged in a PostgreSQL batch: a row once per month, with its calls added
+    `INSERT INTO usage_monthly (workspace_id, month, shard, messages) SELECT calls.v->>0, calls.v->>1, capstan_shard(), COUNT(*) FROM ${MANY_CALLS} GROUP BY 1, 2
+     ON CONFLICT (workspace_id, month, shard) DO UPDATE SET messages = usage_monthly.messages + excluded.messages`,
   ),
   ofContact: stmt('SELECT * FROM messages INDEXED BY messages_contact WHERE contact_id = ? AND seq > ? ORDER BY seq LIMIT ?', 'SELECT * FROM messages WHERE contact_id = $1 AND seq > $2 ORDER BY seq LIMIT $3'),
   erasureRows: stmt('SELECT id, direction, status, attachments FROM messages WHERE contact_id = ?'),

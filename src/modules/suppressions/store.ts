@@ -1,5 +1,5 @@
 /** The suppression list's store on the seam (docs/design/two-engines.md): each statement once, for both engines. */
-import { type Queries, stmt } from '../../db/engine'
+import { oneByKey, type Queries, stmt } from '../../db/engine'
 
 export interface SuppressionRow {
   workspace_id: string
@@ -9,7 +9,7 @@ export interface SuppressionRow {
 }
 
 const Q = {
-  get: stmt('SELECT * FROM suppressions WHERE workspace_id = ? AND phone = ?'),
+  get: oneByKey('suppressions', ['workspace_id', 'phone']),
   insert: stmt('INSERT INTO suppressions (workspace_id, phone, reason, created_at) VALUES (?, ?, ?, ?)'),
   // a number already on the list keeps its entry (an import)
   insertNew: stmt('INSERT INTO suppressions (workspace_id, phone, reason, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (workspace_id, phone) DO NOTHING'),
