@@ -12,6 +12,7 @@ import { type ConnectionRow, ConnectionStore } from '../src/modules/connections/
 import { type ContactRow, ContactStore } from '../src/modules/contacts/store'
 import { GroupStore } from '../src/modules/groups/store'
 import { MessageStore, type NewMessage } from '../src/modules/messages/store'
+import { SuppressionStore } from '../src/modules/suppressions/store'
 import { WebhookStore } from '../src/modules/webhooks/store'
 import { ENGINES, type EngineName, migratedEngines, workspace } from './support/engines'
 
@@ -102,6 +103,41 @@ async function withNumberAndContact(engine: Engine) {
   await engine.write((tx) => new ContactStore(engine).insert(tx, ada))
   return { ws, conn, ada }
 }
+
+describe.each(ENGINES)('a batch of sends on %s', (name) => {
+  test("sends written at once (on PostgreSQL one transaction, each statement once for all): each finds its own contact or none, a suppressed one stops; contacts touched to the later time or added; every message stored as given; usage and kept counts count each send", async () => {
+    const engine = engines[name]
+    const { ws, conn, ada } = await withNumberAndContact(engine)
+    const [contacts, messages, suppressions] = [new ContactStore(engine), new MessageStore(engine), new SuppressionStore(engine)]
+    await engine.write((tx) => suppressions.insert(tx, { workspace_id: ws, phone: '+15550009000', reason: null, created_at: 1000 }))
+    const sends = [
+      { phone: ada.phone, at: 8000 },
+      { phone: ada.phone, at: 7000 },
+      { phone: '+15550003001', at: 7500 },
+      { phone: '+15550009000', at: 7600 },
+    ]
+    const written = await Promise.all(
+      sends.map(({ phone, at }) =>
+        engine.write(async (tx) => {
+          const [found, suppressed] = await Promise.all([contacts.byPhone(ws, phone, tx), suppressions.get(ws, phone, tx)])
+          if (suppressed) return null
+          const to = found ?? contact(ws, { phone, name: null, consent_status: 'unknown', created_at: at, updated_at: at, last_activity_at: at })
+          const m = message(ws, conn.id, { contact_id: to.id, recipient: phone, created_at: at, updated_at: at })
+          await Promise.all([found ? contacts.touch(tx, to.id, at) : contacts.insert(tx, to), messages.insert(tx, m), messages.countUsage(tx, ws, '2026-11')])
+          return { found: found?.id ?? null, contact: to, message: m }
+        }),
+      ),
+    )
+    expect(written.map((w) => (w ? w.found : 'suppressed'))).toEqual([ada.id, ada.id, null, 'suppressed'])
+    expect((await contacts.get(ws, ada.id))!.last_activity_at).toBe(8000)
+    expect(await contacts.byPhone(ws, '+15550003001')).toEqual(written[2]!.contact)
+    for (const w of written.slice(0, 3)) expect(await messages.get(ws, w!.message.id)).toEqual({ ...w!.message, seq: expect.any(Number) })
+    expect(await messages.usage(ws, '2026-11')).toBe(3)
+    expect(await contacts.count(ws)).toBe(2)
+    const queued = await engine.get<{ n: number }>(stmt("SELECT CAST(SUM(n) AS BIGINT) AS n FROM message_counts WHERE workspace_id = ? AND direction = 'outbound' AND status = 'queued'"), ws)
+    expect(queued!.n).toBe(3)
+  })
+})
 
 describe.each(ENGINES)('contacts on %s', (name) => {
   test('a contact comes back as written; activity only moves later; consent changes land in the ledger in order; the list is newest activity first with ties newest made first, counted', async () => {
