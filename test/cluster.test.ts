@@ -153,7 +153,19 @@ describe('three instances on one PostgreSQL', () => {
       await Bun.sleep(500)
       announcedNow = announced()
     }
-    expect(sent.filter((id) => !announcedNow.has(id))).toEqual([])
+    const missing = sent.filter((id) => !announcedNow.has(id))
+    if (missing.length) {
+      // what became of their deliveries (for the failure's message)
+      const sql = database()
+      try {
+        const rows = await sql`SELECT payload, status, attempts, next_attempt_at, last_status_code, last_error, created_at FROM webhook_deliveries WHERE type = 'message.sent'`
+        const mine = (rows as { payload: string }[]).filter((r) => missing.some((id) => r.payload.includes(id)))
+        console.error('message.sent events that did not arrive, at', Date.now(), JSON.stringify({ missing, deliveries: mine }))
+      } finally {
+        await sql.close()
+      }
+    }
+    expect(missing).toEqual([])
 
     // the limits count every instance's requests: a fresh key gets KEY_LIMIT answers in all, round-robin over the live instances
     const fresh = await srv.key(ws.id)
