@@ -84,6 +84,21 @@ describe('the schema on both engines', () => {
     }
   })
 
+  test('a workspace or a number is never deleted: both engines refuse, and the row stays', async () => {
+    const now = 1_795_000_000_000
+    for (const kind of ['sqlite', 'postgres'] as const) {
+      const e = engines[kind]
+      await e.write(async (tx) => {
+        await tx.run(stmt("INSERT INTO workspaces (id, name, slug, status, settings, created_at, updated_at) VALUES ('kept', 'K', 'kept', 'active', '{}', ?, ?)"), now, now)
+        await tx.run(stmt("INSERT INTO connections (id, workspace_id, phone, driver, status, receives, config, created_at, updated_at) VALUES ('kept-n', 'kept', '+15550009', 'sandbox', 'online', 1, '{}', ?, ?)"), now, now)
+      })
+      await expect(e.write((tx) => tx.run(stmt("DELETE FROM connections WHERE id = 'kept-n'")))).rejects.toThrow(/never deleted/)
+      await expect(e.write((tx) => tx.run(stmt("DELETE FROM workspaces WHERE id = 'kept'")))).rejects.toThrow(/never deleted/)
+      expect(await e.get(stmt("SELECT id FROM connections WHERE id = 'kept-n'"))).toEqual({ id: 'kept-n' })
+      expect(await e.get(stmt("SELECT id FROM workspaces WHERE id = 'kept'"))).toEqual({ id: 'kept' })
+    }
+  })
+
   test('the kept counts come out the same on both engines after the same writes', async () => {
     const now = 1_795_000_000_000
     const w = (kind: 'sqlite' | 'postgres') => engines[kind]

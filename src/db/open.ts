@@ -81,8 +81,7 @@ export function migrate(db: Database): number[] {
   if (pending.length === 0) return []
   db.transaction(() => {
     for (const m of pending) {
-      // (a migration that changes nothing on this engine is comments only)
-      if (m.sql.replace(/--.*$/gm, '').trim()) db.run(m.sql)
+      db.run(m.sql)
       db.query('INSERT INTO migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, Date.now())
     }
   }).immediate()

@@ -7,7 +7,7 @@
 import pg0037 from '../../migrations/pg/0037_baseline.sql' with { type: 'text' }
 import pg0038 from '../../migrations/pg/0038_cluster.sql' with { type: 'text' }
 import pg0039 from '../../migrations/pg/0039_service_windows.sql' with { type: 'text' }
-import pg0040 from '../../migrations/pg/0040_counts_per_statement.sql' with { type: 'text' }
+import pg0040 from '../../migrations/pg/0040_send_path.sql' with { type: 'text' }
 
 /**
  * PostgreSQL starts at the SQLite schema's version 37 in one file (no installation ever ran an
@@ -17,7 +17,7 @@ export const PG_MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 37, name: '0037_baseline', sql: pg0037 },
   { version: 38, name: '0038_cluster', sql: pg0038 },
   { version: 39, name: '0039_service_windows', sql: pg0039 },
-  { version: 40, name: '0040_counts_per_statement', sql: pg0040 },
+  { version: 40, name: '0040_send_path', sql: pg0040 },
 ]
 
 export const PG_LATEST = Math.max(...PG_MIGRATIONS.map((m) => m.version))

@@ -1,3 +1,0 @@
--- Nothing changes on SQLite: its triggers run inside the statement, per row, at no cost worth
--- saving. On PostgreSQL (migrations/pg/0040_counts_per_statement.sql) the kept counts of new
--- messages and contacts are added once per statement instead of once per row.
