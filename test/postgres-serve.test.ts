@@ -106,6 +106,48 @@ describe('sends at once on PostgreSQL', () => {
   })
 })
 
+describe("a key's limit on PostgreSQL", () => {
+  test('twelve sends at once with a limit of 5: five are queued and seven get 429 with nothing written; the 429 still comes before a bad body, an unknown contact or an Idempotency-Key', async () => {
+    const url = urlWith({ database: 'limited' })
+    const admin = new Bun.SQL(pg.url, { max: 1 })
+    await admin.unsafe('CREATE DATABASE limited')
+    await admin.close()
+    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '5' } })
+    try {
+      const { ws, key } = await srv.tenant()
+      const reader = (await srv.key(ws.id)).key
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
+      const sends = await Promise.all(Array.from({ length: 12 }, () => srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1669'), body: 'limited' } })))
+      expect(sends.filter((r) => r.status === 202).length).toBe(5)
+      expect(sends.filter((r) => r.status === 429).every((r) => r.json.code === 'rate_limited')).toBe(true)
+      expect(sends.filter((r) => r.status === 429).length).toBe(7)
+      // each answer says what is left of the window: 4, 3, 2, 1, 0 for those queued, 0 for the others
+      expect(sends.filter((r) => r.status === 202).map((r) => Number(r.headers.get('x-ratelimit-remaining'))).sort()).toEqual([0, 1, 2, 3, 4])
+      expect(sends.filter((r) => r.status === 429).every((r) => r.headers.get('x-ratelimit-remaining') === '0' && r.headers.get('x-ratelimit-limit') === '5')).toBe(true)
+      // over the limit, whatever else the request would have been answered
+      const over = [
+        await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, body: 'no recipient' } }),
+        await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, contact_id: crypto.randomUUID(), body: 'nobody' } }),
+        await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1669'), body: 'keyed' }, headers: { 'idempotency-key': 'over-the-limit' } }),
+      ]
+      expect(over.map((r) => [r.status, r.json.code])).toEqual(Array(3).fill([429, 'rate_limited']))
+      // only the five queued were written: their messages and contacts, no idempotency record
+      const log = await srv.api(reader, 'GET', '/messages?per_page=100')
+      expect(log.json.meta.total).toBe(5)
+      expect(new Set(log.json.data.map((m: { id: string }) => m.id))).toEqual(new Set(sends.filter((r) => r.status === 202).map((r) => r.json.data.id)))
+      expect((await srv.api(reader, 'GET', '/contacts?per_page=100')).json.meta.total).toBe(5)
+      const db = new Bun.SQL(url, { max: 1 })
+      try {
+        expect((await db`SELECT COUNT(*)::int AS n FROM idempotency_keys`)[0].n).toBe(0)
+      } finally {
+        await db.close()
+      }
+    } finally {
+      await srv.close()
+    }
+  })
+})
+
 describe('a database that goes away while serving', () => {
   test('requests answer 503 database_unavailable while it is away; when it is back the instance serves again, and the outcomes of sends the network took meanwhile are written', async () => {
     const url = urlWith({ database: 'away' })
