@@ -67,9 +67,9 @@ export const MANY_CALLS = 'jsonb_array_elements(CAST($1 AS text)::jsonb) WITH OR
 export const mergeable = (s: Statement, many: string): Statement => ({ ...s, many })
 
 /** The calls' parameters as MANY_CALLS's columns, in order: text as it is, other types cast (`types`: one per parameter). */
-export const callParams = (types: readonly string[]) => types.map((t, i) => (t === 'TEXT' ? `calls.v->>${i}` : `CAST(calls.v->>${i} AS ${t})`)).join(', ')
+const callParams = (types: readonly string[]) => types.map((t, i) => (t === 'TEXT' ? `calls.v->>${i}` : `CAST(calls.v->>${i} AS ${t})`)).join(', ')
 
-/** A mergeable INSERT of one row per call (`types`: each column's PostgreSQL type, TEXT or BIGINT), the rows in call order. */
+/** A mergeable INSERT of one row per call (`columns`: each column's PostgreSQL type, TEXT or BIGINT, in the order of the parameters), the rows in call order. */
 export function insertStatement(table: string, columns: Readonly<Record<string, 'TEXT' | 'BIGINT'>>): Statement {
   const names = Object.keys(columns).join(', ')
   const one = stmt(`INSERT INTO ${table} (${names}) VALUES (${Object.keys(columns).map(() => '?').join(', ')})`)
