@@ -181,6 +181,37 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (kind) => {
     expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['m1', 'm2', 'm3', 'there'])
   })
 
+  test("afterCommit: a write's hook runs once its rows can be read from elsewhere; on PostgreSQL a write that fails runs none", async () => {
+    await engine.run(CLEAR)
+    const seen: Record<string, Item | null> = {}
+    const hook = (id: string, tx: Parameters<Parameters<Engine['write']>[0]>[0]) =>
+      engine.afterCommit(tx, () => {
+        // read through the engine (on PostgreSQL another connection of the pool) as the hook runs
+        void engine.get<Item>(GET, id).then((r) => (seen[id] = r))
+      })
+    const results = await Promise.allSettled([
+      engine.write(async (tx) => {
+        await tx.run(INSERT, 'kept', 1, null, null, 0)
+        hook('kept', tx)
+      }),
+      engine.write(async (tx) => {
+        await tx.run(INSERT, 'thrown', 1, null, null, 0)
+        hook('thrown', tx)
+        throw new Error('refused after writing')
+      }),
+      engine.write(async (tx) => {
+        await tx.run(INSERT, 'also', 1, null, null, 0)
+        hook('also', tx)
+      }),
+    ])
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+    for (let i = 0; i < 50 && Object.keys(seen).length < 2; i++) await Bun.sleep(10)
+    await Bun.sleep(50)
+    // (SQLite runs a hook at once, inside its write: a failed write's too, reading its own row)
+    expect(Object.keys(seen).sort()).toEqual(kind === 'postgres' ? ['also', 'kept'] : ['also', 'kept', 'thrown'])
+    expect([seen.kept?.id, seen.also?.id]).toEqual(['kept', 'also'])
+  })
+
   test('200 concurrent writes to one row all land (group commit on SQLite, row locks on PostgreSQL)', async () => {
     await engine.run(CLEAR)
     await engine.write((tx) => tx.run(INSERT, 'counter', 0, null, null, 0))

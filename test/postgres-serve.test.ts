@@ -148,6 +148,45 @@ describe("a key's limit on PostgreSQL", () => {
   })
 })
 
+describe('webhook deliveries on PostgreSQL', () => {
+  test('a due delivery another instance wrote and never claimed (it died first) goes out within seconds, with nothing here to wake the dispatcher', async () => {
+    const url = urlWith({ database: 'orphans' })
+    const admin = new Bun.SQL(pg.url, { max: 1 })
+    await admin.unsafe('CREATE DATABASE orphans')
+    await admin.close()
+    const got: { type: string; id: string }[] = []
+    const receiver = Bun.serve({
+      hostname: '127.0.0.1',
+      port: 0,
+      async fetch(req) {
+        const body = (await req.json()) as { type: string; data: { id: string } }
+        got.push({ type: body.type, id: body.data.id })
+        return new Response(null, { status: 204 })
+      },
+    })
+    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn' } })
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const ws = await srv.workspace()
+      const hook = await srv.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: `http://127.0.0.1:${receiver.port}/hook`, events: ['message.sent'] })
+      expect(hook.status).toBe(201)
+      // let the dispatcher's passes after the endpoint's creation go by
+      await Bun.sleep(300)
+      const now = Date.now()
+      const payload = JSON.stringify({ type: 'message.sent', timestamp: new Date(now).toISOString(), data: { id: 'left-by-another' } })
+      await db`INSERT INTO webhook_deliveries (id, endpoint_id, workspace_id, type, payload, status, attempts, next_attempt_at, created_at, updated_at)
+               VALUES (${`msg_${crypto.randomUUID().replaceAll('-', '')}`}, ${hook.json.data.id}, ${ws.id}, 'message.sent', ${payload}, 'pending', 0, ${now}, ${now}, ${now})`
+      const by = Date.now() + 5000
+      while (got.length === 0 && Date.now() < by) await Bun.sleep(50)
+      expect(got).toEqual([{ type: 'message.sent', id: 'left-by-another' }])
+    } finally {
+      await db.close()
+      await srv.close()
+      void receiver.stop(true)
+    }
+  })
+})
+
 describe('a database that goes away while serving', () => {
   test('requests answer 503 database_unavailable while it is away; when it is back the instance serves again, and the outcomes of sends the network took meanwhile are written', async () => {
     const url = urlWith({ database: 'away' })

@@ -127,6 +127,14 @@ export interface Engine extends Queries {
    */
   announce(tx: Queries, what: string): Promise<void>
   /**
+   * Run `fn` once the write `tx` belongs to has committed — to wake what should act on the rows it
+   * made (a webhook delivery), which another connection can only see after the commit; on
+   * PostgreSQL not at all when the write fails or is run again (its rerun asks again). SQLite has
+   * one connection, which reads its write's rows at once, and commits in the same turn: `fn` runs
+   * at once (so also for a write that then fails: only ever to wake a look that finds nothing).
+   */
+  afterCommit(tx: Queries, fn: () => void): void
+  /**
    * After a committed write announced `what`: resolves once the announcement has gone round —
    * this instance heard it back, and the others (who hear it at the same moment) have had a moment
    * to apply it — so the answer to an operator's change (a workspace deactivated, a key revoked)
@@ -234,6 +242,10 @@ export class SqliteEngine implements Engine {
   }
 
   async announce() {}
+
+  afterCommit(_tx: Queries, fn: () => void) {
+    fn()
+  }
 
   async propagated() {}
 
@@ -473,21 +485,24 @@ export class PgEngine implements Engine {
     const alone = (b: Gathered) => void this.writeAlone(b.fn).then(b.done, b.failed)
     if (batch.length === 1) return alone(batch[0]!)
     let outcomes: PromiseSettledResult<unknown>[]
+    let txs: Queries[] = []
     try {
       outcomes = await this.transaction(async (shared) => {
         let undo = false
         const merger = new Merger(shared)
+        txs = new Array<Queries>(batch.length)
         const settled = await Promise.allSettled(
           batch.map(async (b, who) => {
             let wrote = false
             const mark = (s: Statement) => {
               if (!wrote && !readsOnly(s)) wrote = true
             }
-            const tx: Queries = {
+            const tx = this.hooked({
               all: (s, ...p) => (mark(s), merger.all(who, s, p)),
               get: async (s, ...p) => (mark(s), (await merger.all<never>(who, s, p))[0] ?? null),
               run: (s, ...p) => (mark(s), merger.run(who, s, p)),
-            }
+            })
+            txs[who] = tx
             try {
               return await b.fn(tx)
             } catch (e) {
@@ -507,8 +522,10 @@ export class PgEngine implements Engine {
     }
     batch.forEach((b, i) => {
       const r = outcomes[i]!
-      if (r.status === 'fulfilled') b.done(r.value)
-      else b.failed(r.reason)
+      if (r.status === 'fulfilled') {
+        this.committed(txs[i]!)
+        b.done(r.value)
+      } else b.failed(r.reason)
     })
   }
 
@@ -535,11 +552,13 @@ export class PgEngine implements Engine {
     const conn = await this.client.reserve()
     const begun = conn.unsafe('BEGIN')
     begun.catch(() => {}) // its failure reaches the callback's first statement, or the await below
+    const q = this.hooked(pgQueries(conn))
     try {
-      const out = await fn(pgQueries(conn))
+      const out = await fn(q)
       await begun
       const end = (await conn.unsafe('COMMIT')) as unknown as { command?: string }
       if (end.command !== 'COMMIT') throw new Error(`the transaction was not committed (${end.command})`)
+      this.committed(q)
       return out
     } catch (e) {
       await conn.unsafe('ROLLBACK').catch(() => {})
@@ -555,6 +574,28 @@ export class PgEngine implements Engine {
 
   async announce(tx: Queries, what: string) {
     await tx.run(NOTIFY, what)
+  }
+
+  /** What to run when each write's transaction commits (see afterCommit), by the write's `tx`. */
+  private readonly committing = new WeakMap<Queries, (() => void)[]>()
+
+  afterCommit(tx: Queries, fn: () => void) {
+    const hooks = this.committing.get(tx)
+    // (a tx this engine did not hand out: outside any write, nothing to wait for)
+    if (hooks) hooks.push(fn)
+    else fn()
+  }
+
+  /** A write's `tx` whose after-commit hooks are kept until `committed` runs them. */
+  private hooked(tx: Queries): Queries {
+    this.committing.set(tx, [])
+    return tx
+  }
+
+  private committed(tx: Queries) {
+    const hooks = this.committing.get(tx)
+    this.committing.delete(tx)
+    for (const fn of hooks ?? []) fn()
   }
 
   /** Who waits to hear an announcement back (see propagated). */

@@ -27,6 +27,12 @@ export type EventType = (typeof EVENT_TYPES)[number]
 /** Seconds after which attempt n+1 follows a failed attempt n (CONTRACT §5). */
 export const RETRY_SCHEDULE_S = [5, 300, 1800, 7200, 18000, 36000, 36000]
 export const DELIVERY_TIMEOUT_MS = 15_000
+/**
+ * Several instances on one database: how often an instance looks for due deliveries with nothing
+ * of its own to wake it — one another instance wrote and never claimed (it died first) waits at
+ * most this long.
+ */
+export const SHARED_LOOK_MS = 1000
 export const DISABLE_AFTER_MS = 3 * 86_400_000
 /** Why deliveries failed when their endpoint was disabled: each starts with HELD_REASON, so enabling it again sends them. */
 const DISABLED_FAILING = `${HELD_REASON} after failing for 3 days`
@@ -406,7 +412,8 @@ export class WebhookService {
       await this.store.enqueue(tx, `msg_${uuid().replaceAll('-', '')}`, e.id, workspaceId, type, payload, now)
       any = true
     }
-    if (any) this.kickSoon()
+    // once the write has committed: a pass before it would not see the delivery (PostgreSQL)
+    if (any) this.deps.engine.afterCommit(tx, () => this.kickSoon())
   }
 
   /**
@@ -543,9 +550,12 @@ export class WebhookService {
       if (!this.running) return
       for (const d of claimed) this.send(d)
     }
-    if (room <= 0 || next === null || !this.running) return
+    if (room <= 0 || !this.running) return
+    // (several instances: another's delivery may come due with nothing here to wake this one)
+    const bound = this.deps.engine.shared ? SHARED_LOOK_MS : 60_000
+    if (next === null && !this.deps.engine.shared) return
     // one skipped above stays due until its outcome is written (then this runs again): no busy loop
-    this.timer = setTimeout(() => this.kick(), Math.max(skipped ? 1000 : 10, Math.min(next - this.deps.clock.now(), 60_000)))
+    this.timer = setTimeout(() => this.kick(), Math.max(skipped ? 1000 : 10, Math.min(next === null ? bound : next - this.deps.clock.now(), bound)))
   }
 
   /** One claimed delivery under way; when its outcome is written, look for more. */
