@@ -33,6 +33,14 @@ function urlWith(change: { user?: string; password?: string; database?: string }
   return u.toString()
 }
 
+/** A new, empty database `name` on the private server; its URL. */
+async function newDatabase(name: string) {
+  const admin = new Bun.SQL(pg.url, { max: 1 })
+  await admin.unsafe(`CREATE DATABASE ${name}`)
+  await admin.close()
+  return urlWith({ database: name })
+}
+
 describe('a database capstan serve cannot use stops the start', () => {
   const start = async (env: Record<string, string>) => {
     const data = join(dir, `start-${crypto.randomUUID()}`)
@@ -59,10 +67,7 @@ describe('a database capstan serve cannot use stops the start', () => {
   })
 
   test('a database a newer Capstan migrated: one line, exit 2, nothing changed', async () => {
-    const url = urlWith({ database: 'newer' })
-    const admin = new Bun.SQL(pg.url, { max: 1 })
-    await admin.unsafe('CREATE DATABASE newer')
-    await admin.close()
+    const url = await newDatabase('newer')
     const newer = new Bun.SQL(url, { max: 1 })
     await newer.unsafe('CREATE TABLE migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)')
     await newer.unsafe("INSERT INTO migrations VALUES (9999, 'from_the_future', 0)")
@@ -85,10 +90,7 @@ describe('a database capstan serve cannot use stops the start', () => {
 
 describe('sends at once on PostgreSQL', () => {
   test('twenty sends to one number that is not yet a contact, at once: every one is accepted, and the number becomes one contact', async () => {
-    const url = urlWith({ database: 'together' })
-    const admin = new Bun.SQL(pg.url, { max: 1 })
-    await admin.unsafe('CREATE DATABASE together')
-    await admin.close()
+    const url = await newDatabase('together')
     const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn' } })
     try {
       const { ws, key } = await srv.tenant()
@@ -108,10 +110,7 @@ describe('sends at once on PostgreSQL', () => {
 
 describe("a key's limit on PostgreSQL", () => {
   test('twelve sends at once with a limit of 5: five are queued and seven get 429 with nothing written; the 429 still comes before a bad body, an unknown contact or an Idempotency-Key', async () => {
-    const url = urlWith({ database: 'limited' })
-    const admin = new Bun.SQL(pg.url, { max: 1 })
-    await admin.unsafe('CREATE DATABASE limited')
-    await admin.close()
+    const url = await newDatabase('limited')
     const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '5' } })
     try {
       const { ws, key } = await srv.tenant()
@@ -150,10 +149,7 @@ describe("a key's limit on PostgreSQL", () => {
 
 describe('webhook deliveries on PostgreSQL', () => {
   test('a due delivery another instance wrote and never claimed (it died first) goes out within seconds, with nothing here to wake the dispatcher', async () => {
-    const url = urlWith({ database: 'orphans' })
-    const admin = new Bun.SQL(pg.url, { max: 1 })
-    await admin.unsafe('CREATE DATABASE orphans')
-    await admin.close()
+    const url = await newDatabase('orphans')
     const got: { type: string; id: string }[] = []
     const receiver = Bun.serve({
       hostname: '127.0.0.1',
@@ -189,10 +185,7 @@ describe('webhook deliveries on PostgreSQL', () => {
 
 describe('a database that goes away while serving', () => {
   test('requests answer 503 database_unavailable while it is away; when it is back the instance serves again, and the outcomes of sends the network took meanwhile are written', async () => {
-    const url = urlWith({ database: 'away' })
-    const admin = new Bun.SQL(pg.url, { max: 1 })
-    await admin.unsafe('CREATE DATABASE away')
-    await admin.close()
+    const url = await newDatabase('away')
     const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn' } })
     try {
       const { ws, key } = await srv.tenant()
