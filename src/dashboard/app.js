@@ -107,8 +107,10 @@ function showLogin(message) {
     ev.preventDefault()
     const res = await fetch('/admin/session', { method: 'POST', credentials: 'same-origin', headers: { 'content-type': 'application/json', 'x-capstan-csrf': '1' }, body: JSON.stringify(formData(ev.target)) })
     if (res.ok) {
-      location.hash = '#/workspaces'
-      route()
+      // one drawing of the list: a changed hash routes by itself (routing here too drew it twice,
+      // and the second drawing took the focus its heading had been given)
+      if (location.hash === '#/workspaces') route()
+      else location.hash = '#/workspaces'
     } else showLogin(res.status === 429 ? 'Too many attempts; wait a minute.' : 'That token is not valid.')
   }
 }
