@@ -28,6 +28,12 @@ export interface Config {
    * SQLite file in the data directory. Holds a password: never logged or shown.
    */
   databaseUrl: string | null
+  /**
+   * How many connections to PostgreSQL this instance keeps at most (CAPSTAN_DATABASE_POOL). Writes
+   * share transactions, so a few carry thousands of sends a second; more statements at once than
+   * the server has cores only make each wait longer (see BENCHMARKS.md, the pool's size).
+   */
+  databasePool: number
   mediaDir: string
   mediaStore: MediaStoreConfig
   adminToken: string | null
@@ -180,6 +186,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     dataDir,
     dbPath: join(dataDir, 'capstan.db'),
     databaseUrl: databaseUrl(env),
+    databasePool: int(env, 'CAPSTAN_DATABASE_POOL', 4, 1, 100),
     mediaDir: join(dataDir, 'media'),
     mediaStore: mediaStore(env),
     adminToken,

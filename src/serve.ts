@@ -58,7 +58,7 @@ export async function serve() {
   const box = secretBoxOrExit(config)
   const log = new Logger(config.logLevel)
   // the database: PostgreSQL when CAPSTAN_DATABASE_URL names one, else the SQLite file in the data directory
-  const { db, engine, applied, fullDisk } = config.databaseUrl ? { db: null, ...(await postgresOrExit(config.databaseUrl)), fullDisk: false } : sqliteEngine(config.dbPath)
+  const { db, engine, applied, fullDisk } = config.databaseUrl ? { db: null, ...(await postgresOrExit(config.databaseUrl, config.databasePool)), fullDisk: false } : sqliteEngine(config.dbPath)
   if (fullDisk) log.error('the disk of the data directory is full: the database is opened for this process alone (no checkpointer thread, no backups) until Capstan is restarted with room on the disk', { data_dir: config.dataDir })
   const admin = await resolveAdminToken(engine, config.adminToken)
   if (admin.generated) {

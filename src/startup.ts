@@ -103,13 +103,13 @@ export function postgresFailure(e: unknown, where: string): string {
  * instance at a time — or one line and exit 2: unreachable, wrong credentials, no such database,
  * too old a server, or a schema a newer Capstan wrote (nothing is changed then).
  */
-export async function postgresOrExit(url: string): Promise<{ engine: PgEngine; applied: number[] }> {
+export async function postgresOrExit(url: string, pool: number): Promise<{ engine: PgEngine; applied: number[] }> {
   const where = databaseWhere(url)
   const admin = new Bun.SQL(url, { max: 1, connectionTimeout: 10, bigint: true })
   try {
     const [row] = await admin`SELECT current_setting('server_version_num')::int AS v`
     if (Number(row.v) < 150000) fail(`the database ${where} runs PostgreSQL ${Math.floor(Number(row.v) / 10000)}; Capstan needs 15 or newer`)
-    return { engine: PgEngine.connect(url), applied: await migratePostgres(admin) }
+    return { engine: PgEngine.connect(url, pool), applied: await migratePostgres(admin) }
   } catch (e) {
     fail(postgresFailure(e, where))
   } finally {

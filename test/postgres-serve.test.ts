@@ -79,9 +79,11 @@ describe('a database capstan serve cannot use stops the start', () => {
     expect(tables[0].n).toBe(1)
   })
 
-  test('malformed settings: a URL that is not postgres://, or backups of the SQLite file beside a database URL', async () => {
+  test('malformed settings: a URL that is not postgres://, a pool of no connections, or backups of the SQLite file beside a database URL', async () => {
     const bad = await start({ CAPSTAN_DATABASE_URL: 'mysql://root@localhost/capstan' })
     expect([bad.code, bad.err]).toEqual([2, 'capstan: CAPSTAN_DATABASE_URL must start with postgres:// (unset, Capstan uses its embedded SQLite file)'])
+    for (const pool of ['0', '101', 'four', '-1'])
+      expect([pool, (await start({ CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_DATABASE_POOL: pool })).err]).toEqual([pool, 'capstan: CAPSTAN_DATABASE_POOL must be a whole number between 1 and 100'])
     const backups = await start({ CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_BACKUP_DIR: join(dir, 'backups') })
     expect(backups.code).toBe(2)
     expect(backups.err).toStartWith('capstan: CAPSTAN_BACKUP_DIR backs up the embedded SQLite file; with CAPSTAN_DATABASE_URL back up PostgreSQL itself')
@@ -103,6 +105,42 @@ describe('sends at once on PostgreSQL', () => {
       const contactId = contacts.json.data[0].id
       expect(new Set(sends.map((r) => r.json.data.contact_id))).toEqual(new Set([contactId]))
     } finally {
+      await srv.close()
+    }
+  })
+})
+
+describe('the connection pool', () => {
+  test('an instance holds at most CAPSTAN_DATABASE_POOL connections (and one that listens), however many requests come at once; each is answered', async () => {
+    const url = await newDatabase('pooled')
+    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_DATABASE_POOL: '2', CAPSTAN_KEY_RATE_LIMIT: '1000' } })
+    const watch = new Bun.SQL(pg.url, { max: 1 })
+    try {
+      const { ws, key } = await srv.tenant()
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
+      // the instance's own connections to its database, sampled while 60 sends and 20 reads are in flight
+      const theirs = async () => Number((await watch`SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE datname = 'pooled' AND backend_type = 'client backend'`)[0].n)
+      let most = 0
+      let sampling = true
+      const sampler = (async () => {
+        while (sampling) {
+          most = Math.max(most, await theirs())
+          await Bun.sleep(2)
+        }
+      })()
+      const answers = await Promise.all([
+        ...Array.from({ length: 60 }, (_, i) => srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1670'), body: `pooled ${i}` } })),
+        ...Array.from({ length: 20 }, () => srv.api(key, 'GET', '/messages?per_page=5')),
+      ])
+      sampling = false
+      await sampler
+      expect(answers.map((r) => r.status).sort()).toEqual([...Array(20).fill(200), ...Array(60).fill(202)])
+      expect((await srv.api(key, 'GET', '/messages?per_page=1')).json.meta.total).toBe(60)
+      // two in the pool and the one that listens for other instances' changes; it did use both
+      expect(most).toBeGreaterThanOrEqual(2)
+      expect(most).toBeLessThanOrEqual(3)
+    } finally {
+      await watch.close()
       await srv.close()
     }
   })

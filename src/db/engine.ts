@@ -438,8 +438,8 @@ export class PgEngine implements Engine {
     this.queries = pgQueries(client)
   }
 
-  /** A pool of `max` connections to `url`. */
-  static connect(url: string, max = 20): PgEngine {
+  /** A pool of at most `max` connections to `url` (CAPSTAN_DATABASE_POOL); statements wait for a free one. */
+  static connect(url: string, max: number): PgEngine {
     return new PgEngine(new Bun.SQL(url, { max, bigint: true }))
   }
 
