@@ -99,6 +99,36 @@ describe('the schema on both engines', () => {
     }
   })
 
+  test("PostgreSQL: each session counts on a shard of its own, keeps it, and a session's end frees it", async () => {
+    // six sessions (a client of one connection each)
+    const sessions = Array.from({ length: 6 }, () => new Bun.SQL(pg.url, { max: 1 }))
+    const shardOf = async (s: (typeof sessions)[number]) => Number((await s`SELECT capstan_shard() AS n`)[0].n)
+    try {
+      const first = await Promise.all(sessions.map(shardOf))
+      expect(new Set(first).size).toBe(6)
+      // asked again, and after a transaction that failed, each keeps its own
+      for (const s of sessions) await s.begin(async (tx) => {
+        await tx`SELECT capstan_shard()`
+        await tx`SELECT 1 / 0`
+      }).catch(() => {})
+      expect(await Promise.all(sessions.map(shardOf))).toEqual(first)
+      // a session that ends lets its shard go to the next that asks: the lowest free one
+      const gone = first[2]!
+      await sessions[2]!.close()
+      const fresh = new Bun.SQL(pg.url, { max: 1 })
+      try {
+        const held = async () => (await fresh`SELECT COUNT(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = 1397244242 AND objid = ${gone}`)[0].n
+        for (let i = 0; i < 100 && (await held()) > 0; i++) await Bun.sleep(20)
+        const free = [...Array(64).keys()].filter((i) => !first.includes(i) || i === gone)
+        expect(Number((await fresh`SELECT capstan_shard() AS n`)[0].n)).toBe(Math.min(...free))
+      } finally {
+        await fresh.close()
+      }
+    } finally {
+      for (const s of sessions) await s.close().catch(() => {})
+    }
+  })
+
   test('the kept counts come out the same on both engines after the same writes', async () => {
     const now = 1_795_000_000_000
     const w = (kind: 'sqlite' | 'postgres') => engines[kind]

@@ -39,6 +39,7 @@ import m0037 from '../../migrations/0037_message_outcome_counts.sql' with { type
 import m0038 from '../../migrations/0038_cluster.sql' with { type: 'text' }
 import m0039 from '../../migrations/0039_service_windows.sql' with { type: 'text' }
 import m0040 from '../../migrations/0040_send_path.sql' with { type: 'text' }
+import m0041 from '../../migrations/0041_shard_per_session.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -81,4 +82,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 38, name: '0038_cluster', sql: m0038 },
   { version: 39, name: '0039_service_windows', sql: m0039 },
   { version: 40, name: '0040_send_path', sql: m0040 },
+  { version: 41, name: '0041_shard_per_session', sql: m0041 },
 ]

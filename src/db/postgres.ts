@@ -8,6 +8,7 @@ import pg0037 from '../../migrations/pg/0037_baseline.sql' with { type: 'text' }
 import pg0038 from '../../migrations/pg/0038_cluster.sql' with { type: 'text' }
 import pg0039 from '../../migrations/pg/0039_service_windows.sql' with { type: 'text' }
 import pg0040 from '../../migrations/pg/0040_send_path.sql' with { type: 'text' }
+import pg0041 from '../../migrations/pg/0041_shard_per_session.sql' with { type: 'text' }
 
 /**
  * PostgreSQL starts at the SQLite schema's version 37 in one file (no installation ever ran an
@@ -18,6 +19,7 @@ export const PG_MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 38, name: '0038_cluster', sql: pg0038 },
   { version: 39, name: '0039_service_windows', sql: pg0039 },
   { version: 40, name: '0040_send_path', sql: pg0040 },
+  { version: 41, name: '0041_shard_per_session', sql: pg0041 },
 ]
 
 export const PG_LATEST = Math.max(...PG_MIGRATIONS.map((m) => m.version))
