@@ -93,8 +93,12 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   messages.onSettled = (row) => {
     if (row.campaign_id) background('campaign completion check', () => campaigns.checkComplete(row.campaign_id!))
   }
-  messages.onTemplateRefused = (row, code) => {
-    if (row.campaign_id) background('pausing a campaign whose template was refused', () => campaigns.templateRefused(row.campaign_id!, code))
+  messages.onTemplateRefused = async (row, code) => {
+    if (!row.campaign_id) return
+    await campaigns.templateRefused(row.campaign_id, code).catch((e) => {
+      log.error('pausing a campaign whose template was refused failed', { error: String((e as Error)?.message ?? e) })
+      throw e
+    })
   }
   const idempotency = new Idempotency(deps)
   const eraser = new ContactEraser(deps, contacts, messages, media, campaigns, webhooks, idempotency, audit, log, box)

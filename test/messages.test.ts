@@ -538,15 +538,18 @@ describe('connections (admin)', () => {
       const lines = () => (readFileSync(older, 'utf8') + readFileSync(path, 'utf8')).split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l))
       const kept = lines().map((l) => Number(l.message_id.slice(2)))
       const sizes = [statSync(older).size, statSync(path).size]
-      // sends before #3000 lose their text, while ten numbers are erased one per turn of the event loop
+      // sends before #3000 lose their text, while ten numbers are erased one per turn of the event
+      // loop (how many of those turns the scan outlasts depends on the machine: at least the first)
       const erased = Array.from({ length: 10 }, (_, k) => numberOf(k * 3))
       let scanning = true
+      let duringScan = 0
       const running = ledger.forgetContent(at(3000)).finally(() => (scanning = false))
       for (const n of erased) {
         await new Promise((r) => setImmediate(r))
+        if (scanning) duringScan++
         ledger.forget(n)
       }
-      expect(scanning).toBe(true)
+      expect(duringScan).toBeGreaterThan(0)
       const changed = await running
       expect([statSync(older).size, statSync(path).size]).toEqual(sizes)
       const after = lines()

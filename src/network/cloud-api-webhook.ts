@@ -308,8 +308,9 @@ async function applyStatus(connectionId: string, report: StatusReport, svc: Serv
     if (Number(error?.code) === MARKETING_STOPPED && row.recipient !== null) await svc.messages.marketingStopped(connectionId, row.recipient, `cloud_api_${MARKETING_STOPPED}:${row.id}`)
     // the account itself was stopped: the number goes offline rather than fail message after message
     if (ACCOUNT_BLOCKED.has(Number(error?.code))) driver.accountBlocked(Number(error.code), metaErrorText(error, 'The Cloud API reported the message as failed.'))
-    // the template itself was refused: a campaign sending it pauses
-    if (TEMPLATE_REFUSED.has(Number(error?.code))) svc.messages.onTemplateRefused(row, `cloud_api_${error.code}`)
+    // the template itself was refused: a campaign sending it pauses, written before Meta hears 200
+    // (a pause that could not be written fails the delivery, and Meta sends it again)
+    if (TEMPLATE_REFUSED.has(Number(error?.code))) await svc.messages.onTemplateRefused(row, `cloud_api_${error.code}`)
   }
   // "sent" is recorded when the send call returns (or Meta's word for it arrives); other statuses
   // (e.g. deleted) are ignored

@@ -728,8 +728,8 @@ export class MessageService {
   groupRefusal: (row: MessageRow, q?: Queries) => Promise<Refusal | null> = async () => null
   /** Called after a released message reached sent or failed (campaign completion watches it). */
   onSettled: (row: MessageRow) => void = () => {}
-  /** The network refused a message's template as such (a campaign sending it pauses). */
-  onTemplateRefused: (row: MessageRow, code: string) => void = () => {}
+  /** The network refused a message's template as such (a campaign sending it pauses); settles once the pause is written. */
+  onTemplateRefused: (row: MessageRow, code: string) => Promise<void> = async () => {}
   /** The network asked a number to slow down (the pacer backs off). */
   onThrottled: (connectionId: string) => void = () => {}
 
@@ -787,7 +787,8 @@ export class MessageService {
           continue
         }
         await this.record(() => this.markFailed(row.id, err.code, err.message))
-        if (err instanceof TemplateRefused) this.onTemplateRefused(row, err.code)
+        // (a pause that could not be written is logged where it is wired; the next refusal pauses it)
+        if (err instanceof TemplateRefused) void this.onTemplateRefused(row, err.code).catch(() => {})
         this.onSettled(row)
         return
       }
