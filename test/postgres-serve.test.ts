@@ -41,6 +41,12 @@ async function newDatabase(name: string) {
   return urlWith({ database: name })
 }
 
+/** A Capstan serving a new, empty database `name` on the private server (its log quiet), `env` besides; the database's URL. */
+async function serveOn(name: string, env: Record<string, string> = {}) {
+  const url = await newDatabase(name)
+  return { url, srv: await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...env } }) }
+}
+
 describe('a database capstan serve cannot use stops the start', () => {
   const start = async (env: Record<string, string>) => {
     const data = join(dir, `start-${crypto.randomUUID()}`)
@@ -92,8 +98,7 @@ describe('a database capstan serve cannot use stops the start', () => {
 
 describe('sends at once on PostgreSQL', () => {
   test('twenty sends to one number that is not yet a contact, at once: every one is accepted, and the number becomes one contact', async () => {
-    const url = await newDatabase('together')
-    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn' } })
+    const { srv } = await serveOn('together')
     try {
       const { ws, key } = await srv.tenant()
       const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
@@ -112,8 +117,7 @@ describe('sends at once on PostgreSQL', () => {
 
 describe('the connection pool', () => {
   test('an instance holds at most CAPSTAN_DATABASE_POOL connections (and one that listens), however many requests come at once; each is answered', async () => {
-    const url = await newDatabase('pooled')
-    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_DATABASE_POOL: '2', CAPSTAN_KEY_RATE_LIMIT: '1000' } })
+    const { srv } = await serveOn('pooled', { CAPSTAN_DATABASE_POOL: '2', CAPSTAN_KEY_RATE_LIMIT: '1000' })
     const watch = new Bun.SQL(pg.url, { max: 1 })
     try {
       const { ws, key } = await srv.tenant()
@@ -148,8 +152,7 @@ describe('the connection pool', () => {
 
 describe("a key's limit on PostgreSQL", () => {
   test('twelve sends at once with a limit of 5: five are queued and seven get 429 with nothing written; the 429 still comes before a bad body, an unknown contact or an Idempotency-Key', async () => {
-    const url = await newDatabase('limited')
-    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '5' } })
+    const { url, srv } = await serveOn('limited', { CAPSTAN_KEY_RATE_LIMIT: '5' })
     try {
       const { ws, key } = await srv.tenant()
       const reader = (await srv.key(ws.id)).key
@@ -187,7 +190,7 @@ describe("a key's limit on PostgreSQL", () => {
 
 describe('webhook deliveries on PostgreSQL', () => {
   test('a due delivery another instance wrote and never claimed (it died first) goes out within seconds, with nothing here to wake the dispatcher', async () => {
-    const url = await newDatabase('orphans')
+    const { url, srv } = await serveOn('orphans')
     const got: { type: string; id: string }[] = []
     const receiver = Bun.serve({
       hostname: '127.0.0.1',
@@ -198,7 +201,6 @@ describe('webhook deliveries on PostgreSQL', () => {
         return new Response(null, { status: 204 })
       },
     })
-    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn' } })
     const db = new Bun.SQL(url, { max: 1 })
     try {
       const ws = await srv.workspace()
@@ -223,9 +225,8 @@ describe('webhook deliveries on PostgreSQL', () => {
 
 describe('a database that goes away while serving', () => {
   test('requests answer 503 database_unavailable while it is away; when it is back the instance serves again, and the outcomes of sends the network took meanwhile are written', async () => {
-    const url = await newDatabase('away')
     // (the polls below may pass the default 60 requests a minute on a slow machine)
-    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    const { srv } = await serveOn('away', { CAPSTAN_KEY_RATE_LIMIT: '100000' })
     try {
       const { ws, key } = await srv.tenant()
       await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
