@@ -106,7 +106,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   eraser.onErased = (workspaceId, number) => connections.forgetNumber(workspaceId, number)
   const messageRetention = new MessageRetention(deps, workspaces, webhooks, log)
   messageRetention.onContentExpired = (workspaceId, cutoff) => connections.forgetContentBefore(workspaceId, cutoff)
-  messages.onDispatchError = (e) => log.error('could not record a send outcome', { error: String((e as Error)?.message ?? e) })
+  messages.onDispatchError = (e, doing) => log.error(`could not ${doing}`, { error: String((e as Error)?.message ?? e) })
   messages.onDriverBug = (row, e) => log.error('network driver failed unexpectedly; the message fails as driver_error', { message_id: row.id, error: String((e as Error)?.stack ?? e) })
   const events = new EventCounters()
   webhooks.onAttempt = (result) => EventCounters.bump(events.webhookAttempts, result)

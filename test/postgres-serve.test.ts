@@ -224,15 +224,17 @@ describe('webhook deliveries on PostgreSQL', () => {
 })
 
 describe('a database that goes away while serving', () => {
-  test('requests answer 503 database_unavailable while it is away; when it is back the instance serves again, and the outcomes of sends the network took meanwhile are written', async () => {
+  test('requests answer 503 database_unavailable while it is away; when it is back the instance serves again, and sends released before it went are sent, each once', async () => {
     // (the polls below may pass the default 60 requests a minute on a slow machine)
-    const { srv } = await serveOn('away', { CAPSTAN_KEY_RATE_LIMIT: '100000' })
+    const { url, srv } = await serveOn('away', { CAPSTAN_KEY_RATE_LIMIT: '100000' })
     try {
       const { ws, key } = await srv.tenant()
       await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
-      // a network that takes two seconds to accept each send: the outcomes are due while the database is away
+      // a network that takes two seconds to take each send: they reach it (the sandbox writes its
+      // record of sends in the database) while the database is away
       const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [], accept_after_ms: 2000 } })).json.data
       const waiting: string[] = []
+      const queuedAt = Date.now()
       for (let i = 0; i < 3; i++) {
         const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1667'), body: `waiting ${i}` } })
         expect(r.status).toBe(202)
@@ -248,6 +250,9 @@ describe('a database that goes away while serving', () => {
       expect([away.status, away.json.code]).toEqual([503, 'database_unavailable'])
       const refused = await raw('POST', '/messages', { connection_id: conn.id, recipient: newPhone('+1667'), body: 'while away' })
       expect([refused.status, refused.json.code]).toEqual([503, 'database_unavailable'])
+      // away long enough that the sends' first try (after 2 s) and their first retry (1 s later)
+      // both find it gone
+      await Bun.sleep(Math.max(0, queuedAt + 4500 - Date.now()))
       pg = await PrivatePostgres.start(join(dir, 'pg'))
       // once it is back, the first requests are served at once — reads and writes — though every
       // connection the pool had open went down with it
@@ -261,6 +266,14 @@ describe('a database that goes away while serving', () => {
           if (status !== 'sent') await Bun.sleep(200)
         }
         expect(status).toBe('sent')
+      }
+      // each went to the network once: their first tries found the database away and were not sent
+      const db = new Bun.SQL(url, { max: 1 })
+      try {
+        const records = (await db`SELECT message_id, COUNT(*)::int AS n FROM sandbox_sends WHERE message_id IN ${db(waiting)} GROUP BY message_id ORDER BY message_id`) as { message_id: string; n: number }[]
+        expect(records).toEqual(waiting.toSorted().map((message_id) => ({ message_id, n: 1 })))
+      } finally {
+        await db.close()
       }
       expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1667'), body: 'after' } })).status).toBe(202)
     } finally {

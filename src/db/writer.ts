@@ -251,15 +251,15 @@ export const transientWriteError = (e: unknown) => /^SQLITE_(FULL|IOERR|BUSY|LOC
 /**
  * Runs `write` until it succeeds: for an outcome that already happened elsewhere (a network took
  * a message, a receiver took an event), which must be written down, not lost or mistaken for a
- * failure, while writes fail for a while (a full disk). Tries again after 1 s, doubling to 30 s,
+ * failure, while writes fail for a while (a full disk) — or for a read a job cannot go on without
+ * while the database is away. Returns what `write` returned. Tries again after 1 s, doubling to 30 s,
  * telling `onError` each time; throws at once for any other error, and once `stopping()` says the
  * server stops.
  */
-export async function persist(write: () => unknown, stopping: () => boolean, onError: (e: unknown) => void): Promise<void> {
+export async function persist<T>(write: () => T | Promise<T>, stopping: () => boolean, onError: (e: unknown) => void): Promise<T> {
   for (let wait = 1000; ; wait = Math.min(wait * 2, 30_000)) {
     try {
-      await write()
-      return
+      return await write()
     } catch (e) {
       if (stopping() || !transientWriteError(e)) throw e
       onError(e)

@@ -416,7 +416,7 @@ export class SandboxConnection implements ConnectionDriver {
     // removed while this send waited: nothing is recorded again after the record was deleted
     if (this.removed) throw new DriverError('connection_removed', 'The connection was removed before the message was sent.')
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
-    const group = message.groupExternalId === null ? undefined : (await this.currentGroups()).find((g) => g.externalId === message.groupExternalId)
+    const group = message.groupExternalId === null ? undefined : (await this.groupsToSend()).find((g) => g.externalId === message.groupExternalId)
     if (group?.announce && !group.isAdmin) throw new DriverError('group_admin_only', 'Only admins can post in this group.')
     if (message.recipient && this.config.fail_recipients.includes(message.recipient)) {
       throw new DriverError('recipient_unreachable', 'The network could not deliver to this recipient.')
@@ -426,7 +426,7 @@ export class SandboxConnection implements ConnectionDriver {
       await this.ledger.record({ message_id: message.id, external_id: externalId, recipient: message.recipient, group: message.groupExternalId, body: message.body, attachments: message.attachments.length, at: new Date(this.ctx.now()).toISOString() })
     } catch {
       // like a network that could not take the message: it was not sent, and may be tried again
-      throw new DriverError('network_unavailable', 'The sandbox network could not record the send (is the disk of the data directory full?); it was not sent.', true)
+      throw new DriverError('network_unavailable', 'The sandbox network could not record the send (is the disk of the data directory full, or the database away?); it was not sent.', true)
     }
     if (message.groupExternalId === null) {
       this.later(this.config.delivered_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, message.id, 'delivered'))
@@ -443,6 +443,15 @@ export class SandboxConnection implements ConnectionDriver {
   async listGroups(): Promise<GroupInfo[] | null> {
     if (!this.ctx.online()) throw new DriverError('connection_offline', 'The number is offline.', true)
     return (await this.currentGroups()).map((g) => ({ ...g }))
+  }
+
+  /** The groups, for a send: one that cannot read them (the database away) is not sent and may be tried again. */
+  private async groupsToSend() {
+    try {
+      return await this.currentGroups()
+    } catch {
+      throw new DriverError('network_unavailable', 'The sandbox network could not read its groups (is the database away?); it was not sent.', true)
+    }
   }
 
   /** The groups it reports: held here, or — instances sharing a database — in the database (counts only). */

@@ -19,7 +19,7 @@ export const OUTCOME_CODES = {
   send_timeout: 'The network did not answer within CAPSTAN_DRIVER_TIMEOUT_MS; it is not sent again (it may have arrived).',
   send_unconfirmed: 'The connection to the Cloud API broke before it confirmed the message; it may have been sent, so it is not sent again.',
   network_unreachable: 'The Cloud API could not be reached at any of the retries.',
-  network_unavailable: 'The sandbox network could not record the send (its disk is full) at any of the retries.',
+  network_unavailable: 'The sandbox network could not record the send (its disk full, or its database away) at any of the retries.',
   recipient_unreachable: 'The sandbox network refused the recipient (the number\'s `fail_recipients`).',
   group_admin_only: 'Only admins may post in the group, and the number is not one.',
   unsupported: 'The network cannot do this (the Cloud API cannot post into groups).',

@@ -713,13 +713,14 @@ export class MessageService {
     } catch (e) {
       // the outcome could not be written (the server is stopping): the message stays `sending`
       // and is settled by crash recovery at the next start
-      this.onDispatchError(e)
+      this.onDispatchError(e, 'record a send outcome')
     } finally {
       this.inFlight--
     }
   }
 
-  onDispatchError: (e: unknown) => void = () => {}
+  /** A send's outcome, or a read it needs before it leaves, could not be made (`doing`: which). */
+  onDispatchError: (e: unknown, doing: string) => void = () => {}
   /** An inbound message was logged (not a duplicate of one logged before), for /metrics. */
   onInbound: (driver: string) => void = () => {}
   /** A driver threw something other than a DriverError (a bug): the message fails as driver_error. */
@@ -746,7 +747,7 @@ export class MessageService {
 
   private async dispatchOnce(live: LiveConnection, row: MessageRow, groupExternalId: string | null) {
     const { failed: backoff, throttled: throttleBackoff } = this.retryDelays
-    const attachments = await this.outboundMedia(row)
+    const attachments = await this.readAgain(() => this.outboundMedia(row))
     if (!attachments) {
       await this.record(() => this.markFailed(row.id, 'media_unavailable', 'An attachment expired before the message was sent.'))
       this.onSettled(row)
@@ -758,7 +759,7 @@ export class MessageService {
     let failures = 0
     for (let attempt = 0; ; attempt++) {
       // a retry can come minutes later (a throttled number): the recipient may have opted out since
-      const refusal = attempt > 0 ? await this.refusalFor(row) : null
+      const refusal = attempt > 0 ? await this.readAgain(() => this.refusalFor(row)) : null
       if (refusal) {
         await this.record(() => this.markFailed(row.id, refusal.code, refusal.message))
         this.onSettled(row)
@@ -830,6 +831,15 @@ export class MessageService {
    * stops first, the message stays `sending` and crash recovery settles it at the next start.
    */
   private record(write: () => Promise<unknown>) {
-    return persist(write, () => this.connections.stopped, this.onDispatchError)
+    return persist(write, () => this.connections.stopped, (e) => this.onDispatchError(e, 'record a send outcome'))
+  }
+
+  /**
+   * A read a released message needs before it leaves (its attachments; before a retry, whether
+   * it may still go), again while the database cannot be reached (see `persist`): an outage must
+   * not leave the message `sending` until a restart.
+   */
+  private readAgain<T>(read: () => Promise<T>) {
+    return persist(read, () => this.connections.stopped, (e) => this.onDispatchError(e, 'read what a released message needs yet'))
   }
 }
