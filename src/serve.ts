@@ -105,6 +105,11 @@ export async function serve() {
     } catch (e) {
       log.warn('could not record when the API keys were last used', { error: String((e as Error)?.message ?? e).slice(0, 200) })
     }
+    try {
+      await svc.contacts.flushActivity()
+    } catch (e) {
+      log.warn("could not record the contacts' last activity of the last moment", { error: String((e as Error)?.message ?? e).slice(0, 200) })
+    }
     if (left.sends > 0) log.warn('stopping with sends in flight; the next start settles them', { in_flight: left.sends })
     if (left.deliveries > 0) log.warn('stopping with webhook deliveries in flight; the next start retries them', { in_flight: left.deliveries })
     await checkpointer?.stop()

@@ -106,6 +106,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   eraser.onErased = (workspaceId, number) => connections.forgetNumber(workspaceId, number)
   const messageRetention = new MessageRetention(deps, workspaces, webhooks, log)
   messageRetention.onContentExpired = (workspaceId, cutoff) => connections.forgetContentBefore(workspaceId, cutoff)
+  contacts.onActivityError = (e) => log.errorAtMostEvery(60_000, "contacts' last activity could not be written yet", { error: String((e as Error)?.message ?? e) })
   messages.onDispatchError = (e, doing) => log.error(`could not ${doing}`, { error: String((e as Error)?.message ?? e) })
   messages.onDriverBug = (row, e) => log.error('network driver failed unexpectedly; the message fails as driver_error', { message_id: row.id, error: String((e as Error)?.stack ?? e) })
   const events = new EventCounters()
@@ -269,6 +270,7 @@ export function stopServices(svc: Services) {
   svc.pacer.stop()
   svc.webhooks.stop()
   svc.connections.stop()
+  svc.contacts.stop()
 }
 
 /**

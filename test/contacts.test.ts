@@ -308,6 +308,37 @@ describe('listing', () => {
     expect(r.json.meta).toEqual({ page: 1, per_page: 25, total: 3, last_page: 1 })
   })
 
+  test("a message moves its contact's activity: shown at once, written within a moment (the list orders by it), and by a graceful stop", async () => {
+    const own = await TestServer.start()
+    try {
+      const { ws, key } = await own.tenant()
+      const conn = (await own.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'sandbox' })).json.data
+      const older = (await own.api(key, 'POST', '/contacts', { json: { phone: newPhone() } })).json.data
+      await Bun.sleep(5)
+      const newer = (await own.api(key, 'POST', '/contacts', { json: { phone: newPhone() } })).json.data
+      const written = (id: string) => {
+        const db = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
+        try {
+          return (db.query('SELECT last_activity_at FROM contacts WHERE id = ?').get(id) as { last_activity_at: number }).last_activity_at
+        } finally {
+          db.close()
+        }
+      }
+      const sent = (await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: older.phone, body: 'to the older one' } })).json.data
+      expect(Date.parse(sent.created_at)).toBeGreaterThan(Date.parse(older.last_activity_at))
+      expect((await own.api(key, 'GET', `/contacts?phone=${encodeURIComponent(older.phone)}`)).json.data[0].last_activity_at).toBe(sent.created_at)
+      const by = Date.now() + 3000
+      while (written(older.id) !== Date.parse(sent.created_at) && Date.now() < by) await Bun.sleep(50)
+      expect(written(older.id)).toBe(Date.parse(sent.created_at))
+      expect((await own.api(key, 'GET', '/contacts')).json.data.map((c: { id: string }) => c.id)).toEqual([older.id, newer.id])
+      const last = (await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newer.phone, body: 'just before the stop' } })).json.data
+      await own.stop()
+      expect(written(newer.id)).toBe(Date.parse(last.created_at))
+    } finally {
+      await own.close()
+    }
+  })
+
   test('page and per_page are validated and split the list', async () => {
     const { key } = await srv.tenant()
     for (let i = 0; i < 5; i++) await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone() } })

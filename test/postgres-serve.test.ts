@@ -115,6 +115,36 @@ describe('sends at once on PostgreSQL', () => {
   })
 })
 
+describe("a contact's last activity on PostgreSQL", () => {
+  test('a send moves it: shown at once by the instance that took the send, written to the database within a moment (the list orders by it), and written by a graceful stop', async () => {
+    const { url, srv } = await serveOn('activity')
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const { ws, key } = await srv.tenant()
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
+      const older = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone('+1669') } })).json.data
+      await Bun.sleep(5)
+      const newer = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone('+1669') } })).json.data
+      const written = async (id: string) => Number((await db`SELECT last_activity_at FROM contacts WHERE id = ${id}`)[0].last_activity_at)
+      const sent = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: older.phone, body: 'to the older one' } })).json.data
+      expect(sent.contact_id).toBe(older.id)
+      expect(Date.parse(sent.created_at)).toBeGreaterThan(Date.parse(older.last_activity_at))
+      expect((await srv.api(key, 'GET', `/contacts?phone=${encodeURIComponent(older.phone)}`)).json.data[0].last_activity_at).toBe(sent.created_at)
+      const by = Date.now() + 3000
+      while ((await written(older.id)) !== Date.parse(sent.created_at) && Date.now() < by) await Bun.sleep(50)
+      expect(await written(older.id)).toBe(Date.parse(sent.created_at))
+      expect((await srv.api(key, 'GET', '/contacts')).json.data.map((c: { id: string }) => c.id)).toEqual([older.id, newer.id])
+      // a send just before a graceful stop: its contact's time is written before the server exits
+      const last = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newer.phone, body: 'just before the stop' } })).json.data
+      await srv.stop()
+      expect(await written(newer.id)).toBe(Date.parse(last.created_at))
+    } finally {
+      await db.close()
+      await srv.close()
+    }
+  })
+})
+
 describe('the connection pool', () => {
   test('an instance holds at most CAPSTAN_DATABASE_POOL connections (and one that listens), however many requests come at once; each is answered', async () => {
     const { srv } = await serveOn('pooled', { CAPSTAN_DATABASE_POOL: '2', CAPSTAN_KEY_RATE_LIMIT: '1000' })

@@ -4,6 +4,7 @@ import { notFound } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Consent, PublicContact } from './model'
 import type { Queries } from '../../db/engine'
+import { PendingActivity } from './activity'
 import { ContactStore, type ContactRow } from './store'
 
 export interface UpsertInput {
@@ -16,8 +17,28 @@ export interface UpsertInput {
 export class ContactService {
   private readonly store: ContactStore
 
+  /** Contacts' last activity not yet written (see activity.ts). */
+  private readonly activity: PendingActivity
+
   constructor(private readonly deps: Deps) {
     this.store = new ContactStore(deps.engine)
+    this.activity = new PendingActivity(
+      (touches) => deps.engine.write((tx) => this.store.touch(tx, touches)),
+      (e) => this.onActivityError(e),
+    )
+  }
+
+  /** Writing the contacts' last activity failed (it is tried again a second later). */
+  onActivityError: (e: unknown) => void = () => {}
+
+  /** Write the contacts' last activity that waits (a graceful stop, after `stop`; tests). */
+  flushActivity() {
+    return this.activity.flush()
+  }
+
+  /** The server stops: the last activity that waits is written only by `flushActivity`. */
+  stop() {
+    this.activity.stop()
   }
 
   /**
@@ -48,7 +69,8 @@ export class ContactService {
       metadata: JSON.parse(row.metadata) as PublicContact['metadata'],
       created_at: iso(row.created_at),
       updated_at: iso(row.updated_at),
-      last_activity_at: iso(row.last_activity_at),
+      // a message's activity may not be written yet (see activity.ts)
+      last_activity_at: iso(Math.max(row.last_activity_at, this.activity.of(row.id))),
     }
   }
   /** Inside an erasure's write: the contact, its consent ledger and its network addresses go. */
@@ -101,9 +123,13 @@ export class ContactService {
     return this.store.addAddress(tx, workspaceId, address, phone)
   }
 
-  /** A message went out to or came in from the contact (inside a write): its last activity. */
+  /**
+   * A message went out to or came in from the contact (inside its write): its last activity, once
+   * the write commits, written a moment later with others (see activity.ts). On SQLite, whose
+   * commit hooks run at once, also when the write then fails (only a disk that refuses writes).
+   */
   touchIn(tx: Queries, contactId: string, at: number) {
-    return this.store.touch(tx, contactId, at)
+    this.deps.engine.afterCommit(tx, () => this.activity.add(contactId, at))
   }
 
   /**

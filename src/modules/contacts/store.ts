@@ -1,5 +1,5 @@
 /** Contacts, their consent ledger and network addresses on the store seam (docs/design/two-engines.md). */
-import { insertStatement, MANY_CALLS, mergeable, oneByKey, type Queries, type Statement, stmt } from '../../db/engine'
+import { insertStatement, oneByKey, type Queries, type Statement, stmt } from '../../db/engine'
 
 export interface ContactRow {
   id: string
@@ -34,17 +34,21 @@ function searchStatements(byName: boolean, byConsent: boolean): { page: Statemen
 const SEARCH = { n: searchStatements(true, false), c: searchStatements(false, true), nc: searchStatements(true, true) }
 
 const Q = {
-  // the three a send makes are merged in a PostgreSQL batch (see mergeable)
+  // the two a send makes are merged in a PostgreSQL batch (see mergeable)
   byPhone: oneByKey('contacts', ['workspace_id', 'phone']),
   byId: stmt('SELECT * FROM contacts WHERE workspace_id = ? AND id = ?'),
   insert: insertStatement('contacts', { id: 'TEXT', workspace_id: 'TEXT', phone: 'TEXT', name: 'TEXT', consent_status: 'TEXT', metadata: 'TEXT', created_at: 'BIGINT', updated_at: 'BIGINT', last_activity_at: 'BIGINT' }),
   update: stmt('UPDATE contacts SET name = ?, consent_status = ?, metadata = ?, updated_at = ?, last_activity_at = ? WHERE id = ?'),
-  touch: mergeable(
-    stmt('UPDATE contacts SET last_activity_at = MAX(last_activity_at, ?) WHERE id = ?', 'UPDATE contacts SET last_activity_at = GREATEST(last_activity_at, $1) WHERE id = $2'),
-    // the rows found through the key's index (= ANY of a list: a join with the calls took a walk of
-    // the whole table once it held some thousands); one touched twice in a batch gets the later time
-    `WITH t AS (SELECT calls.v->>1 AS id, MAX(CAST(calls.v->>0 AS BIGINT)) AS at FROM ${MANY_CALLS} GROUP BY 1)
-     UPDATE contacts AS c SET last_activity_at = GREATEST(c.last_activity_at, t.at) FROM t WHERE c.id = t.id AND c.id = ANY(ARRAY(SELECT id FROM t))`,
+  // the last activity of many contacts at once ($1: [[id, at], …]; see activity.ts): the rows found
+  // through the key's index (= ANY of a list: a join with the list took a walk of the whole table
+  // once it held some thousands); a time older than the one written changes nothing, and a row
+  // that would not change is not written again
+  touch: stmt(
+    `UPDATE contacts SET last_activity_at = t.at
+     FROM (SELECT json_extract(value, '$[0]') AS id, MAX(json_extract(value, '$[1]')) AS at FROM json_each(?) GROUP BY 1) AS t
+     WHERE contacts.id = t.id AND contacts.last_activity_at < t.at`,
+    `WITH t AS (SELECT v->>0 AS id, MAX(CAST(v->>1 AS BIGINT)) AS at FROM jsonb_array_elements(CAST($1 AS text)::jsonb) AS v GROUP BY 1)
+     UPDATE contacts AS c SET last_activity_at = t.at FROM t WHERE c.id = t.id AND c.id = ANY(ARRAY(SELECT id FROM t)) AND c.last_activity_at < t.at`,
   ),
   consent: stmt(
     'UPDATE contacts SET consent_status = ?, updated_at = ?, last_activity_at = MAX(last_activity_at, ?) WHERE id = ?',
@@ -125,9 +129,9 @@ export class ContactStore {
   async update(tx: Queries, r: ContactRow) {
     await tx.run(Q.update, r.name, r.consent_status, r.metadata, r.updated_at, r.last_activity_at, r.id)
   }
-  /** Record activity (a message in or out) without changing the contact's fields. */
-  async touch(tx: Queries, id: string, at: number) {
-    await tx.run(Q.touch, at, id)
+  /** Record activity (messages in or out: [contact id, at]) without changing the contacts' other fields. */
+  async touch(tx: Queries, touches: [string, number][]) {
+    await tx.run(Q.touch, JSON.stringify(touches))
   }
   async setConsent(tx: Queries, id: string, status: string, at: number) {
     await tx.run(Q.consent, status, at, at, id)
