@@ -6,12 +6,14 @@ import { FLUSH_MS, PendingActivity } from '../src/modules/contacts/activity'
 function recorded() {
   const writes: [string, number][][] = []
   const errors: unknown[] = []
-  const state = { failing: false, hold: null as Promise<void> | null }
+  const state = { failing: false, busy: false, hold: null as Promise<void> | null }
   const activity = new PendingActivity(
     async (touches) => {
       if (state.hold) await state.hold
       if (state.failing) throw new Error('the database is away')
+      if (state.busy) return false
       writes.push(touches)
+      return true
     },
     (e) => errors.push(e),
   )
@@ -67,4 +69,15 @@ test('once stopped, only flush writes', async () => {
   expect(writes).toEqual([])
   await activity.flush()
   expect(writes).toEqual([[['a', 1000], ['b', 2000]]])
+})
+
+test('while another instance writes its own, the touches wait for the next write, with no error', async () => {
+  const { activity, writes, errors, state } = recorded()
+  state.busy = true
+  activity.add('a', 1000)
+  await activity.flush()
+  expect([writes, errors, activity.of('a')]).toEqual([[], [], 1000])
+  state.busy = false
+  await Bun.sleep(FLUSH_MS + 100)
+  expect([writes, errors, activity.of('a')]).toEqual([[[['a', 1000]]], [], 0])
 })

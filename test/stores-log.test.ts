@@ -572,3 +572,25 @@ describe.each(ENGINES)('webhook outbox on %s', (name) => {
     expect(await store.everyEndpoint(ws)).toEqual([e.id])
   })
 })
+
+describe("the contacts' last activity on PostgreSQL", () => {
+  test('written by one instance at a time: while one writes it, another is told to try again later; once that one commits, it may', async () => {
+    // (SQLite has one process and one connection: always its turn, and its writes wait for each other)
+    const engine = engines.postgres
+    const store = new ContactStore(engine)
+    let release = () => {}
+    const held = new Promise<void>((r) => (release = r))
+    let first: boolean | null = null
+    const one = engine.writeApart(async (tx) => {
+      first = await store.activityTurn(tx)
+      await held
+    })
+    while (first === null) await Bun.sleep(5)
+    const meanwhile = await engine.writeApart((tx) => store.activityTurn(tx))
+    release()
+    await one
+    const after = await engine.writeApart((tx) => store.activityTurn(tx))
+    expect([first, meanwhile, after]).toEqual([true, false, true])
+    expect(await engines.sqlite.writeApart((tx) => new ContactStore(engines.sqlite).activityTurn(tx))).toBe(true)
+  })
+})

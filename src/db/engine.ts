@@ -112,6 +112,13 @@ export interface Engine extends Queries {
   /** The callback's statements, committed together and durable before this resolves (see header). */
   write<T>(fn: (tx: Queries) => Promise<T>): Promise<T>
   /**
+   * `write`, in a transaction of its own where writes otherwise share one (PostgreSQL): for a write
+   * of many rows that other instances write too (times kept in memory and written behind), which
+   * in a shared transaction would hold the other writes' rows while it waits for another instance,
+   * and they for it (a deadlock). SQLite's one connection waits for nobody: as `write`.
+   */
+  writeApart<T>(fn: (tx: Queries) => Promise<T>): Promise<T>
+  /**
    * After personal data was deleted or overwritten: leave no older copy of those rows in the
    * engine's own files, where the engine can see to it at once. SQLite zeroes what it deletes
    * (`secure_delete`) and here empties its WAL into the database (false: another process was
@@ -235,6 +242,10 @@ export class SqliteEngine implements Engine {
 
   write<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
     return this.writer.write(() => fn(this))
+  }
+
+  writeApart<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
+    return this.write(fn)
   }
 
   scrub(): Promise<boolean> {
@@ -527,6 +538,10 @@ export class PgEngine implements Engine {
         b.done(r.value)
       } else b.failed(r.reason)
     })
+  }
+
+  writeApart<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
+    return this.writeAlone(fn)
   }
 
   /** A write in a transaction of its own (once more after a lost race; see `write`). */

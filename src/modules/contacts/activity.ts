@@ -28,8 +28,11 @@ export class PendingActivity {
   private stopped = false
 
   constructor(
-    /** Writes the contacts' times ([id, at]; a time older than the one written changes nothing). */
-    private readonly write: (touches: [string, number][]) => Promise<void>,
+    /**
+     * Writes the contacts' times ([id, at]; a time older than the one written changes nothing);
+     * false when not now (another instance is writing its own): they wait for the next write.
+     */
+    private readonly write: (touches: [string, number][]) => Promise<boolean>,
     /** A write failed; it is tried again RETRY_MS later with what came meanwhile. */
     private readonly onError: (e: unknown) => void,
   ) {}
@@ -80,11 +83,17 @@ export class PendingActivity {
     const batch = this.pending
     this.pending = new Map()
     this.writing = batch
-    try {
-      await this.write([...batch])
-    } catch (e) {
-      // kept for the next write, with any newer time that came meanwhile
+    // kept for the next write, with any newer time that came meanwhile
+    const keep = () => {
       for (const [id, at] of batch) if ((this.pending.get(id) ?? 0) < at) this.pending.set(id, at)
+    }
+    try {
+      if (!(await this.write([...batch]))) {
+        keep()
+        this.soon(FLUSH_MS)
+      }
+    } catch (e) {
+      keep()
       throw e
     } finally {
       this.writing = null

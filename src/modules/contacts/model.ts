@@ -21,7 +21,7 @@ export const contactDoc = d.object({
   metadata: metadataDoc,
   created_at: d.time,
   updated_at: d.time,
-  last_activity_at: d.time,
+  last_activity_at: d.described(d.time, 'When a message last went to or came from the contact, or it was made or changed (the newest activity first in the list). A message moves it at once on the server that took it and is written within 200 ms for the others.'),
 })
 export type PublicContact = Shape<typeof contactDoc>
 

@@ -22,8 +22,10 @@ export class ContactService {
 
   constructor(private readonly deps: Deps) {
     this.store = new ContactStore(deps.engine)
+    // a transaction of its own, one instance at a time: two instances' writes of the same contacts
+    // (in an order each of its own) would wait for each other
     this.activity = new PendingActivity(
-      (touches) => deps.engine.write((tx) => this.store.touch(tx, touches)),
+      (touches) => deps.engine.writeApart(async (tx) => (await this.store.activityTurn(tx)) && (await this.store.touch(tx, touches), true)),
       (e) => this.onActivityError(e),
     )
   }

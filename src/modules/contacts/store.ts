@@ -50,6 +50,9 @@ const Q = {
     `WITH t AS (SELECT v->>0 AS id, MAX(CAST(v->>1 AS BIGINT)) AS at FROM jsonb_array_elements(CAST($1 AS text)::jsonb) AS v GROUP BY 1)
      UPDATE contacts AS c SET last_activity_at = t.at FROM t WHERE c.id = t.id AND c.id = ANY(ARRAY(SELECT id FROM t)) AND c.last_activity_at < t.at`,
   ),
+  // only one instance writes the contacts' last activity at a time (the others try again a moment
+  // later): a transaction-level advisory lock, let go at its COMMIT
+  activityTurn: stmt('SELECT 1 AS ok', 'SELECT pg_try_advisory_xact_lock(1397244242, 100) AS ok'),
   consent: stmt(
     'UPDATE contacts SET consent_status = ?, updated_at = ?, last_activity_at = MAX(last_activity_at, ?) WHERE id = ?',
     'UPDATE contacts SET consent_status = $1, updated_at = $2, last_activity_at = GREATEST(last_activity_at, $3) WHERE id = $4',
@@ -132,6 +135,10 @@ export class ContactStore {
   /** Record activity (messages in or out: [contact id, at]) without changing the contacts' other fields. */
   async touch(tx: Queries, touches: [string, number][]) {
     await tx.run(Q.touch, JSON.stringify(touches))
+  }
+  /** Whether this write may write the contacts' last activity now (no other instance is): see Q.activityTurn. */
+  async activityTurn(tx: Queries): Promise<boolean> {
+    return !!(await tx.get<{ ok: boolean | number }>(Q.activityTurn))?.ok
   }
   async setConsent(tx: Queries, id: string, status: string, at: number) {
     await tx.run(Q.consent, status, at, at, id)

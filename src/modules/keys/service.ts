@@ -108,7 +108,9 @@ export class KeyService {
     const used: { e: CachedKey; at: number }[] = []
     for (const e of this.cache.values()) if (e.usedAt > e.writtenAt) used.push({ e, at: e.usedAt })
     if (used.length === 0) return
-    await this.deps.engine.write(async (tx) => {
+    // a transaction of its own, its rows in one order: other instances write the same keys' uses
+    used.sort((a, b) => (a.e.key.id < b.e.key.id ? -1 : 1))
+    await this.deps.engine.writeApart(async (tx) => {
       for (const { e, at } of used) await this.store.used(tx, e.key.id, at)
     })
     for (const { e, at } of used) e.writtenAt = Math.max(e.writtenAt, at)
