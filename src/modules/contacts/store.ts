@@ -39,15 +39,15 @@ const Q = {
   byId: stmt('SELECT * FROM contacts WHERE workspace_id = ? AND id = ?'),
   insert: insertStatement('contacts', { id: 'TEXT', workspace_id: 'TEXT', phone: 'TEXT', name: 'TEXT', consent_status: 'TEXT', metadata: 'TEXT', created_at: 'BIGINT', updated_at: 'BIGINT', last_activity_at: 'BIGINT' }),
   update: stmt('UPDATE contacts SET name = ?, consent_status = ?, metadata = ?, updated_at = ?, last_activity_at = ? WHERE id = ?'),
-  // the last activity of many contacts at once ($1: [[id, at], …]; see activity.ts): the rows found
-  // through the key's index (= ANY of a list: a join with the list took a walk of the whole table
-  // once it held some thousands); a time older than the one written changes nothing, and a row
-  // that would not change is not written again
+  // the last activity of many contacts at once ($1: [[id, at], …], each id once; see activity.ts):
+  // the rows found through the key's index (= ANY of a list: a join with the list took a walk of
+  // the whole table once it held some thousands); a time older than the one written changes
+  // nothing, and a row that would not change is not written again
   touch: stmt(
     `UPDATE contacts SET last_activity_at = t.at
-     FROM (SELECT json_extract(value, '$[0]') AS id, MAX(json_extract(value, '$[1]')) AS at FROM json_each(?) GROUP BY 1) AS t
+     FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS at FROM json_each(?)) AS t
      WHERE contacts.id = t.id AND contacts.last_activity_at < t.at`,
-    `WITH t AS (SELECT v->>0 AS id, MAX(CAST(v->>1 AS BIGINT)) AS at FROM jsonb_array_elements(CAST($1 AS text)::jsonb) AS v GROUP BY 1)
+    `WITH t AS (SELECT v->>0 AS id, CAST(v->>1 AS BIGINT) AS at FROM jsonb_array_elements(CAST($1 AS text)::jsonb) AS v)
      UPDATE contacts AS c SET last_activity_at = t.at FROM t WHERE c.id = t.id AND c.id = ANY(ARRAY(SELECT id FROM t)) AND c.last_activity_at < t.at`,
   ),
   // only one instance writes the contacts' last activity at a time (the others try again a moment
@@ -132,7 +132,7 @@ export class ContactStore {
   async update(tx: Queries, r: ContactRow) {
     await tx.run(Q.update, r.name, r.consent_status, r.metadata, r.updated_at, r.last_activity_at, r.id)
   }
-  /** Record activity (messages in or out: [contact id, at]) without changing the contacts' other fields. */
+  /** Record activity (messages in or out: [contact id, at], each contact once) without changing the contacts' other fields. */
   async touch(tx: Queries, touches: [string, number][]) {
     await tx.run(Q.touch, JSON.stringify(touches))
   }
