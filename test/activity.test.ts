@@ -1,6 +1,8 @@
 /** Contacts' last activity written behind (src/modules/contacts/activity.ts): what a write that fails keeps, what is shown meanwhile. */
-import { expect, test } from 'bun:test'
+import { expect, setDefaultTimeout, test } from 'bun:test'
 import { FLUSH_MS, PendingActivity } from '../src/modules/contacts/activity'
+
+setDefaultTimeout(10_000)
 
 /** A PendingActivity whose writes are recorded, and fail while `failing` is set (the database away). */
 function recorded() {
