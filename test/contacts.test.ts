@@ -5,6 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { migrate } from '../src/db/open'
+import { activityMovesWithMessages } from './support/activity'
 import { inProcess } from './support/inproc'
 import { databaseAtSchema } from './support/schema'
 import { TestServer, newPhone } from './support/server'
@@ -311,29 +312,14 @@ describe('listing', () => {
   test("a message moves its contact's activity: shown at once, written within a moment (the list orders by it), and by a graceful stop", async () => {
     const own = await TestServer.start()
     try {
-      const { ws, key } = await own.tenant()
-      const conn = (await own.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'sandbox' })).json.data
-      const older = (await own.api(key, 'POST', '/contacts', { json: { phone: newPhone() } })).json.data
-      await Bun.sleep(5)
-      const newer = (await own.api(key, 'POST', '/contacts', { json: { phone: newPhone() } })).json.data
-      const written = (id: string) => {
+      await activityMovesWithMessages(own, async (id) => {
         const db = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
         try {
           return (db.query('SELECT last_activity_at FROM contacts WHERE id = ?').get(id) as { last_activity_at: number }).last_activity_at
         } finally {
           db.close()
         }
-      }
-      const sent = (await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: older.phone, body: 'to the older one' } })).json.data
-      expect(Date.parse(sent.created_at)).toBeGreaterThan(Date.parse(older.last_activity_at))
-      expect((await own.api(key, 'GET', `/contacts?phone=${encodeURIComponent(older.phone)}`)).json.data[0].last_activity_at).toBe(sent.created_at)
-      const by = Date.now() + 3000
-      while (written(older.id) !== Date.parse(sent.created_at) && Date.now() < by) await Bun.sleep(50)
-      expect(written(older.id)).toBe(Date.parse(sent.created_at))
-      expect((await own.api(key, 'GET', '/contacts')).json.data.map((c: { id: string }) => c.id)).toEqual([older.id, newer.id])
-      const last = (await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newer.phone, body: 'just before the stop' } })).json.data
-      await own.stop()
-      expect(written(newer.id)).toBe(Date.parse(last.created_at))
+      })
     } finally {
       await own.close()
     }

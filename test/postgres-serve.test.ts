@@ -9,6 +9,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
+import { activityMovesWithMessages } from './support/activity'
 import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
 
 setDefaultTimeout(120_000)
@@ -120,24 +121,7 @@ describe("a contact's last activity on PostgreSQL", () => {
     const { url, srv } = await serveOn('activity')
     const db = new Bun.SQL(url, { max: 1 })
     try {
-      const { ws, key } = await srv.tenant()
-      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
-      const older = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone('+1669') } })).json.data
-      await Bun.sleep(5)
-      const newer = (await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone('+1669') } })).json.data
-      const written = async (id: string) => Number((await db`SELECT last_activity_at FROM contacts WHERE id = ${id}`)[0].last_activity_at)
-      const sent = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: older.phone, body: 'to the older one' } })).json.data
-      expect(sent.contact_id).toBe(older.id)
-      expect(Date.parse(sent.created_at)).toBeGreaterThan(Date.parse(older.last_activity_at))
-      expect((await srv.api(key, 'GET', `/contacts?phone=${encodeURIComponent(older.phone)}`)).json.data[0].last_activity_at).toBe(sent.created_at)
-      const by = Date.now() + 3000
-      while ((await written(older.id)) !== Date.parse(sent.created_at) && Date.now() < by) await Bun.sleep(50)
-      expect(await written(older.id)).toBe(Date.parse(sent.created_at))
-      expect((await srv.api(key, 'GET', '/contacts')).json.data.map((c: { id: string }) => c.id)).toEqual([older.id, newer.id])
-      // a send just before a graceful stop: its contact's time is written before the server exits
-      const last = (await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newer.phone, body: 'just before the stop' } })).json.data
-      await srv.stop()
-      expect(await written(newer.id)).toBe(Date.parse(last.created_at))
+      await activityMovesWithMessages(srv, async (id) => Number((await db`SELECT last_activity_at FROM contacts WHERE id = ${id}`)[0].last_activity_at))
     } finally {
       await db.close()
       await srv.close()
