@@ -6,8 +6,8 @@
  * /messages a tenth of its throughput (BENCHMARKS.md, twenty-eighth session). The contact's view
  * shows the newer of the written time and the one waiting here, so the instance that took a
  * message shows it at once; others read it once written. A graceful stop writes what waits; a
- * crash loses at most the last FLUSH_MS of these times (never a message), as the API keys' last
- * use is kept (modules/keys).
+ * crash loses the times not yet written — the last FLUSH_MS of them, longer only while the
+ * database cannot take them (never a message) — as the API keys' last use is kept (modules/keys).
  */
 
 /** How long a touch waits to be written with the others (ms). */

@@ -22,12 +22,23 @@ export class ContactService {
 
   constructor(private readonly deps: Deps) {
     this.store = new ContactStore(deps.engine)
-    // a transaction of its own, one instance at a time: two instances' writes of the same contacts
-    // (in an order each of its own) would wait for each other
     this.activity = new PendingActivity(
-      (touches) => deps.engine.writeApart(async (tx) => (await this.store.activityTurn(tx)) && (await this.store.touch(tx, touches), true)),
+      (touches) => this.writeActivity(touches),
       (e) => this.onActivityError(e),
     )
+  }
+
+  /**
+   * The contacts' last activity (see activity.ts), in a transaction of its own and by one instance
+   * at a time: two instances' writes of the same contacts, each in an order of its own, would wait
+   * for each other. False when another instance is writing its own (nothing written).
+   */
+  private writeActivity(touches: [string, number][]): Promise<boolean> {
+    return this.deps.engine.writeApart(async (tx) => {
+      if (!(await this.store.activityTurn(tx))) return false
+      await this.store.touch(tx, touches)
+      return true
+    })
   }
 
   /** Writing the contacts' last activity failed (it is tried again a second later). */
