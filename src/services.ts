@@ -235,6 +235,9 @@ async function heard(svc: Services, what: string) {
     case 'queued':
       svc.pacer.wakeHere(id)
       return
+    case 'reported':
+      svc.connections.heardReported(id)
+      return
   }
 }
 

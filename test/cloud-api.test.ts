@@ -5,8 +5,10 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { readdirSync, readFileSync, statSync } from 'node:fs'
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { PrivatePostgres } from '../src/cluster/postgres'
 import { EICAR, scanningServer } from './support/clamd'
 import { WindowCounter } from '../src/http/limits'
 import { handleCloudApiWebhook } from '../src/network/cloud-api-webhook'
@@ -1852,4 +1854,47 @@ describe('a crash mid-send', () => {
       await own.close()
     }
   }, 40_000)
+})
+
+describe('two instances on one PostgreSQL', () => {
+  test('a send whose answer was lost is recorded as sent when the status naming it reaches the instance that did not send it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'capstan-cloud-pg-'))
+    const pg = await PrivatePostgres.start(join(dir, 'pg'))
+    // instances of one installation share the key that seals the numbers' secrets
+    const env = { CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_SECRET_KEY: 'cloud-test-secret-key-0123456789abcdef012345', CAPSTAN_KEY_RATE_LIMIT: '10000', CAPSTAN_LOG_LEVEL: 'warn' }
+    const a = await TestServer.start({ env })
+    let b: TestServer | null = null
+    const db = new Bun.SQL(pg.url, { max: 1 })
+    try {
+      // the number is A's: it holds the number's lease before B starts, so A sends and waits for Meta's word
+      const { key, conn } = await setup({}, a)
+      await waitFor(async () => (await db`SELECT count(*)::int AS n FROM number_leases WHERE connection_id = ${conn.id}`)[0].n === 1)
+      b = await TestServer.start({ env })
+      const to = newPhone()
+      graph.state.failFor[to.slice(1)] = ['reset']
+      const r = await a.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, a.base), body: 'Your order shipped' } })
+      expect(r.status).toBe(202)
+      const id = r.json.data.id as string
+      await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
+      await Bun.sleep(300)
+      expect((await a.api(key, 'GET', `/messages/${id}`)).json.data.status).toBe('sending')
+      // Meta's status names it, and the load balancer hands it to B
+      const wamid = `wamid.${crypto.randomUUID()}`
+      expect((await deliver(b.base, conn.id, statusEvent(wamid, 'delivered', undefined, id))).status).toBe(200)
+      const done = await waitFor(async () => {
+        const m = (await b!.api(key, 'GET', `/messages/${id}`)).json.data
+        return m.status === 'delivered' ? m : null
+      }, 10_000)
+      expect(done.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'delivered'])
+      expect(done.error).toBeNull()
+      expect((await db`SELECT external_id FROM messages WHERE id = ${id}`)[0].external_id).toBe(wamid)
+      expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
+    } finally {
+      await db.close()
+      await b?.close()
+      await a.close()
+      await pg.stop()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 60_000)
 })

@@ -286,7 +286,7 @@ async function applyStatus(connectionId: string, report: StatusReport, svc: Serv
       if (named.external_id !== null) {
         row = named
         laterPart = true
-      } else if (named.status === 'sending') driver.reportedSend(named.id, wamid)
+      } else if (named.status === 'sending') await svc.connections.reportedSend(connectionId, named.id, wamid)
       else {
         // failed before Meta's word came (e.g. the wait for it ran out): the log cannot go back
         if (status !== 'failed') svc.log.warn('cloud api reports a message recorded as failed as sent', { connection_id: connectionId, message_id: named.id, error_code: named.error_code, status })

@@ -175,6 +175,12 @@ export interface ConnectionDriver {
    */
   confirmLater?(messageId: string): Promise<{ externalId: string } | null | typeof STOPPED>
   /**
+   * The network named one of our sends still under way, by its id there (`externalId`), before
+   * the send's own answer (or instead of a lost one): a `confirmLater` waiting for it, here, takes
+   * it. Called on every instance (ConnectionService.reportedSend); optional, with confirmLater.
+   */
+  reportedSend?(messageId: string, externalId: string): void
+  /**
    * A network where a free-form message reaches a person only within this long (ms) of their
    * last message to the number (WhatsApp's customer-service window); after it, only a network
    * template. Absent: no such window.

@@ -18,6 +18,9 @@ import type { AdminConnection, ConnectionStatusEvent, DriverName } from './model
 import type { Queries } from '../../db/engine'
 import { ConnectionStore, type ConnectionRow } from './store'
 
+/** The longest network id relayed to the other instances (Meta's wamids are ~60 characters; an announcement holds 8,000 bytes). */
+const MAX_RELAYED_ID = 256
+
 export const DRIVERS: Record<string, DriverFactory> = { sandbox: sandboxDriver, cloud_api: cloudApiDriver }
 
 type Config = Record<string, unknown>
@@ -194,6 +197,24 @@ export class ConnectionService {
   /** A live connection by id (any workspace), or null. */
   find(id: string): LiveConnection | null {
     return this.live.get(id) ?? null
+  }
+
+  /**
+   * The network named a send of ours still under way (see ConnectionDriver.reportedSend). The
+   * instance sending it waits for that word, and with several instances the word may reach another
+   * one (the load balancer chose): it goes round them all, each hands it to its driver of the
+   * number, and the one waiting takes it. One instance alone hands it over at once.
+   */
+  async reportedSend(connectionId: string, messageId: string, externalId: string) {
+    if (!this.deps.engine.shared || externalId.length > MAX_RELAYED_ID) return this.find(connectionId)?.driver.reportedSend?.(messageId, externalId)
+    await this.deps.engine.announce(this.deps.engine, `reported:${connectionId}:${messageId}:${externalId}`)
+  }
+
+  /** A send another instance (or this one) heard the network name: `connectionId:messageId:externalId` (see reportedSend). */
+  heardReported(what: string) {
+    const [connectionId, messageId] = what.split(':', 2)
+    const externalId = what.slice(`${connectionId}:${messageId}:`.length)
+    if (messageId && externalId) this.find(connectionId!)?.driver.reportedSend?.(messageId, externalId)
   }
 
   /** A live connection of this workspace, else 404 "connection". */
