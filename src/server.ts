@@ -83,7 +83,8 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     : undefined
   const auth = authPlugin({ config, clients, keys: svc.keys, adminTokenHash, sessions, windows })
   const log = svc.log
-  const webhookGuard = { failures: new WindowCounter(config.authFailLimit, config.rateWindowMs), clientIp: ipOf }
+  // bad signatures on Meta's webhooks count against the failed-auth limit too (by number and address)
+  const webhookGuard = { failures: windows?.failures ?? new WindowCounter(config.authFailLimit, config.rateWindowMs), clientIp: ipOf }
   const responses = new ResponseCounts()
   const durations = new RequestDurations()
   const metrics = new Metrics(svc, responses, probes, durations)

@@ -1857,14 +1857,35 @@ describe('a crash mid-send', () => {
 })
 
 describe('two instances on one PostgreSQL', () => {
-  test('a send whose answer was lost is recorded as sent when the status naming it reaches the instance that did not send it', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'capstan-cloud-pg-'))
-    const pg = await PrivatePostgres.start(join(dir, 'pg'))
+  let dir: string
+  let pg: PrivatePostgres
+  let databases = 0
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'capstan-cloud-pg-'))
+    pg = await PrivatePostgres.start(join(dir, 'pg'))
+  })
+  afterAll(async () => {
+    await pg.stop()
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  /** A new database on the private server, and what each instance on it needs (`env` besides). */
+  async function installation(env: Record<string, string> = {}) {
+    const name = `cloud${++databases}`
+    const admin = new Bun.SQL(pg.url, { max: 1 })
+    await admin.unsafe(`CREATE DATABASE ${name}`)
+    await admin.close()
+    const url = new URL(pg.url)
+    url.pathname = `/${name}`
     // instances of one installation share the key that seals the numbers' secrets
-    const env = { CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_SECRET_KEY: 'cloud-test-secret-key-0123456789abcdef012345', CAPSTAN_KEY_RATE_LIMIT: '10000', CAPSTAN_LOG_LEVEL: 'warn' }
+    return { url: url.toString(), env: { CAPSTAN_DATABASE_URL: url.toString(), CAPSTAN_SECRET_KEY: 'cloud-test-secret-key-0123456789abcdef012345', CAPSTAN_KEY_RATE_LIMIT: '10000', CAPSTAN_LOG_LEVEL: 'warn', ...env } }
+  }
+
+  test('a send whose answer was lost is recorded as sent when the status naming it reaches the instance that did not send it', async () => {
+    const { url, env } = await installation()
     const a = await TestServer.start({ env })
     let b: TestServer | null = null
-    const db = new Bun.SQL(pg.url, { max: 1 })
+    const db = new Bun.SQL(url, { max: 1 })
     try {
       // the number is A's: it holds the number's lease before B starts, so A sends and waits for Meta's word
       const { key, conn } = await setup({}, a)
@@ -1893,8 +1914,23 @@ describe('two instances on one PostgreSQL', () => {
       await db.close()
       await b?.close()
       await a.close()
-      await pg.stop()
-      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 60_000)
+
+  test("bad signatures count against the failed-auth limit in total, whichever instance each reaches", async () => {
+    const { env } = await installation({ CAPSTAN_AUTH_FAIL_LIMIT: '6' })
+    const a = await TestServer.start({ env })
+    const b = await TestServer.start({ env })
+    try {
+      const { conn } = await setup({}, a)
+      const answers: number[] = []
+      for (let i = 0; i < 10; i++) answers.push((await deliver((i % 2 ? b : a).base, conn.id, inboundEvent('15550001111', 'hi'), 'wrong-secret')).status)
+      expect(answers).toEqual([401, 401, 401, 401, 401, 401, 429, 429, 429, 429])
+      // over the limit, a good signature from that address waits too, on either instance
+      for (const srv of [a, b]) expect((await deliver(srv.base, conn.id, inboundEvent('15550001111', 'hi'))).status).toBe(429)
+    } finally {
+      await b.close()
+      await a.close()
     }
   }, 60_000)
 })

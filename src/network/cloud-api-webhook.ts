@@ -19,7 +19,7 @@ import { E164 } from '../http/phone'
 import { readBody, TOO_LARGE } from '../http/body'
 import { ApiError, authRateLimited, payloadTooLarge } from '../http/errors'
 import type { ClientAddress } from '../http/auth'
-import type { WindowCounter } from '../http/limits'
+import type { Windows } from '../http/limits'
 import { clipCodePoints } from '../http/schema'
 import type { MediaRow } from '../modules/media/records'
 import type { Services } from '../services'
@@ -40,9 +40,9 @@ const metaCode = (code: unknown) => ((typeof code === 'number' && Number.isInteg
 
 const digest = (text: string) => new Bun.CryptoHasher('sha256').update(text).digest()
 
-/** Counts bad signatures (see above) by connection and client address. */
+/** Counts bad signatures (see above) by connection and client address (with several instances, in the database they share). */
 export interface SignatureGuard {
-  failures: WindowCounter
+  failures: Windows
   clientIp: ClientAddress
 }
 
@@ -61,7 +61,7 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
   }
   if (request.method !== 'POST') return json(405, { message: 'Only GET and POST are accepted here.', code: 'method_not_allowed' })
   const caller = `${connectionId} ${limitName(guard.clientIp(request))}`
-  if (guard.failures.exceeded(caller)) return json(429, authRateLimited().toBody())
+  if (await guard.failures.exceeded(caller)) return json(429, authRateLimited().toBody())
   // held to the JSON limit while it is read: a chunked body has no length to check beforehand
   const raw = await readBody(request, svc.deps.config.maxJsonBytes)
   if (raw === TOO_LARGE) {
@@ -71,7 +71,8 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
     return tooLarge
   }
   if (!validSignature(driver.appSecret, raw, request.headers.get('x-hub-signature-256'))) {
-    guard.failures.hit(caller)
+    // past the limit (bad signatures that passed the look above together), the 429 in its place
+    if ((await guard.failures.hit(caller)) < 0) return json(429, authRateLimited().toBody())
     svc.log.warn('cloud api webhook refused: bad signature', { connection_id: connectionId })
     return json(401, { message: 'The X-Hub-Signature-256 signature is not valid.', code: 'invalid_signature' })
   }
