@@ -1917,6 +1917,44 @@ describe('two instances on one PostgreSQL', () => {
     }
   }, 60_000)
 
+  test('an instance killed while Meta holds its send unanswered: another takes the number over, waits for Meta to name the send, records it sent, and never sends it again', async () => {
+    const { url, env } = await installation()
+    const a = await TestServer.start({ env })
+    let b: TestServer | null = null
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const { key, conn } = await setup({ confirm_wait_seconds: 60 }, a)
+      await waitFor(async () => (await db`SELECT count(*)::int AS n FROM number_leases WHERE connection_id = ${conn.id}`)[0].n === 1)
+      b = await TestServer.start({ env })
+      const to = newPhone()
+      graph.state.failFor[to.slice(1)] = ['hang'] // Meta reads the request and never answers it
+      const r = await a.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, a.base), body: 'Your order shipped' } })
+      const id = r.json.data.id as string
+      await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
+      const holder = async () => (await db`SELECT owner FROM number_leases WHERE connection_id = ${conn.id}`)[0].owner as string
+      const killed = await holder()
+      await a.stop('SIGKILL')
+      // B takes the number over (the lease runs out within 15 s) and, not knowing whether Meta has the send, waits for its word
+      await waitFor(async () => (await holder()) !== killed, 30_000)
+      await Bun.sleep(500)
+      expect((await db`SELECT status FROM messages WHERE id = ${id}`)[0].status).toBe('sending')
+      const wamid = `wamid.${crypto.randomUUID()}`
+      expect((await deliver(b.base, conn.id, statusEvent(wamid, 'sent', undefined, id))).status).toBe(200)
+      const sent = await waitFor(async () => {
+        const m = (await b!.api(key, 'GET', `/messages/${id}`)).json.data
+        return m.status === 'sent' ? m : null
+      }, 10_000)
+      expect(sent.error).toBeNull()
+      expect((await db`SELECT external_id FROM messages WHERE id = ${id}`)[0].external_id).toBe(wamid)
+      await Bun.sleep(1500) // past a retry's backoff: nothing more goes out
+      expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
+    } finally {
+      await db.close()
+      await b?.close()
+      await a.close()
+    }
+  }, 90_000)
+
   test("bad signatures count against the failed-auth limit in total, whichever instance each reaches", async () => {
     const { env } = await installation({ CAPSTAN_AUTH_FAIL_LIMIT: '6' })
     const a = await TestServer.start({ env })
