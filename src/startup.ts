@@ -93,6 +93,11 @@ export function postgresFailure(e: unknown, where: string): string {
   const reason = reasonOf(e)
   if (err.errno === '28P01' || err.errno === '28000') return `the database ${where} refused the credentials in CAPSTAN_DATABASE_URL: ${reason}`
   if (err.errno === '3D000') return `the database ${where} does not exist: ${reason} (create it, or correct CAPSTAN_DATABASE_URL)`
+  // TLS (sslmode in the URL): a certificate not verified, the CA file not there, no TLS offered
+  if (/CERT|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER/.test(err.code ?? ''))
+    return `the PostgreSQL server of CAPSTAN_DATABASE_URL (${where}) has a certificate that could not be verified: ${reason} (name the CA that signed it with sslrootcert=<file> in the URL, e.g. your provider's CA bundle)`
+  if (/caFile/.test(err.message ?? '')) return `the CA file named by sslrootcert in CAPSTAN_DATABASE_URL cannot be read (${where})`
+  if (err.code === 'ERR_POSTGRES_TLS_NOT_AVAILABLE') return `the PostgreSQL server of CAPSTAN_DATABASE_URL (${where}) does not offer TLS, which the URL's sslmode asks for`
   if (err.code === 'ERR_POSTGRES_CONNECTION_REFUSED' || err.code === 'ERR_POSTGRES_CONNECTION_FAILED' || err.code === 'ERR_POSTGRES_CONNECTION_TIMEOUT')
     return `cannot reach the PostgreSQL server of CAPSTAN_DATABASE_URL (${where}): ${reason}`
   return `cannot use the database ${where}: ${reason}`

@@ -10,7 +10,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
 import { activityMovesWithMessages } from './support/activity'
-import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
+import { ADMIN_TOKEN, TestServer, freePort, hostEnv, newPhone } from './support/server'
+import { certificates } from './support/tls'
 
 setDefaultTimeout(120_000)
 
@@ -48,13 +49,15 @@ async function serveOn(name: string, env: Record<string, string> = {}) {
   return { url, srv: await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...env } }) }
 }
 
+/** A `capstan serve` expected to stop at its start: its exit code, what it printed, and whether it made a SQLite file. */
+const start = async (env: Record<string, string>) => {
+  const data = join(dir, `start-${crypto.randomUUID()}`)
+  const proc = Bun.spawn(['bun', 'src/main.ts', 'serve'], { env: { ...hostEnv(), CAPSTAN_DATA_DIR: data, CAPSTAN_PORT: '0', CAPSTAN_ADMIN_TOKEN: ADMIN_TOKEN, ...env }, stdout: 'pipe', stderr: 'pipe' })
+  const code = await proc.exited
+  return { code, err: (await new Response(proc.stderr).text()).trim(), out: await new Response(proc.stdout).text(), made: existsSync(join(data, 'capstan.db')) }
+}
+
 describe('a database capstan serve cannot use stops the start', () => {
-  const start = async (env: Record<string, string>) => {
-    const data = join(dir, `start-${crypto.randomUUID()}`)
-    const proc = Bun.spawn(['bun', 'src/main.ts', 'serve'], { env: { ...hostEnv(), CAPSTAN_DATA_DIR: data, CAPSTAN_PORT: '0', CAPSTAN_ADMIN_TOKEN: ADMIN_TOKEN, ...env }, stdout: 'pipe', stderr: 'pipe' })
-    const code = await proc.exited
-    return { code, err: (await new Response(proc.stderr).text()).trim(), out: await new Response(proc.stdout).text(), made: existsSync(join(data, 'capstan.db')) }
-  }
 
   test('a server nobody answers: one line naming where, exit 2, no password shown, no SQLite file made', async () => {
     const r = await start({ CAPSTAN_DATABASE_URL: 'postgres://capstan:s3cret-pass@127.0.0.1:9/capstan' })
@@ -94,6 +97,44 @@ describe('a database capstan serve cannot use stops the start', () => {
     const backups = await start({ CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_BACKUP_DIR: join(dir, 'backups') })
     expect(backups.code).toBe(2)
     expect(backups.err).toStartWith('capstan: CAPSTAN_BACKUP_DIR backs up the embedded SQLite file; with CAPSTAN_DATABASE_URL back up PostgreSQL itself')
+  })
+})
+
+describe('PostgreSQL over TLS (as managed services ask)', () => {
+  test("verify-full with the server's CA in the URL (sslrootcert): every connection of the instance is encrypted; without that CA, with another certificate, or with a file that is not there: one line and exit 2", async () => {
+    const certs = certificates(join(dir, 'tls'))
+    const port = await freePort()
+    const secure = await PrivatePostgres.start(join(dir, 'pg-tls'), { tls: { port, ...certs } })
+    const role = new URL(secure.url).username
+    const over = (query: string) => `postgres://${role}:pw-not-shown@localhost:${port}/capstan?${query}`
+    let srv: TestServer | null = null
+    const watch = new Bun.SQL(secure.url, { max: 1 })
+    try {
+      srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: over(`sslmode=verify-full&sslrootcert=${encodeURIComponent(certs.ca)}`), CAPSTAN_LOG_LEVEL: 'warn' } })
+      const t = await srv.tenant()
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone(), driver: 'sandbox' })).json.data
+      expect((await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'Over TLS' } })).status).toBe(202)
+      const [seen] = await watch.unsafe("SELECT count(*)::int AS n, count(*) FILTER (WHERE s.ssl)::int AS encrypted FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) WHERE a.datname = 'capstan' AND a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()")
+      // the pool and the connection that listens, at least
+      expect(seen.n).toBeGreaterThanOrEqual(2)
+      expect(seen.encrypted).toBe(seen.n)
+    } finally {
+      await srv?.close()
+      await watch.close()
+    }
+    try {
+      const unknownCa = await start({ CAPSTAN_DATABASE_URL: over('sslmode=verify-full') })
+      expect([unknownCa.code, unknownCa.made]).toEqual([2, false])
+      expect(unknownCa.err).toBe(`capstan: the PostgreSQL server of CAPSTAN_DATABASE_URL (localhost:${port}/capstan) has a certificate that could not be verified: unable to verify the first certificate (name the CA that signed it with sslrootcert=<file> in the URL, e.g. your provider's CA bundle)`)
+      // a certificate that is not the CA's
+      const notTheCa = await start({ CAPSTAN_DATABASE_URL: over(`sslmode=verify-full&sslrootcert=${encodeURIComponent(certs.cert)}`) })
+      expect(notTheCa.err).toBe(unknownCa.err)
+      const noFile = await start({ CAPSTAN_DATABASE_URL: over(`sslmode=verify-full&sslrootcert=${encodeURIComponent(join(dir, 'nowhere.crt'))}`) })
+      expect([noFile.code, noFile.err]).toEqual([2, `capstan: the CA file named by sslrootcert in CAPSTAN_DATABASE_URL cannot be read (localhost:${port}/capstan)`])
+      for (const r of [unknownCa, notTheCa, noFile]) expect(r.err + r.out).not.toContain('pw-not-shown')
+    } finally {
+      await secure.stop()
+    }
   })
 })
 

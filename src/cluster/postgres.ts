@@ -7,7 +7,7 @@
  * signals reach it), on a folder that user owns (and may pass through the folders above it).
  */
 import type { Subprocess } from 'bun'
-import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, statSync } from 'node:fs'
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { userInfo } from 'node:os'
 
@@ -55,8 +55,11 @@ export class PrivatePostgres {
   /**
    * Start the cluster in `dir` (created; `initdb` on first use), and make the `capstan` database.
    * Under root the folder is handed to the `postgres` user, and its parent must let that user in.
+   * `tls`: also listen on 127.0.0.1:`port`, with TLS from the PEM files `cert` and `key` (copied
+   * into the cluster; tests of a server that needs TLS, as managed services do) — `url` is then
+   * still the socket's.
    */
-  static async start(dir: string, { database = 'capstan' } = {}): Promise<PrivatePostgres> {
+  static async start(dir: string, { database = 'capstan', tls }: { database?: string; tls?: { port: number; cert: string; key: string } } = {}): Promise<PrivatePostgres> {
     const bin = postgresBin()
     const user = serverUser()
     mkdirSync(dir, { recursive: true, mode: 0o700 })
@@ -73,13 +76,22 @@ export class PrivatePostgres {
     }
     let output = ''
     // the socket only, in the cluster's own folder; fsync stays on (it is what is being measured)
-    const proc = Bun.spawn([...user.asOther, join(bin, 'postgres'), '-D', data, '-k', dir, '-c', 'listen_addresses=', '-c', 'max_connections=200'], { stdout: 'pipe', stderr: 'pipe' })
+    const listen = ['-c', 'listen_addresses=']
+    if (tls) {
+      for (const [from, to] of [[tls.cert, 'server.crt'], [tls.key, 'server.key']] as const) {
+        copyFileSync(from, join(data, to))
+        if (user.asOther.length) chownSync(join(data, to), user.uid, user.gid)
+        chmodSync(join(data, to), 0o600)
+      }
+      listen.splice(0, 2, '-c', 'listen_addresses=127.0.0.1', '-p', String(tls.port), '-c', 'ssl=on')
+    }
+    const proc = Bun.spawn([...user.asOther, join(bin, 'postgres'), '-D', data, '-k', dir, ...listen, '-c', 'max_connections=200'], { stdout: 'pipe', stderr: 'pipe' })
     const collect = async (s: ReadableStream<Uint8Array>) => {
       for await (const chunk of s) output += new TextDecoder().decode(chunk)
     }
     void collect(proc.stdout as ReadableStream<Uint8Array>)
     void collect(proc.stderr as ReadableStream<Uint8Array>)
-    const url = (db: string) => `postgres://${role}@localhost/${db}?host=${encodeURIComponent(dir)}`
+    const url = (db: string) => `postgres://${role}@localhost${tls ? `:${tls.port}` : ''}/${db}?host=${encodeURIComponent(dir)}`
     const deadline = Date.now() + 30_000
     for (;;) {
       if (proc.exitCode !== null) throw new Error(`postgres exited ${proc.exitCode}: ${output.trim()}`)
