@@ -1,6 +1,7 @@
 /**
  * A private PostgreSQL for development and tests: `initdb` into a folder, the server listening on
- * a Unix socket in that folder only (no TCP port, no system service), stopped with its owner.
+ * a Unix socket in that folder only (no TCP port unless a test asks for TLS; no system service),
+ * stopped with its owner.
  * Debian's `postgresql` package provides the binaries (/usr/lib/postgresql/<version>/bin, newest
  * first; CAPSTAN_PG_BIN overrides). `initdb` and `postgres` refuse to run as root, so under root
  * they run as the package's `postgres` user (setpriv: the server is then a direct child, and
@@ -75,7 +76,8 @@ export class PrivatePostgres {
       if (init.exitCode !== 0) throw new Error(`initdb failed: ${init.stderr.toString().trim()}`)
     }
     let output = ''
-    // the socket only, in the cluster's own folder; fsync stays on (it is what is being measured)
+    // the socket only, in the cluster's own folder (with `tls`, 127.0.0.1 too); fsync stays on (it
+    // is what is being measured)
     const listen = ['-c', 'listen_addresses=']
     if (tls) {
       for (const [from, to] of [[tls.cert, 'server.crt'], [tls.key, 'server.key']] as const) {
