@@ -420,6 +420,30 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
     expect(released.every((m) => m.sending_at === t0)).toBe(true)
   })
 
+  test('a send a crash cut off, asked about while the database is away for a moment: asked again, and recorded as sent, not failed', async () => {
+    onPg = await inProcessOnPostgres(await database())
+    const { svc, engine, timers } = onPg
+    const ws = await svc.workspaces.create({ name: 'Asked again' })
+    await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    const conn = await svc.connections.create(ws.id, { phone: '+15553300001', driver: 'sandbox', config: NO_RECEIPTS })
+    await waitFor(() => svc.pacer.leases.holds(conn.id))
+    const id = (await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15553300002', body: 'Your order shipped', attachments: [] })).id
+    await timers.advance(0)
+    const recorded = (await waitFor(async () => {
+      const m = await svc.messages.getAny(id)
+      return m?.status === 'sent' ? m : null
+    })).external_id
+    // a crash after the sandbox recorded the send and before its outcome was written: back in sending
+    await engine.run(stmt('', "UPDATE messages SET status = 'sending', external_id = NULL, sent_at = NULL WHERE id = $1"), id)
+    // the first look at the sandbox's record of sends finds the database away (the connection closed)
+    let looks = 0
+    const get = engine.get.bind(engine)
+    engine.get = (s, ...p) => (s.pg.includes('sandbox_sends') && looks++ === 0 ? Promise.reject(Object.assign(new Error('Connection closed'), { code: 'ERR_POSTGRES_CONNECTION_CLOSED' })) : get(s, ...p))
+    await svc.messages.recoverInterrupted()
+    const m = await svc.messages.getAny(id)
+    expect([m?.status, m?.external_id, m?.error_code, looks]).toEqual(['sent', recorded, null, 2])
+  })
+
   test("the outcomes of one turn share a transaction; one that cannot be written is written alone and holds back none of the others", async () => {
     onPg = await inProcessOnPostgres(await database())
     const { svc, engine } = onPg

@@ -639,7 +639,7 @@ export class MessageService {
         void this.track(() => this.settleUnknown(live, row, INTERRUPTED))
         continue
       }
-      const confirmed = live ? await live.driver.confirm(row.id).catch(() => null) : null
+      const confirmed = live ? await this.askNetwork(live, row) : null
       if (confirmed) await this.markSent(row.id, confirmed)
       else await this.markFailed(row.id, INTERRUPTED.code, INTERRUPTED.message)
     }
@@ -652,7 +652,7 @@ export class MessageService {
    * start settles it). Never sent again.
    */
   private async settleUnknown(live: LiveConnection, row: MessageRow, why: { code: string; message: string }) {
-    let confirmed = await live.driver.confirm(row.id).catch(() => null)
+    let confirmed = await this.askNetwork(live, row)
     if (!confirmed && live.driver.confirmLater) {
       const later = await live.driver.confirmLater(row.id).catch(() => null)
       // the server is stopping: settled at the next start (a removed number's send fails now)
@@ -839,7 +839,16 @@ export class MessageService {
    * it may still go), again while the database cannot be reached (see `persist`): an outage must
    * not leave the message `sending` until a restart.
    */
-  private readAgain<T>(read: () => Promise<T>) {
-    return persist(read, () => this.connections.stopped, (e) => this.onDispatchError(e, 'read what a released message needs yet'))
+  private readAgain<T>(read: () => Promise<T>, doing = 'read what a released message needs yet') {
+    return persist(read, () => this.connections.stopped, (e) => this.onDispatchError(e, doing))
+  }
+
+  /**
+   * Whether the network has a send whose outcome is unknown (null: it cannot tell). Where the
+   * answer is kept in the database (the sandbox's record of sends on PostgreSQL), a database away
+   * for a moment is asked again, not taken for "not sent"; past a stop, or any other error, null.
+   */
+  private askNetwork(live: LiveConnection, row: MessageRow) {
+    return this.readAgain(() => live.driver.confirm(row.id), 'ask the network whether it has a send').catch(() => null)
   }
 }
