@@ -379,7 +379,8 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
 type BackupLine = { name: string; created_at: string | null; complete: boolean; messages: number | null; media_files: number | null }
 
 /** The automatic backups: where and how often, the last outcome, then one line per backup. */
-function backupsSummary(d: { directory: string | null; every_hours: number; keep: number; state: string; last_success_at: string | null; last_failure: { at: string; error: string } | null; backups: BackupLine[] }): string {
+function backupsSummary(d: { database?: string; directory: string | null; every_hours: number; keep: number; state: string; last_success_at: string | null; last_failure: { at: string; error: string } | null; backups: BackupLine[] }): string {
+  if (d.database === 'postgres') return 'the data is in PostgreSQL: back it up with its own tools (pg_dump, continuous archiving); Capstan backs up only its embedded SQLite file'
   if (d.directory === null) return 'automatic backups are off: set CAPSTAN_BACKUP_DIR (and restart the server)'
   const lines = [`every ${d.every_hours} h into ${d.directory}, newest ${d.keep} kept; state ${d.state}; last success ${d.last_success_at ?? 'never'}`]
   if (d.state === 'failed' && d.last_failure) lines.push(`last failure ${d.last_failure.at}: ${d.last_failure.error}`)

@@ -9,6 +9,7 @@ import { join } from 'node:path'
 import { type Browser, chromium, type Page } from 'playwright-core'
 import { ALL_SCOPES } from '../src/modules/keys/model'
 import { EVENT_TYPES } from '../src/modules/webhooks/service'
+import { PrivatePostgres } from '../src/cluster/postgres'
 import { TestClamd } from './support/clamd'
 import * as files from './support/files'
 import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
@@ -547,6 +548,26 @@ describe('dashboard', () => {
       await page.close()
       await own.close()
       await blocked.close()
+      rmSync(root, { recursive: true, force: true })
+    }
+  })
+
+  test('backups on PostgreSQL: the page says to use PostgreSQL’s own tools, and offers no backup of its own', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'capstan-e2e-pg-'))
+    const pg = await PrivatePostgres.start(join(root, 'pg'))
+    const own = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_CLAMD: `unix:${clamd.socket}`, CAPSTAN_LOG_LEVEL: 'warn' } })
+    const page = await browser.newPage({ viewport: { width: 1200, height: 860 } })
+    try {
+      await signIn(page, own)
+      await page.click('#backups-link')
+      await page.waitForSelector('h1:has-text("Backups")')
+      expect(await page.textContent('main')).toContain('This installation keeps its data in PostgreSQL: back it up with PostgreSQL’s own tools')
+      expect(await page.$('#backup-now')).toBeNull()
+      expect(await page.isHidden('#health')).toBe(true)
+    } finally {
+      await page.close()
+      await own.close()
+      await pg.stop()
       rmSync(root, { recursive: true, force: true })
     }
   })

@@ -138,6 +138,22 @@ describe('PostgreSQL over TLS (as managed services ask)', () => {
   })
 })
 
+describe('backups on PostgreSQL', () => {
+  test("GET /backups says the data is in PostgreSQL; POST /backups and `capstan backups list` say to use PostgreSQL's own tools", async () => {
+    const { srv } = await serveOn('backups')
+    try {
+      const state = (await srv.admin('GET', '/backups')).json.data
+      expect([state.database, state.directory, state.state, state.backups]).toEqual(['postgres', null, 'off', []])
+      const now = await srv.admin('POST', '/backups')
+      expect([now.status, now.json.code, now.json.message]).toEqual([422, 'backups_not_configured', 'This installation keeps its data in PostgreSQL: back it up with PostgreSQL’s own tools (pg_dump, continuous archiving); Capstan’s backups copy the embedded SQLite file.'])
+      const cli = Bun.spawnSync(['bun', 'src/main.ts', 'backups', 'list'], { env: { ...hostEnv(), CAPSTAN_URL: srv.base, CAPSTAN_ADMIN_TOKEN: ADMIN_TOKEN } })
+      expect([cli.exitCode, cli.stdout.toString().trim()]).toEqual([0, 'the data is in PostgreSQL: back it up with its own tools (pg_dump, continuous archiving); Capstan backs up only its embedded SQLite file'])
+    } finally {
+      await srv.close()
+    }
+  })
+})
+
 describe('sends at once on PostgreSQL', () => {
   test('twenty sends to one number that is not yet a contact, at once: every one is accepted, and the number becomes one contact', async () => {
     const { srv } = await serveOn('together')

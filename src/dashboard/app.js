@@ -180,6 +180,10 @@ async function backupsPage() {
   const { data: b } = await api('GET', '/backups')
   $('#tabs').hidden = true
   $('#ws-name').textContent = ''
+  if (b.database === 'postgres') {
+    main.innerHTML = `<h1>Backups</h1><p class="card">This installation keeps its data in PostgreSQL: back it up with PostgreSQL’s own tools — <code>pg_dump</code> every night, and continuous WAL archiving (pgBackRest or WAL-G) to restore to any moment — and its media with it (a bucket: keep versioning on). Capstan’s own backups copy the embedded SQLite file, so there are none here; see docs/several-machines.md.</p>`
+    return
+  }
   if (b.directory === null) {
     main.innerHTML = `<h1>Backups</h1><p class="card">Automatic backups are off. Set <code>CAPSTAN_BACKUP_DIR</code> to a directory outside the data directory — on another disk if you can — and restart the server: a backup is then written every 24 hours (<code>CAPSTAN_BACKUP_HOURS</code>) and the newest 7 are kept (<code>CAPSTAN_BACKUP_KEEP</code>). <code>capstan backup &lt;dir&gt;</code> writes one by hand.</p>`
     return

@@ -7,6 +7,7 @@ import type { Services } from '../../services'
 
 const backupDoc = d.object({ name: d.string('The folder under CAPSTAN_BACKUP_DIR.'), created_at: d.time, complete: d.boolean, messages: d.integer, media_files: d.integer })
 const stateDoc = d.object({
+  database: d.oneOf(['sqlite', 'postgres'], { description: 'Where this installation keeps its data: the embedded SQLite file, which these backups copy, or PostgreSQL (CAPSTAN_DATABASE_URL), which is backed up with its own tools (pg_dump, continuous archiving) and has no backups here.' }),
   directory: d.nullable(d.string('CAPSTAN_BACKUP_DIR; null when backups are off.')),
   every_hours: d.number,
   keep: d.integer,
@@ -27,6 +28,7 @@ export function backupAdminRoutes(svc: Services, auth: ReturnType<typeof authPlu
       '/backups',
       () => ({
         data: {
+          database: config.databaseUrl ? 'postgres' : 'sqlite',
           directory: config.backupDir,
           every_hours: config.backupEveryMs / 3_600_000,
           keep: config.backupKeep,
@@ -39,6 +41,7 @@ export function backupAdminRoutes(svc: Services, auth: ReturnType<typeof authPlu
     .post(
       '/backups',
       async ({ set, request, server }) => {
+        if (config.databaseUrl) throw new ApiError(422, 'backups_not_configured', 'This installation keeps its data in PostgreSQL: back it up with PostgreSQL’s own tools (pg_dump, continuous archiving); Capstan’s backups copy the embedded SQLite file.')
         if (!backups.enabled) throw new ApiError(422, 'backups_not_configured', 'Set CAPSTAN_BACKUP_DIR to the directory backups go to, then restart the server.')
         // a large data directory takes longer to copy than the idle timeout lets a quiet
         // connection live: this one waits for the backup's outcome
