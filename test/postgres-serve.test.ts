@@ -101,10 +101,10 @@ describe('a database capstan serve cannot use stops the start', () => {
 })
 
 describe('PostgreSQL over TLS (as managed services ask)', () => {
-  test("verify-full with the server's CA in the URL (sslrootcert): every connection of the instance is encrypted; without that CA, with another certificate, or with a file that is not there: one line and exit 2", async () => {
+  test("verify-full with the server's CA in the URL (sslrootcert): every connection of the instance is encrypted; without that CA, with another certificate, with a file that is not there, or from a server without TLS: one line and exit 2", async () => {
     const certs = certificates(join(dir, 'tls'))
     const port = await freePort()
-    const secure = await PrivatePostgres.start(join(dir, 'pg-tls'), { tls: { port, ...certs } })
+    const secure = await PrivatePostgres.start(join(dir, 'pg-tls'), { tcp: { port, tls: certs } })
     const role = new URL(secure.url).username
     const over = (query: string) => `postgres://${role}:pw-not-shown@localhost:${port}/capstan?${query}`
     let srv: TestServer | null = null
@@ -134,6 +134,14 @@ describe('PostgreSQL over TLS (as managed services ask)', () => {
       for (const r of [unknownCa, notTheCa, noFile]) expect(r.err + r.out).not.toContain('pw-not-shown')
     } finally {
       await secure.stop()
+    }
+    // the same server started without TLS: a URL that asks for it is refused
+    const plain = await PrivatePostgres.start(join(dir, 'pg-tls'), { tcp: { port } })
+    try {
+      const noTls = await start({ CAPSTAN_DATABASE_URL: over('sslmode=require') })
+      expect([noTls.code, noTls.err]).toEqual([2, `capstan: the PostgreSQL server of CAPSTAN_DATABASE_URL (localhost:${port}/capstan) does not offer TLS, which the URL's sslmode asks for`])
+    } finally {
+      await plain.stop()
     }
   })
 })

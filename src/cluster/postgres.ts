@@ -1,6 +1,6 @@
 /**
  * A private PostgreSQL for development and tests: `initdb` into a folder, the server listening on
- * a Unix socket in that folder only (no TCP port unless a test asks for TLS; no system service),
+ * a Unix socket in that folder only (no TCP port unless a test asks for one; no system service),
  * stopped with its owner.
  * Debian's `postgresql` package provides the binaries (/usr/lib/postgresql/<version>/bin, newest
  * first; CAPSTAN_PG_BIN overrides). `initdb` and `postgres` refuse to run as root, so under root
@@ -56,11 +56,11 @@ export class PrivatePostgres {
   /**
    * Start the cluster in `dir` (created; `initdb` on first use), and make the `capstan` database.
    * Under root the folder is handed to the `postgres` user, and its parent must let that user in.
-   * `tls`: also listen on 127.0.0.1:`port`, with TLS from the PEM files `cert` and `key` (copied
-   * into the cluster; tests of a server that needs TLS, as managed services do) — `url` is then
-   * still the socket's.
+   * `tcp`: also listen on 127.0.0.1:`port`, with TLS from the PEM files `tls.cert` and `tls.key`
+   * when given (copied into the cluster) — for tests of a server reached over TLS, as managed
+   * services are, or of one without it; `url` is still the socket's.
    */
-  static async start(dir: string, { database = 'capstan', tls }: { database?: string; tls?: { port: number; cert: string; key: string } } = {}): Promise<PrivatePostgres> {
+  static async start(dir: string, { database = 'capstan', tcp }: { database?: string; tcp?: { port: number; tls?: { cert: string; key: string } } } = {}): Promise<PrivatePostgres> {
     const bin = postgresBin()
     const user = serverUser()
     mkdirSync(dir, { recursive: true, mode: 0o700 })
@@ -76,16 +76,16 @@ export class PrivatePostgres {
       if (init.exitCode !== 0) throw new Error(`initdb failed: ${init.stderr.toString().trim()}`)
     }
     let output = ''
-    // the socket only, in the cluster's own folder (with `tls`, 127.0.0.1 too); fsync stays on (it
+    // the socket only, in the cluster's own folder (with `tcp`, 127.0.0.1 too); fsync stays on (it
     // is what is being measured)
-    const listen = ['-c', 'listen_addresses=']
-    if (tls) {
-      for (const [from, to] of [[tls.cert, 'server.crt'], [tls.key, 'server.key']] as const) {
+    const listen = tcp ? ['-c', 'listen_addresses=127.0.0.1', '-p', String(tcp.port)] : ['-c', 'listen_addresses=']
+    if (tcp?.tls) {
+      for (const [from, to] of [[tcp.tls.cert, 'server.crt'], [tcp.tls.key, 'server.key']] as const) {
         copyFileSync(from, join(data, to))
         if (user.asOther.length) chownSync(join(data, to), user.uid, user.gid)
         chmodSync(join(data, to), 0o600)
       }
-      listen.splice(0, 2, '-c', 'listen_addresses=127.0.0.1', '-p', String(tls.port), '-c', 'ssl=on')
+      listen.push('-c', 'ssl=on')
     }
     const proc = Bun.spawn([...user.asOther, join(bin, 'postgres'), '-D', data, '-k', dir, ...listen, '-c', 'max_connections=200'], { stdout: 'pipe', stderr: 'pipe' })
     const collect = async (s: ReadableStream<Uint8Array>) => {
@@ -93,7 +93,7 @@ export class PrivatePostgres {
     }
     void collect(proc.stdout as ReadableStream<Uint8Array>)
     void collect(proc.stderr as ReadableStream<Uint8Array>)
-    const url = (db: string) => `postgres://${role}@localhost${tls ? `:${tls.port}` : ''}/${db}?host=${encodeURIComponent(dir)}`
+    const url = (db: string) => `postgres://${role}@localhost${tcp ? `:${tcp.port}` : ''}/${db}?host=${encodeURIComponent(dir)}`
     const deadline = Date.now() + 30_000
     for (;;) {
       if (proc.exitCode !== null) throw new Error(`postgres exited ${proc.exitCode}: ${output.trim()}`)
