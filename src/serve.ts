@@ -77,7 +77,9 @@ export async function serve() {
   const svc = buildServices(deps, log, box)
   await startServices(svc)
   const jobs = startJobs(svc)
-  const app = buildApp({ svc, adminTokenHash: admin.hash, probes: { scanner: () => svc.media.scannerReachable() } })
+  // the bucket, where media is kept in one (a local folder is the data directory's disk, reported as such)
+  const store = svc.media.store
+  const app = buildApp({ svc, adminTokenHash: admin.hash, probes: { scanner: () => svc.media.scannerReachable(), ...(store.reachable ? { media: () => store.reachable!() } : {}) } })
   app.listen({ hostname: config.host, port: config.port })
   log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, database: config.databaseUrl ? `postgres ${databaseWhere(config.databaseUrl)}` : 'sqlite', migrations_applied: applied })
   warnIfDiskLow(svc)

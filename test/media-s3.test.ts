@@ -5,6 +5,7 @@
  * answered 206 (416 outside the file); retention deletes the objects; a bucket that does not
  * exist or cannot be reached stops the start with one line and exit code 2.
  */
+import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
@@ -14,6 +15,7 @@ import * as files from './support/files'
 import { inProcess } from './support/inproc'
 import { TestS3 } from './support/s3'
 import { hostEnv, TestServer } from './support/server'
+import { waitFor } from './support/wait'
 
 setDefaultTimeout(60_000)
 
@@ -108,6 +110,55 @@ describe('media in a bucket', () => {
       await env.close()
     }
   })
+})
+
+describe('a bucket that goes away while serving', () => {
+  test('uploads and downloads answer 503 media_store_unavailable and store nothing; /readyz reports it; a send with a file waits and goes once the bucket is back', async () => {
+    const t = await srv.tenant()
+    await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: `+1555${String(Date.now()).slice(-7)}`, driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+    const form = (bytes: Uint8Array, name: string) => {
+      const f = new FormData()
+      f.append('file', new File([bytes], name))
+      return f
+    }
+    const kept = (await srv.api(t.key, 'POST', '/media', { multipart: form(files.png(), 'kept.png') })).json.data
+    expect((await srv.request('GET', '/readyz')).json.media).toBe('ok')
+    await s3.down()
+    try {
+      const rows = () => {
+        const db = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
+        try {
+          return (db.query('SELECT count(*) AS n FROM media').get() as { n: number }).n
+        } finally {
+          db.close()
+        }
+      }
+      const before = rows()
+      const up = await srv.api(t.key, 'POST', '/media', { multipart: form(files.pdf(), 'late.pdf') })
+      expect([up.status, up.json.code, up.json.message]).toEqual([503, 'media_store_unavailable', 'The media store cannot be reached right now; nothing was stored. Try again shortly.'])
+      expect(rows()).toBe(before)
+      const down = await srv.api(t.key, 'GET', `/media/${kept.id}/download`)
+      expect([down.status, down.json.code]).toEqual([503, 'media_store_unavailable'])
+      const ready = await srv.request('GET', '/readyz')
+      expect([ready.status, ready.json.media]).toEqual([200, 'unavailable'])
+      // a send with a file released now: the network never got it, so it is tried again
+      const sent = await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: `+1555${String(Date.now() + 1).slice(-7)}`, body: 'Your photo', media: { attachments: [{ media_id: kept.id }] } } })
+      expect(sent.status).toBe(202)
+      await Bun.sleep(1500)
+      expect((await srv.api(t.key, 'GET', `/messages/${sent.json.data.id}`)).json.data.status).not.toBe('failed')
+      await s3.up()
+      const done = await waitFor(async () => {
+        const m = (await srv.api(t.key, 'GET', `/messages/${sent.json.data.id}`)).json.data
+        return m.status === 'sent' ? m : null
+      }, 20_000)
+      expect(done.error).toBeNull()
+    } finally {
+      await s3.up().catch(() => {})
+    }
+    const again = await srv.api(t.key, 'GET', `/media/${kept.id}/download`)
+    expect(again.status).toBe(200)
+  }, 60_000)
 })
 
 describe('a bucket Capstan cannot use stops the start', () => {

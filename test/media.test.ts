@@ -9,6 +9,7 @@ import * as files from './support/files'
 import { inProcess, settle } from './support/inproc'
 import { ADMIN_TOKEN, TestServer, newPhone } from './support/server'
 import { storesOf } from './support/stores'
+import { waitFor } from './support/wait'
 
 setDefaultTimeout(60_000)
 
@@ -464,6 +465,8 @@ describe('retention', () => {
         await timers.advance(15_000)
         await settle()
       }
+      // (the network reads the file as it takes the message: real disk reads, not the test's clock)
+      await waitFor(async () => (await storesOf(svc).messages.get(ws.id, row.id))?.status !== 'sending')
       expect(await storesOf(svc).messages.get(ws.id, row.id)).toMatchObject({ status: 'sent', error_code: null })
       await svc.media.purgeExpired()
       expect(await svc.media.find(ws.id, m.id)).toBeNull()

@@ -4,6 +4,7 @@
  * Messages are fixed texts: no error ever echoes a submitted value, a bearer, a stack or SQL.
  */
 import { databaseAway } from '../db/engine'
+import { MediaStoreUnavailable } from '../modules/media/store'
 
 export type FieldErrors = Record<string, string[]>
 
@@ -54,6 +55,9 @@ export const diskFull = (error: unknown) => (error as { code?: unknown } | null)
 /** 503: the database (PostgreSQL) cannot be reached or is failing over; nothing was stored. */
 export const databaseUnavailable = () => new ApiError(503, 'database_unavailable', 'The database cannot be reached right now; nothing was stored. Try again shortly.')
 
+/** 503: the media store (a bucket) cannot be reached; nothing was stored. */
+export const mediaStoreUnavailable = () => new ApiError(503, 'media_store_unavailable', 'The media store cannot be reached right now; nothing was stored. Try again shortly.')
+
 /** 404 naming what was not found: "The connection was not found." */
 export const notFound = (what: string) => new ApiError(404, 'not_found', `The ${what} was not found.`)
 
@@ -83,5 +87,6 @@ export function toErrorResponse(error: unknown, elysiaCode?: string | number): {
   // SQLite could not write (its transaction rolled back): the request changed nothing
   if (diskFull(error)) return { status: 507, body: storageFull().toBody() }
   if (databaseAway(error)) return { status: 503, body: databaseUnavailable().toBody() }
+  if (error instanceof MediaStoreUnavailable) return { status: 503, body: mediaStoreUnavailable().toBody() }
   return { status: 500, body: { message: MESSAGES.internal, code: 'internal_error' } }
 }

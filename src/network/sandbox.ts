@@ -421,6 +421,10 @@ export class SandboxConnection implements ConnectionDriver {
     if (message.recipient && this.config.fail_recipients.includes(message.recipient)) {
       throw new DriverError('recipient_unreachable', 'The network could not deliver to this recipient.')
     }
+    // a network takes each attachment from the media store; the sandbox reads its first bytes, which
+    // finds a store that cannot give it now (a bucket away): the message is then not sent, and is
+    // tried again
+    for (const a of message.attachments) await a.bytes(Math.min(a.size, 16))
     const externalId = `sbx_${crypto.randomUUID()}`
     try {
       await this.ledger.record({ message_id: message.id, external_id: externalId, recipient: message.recipient, group: message.groupExternalId, body: message.body, attachments: message.attachments.length, at: new Date(this.ctx.now()).toISOString() })

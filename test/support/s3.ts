@@ -10,17 +10,53 @@ import S3rver from 's3rver'
 
 export class TestS3 {
   private constructor(
-    private readonly server: S3rver,
+    private server: S3rver | null,
     private readonly dir: string,
-    readonly endpoint: string,
+    private readonly port: number,
+    private readonly buckets: string[],
   ) {}
+
+  get endpoint() {
+    return `http://127.0.0.1:${this.port}`
+  }
 
   /** Started with these buckets made. */
   static async start(buckets: string[]): Promise<TestS3> {
     const dir = mkdtempSync(join(tmpdir(), 'capstan-s3-'))
-    const server = new S3rver({ port: 0, address: '127.0.0.1', directory: dir, silent: true, configureBuckets: buckets.map((name) => ({ name, configs: [] })) })
+    const server = TestS3.serve(dir, 0, buckets)
     const { port } = await server.run()
-    return new TestS3(server, dir, `http://127.0.0.1:${port}`)
+    return new TestS3(server, dir, port, buckets)
+  }
+
+  private static serve(dir: string, port: number, buckets: string[]) {
+    return new S3rver({ port, address: '127.0.0.1', directory: dir, silent: true, configureBuckets: buckets.map((name) => ({ name, configs: [] })) })
+  }
+
+  /** The server goes away (its objects stay on disk), as a bucket's service in an outage. */
+  async down() {
+    const server = this.server
+    this.server = null
+    // the clients' kept-alive connections too: an outage answers nobody
+    const http = (server as unknown as { httpServer?: { closeAllConnections?: () => void } } | null)?.httpServer
+    const closed = server?.close()
+    http?.closeAllConnections?.()
+    await closed
+  }
+
+  /** Back on the same port with the same objects (the port may take a moment to be free). */
+  async up() {
+    if (this.server) return
+    for (let tries = 0; ; tries++) {
+      const server = TestS3.serve(this.dir, this.port, this.buckets)
+      try {
+        await server.run()
+        this.server = server
+        return
+      } catch (e) {
+        if (tries >= 50) throw e
+        await Bun.sleep(100)
+      }
+    }
   }
 
   /** The variables Capstan (and Bun's S3 client) read: s3rver takes its own fixed key pair. */
@@ -39,7 +75,7 @@ export class TestS3 {
   }
 
   async stop() {
-    await this.server.close()
+    await this.server?.close()
     rmSync(this.dir, { recursive: true, force: true })
   }
 }

@@ -73,7 +73,7 @@ export function mediaApiRoutes(svc: Services, auth: ReturnType<typeof authPlugin
         })
       },
       {
-        api: { summary: 'Download media', description: 'Streams the stored bytes with their type, Content-Disposition: attachment, and Content-Length — or, from media kept in an S3 bucket (CAPSTAN_MEDIA_STORE), chunked as they arrive, without one.', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, binary: true, description: 'The whole file, in its own type (mime_type).', headers: DOWNLOAD_HEADERS }, alsoOk: [{ status: 206, description: 'The part a `Range: bytes=…` header asked for (Content-Range says which).', headers: { ...DOWNLOAD_HEADERS, 'Content-Range': { schema: { type: 'string' }, description: 'bytes first-last/size' } } }], errors: [404, 416] },
+        api: { summary: 'Download media', description: 'Streams the stored bytes with their type, Content-Disposition: attachment, and Content-Length — or, from media kept in an S3 bucket (CAPSTAN_MEDIA_STORE), chunked as they arrive, without one.', tag: 'Media', scope: 'media:read', params: ['id'], ok: { status: 200, binary: true, description: 'The whole file, in its own type (mime_type).', headers: DOWNLOAD_HEADERS }, alsoOk: [{ status: 206, description: 'The part a `Range: bytes=…` header asked for (Content-Range says which).', headers: { ...DOWNLOAD_HEADERS, 'Content-Range': { schema: { type: 'string' }, description: 'bytes first-last/size' } } }], errors: [404, 416, 503] },
       },
     )
 }

@@ -12,6 +12,13 @@ import type { MediaStoreConfig } from '../../config'
 
 const SHA = /^[0-9a-f]{64}$/
 
+/** The bucket could not be reached or answered with a server error (an outage, not a missing file): nothing was stored or read. */
+export class MediaStoreUnavailable extends Error {
+  constructor(readonly cause: unknown) {
+    super(`the media store cannot be reached: ${String((cause as { code?: unknown })?.code ?? (cause as Error)?.message ?? cause)}`)
+  }
+}
+
 export interface MediaStore {
   /** Make ready: create what is missing, remove what a crash left (`keepTemp`: only create). */
   init(opts?: { keepTemp?: boolean }): Promise<void>
@@ -21,8 +28,10 @@ export interface MediaStore {
   /** The whole file (a send hands it to its network), or only its first `length` bytes. */
   bytes(sha: string, length?: number): Promise<Uint8Array>
   /** The file as an HTTP answer: streamed, with `headers`; one `Range: bytes=…` answered 206 (416 outside it). */
-  response(sha: string, size: number, headers: Record<string, string>, range: string | null): Response
+  response(sha: string, size: number, headers: Record<string, string>, range: string | null): Response | Promise<Response>
   remove(sha: string): Promise<void>
+  /** Whether the store answers now, where it can be away (a bucket): for /readyz. */
+  reachable?(): Promise<boolean>
 }
 
 /** The store CAPSTAN_MEDIA_STORE names. */
@@ -161,36 +170,76 @@ export class S3MediaStore implements MediaStore {
     }
   }
 
+  /** The bucket answers a look at one key (whether it is there or not; one HEAD request). */
+  async reachable() {
+    return this.client.exists(`${this.prefix}.capstan-readyz`).then(
+      () => true,
+      () => false,
+    )
+  }
+
   has(sha: string) {
-    return this.client.exists(this.key(sha))
+    return away(this.client.exists(this.key(sha)))
   }
 
   async put(sha: string, bytes: Uint8Array) {
     if (await this.has(sha)) return
-    await this.client.write(this.key(sha), bytes)
+    await away(this.client.write(this.key(sha), bytes))
   }
 
   // the first bytes only: one ranged GET
   async bytes(sha: string, length?: number) {
     const file = this.client.file(this.key(sha))
-    return new Uint8Array(await (length === undefined ? file : file.slice(0, length)).arrayBuffer())
+    return new Uint8Array(await away((length === undefined ? file : file.slice(0, length)).arrayBuffer()))
   }
 
   // streamed as it arrives from the bucket: Bun's server sends a stream chunked, without a
-  // Content-Length (a whole S3 file as the body would be a redirect to the bucket instead)
-  response(sha: string, size: number, { 'content-length': _, ...headers }: Record<string, string>, range: string | null): Response {
+  // Content-Length (a whole S3 file as the body would be a redirect to the bucket instead). The
+  // answer waits for the first bytes, so a bucket that cannot be read is a 503, not a 200 cut off.
+  async response(sha: string, size: number, { 'content-length': _, ...headers }: Record<string, string>, range: string | null): Promise<Response> {
     const file = this.client.file(this.key(sha))
     const r = byteRange(range, size)
     if (r === 'unsatisfiable') return new Response(null, { status: 416, headers: { 'content-range': `bytes */${size}` } })
-    if (r === null) return new Response(file.stream(), { headers: { ...headers, 'accept-ranges': 'bytes' } })
+    if (r === null) return new Response(await started(file.stream()), { headers: { ...headers, 'accept-ranges': 'bytes' } })
     const [first, last] = r
-    return new Response(file.slice(first, last + 1).stream(), {
+    return new Response(await started(file.slice(first, last + 1).stream()), {
       status: 206,
       headers: { ...headers, 'accept-ranges': 'bytes', 'content-range': `bytes ${first}-${last}/${size}` },
     })
   }
 
   async remove(sha: string) {
-    await this.client.delete(this.key(sha))
+    await away(this.client.delete(this.key(sha)))
   }
+}
+
+/** A bucket's failure as MediaStoreUnavailable (the request never got an answer, or a 5xx one); a missing object stays what it is. */
+async function away<T>(request: Promise<T>): Promise<T> {
+  try {
+    return await request
+  } catch (e) {
+    const code = String((e as { code?: unknown })?.code ?? '')
+    if (code === 'NoSuchKey' || code === 'ERR_S3_INVALID_PATH') throw e
+    throw new MediaStoreUnavailable(e)
+  }
+}
+
+/** The stream once its first chunk has come (a failure before it: MediaStoreUnavailable), the rest passed on as it arrives. */
+async function started(stream: ReadableStream<Uint8Array>): Promise<ReadableStream<Uint8Array>> {
+  const reader = stream.getReader()
+  const first = await away(reader.read())
+  return new ReadableStream<Uint8Array>({
+    start(controller) {
+      if (first.done) controller.close()
+      else controller.enqueue(first.value)
+    },
+    async pull(controller) {
+      const next = await reader.read()
+      if (next.done) controller.close()
+      else controller.enqueue(next.value)
+    },
+    cancel(reason) {
+      return reader.cancel(reason)
+    },
+  })
 }

@@ -12,6 +12,7 @@ export const OUTCOME_CODES = {
   outside_service_window: "A text or media message through a Cloud API number whose recipient's 24-hour service window closed while it waited (WhatsApp delivers only templates then).",
   contact_erased: 'The contact was erased while the message was queued.',
   media_unavailable: 'An attachment expired (retention) before the message was sent.',
+  media_store_unavailable: 'An attachment could not be read from the media store (a bucket that could not be reached) at any of the retries.',
   expired: 'Still queued after 24 hours: the number never came back online or was held by its caps.',
   connection_removed: 'The number was removed before the message was sent.',
   connection_offline: 'The number was offline at every try, or the network rejected its credentials (the number is offline until fixed).',

@@ -14,6 +14,7 @@ import { DriverError, type OutboundMedia, RecipientThrottled, STOPPED, TemplateR
 import type { ConnectionService, LiveConnection } from '../connections/service'
 import type { ContactService } from '../contacts/service'
 import type { MediaRow } from '../media/records'
+import { MediaStoreUnavailable } from '../media/store'
 import type { MediaService } from '../media/service'
 import type { SuppressionService } from '../suppressions/service'
 import type { ContactRow } from '../contacts/store'
@@ -41,6 +42,15 @@ export interface SendInput {
 
 const TIMED_OUT = Symbol('timed out')
 /** How a send a crash interrupted fails when the network does not confirm it. */
+/**
+ * An attachment's bytes could not be read from the media store (a bucket away): the network has
+ * not been handed that part, so the send is tried again, as after a network that could not take it.
+ */
+const storeAway = (e: unknown): never => {
+  if (e instanceof MediaStoreUnavailable) throw new DriverError('media_store_unavailable', 'The media store could not be read (is the bucket reachable?); the message was not sent and is tried again.', true)
+  throw e
+}
+
 const INTERRUPTED = { code: 'send_interrupted', message: 'The server stopped while this message was being handed to the network; it was not sent again.' }
 /** Queued messages the direct lane fails for a refusal in one release before yielding. */
 const MAX_REFUSED_PER_RELEASE = 200
@@ -740,7 +750,7 @@ export class MessageService {
     for (const id of JSON.parse(row.attachments) as string[]) {
       const m = await this.media.find(row.workspace_id, id)
       if (!m) return null
-      out.push({ id: m.id, mimeType: m.mime_type, filename: m.filename, size: m.size, bytes: (length) => this.media.store.bytes(m.blob, length) })
+      out.push({ id: m.id, mimeType: m.mime_type, filename: m.filename, size: m.size, bytes: (length) => this.media.store.bytes(m.blob, length).catch(storeAway) })
     }
     return out
   }
