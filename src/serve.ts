@@ -12,7 +12,7 @@ import { S3MediaStore } from './modules/media/store'
 import { buildApp } from './server'
 import { startJobs, warnIfDiskLow } from './scheduler/jobs'
 import { buildServices, settleServices, startServices, stopServices } from './services'
-import { configOrExit, databaseOrExit, databaseWhere, fail, lockOrExit, postgresOrExit, reasonOf, secretBoxOrExit } from './startup'
+import { configOrExit, databaseOrExit, databaseWhere, fail, lockOrExit, postgresOrExit, reasonOf, secretBoxOrExit, secretKeyMatchesOrExit } from './startup'
 import { VERSION } from './version'
 
 /** Why Bun.serve could not listen, for the one line the start stops with. */
@@ -60,6 +60,7 @@ export async function serve() {
   // the database: PostgreSQL when CAPSTAN_DATABASE_URL names one, else the SQLite file in the data directory
   const { db, engine, applied, fullDisk } = config.databaseUrl ? { db: null, ...(await postgresOrExit(config.databaseUrl, config.databasePool)), fullDisk: false } : sqliteEngine(config.dbPath)
   if (fullDisk) log.error('the disk of the data directory is full: the database is opened for this process alone (no checkpointer thread, no backups) until Capstan is restarted with room on the disk', { data_dir: config.dataDir })
+  await secretKeyMatchesOrExit(engine, box)
   const admin = await resolveAdminToken(engine, config.adminToken)
   if (admin.generated) {
     // set apart from the log lines, so that it is found in `docker logs` or a terminal's scrollback

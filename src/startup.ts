@@ -8,7 +8,7 @@ import { DataDirLocked, lockDataDir } from './db/lock'
 import { existsSync } from 'node:fs'
 import { LATEST_SCHEMA, migrate, noRoom, openDatabase, schemaVersion } from './db/open'
 import { SecretBox } from './secrets'
-import { PgEngine } from './db/engine'
+import { type Engine, PgEngine, stmt } from './db/engine'
 import { migratePostgres, PG_LATEST, SchemaTooNew } from './db/postgres'
 
 export function fail(message: string): never {
@@ -77,6 +77,40 @@ export function secretBoxOrExit(config: Config): SecretBox {
   } catch (e) {
     fail(`the secret key cannot be used: ${reasonOf(e)}`)
   }
+}
+
+/** What the secret check holds, sealed (see secretKeyMatchesOrExit). */
+const CANARY = 'capstan secret key check'
+const SECRET_CHECK = {
+  get: stmt("SELECT value FROM system_settings WHERE name = 'secret_check'"),
+  put: stmt("INSERT INTO system_settings (name, value) VALUES ('secret_check', ?) ON CONFLICT (name) DO NOTHING"),
+}
+
+/**
+ * The secret key is the one this database's secrets were sealed with, or one line and exit 2. A
+ * value sealed with the key is kept in the database at the first start; an instance given another
+ * key (on several machines, each with a key file of its own in its data directory; or a data
+ * directory whose key file was replaced) would otherwise start and then fail every number's token
+ * and webhook secret it opened, and find no phone number it had kept a digest of.
+ */
+export async function secretKeyMatchesOrExit(engine: Engine, box: SecretBox) {
+  let row = await engine.get<{ value: string }>(SECRET_CHECK.get)
+  if (!row) {
+    // (written once; a start that cannot write it — a full disk — checks at the next start)
+    await engine.write((tx) => tx.run(SECRET_CHECK.put, box.seal(CANARY))).catch(() => {})
+    row = await engine.get<{ value: string }>(SECRET_CHECK.get)
+    if (!row) return
+  }
+  let opened: string | null = null
+  try {
+    opened = box.open(row.value)
+  } catch {
+    // another key: the seal does not open
+  }
+  if (opened !== CANARY)
+    fail(
+      'the secret key is not the one the secrets in this database were sealed with: give every instance the same CAPSTAN_SECRET_KEY (or CAPSTAN_SECRET_KEY_FILE), the one it was first started with — each data directory makes a key file of its own when neither is set',
+    )
 }
 
 /** Where CAPSTAN_DATABASE_URL points, without its credentials: for the one line a failed start prints. */

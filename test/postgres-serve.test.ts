@@ -76,6 +76,18 @@ describe('a database capstan serve cannot use stops the start', () => {
     expect(db.err).toMatch(/^capstan: the database .+\/elsewhere does not exist: database "elsewhere" does not exist \(create it, or correct CAPSTAN_DATABASE_URL\)$/)
   })
 
+  test("a second instance with a key of its own (no shared CAPSTAN_SECRET_KEY): one line, exit 2; given the first one's key, it starts", async () => {
+    const { url, srv } = await serveOn('keys')
+    try {
+      const own = await start({ CAPSTAN_DATABASE_URL: url })
+      expect([own.code, own.err]).toEqual([2, 'capstan: the secret key is not the one the secrets in this database were sealed with: give every instance the same CAPSTAN_SECRET_KEY (or CAPSTAN_SECRET_KEY_FILE), the one it was first started with — each data directory makes a key file of its own when neither is set'])
+      const second = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_SECRET_KEY_FILE: join(srv.dataDir, 'secret.key'), CAPSTAN_LOG_LEVEL: 'warn' } })
+      await second.close()
+    } finally {
+      await srv.close()
+    }
+  })
+
   test('a database a newer Capstan migrated: one line, exit 2, nothing changed', async () => {
     const url = await newDatabase('newer')
     const newer = new Bun.SQL(url, { max: 1 })

@@ -1,14 +1,35 @@
 /** Crash safety (CONTRACT §3): SIGKILL with messages queued and in flight, then start again. */
 import { Database } from 'bun:sqlite'
 import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { randomBytes } from 'node:crypto'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { TestServer, newPhone } from './support/server'
+import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
 import { waitFor } from './support/wait'
 
 setDefaultTimeout(60_000)
 
 
 describe('restart', () => {
+  test('a data directory whose key file was replaced: the start stops with one line (exit 2) instead of failing every stored secret; the right key starts again', async () => {
+    const srv = await TestServer.start()
+    const t = await srv.tenant()
+    expect((await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: 'https://example.com/hook', events: ['message.sent'] })).status).toBe(201)
+    await srv.stop()
+    const keyFile = join(srv.dataDir, 'secret.key')
+    const right = readFileSync(keyFile, 'utf8')
+    writeFileSync(keyFile, `${randomBytes(32).toString('base64')}\n`)
+    const wrong = Bun.spawnSync(['bun', 'src/main.ts', 'serve'], { env: { ...hostEnv(), CAPSTAN_DATA_DIR: srv.dataDir, CAPSTAN_PORT: '0', CAPSTAN_ADMIN_TOKEN: ADMIN_TOKEN } })
+    expect([wrong.exitCode, wrong.stderr.toString().trim()]).toEqual([
+      2,
+      'capstan: the secret key is not the one the secrets in this database were sealed with: give every instance the same CAPSTAN_SECRET_KEY (or CAPSTAN_SECRET_KEY_FILE), the one it was first started with — each data directory makes a key file of its own when neither is set',
+    ])
+    writeFileSync(keyFile, right)
+    await srv.boot()
+    expect((await srv.admin('GET', `/workspaces/${t.ws.id}/webhooks`)).json.data).toHaveLength(1)
+    await srv.close()
+  })
+
   test('a number removed while its queue was being failed: the next start fails the rest as connection_removed', async () => {
     const srv = await TestServer.start()
     try {
