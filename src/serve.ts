@@ -76,7 +76,14 @@ export async function serve() {
   const checkpointer = db && config.walCheckpointer && !fullDisk ? startCheckpointer(config.dbPath, log) : null
   const deps = { config, engine, clock: systemClock }
   const svc = buildServices(deps, log, box)
-  await startServices(svc)
+  try {
+    await startServices(svc)
+  } catch (e) {
+    // (the handlers above would log it as a background task and leave a process that never listens)
+    log.error('the start failed', { error: String((e as Error)?.stack ?? e) })
+    log.flush()
+    fail(`the start failed: ${reasonOf(e)}`)
+  }
   const jobs = startJobs(svc)
   // the bucket, where media is kept in one (a local folder is the data directory's disk, reported as such)
   const store = svc.media.store

@@ -11,6 +11,22 @@ setDefaultTimeout(60_000)
 
 
 describe('restart', () => {
+  test('a start that fails after the database is open (here a number whose stored config cannot be opened) exits non-zero with one line, never 0 as if stopped', async () => {
+    const srv = await TestServer.start()
+    const t = await srv.tenant()
+    const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone(), driver: 'sandbox' })).json.data
+    await srv.stop()
+    const db = new Database(join(srv.dataDir, 'capstan.db'))
+    db.run(`UPDATE connections SET config = '{"token": {"$sealed": "not-a-sealed-value"}}' WHERE id = ?`, [conn.id])
+    db.close()
+    const r = Bun.spawnSync(['bun', 'src/main.ts', 'serve'], { env: { ...hostEnv(), CAPSTAN_DATA_DIR: srv.dataDir, CAPSTAN_PORT: '0', CAPSTAN_ADMIN_TOKEN: ADMIN_TOKEN, CAPSTAN_LOG_LEVEL: 'silent' }, timeout: 30_000 })
+    const err = r.stderr.toString().trim()
+    expect(r.exitCode).toBe(2)
+    expect(err.split('\n')).toHaveLength(1)
+    expect(err).toStartWith('capstan: the start failed: ')
+    await srv.close()
+  })
+
   test('a data directory whose key file was replaced: the start stops with one line (exit 2) instead of failing every stored secret; the right key starts again', async () => {
     const srv = await TestServer.start()
     const t = await srv.tenant()
