@@ -185,7 +185,10 @@ export async function startServices(svc: Services, retryMs = STARTUP_RETRY_MS) {
     marketingStopped: (connectionId, phone, source) => keep('consent change', () => svc.messages.marketingStopped(connectionId, phone, source)),
   })
   // what other instances on the same database change (PostgreSQL; nothing on SQLite)
-  await svc.deps.engine.listen((what) => void heard(svc, what).catch((e) => svc.log.error('an announced change could not be applied', { change: what.split(':')[0], error: String((e as Error)?.message ?? e) })))
+  await svc.deps.engine.listen(
+    (what) => void heard(svc, what).catch((e) => svc.log.error('an announced change could not be applied', { change: what.split(':')[0], error: String((e as Error)?.message ?? e) })),
+    () => void resync(svc).catch((e) => svc.log.error('reading again what other instances changed failed', { error: String((e as Error)?.message ?? e) })),
+  )
   try {
     await recoverAtStart(svc)
   } catch (e) {
@@ -239,6 +242,18 @@ async function heard(svc: Services, what: string) {
       svc.connections.heardReported(id)
       return
   }
+}
+
+/**
+ * The listening connection is back after a drop: whatever the other instances announced meanwhile
+ * was not heard, so the keys, workspaces and numbers kept in memory are read again (as each
+ * announcement would have made this instance do), and every number looks at its queue.
+ */
+async function resync(svc: Services) {
+  svc.log.warn('the connection that hears other instances\' changes was lost and is back: reading keys, workspaces and numbers again')
+  svc.keys.forgetAll()
+  await svc.workspaces.load()
+  for (const id of await svc.connections.reloadAll()) svc.pacer.wake(id)
 }
 
 /** The start-up's writes: settle what a crash left, then what expired while the server was down. */

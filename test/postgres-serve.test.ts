@@ -12,6 +12,7 @@ import { PrivatePostgres } from '../src/cluster/postgres'
 import { activityMovesWithMessages } from './support/activity'
 import { ADMIN_TOKEN, TestServer, freePort, hostEnv, newPhone } from './support/server'
 import { certificates } from './support/tls'
+import { waitFor } from './support/wait'
 
 setDefaultTimeout(120_000)
 
@@ -169,6 +170,30 @@ describe('backups on PostgreSQL', () => {
       const cli = Bun.spawnSync(['bun', 'src/main.ts', 'backups', 'list'], { env: { ...hostEnv(), CAPSTAN_URL: srv.base, CAPSTAN_ADMIN_TOKEN: ADMIN_TOKEN } })
       expect([cli.exitCode, cli.stdout.toString().trim()]).toEqual([0, 'the data is in PostgreSQL: back it up with its own tools (pg_dump, continuous archiving); Capstan backs up only its embedded SQLite file'])
     } finally {
+      await srv.close()
+    }
+  })
+})
+
+describe('changes announced while an instance was not listening', () => {
+  test('its listening connection dropped: once back, it reads keys, workspaces and numbers again, so a change it never heard of applies', async () => {
+    const { url, srv } = await serveOn('resync')
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const t = await srv.tenant()
+      expect((await srv.api(t.key, 'GET', '/workspace')).status).toBe(200)
+      const paused = await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone(), driver: 'sandbox' })
+      // changed in the database without a word to the instance (as if its announcement were missed)
+      await db`UPDATE api_keys SET status = 'revoked', revoked_at = ${Date.now()} WHERE id = ${t.keyId}`
+      await db`UPDATE connections SET name = 'Renamed elsewhere' WHERE id = ${paused.json.data.id}`
+      // the instance still holds the key as it was
+      expect((await srv.api(t.key, 'GET', '/workspace')).status).toBe(200)
+      await db`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()`
+      await waitFor(async () => (await srv.api(t.key, 'GET', '/workspace')).status === 401, 10_000)
+      expect(srv.output).toContain("the connection that hears other instances' changes was lost and is back")
+      expect((await srv.admin('GET', `/connections/${paused.json.data.id}`)).json.data.name).toBe('Renamed elsewhere')
+    } finally {
+      await db.close()
       await srv.close()
     }
   })

@@ -148,8 +148,12 @@ export interface Engine extends Queries {
    * holds on the next request whichever instance takes it. At most a second; at once on SQLite.
    */
   propagated(what: string): Promise<void>
-  /** Hear what the instances announce (this one's own too) until the engine closes. */
-  listen(heard: (what: string) => void): Promise<void>
+  /**
+   * Hear what the instances announce (this one's own too) until the engine closes. `resumed` runs
+   * each time the listening connection is back after it dropped: what was announced meanwhile was
+   * not heard, so what is kept in memory is read again.
+   */
+  listen(heard: (what: string) => void, resumed?: () => void): Promise<void>
   close(): Promise<void>
 }
 
@@ -616,14 +620,24 @@ export class PgEngine implements Engine {
   /** Who waits to hear an announcement back (see propagated). */
   private readonly echoes = new Map<string, (() => void)[]>()
 
-  async listen(heard: (what: string) => void) {
-    await this.client.listen(CHANNEL, (what: string) => {
-      heard(what)
-      const waiting = this.echoes.get(what)
-      if (!waiting) return
-      this.echoes.delete(what)
-      for (const done of waiting) done()
-    })
+  async listen(heard: (what: string) => void, resumed?: () => void) {
+    // Bun's client opens the listening connection again by itself, with backoff, and runs the
+    // third callback at every LISTEN it makes: the first, then one after each reconnect
+    let listened = false
+    await this.client.listen(
+      CHANNEL,
+      (what: string) => {
+        heard(what)
+        const waiting = this.echoes.get(what)
+        if (!waiting) return
+        this.echoes.delete(what)
+        for (const done of waiting) done()
+      },
+      () => {
+        if (listened) resumed?.()
+        listened = true
+      },
+    )
   }
 
   async propagated(what: string) {

@@ -279,6 +279,13 @@ export class ConnectionService {
     return c
   }
 
+  /** Every number read again (changes may have been missed: see Engine.listen); the ids of those still connected. */
+  async reloadAll(): Promise<string[]> {
+    const ids: string[] = []
+    for (const row of await this.store.all()) if (await this.reload(row.id)) ids.push(row.id)
+    return ids
+  }
+
   /** Whether the number is connected (not removed); only while the service runs. */
   has(id: string): boolean {
     return this.live.has(id)

@@ -224,6 +224,11 @@ export class KeyService {
     this.cache.delete(keyId)
   }
 
+  /** Every key is read again at its next use (changes may have been missed: see Engine.listen). */
+  forgetAll() {
+    this.cache.clear()
+  }
+
   /** Whether `authenticate` always answers at once (never a promise): the engine reads in the same turn. */
   get answersAtOnce() {
     return this.store.answersNow
