@@ -231,6 +231,20 @@ async function setup(config: Record<string, unknown> = {}, on: TestServer = srv)
 
 const msg = (key: string, id: string) => srv.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
 
+/**
+ * Send a text (through `on`, the shared server unless given) that Meta reads and then does not
+ * answer: its connection breaks (`reset`, the answer lost) or no answer comes (`hang`). Resolves
+ * once Meta has it.
+ */
+async function sendLosingAnswer(key: string, connectionId: string, { on = srv, fate = 'reset' }: { on?: TestServer; fate?: 'reset' | 'hang' } = {}) {
+  const to = newPhone()
+  graph.state.failFor[to.slice(1)] = [fate]
+  const r = await on.api(key, 'POST', '/messages', { json: { connection_id: connectionId, recipient: await talking(connectionId, to, on.base), body: 'Your order shipped' } })
+  expect(r.status).toBe(202)
+  await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
+  return { id: r.json.data.id as string, to }
+}
+
 /** The wamid Meta returned for a message we sent (stored as its external id; statuses and replies refer to it). */
 function wamidOf(messageId: string): string {
   const d = new Database(join(srv.dataDir, 'capstan.db'), { readonly: true })
@@ -1071,15 +1085,6 @@ describe('sending', () => {
     expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
   })
 
-  /** Send a text whose answer is lost after Meta read the request (the connection breaks); resolves once Meta has it. */
-  async function sendLosingAnswer(key: string, connectionId: string) {
-    const to = newPhone()
-    graph.state.failFor[to.slice(1)] = ['reset']
-    const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: connectionId, recipient: await talking(connectionId, to), body: 'Your order shipped' } })
-    await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
-    return { id: r.json.data.id as string, to }
-  }
-
   test('a send whose connection breaks after the request left waits for Meta to name it; without a word it fails as send_unconfirmed, never sent again', async () => {
     const { key, conn } = await setup({ confirm_wait_seconds: 2 })
     const { id, to } = await sendLosingAnswer(key, conn.id)
@@ -1871,67 +1876,55 @@ describe('two instances on one PostgreSQL', () => {
 
   /** A new database on the private server, and what each instance on it needs (`env` besides). */
   async function installation(env: Record<string, string> = {}) {
-    const name = `cloud${++databases}`
-    const admin = new Bun.SQL(pg.url, { max: 1 })
-    await admin.unsafe(`CREATE DATABASE ${name}`)
-    await admin.close()
-    const url = new URL(pg.url)
-    url.pathname = `/${name}`
+    const url = await pg.createDatabase(`cloud${++databases}`)
     // instances of one installation share the key that seals the numbers' secrets
-    return { url: url.toString(), env: { CAPSTAN_DATABASE_URL: url.toString(), CAPSTAN_SECRET_KEY: 'cloud-test-secret-key-0123456789abcdef012345', CAPSTAN_KEY_RATE_LIMIT: '10000', CAPSTAN_LOG_LEVEL: 'warn', ...env } }
+    return { url, env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_SECRET_KEY: 'cloud-test-secret-key-0123456789abcdef012345', CAPSTAN_KEY_RATE_LIMIT: '10000', CAPSTAN_LOG_LEVEL: 'warn', ...env } }
   }
 
-  test('a send whose answer was lost is recorded as sent when the status naming it reaches the instance that did not send it', async () => {
+  /**
+   * Instances A and B on a new database, and a Cloud API number (`config` besides) that A holds:
+   * its lease is A's before B starts, so A sends and waits for Meta's word. Both stop after `body`.
+   */
+  async function numberOfA(config: Record<string, unknown>, body: (t: { a: TestServer; b: TestServer; db: InstanceType<typeof Bun.SQL>; key: string; connId: string }) => Promise<void>) {
     const { url, env } = await installation()
     const a = await TestServer.start({ env })
     let b: TestServer | null = null
     const db = new Bun.SQL(url, { max: 1 })
     try {
-      // the number is A's: it holds the number's lease before B starts, so A sends and waits for Meta's word
-      const { key, conn } = await setup({}, a)
+      const { key, conn } = await setup(config, a)
       await waitFor(async () => (await db`SELECT count(*)::int AS n FROM number_leases WHERE connection_id = ${conn.id}`)[0].n === 1)
       b = await TestServer.start({ env })
-      const to = newPhone()
-      graph.state.failFor[to.slice(1)] = ['reset']
-      const r = await a.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, a.base), body: 'Your order shipped' } })
-      expect(r.status).toBe(202)
-      const id = r.json.data.id as string
-      await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
+      await body({ a, b, db, key, connId: conn.id })
+    } finally {
+      await db.close()
+      await b?.close()
+      await a.close()
+    }
+  }
+
+  test('a send whose answer was lost is recorded as sent when the status naming it reaches the instance that did not send it', async () => {
+    await numberOfA({}, async ({ a, b, db, key, connId }) => {
+      const { id, to } = await sendLosingAnswer(key, connId, { on: a })
       await Bun.sleep(300)
       expect((await a.api(key, 'GET', `/messages/${id}`)).json.data.status).toBe('sending')
       // Meta's status names it, and the load balancer hands it to B
       const wamid = `wamid.${crypto.randomUUID()}`
-      expect((await deliver(b.base, conn.id, statusEvent(wamid, 'delivered', undefined, id))).status).toBe(200)
+      expect((await deliver(b.base, connId, statusEvent(wamid, 'delivered', undefined, id))).status).toBe(200)
       const done = await waitFor(async () => {
-        const m = (await b!.api(key, 'GET', `/messages/${id}`)).json.data
+        const m = (await b.api(key, 'GET', `/messages/${id}`)).json.data
         return m.status === 'delivered' ? m : null
       }, 10_000)
       expect(done.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'delivered'])
       expect(done.error).toBeNull()
       expect((await db`SELECT external_id FROM messages WHERE id = ${id}`)[0].external_id).toBe(wamid)
       expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
-    } finally {
-      await db.close()
-      await b?.close()
-      await a.close()
-    }
+    })
   }, 60_000)
 
   test('an instance killed while Meta holds its send unanswered: another takes the number over, waits for Meta to name the send, records it sent, and never sends it again', async () => {
-    const { url, env } = await installation()
-    const a = await TestServer.start({ env })
-    let b: TestServer | null = null
-    const db = new Bun.SQL(url, { max: 1 })
-    try {
-      const { key, conn } = await setup({ confirm_wait_seconds: 60 }, a)
-      await waitFor(async () => (await db`SELECT count(*)::int AS n FROM number_leases WHERE connection_id = ${conn.id}`)[0].n === 1)
-      b = await TestServer.start({ env })
-      const to = newPhone()
-      graph.state.failFor[to.slice(1)] = ['hang'] // Meta reads the request and never answers it
-      const r = await a.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, a.base), body: 'Your order shipped' } })
-      const id = r.json.data.id as string
-      await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
-      const holder = async () => (await db`SELECT owner FROM number_leases WHERE connection_id = ${conn.id}`)[0].owner as string
+    await numberOfA({ confirm_wait_seconds: 60 }, async ({ a, b, db, key, connId }) => {
+      const { id, to } = await sendLosingAnswer(key, connId, { on: a, fate: 'hang' })
+      const holder = async () => (await db`SELECT owner FROM number_leases WHERE connection_id = ${connId}`)[0].owner as string
       const killed = await holder()
       await a.stop('SIGKILL')
       // B takes the number over (the lease runs out within 15 s) and, not knowing whether Meta has the send, waits for its word
@@ -1939,20 +1932,16 @@ describe('two instances on one PostgreSQL', () => {
       await Bun.sleep(500)
       expect((await db`SELECT status FROM messages WHERE id = ${id}`)[0].status).toBe('sending')
       const wamid = `wamid.${crypto.randomUUID()}`
-      expect((await deliver(b.base, conn.id, statusEvent(wamid, 'sent', undefined, id))).status).toBe(200)
+      expect((await deliver(b.base, connId, statusEvent(wamid, 'sent', undefined, id))).status).toBe(200)
       const sent = await waitFor(async () => {
-        const m = (await b!.api(key, 'GET', `/messages/${id}`)).json.data
+        const m = (await b.api(key, 'GET', `/messages/${id}`)).json.data
         return m.status === 'sent' ? m : null
       }, 10_000)
       expect(sent.error).toBeNull()
       expect((await db`SELECT external_id FROM messages WHERE id = ${id}`)[0].external_id).toBe(wamid)
       await Bun.sleep(1500) // past a retry's backoff: nothing more goes out
       expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
-    } finally {
-      await db.close()
-      await b?.close()
-      await a.close()
-    }
+    })
   }, 90_000)
 
   test("bad signatures count against the failed-auth limit in total, whichever instance each reaches", async () => {

@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
+import type { Services } from '../src/services'
 import { stmt } from '../src/db/engine'
 import { NumberLeases } from '../src/scheduler/leases'
 import { dueAt, eachConcurrently } from '../src/scheduler/pacer'
@@ -336,29 +337,28 @@ async function released(ids: string[]) {
 describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are written together', () => {
   let dir: string
   let pg: PrivatePostgres
-  let admin: InstanceType<typeof Bun.SQL>
   let onPg: Awaited<ReturnType<typeof inProcessOnPostgres>> | null = null
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'capstan-pacer-pg-'))
     pg = await PrivatePostgres.start(join(dir, 'pg'))
-    admin = new Bun.SQL(pg.url, { max: 1 })
   })
   afterEach(async () => {
     await onPg?.close()
     onPg = null
   })
   afterAll(async () => {
-    await admin.close()
     await pg.stop()
     rmSync(dir, { recursive: true, force: true })
   })
   /** A new empty database on the private server; its URL. */
-  const database = async () => {
-    const name = `t_${crypto.randomUUID().replaceAll('-', '')}`
-    await admin.unsafe(`CREATE DATABASE ${name}`)
-    const u = new URL(pg.url)
-    u.pathname = `/${name}`
-    return u.toString()
+  const database = () => pg.createDatabase(`t_${crypto.randomUUID().replaceAll('-', '')}`)
+  /** A workspace sending without gaps (caps of 1,000) and its sandbox number, once this instance holds the number. */
+  const numberWithoutGaps = async (svc: Services, name: string, phone: string) => {
+    const ws = await svc.workspaces.create({ name })
+    await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    const conn = await svc.connections.create(ws.id, { phone, driver: 'sandbox', config: NO_RECEIPTS })
+    await waitFor(() => svc.pacer.leases.holds(conn.id))
+    return { ws, conn }
   }
 
   test('a write per 32 numbers: one that fails holds back only its own numbers, which count nothing against their caps and go a second later', async () => {
@@ -396,10 +396,7 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
   test('a number with no gap releases at most 20 in one write; the next write follows at once, in order', async () => {
     onPg = await inProcessOnPostgres(await database())
     const { svc, engine, timers } = onPg
-    const ws = await svc.workspaces.create({ name: 'Burst' })
-    await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
-    const conn = await svc.connections.create(ws.id, { phone: '+15553200001', driver: 'sandbox', config: NO_RECEIPTS })
-    await waitFor(() => svc.pacer.leases.holds(conn.id))
+    const { ws, conn } = await numberWithoutGaps(svc, 'Burst', '+15553200001')
     const ids: string[] = []
     for (let i = 0; i < 50; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+1555320${String(i).padStart(4, '0')}`, body: `m${i}`, attachments: [] })).id)
     // how many messages each write claims (queued → sending)
@@ -423,10 +420,7 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
   test('a send a crash cut off, asked about while the database is away for a moment: asked again, and recorded as sent, not failed', async () => {
     onPg = await inProcessOnPostgres(await database())
     const { svc, engine, timers } = onPg
-    const ws = await svc.workspaces.create({ name: 'Asked again' })
-    await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
-    const conn = await svc.connections.create(ws.id, { phone: '+15553300001', driver: 'sandbox', config: NO_RECEIPTS })
-    await waitFor(() => svc.pacer.leases.holds(conn.id))
+    const { ws, conn } = await numberWithoutGaps(svc, 'Asked again', '+15553300001')
     const id = (await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15553300002', body: 'Your order shipped', attachments: [] })).id
     await timers.advance(0)
     const recorded = (await waitFor(async () => {

@@ -36,17 +36,9 @@ function urlWith(change: { user?: string; password?: string; database?: string }
   return u.toString()
 }
 
-/** A new, empty database `name` on the private server; its URL. */
-async function newDatabase(name: string) {
-  const admin = new Bun.SQL(pg.url, { max: 1 })
-  await admin.unsafe(`CREATE DATABASE ${name}`)
-  await admin.close()
-  return urlWith({ database: name })
-}
-
 /** A Capstan serving a new, empty database `name` on the private server (its log quiet), `env` besides; the database's URL. */
 async function serveOn(name: string, env: Record<string, string> = {}) {
-  const url = await newDatabase(name)
+  const url = await pg.createDatabase(name)
   return { url, srv: await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...env } }) }
 }
 
@@ -90,7 +82,7 @@ describe('a database capstan serve cannot use stops the start', () => {
   })
 
   test('a database a newer Capstan migrated: one line, exit 2, nothing changed', async () => {
-    const url = await newDatabase('newer')
+    const url = await pg.createDatabase('newer')
     const newer = new Bun.SQL(url, { max: 1 })
     await newer.unsafe('CREATE TABLE migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)')
     await newer.unsafe("INSERT INTO migrations VALUES (9999, 'from_the_future', 0)")

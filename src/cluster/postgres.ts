@@ -117,6 +117,19 @@ export class PrivatePostgres {
     return new PrivatePostgres(proc, dir, url(database), () => output)
   }
 
+  /** A new, empty database `name` on this server; its URL (through the socket, as `url`). */
+  async createDatabase(name: string): Promise<string> {
+    const admin = new Bun.SQL(this.url, { max: 1 })
+    try {
+      await admin.unsafe(`CREATE DATABASE "${name}"`)
+    } finally {
+      await admin.close()
+    }
+    const u = new URL(this.url)
+    u.pathname = `/${name}`
+    return u.toString()
+  }
+
   /** What the server printed (for a failing test's message). */
   get output() {
     return this.log()
