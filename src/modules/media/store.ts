@@ -12,7 +12,7 @@ import type { MediaStoreConfig } from '../../config'
 
 const SHA = /^[0-9a-f]{64}$/
 
-/** The bucket could not be reached or answered with a server error (an outage, not a missing file): nothing was stored or read. */
+/** The bucket could not be used — no answer, a server error, credentials refused; not a missing file: nothing was stored or read. */
 export class MediaStoreUnavailable extends Error {
   constructor(readonly cause: unknown) {
     super(`the media store cannot be reached: ${String((cause as { code?: unknown })?.code ?? (cause as Error)?.message ?? cause)}`)
@@ -213,7 +213,7 @@ export class S3MediaStore implements MediaStore {
   }
 }
 
-/** A bucket's failure as MediaStoreUnavailable (the request never got an answer, or a 5xx one); a missing object stays what it is. */
+/** A bucket's failure as MediaStoreUnavailable (no answer, a server error, credentials refused); a missing object stays what it is. */
 async function away<T>(request: Promise<T>): Promise<T> {
   try {
     return await request

@@ -41,7 +41,6 @@ export interface SendInput {
 }
 
 const TIMED_OUT = Symbol('timed out')
-/** How a send a crash interrupted fails when the network does not confirm it. */
 /**
  * An attachment's bytes could not be read from the media store (a bucket away): the network has
  * not been handed that part, so the send is tried again, as after a network that could not take it.
@@ -50,7 +49,7 @@ const storeAway = (e: unknown): never => {
   if (e instanceof MediaStoreUnavailable) throw new DriverError('media_store_unavailable', 'The media store could not be read (is the bucket reachable?); the message was not sent and is tried again.', true)
   throw e
 }
-
+/** How a send a crash interrupted fails when the network does not confirm it. */
 const INTERRUPTED = { code: 'send_interrupted', message: 'The server stopped while this message was being handed to the network; it was not sent again.' }
 /** Queued messages the direct lane fails for a refusal in one release before yielding. */
 const MAX_REFUSED_PER_RELEASE = 200
