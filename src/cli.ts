@@ -4,6 +4,7 @@
  * Output is a table or key: value lines by default, the API's JSON on one line with --json.
  */
 import { parseArgs } from 'node:util'
+import { VERSION } from './version'
 
 /**
  * One subcommand: its admin API call and the options it reads (any other option is refused, so a
@@ -359,7 +360,7 @@ export async function runAdminCommand(argv: string[], env: Record<string, string
     res = await fetch(`${base}/admin/api${path}`, {
       method: route.method,
       // a form sets its own multipart content type
-      headers: { authorization: `Bearer ${token}`, accept: 'application/json', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+      headers: { authorization: `Bearer ${token}`, accept: 'application/json', 'user-agent': `capstan-cli/${VERSION}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
       body: form ?? (body !== undefined ? JSON.stringify(body) : undefined),
     })
   } catch (e) {

@@ -250,6 +250,33 @@ describe('dashboard sessions', () => {
   })
 })
 
+describe('audit log: who made a change', () => {
+  test('each entry names how its operator signed the request — the dashboard, the CLI, the admin token — and from which address', async () => {
+    const s = await TestServer.start({ env: { CAPSTAN_TRUSTED_PROXIES: '127.0.0.1' } })
+    try {
+      const ws = await s.workspace()
+      const signedIn = await s.request('POST', '/admin/session', { json: { token: ADMIN_TOKEN }, headers: { 'x-capstan-csrf': '1' } })
+      const cookie = signedIn.headers.get('set-cookie')!.split(';')[0]!
+      const fromDashboard = await s.request('PATCH', `/admin/api/workspaces/${ws.id}`, { json: { name: 'Renamed in the dashboard' }, headers: { cookie, 'x-capstan-csrf': '1', 'x-forwarded-for': '203.0.113.9' } })
+      expect(fromDashboard.status).toBe(200)
+      // the CLI says so in its User-Agent; anything else with the token is the admin token
+      const token = { authorization: `Bearer ${ADMIN_TOKEN}` }
+      expect((await s.request('POST', `/admin/api/workspaces/${ws.id}/suppressions`, { json: { phone: '+15550009961' }, headers: { ...token, 'user-agent': 'capstan-cli/0.1.0', 'x-forwarded-for': '198.51.100.4' } })).status).toBe(201)
+      expect((await s.request('POST', `/admin/api/workspaces/${ws.id}/keys`, { json: { name: 'script' }, headers: { ...token, 'user-agent': 'curl/8.5.0' } })).status).toBe(201)
+      // refused: nothing recorded (a session's change without the CSRF header)
+      expect((await s.request('PATCH', `/admin/api/workspaces/${ws.id}`, { json: { name: 'Forged' }, headers: { cookie } })).status).toBe(403)
+      const log = (await s.admin('GET', `/workspaces/${ws.id}/audit-log`)).json.data
+      expect(log.map((e: any) => [e.action, e.via, e.ip])).toEqual([
+        ['api_key.created', 'admin_token', '127.0.0.1'],
+        ['suppression.added', 'cli', '198.51.100.4'],
+        ['workspace.updated', 'dashboard', '203.0.113.9'],
+      ])
+    } finally {
+      await s.close()
+    }
+  })
+})
+
 describe('connections: warming up a new number', () => {
   test('created with a warm-up, the number shows it and the live view counts against the day\'s cap; PATCH ends it; bad values are refused', async () => {
     const ws = await srv.workspace()
@@ -314,6 +341,8 @@ describe('audit log', () => {
     ])
     expect(log.text).not.toContain('+1555000995')
     expect(log.text).not.toContain('Exported Person')
+    // each made with the admin token from this machine
+    expect([...new Set(log.json.data.map((e: any) => `${e.actor} ${e.via} ${e.ip}`))]).toEqual(['operator admin_token 127.0.0.1'])
     // one kind or one action, with the names of what they are about (gone once it is removed)
     const kind = async (action: string) => (await srv.admin('GET', `/workspaces/${ws.id}/audit-log?action=${action}`)).json
     const workspaceEntries = await kind('workspace')

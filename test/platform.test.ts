@@ -669,7 +669,7 @@ describe('configuration and start-up', () => {
     expect((await admin(['groups', 'sync'])).data.numbers).toEqual([{ number: '+15557654321', status: 'failed', groups: null, error: 'The number is offline.' }]) // (taken offline above)
     expect((await admin(['groups', 'list'])).data).toEqual([])
     expect((await admin(['media', 'list'])).data).toEqual([])
-    expect((await admin(['audit-log', '--action', 'connection'])).data.map((e: any) => e.action)).toEqual(['connection.updated', 'connection.updated', 'connection.updated', 'connection.created'])
+    expect((await admin(['audit-log', '--action', 'connection'])).data.map((e: any) => [e.action, e.via])).toEqual([['connection.updated', 'cli'], ['connection.updated', 'cli'], ['connection.updated', 'cli'], ['connection.created', 'cli']])
     // another workspace's campaign is not found through this one
     const elsewhere = await srv.admin('GET', `/workspaces/${(await srv.workspace()).id}/campaigns/${camp.id}`)
     expect(elsewhere.status).toBe(404)

@@ -1077,12 +1077,15 @@ const pages = {
     const { data, meta } = await api('GET', `/workspaces/${ws.id}/audit-log?${q}`)
     const KINDS = [['api_key', 'API keys'], ['workspace', 'workspace settings'], ['connection', 'numbers'], ['webhook', 'webhooks'], ['templates', 'template imports'], ['suppression', 'suppressions'], ['suppressions', 'suppression imports'], ['contact', 'contact exports and erasures'], ['contacts', 'contact imports and exports']]
     const page = (p) => `#/w/${esc(ws.id)}/audit?${esc(new URLSearchParams({ ...params, page: String(p) }))}`
+    const VIA = { dashboard: 'the dashboard', cli: 'the CLI', admin_token: 'the admin token' }
+    // how the operator signed the request, and from where (older entries: just "operator")
+    const by = (e) => (e.via ? `${VIA[e.via] ?? e.via}${e.ip ? ` from ${e.ip}` : ''}` : e.actor)
     const about = (e) => (e.key_id ? `key ${e.key_name ? `“${e.key_name}”` : '(removed)'}` : e.subject_id ? (e.subject_name ? e.subject_name : `${e.subject_id} (removed)`) : '<span class="muted">— (a person: not named here)</span>')
     main.innerHTML = `<h1>Audit log</h1>
       <form id="audit-filter" class="filters card"><label>What<select name="action"><option value="">everything</option>${KINDS.map(([k, label]) => `<option value="${k}" ${params.action === k ? 'selected' : ''}>${label}</option>`).join('')}</select></label><button type="submit" class="secondary">Show</button></form>
-      <p class="muted" id="audit-total">${esc(Number(meta.total).toLocaleString())} ${meta.total === 1 ? 'entry' : 'entries'} · page ${esc(meta.page)} of ${esc(meta.last_page)} · every entry is an operator's (the admin token, this dashboard or the CLI)</p>
+      <p class="muted" id="audit-total">${esc(Number(meta.total).toLocaleString())} ${meta.total === 1 ? 'entry' : 'entries'} · page ${esc(meta.page)} of ${esc(meta.last_page)} · every entry is an operator's: “By” says how they signed in (this dashboard, the CLI or the admin token) and from which address</p>
       <table class="stack"><thead><tr><th>When</th><th>Action</th><th>By</th><th>About</th></tr></thead><tbody>
-      ${data.map((e) => `<tr>${cell('When', esc(when(e.at)))}${cell('Action', `<code>${esc(e.action)}</code>`)}${cell('By', esc(e.actor))}${cell('About', e.key_id || e.subject_id ? esc(about(e)) : about(e))}</tr>`).join('')}</tbody></table>
+      ${data.map((e) => `<tr>${cell('When', esc(when(e.at)))}${cell('Action', `<code>${esc(e.action)}</code>`)}${cell('By', esc(by(e)))}${cell('About', e.key_id || e.subject_id ? esc(about(e)) : about(e))}</tr>`).join('')}</tbody></table>
       ${pager(meta, page)}`
     $('#audit-filter').onsubmit = (ev) => {
       ev.preventDefault()

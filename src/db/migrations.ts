@@ -40,6 +40,7 @@ import m0038 from '../../migrations/0038_cluster.sql' with { type: 'text' }
 import m0039 from '../../migrations/0039_service_windows.sql' with { type: 'text' }
 import m0040 from '../../migrations/0040_send_path.sql' with { type: 'text' }
 import m0041 from '../../migrations/0041_shard_per_session.sql' with { type: 'text' }
+import m0042 from '../../migrations/0042_audit_operator.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -83,4 +84,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 39, name: '0039_service_windows', sql: m0039 },
   { version: 40, name: '0040_send_path', sql: m0040 },
   { version: 41, name: '0041_shard_per_session', sql: m0041 },
+  { version: 42, name: '0042_audit_operator', sql: m0042 },
 ]

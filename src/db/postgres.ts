@@ -9,6 +9,7 @@ import pg0038 from '../../migrations/pg/0038_cluster.sql' with { type: 'text' }
 import pg0039 from '../../migrations/pg/0039_service_windows.sql' with { type: 'text' }
 import pg0040 from '../../migrations/pg/0040_send_path.sql' with { type: 'text' }
 import pg0041 from '../../migrations/pg/0041_shard_per_session.sql' with { type: 'text' }
+import pg0042 from '../../migrations/pg/0042_audit_operator.sql' with { type: 'text' }
 
 /**
  * PostgreSQL starts at the SQLite schema's version 37 in one file (no installation ever ran an
@@ -20,6 +21,7 @@ export const PG_MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 39, name: '0039_service_windows', sql: pg0039 },
   { version: 40, name: '0040_send_path', sql: pg0040 },
   { version: 41, name: '0041_shard_per_session', sql: pg0041 },
+  { version: 42, name: '0042_audit_operator', sql: pg0042 },
 ]
 
 export const PG_LATEST = Math.max(...PG_MIGRATIONS.map((m) => m.version))

@@ -10,6 +10,7 @@
 import { timingSafeEqual } from 'node:crypto'
 import { Elysia } from 'elysia'
 import type { Config } from '../config'
+import type { Operator } from '../modules/audit/repo'
 import type { Scope } from '../modules/keys/model'
 import { type Authenticated, type AuthenticatedKey, type KeyService, sha256 } from '../modules/keys/service'
 import type { WorkspaceRow } from '../modules/workspaces/store'
@@ -48,6 +49,9 @@ function bearerToken(header: string | null): string | null {
 
 /** The dashboard's sign-in: its credential comes in the body. */
 export const SIGN_IN = '/admin/session'
+/** The User-Agent the CLI sends (src/cli.ts): the audit log names its changes `cli`. */
+export const CLI_AGENT = /^capstan-cli\//
+const operatorAddress = (ip: string) => (ip === 'unknown' ? null : ip)
 
 const csrfFailed = () => new ApiError(403, 'csrf_failed', 'This request needs the X-Capstan-CSRF header.')
 
@@ -228,15 +232,17 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions, wi
      */
     api: (operation: OpOptions & { scope: Scope }) => ({ detail: op(operation), resolve: resolveCaller(operation.scope) }),
     admin: (enabled: boolean) => ({
-      async resolve({ request, body, set, params }): Promise<{ operator: true }> {
+      /** `operator`: who the audit log names for the changes this request makes (modules/audit). */
+      async resolve({ request, body, set, params }): Promise<{ operator: Operator | null }> {
         lowerPathId(params as Record<string, string> | undefined)
-        if (!enabled) return { operator: true }
+        if (!enabled) return { operator: null }
         noteOf(set)
         Object.assign(set.headers, SECURITY_HEADERS)
+        const via = await operatorVia(request)
         // the dashboard's session cookie needs the CSRF header on anything that changes state
-        if ((await operatorVia(request)) === 'session' && request.method !== 'GET' && request.method !== 'HEAD' && request.headers.get('x-capstan-csrf') !== '1') throw csrfFailed()
+        if (via === 'session' && request.method !== 'GET' && request.method !== 'HEAD' && request.headers.get('x-capstan-csrf') !== '1') throw csrfFailed()
         if (body === UNREADABLE) throw badRequest()
-        return { operator: true }
+        return { operator: { via: via === 'session' ? 'dashboard' : CLI_AGENT.test(request.headers.get('user-agent') ?? '') ? 'cli' : 'admin_token', ip: operatorAddress(ipOf(request)) } }
       },
     }),
   })

@@ -6,7 +6,7 @@
  */
 import { type Queries, stmt } from '../../db/engine'
 
-const INSERT = stmt('INSERT INTO audit_log (workspace_id, action, key_id, subject_id, at) VALUES (?, ?, ?, ?, ?)')
+const INSERT = stmt('INSERT INTO audit_log (workspace_id, action, key_id, subject_id, at, via, ip) VALUES (?, ?, ?, ?, ?, ?, ?)')
 const LIST = stmt('SELECT * FROM audit_log WHERE workspace_id = ? ORDER BY id DESC LIMIT ? OFFSET ?')
 const COUNT = stmt('SELECT COUNT(*) AS n FROM audit_log WHERE workspace_id = ?')
 // one kind of entry (api_key, webhook, …) or one action: the workspace's entries walked newest first
@@ -36,6 +36,18 @@ export type AuditAction =
   | 'suppressions.imported'
   | 'templates.imported'
 
+/**
+ * The operator behind a change, as the admin API saw the request: how it was signed — the
+ * dashboard's session, the admin token from the CLI (which says so in its User-Agent), or the
+ * admin token from anything else — and the address it came from (the client's, behind a trusted
+ * proxy). Every operator holds the same admin token, so this is what tells their changes apart.
+ */
+export interface Operator {
+  via: OperatorVia
+  ip: string | null
+}
+export type OperatorVia = 'dashboard' | 'cli' | 'admin_token'
+
 export interface AuditRow {
   id: number
   workspace_id: string
@@ -43,11 +55,14 @@ export interface AuditRow {
   key_id: string | null
   subject_id: string | null
   at: number
+  /** Null for an entry written before Capstan recorded it (or by a script calling a service). */
+  via: OperatorVia | null
+  ip: string | null
 }
 
 /** One entry through a write of the store seam (`tx`: that write's queries), on either engine. */
-export async function auditIn(tx: Queries, workspaceId: string, action: AuditAction, keyId: string | null, at: number, subjectId: string | null = null) {
-  await tx.run(INSERT, workspaceId, action, keyId, subjectId, at)
+export async function auditIn(tx: Queries, workspaceId: string, action: AuditAction, keyId: string | null, at: number, subjectId: string | null = null, by: Operator | null = null) {
+  await tx.run(INSERT, workspaceId, action, keyId, subjectId, at, by?.via ?? null, by?.ip ?? null)
 }
 
 export class AuditRepo {
@@ -55,8 +70,8 @@ export class AuditRepo {
   constructor(private readonly engine: Queries) {}
 
   /** One entry through a write of the store seam (`tx`: that write's queries), on either engine. */
-  addIn(tx: Queries, workspaceId: string, action: AuditAction, keyId: string | null, at: number, subjectId: string | null = null) {
-    return auditIn(tx, workspaceId, action, keyId, at, subjectId)
+  addIn(tx: Queries, workspaceId: string, action: AuditAction, keyId: string | null, at: number, subjectId: string | null, by: Operator | null) {
+    return auditIn(tx, workspaceId, action, keyId, at, subjectId, by)
   }
 
   /**

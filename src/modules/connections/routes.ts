@@ -30,10 +30,10 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     .use(auth)
     .post(
       '/workspaces/:id/connections',
-      async ({ params, body, set }) => {
+      async ({ params, body, set, operator }) => {
         await svc.workspaces.find(params.id)
         const input = validate(createConnectionBody, body)
-        const row = await conns.create(params.id, { ...input, config: (body as Record<string, unknown>).config })
+        const row = await conns.create(params.id, { ...input, config: (body as Record<string, unknown>).config }, operator)
         set.status = 201
         return { data: conns.toAdmin(await conns.verify(row.id)) }
       },
@@ -50,11 +50,11 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     .get('/connections/:id', async ({ params }) => ({ data: conns.toAdmin((await conns.obtainAny(params.id)).row) }), { admin: true, detail: adminOp({ summary: 'A number', tag, ok: { status: 200, data: connectionDoc, description: 'The number.' }, errors: [404] }) })
     .patch(
       '/connections/:id',
-      async ({ params, body }) => {
+      async ({ params, body, operator }) => {
         await conns.obtainAny(params.id)
         const input = validate(patchConnectionBody, body)
         const raw = body as Record<string, unknown>
-        await conns.patch(params.id, { ...input, config: raw.config })
+        await conns.patch(params.id, { ...input, config: raw.config }, operator)
         // ask the network again when the config changed or the number was set online
         const row = raw.config !== undefined || input.status === 'online' ? await conns.verify(params.id) : (await conns.obtainAny(params.id)).row
         return { data: conns.toAdmin(row) }
@@ -63,9 +63,9 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     )
     .post(
       '/connections/:id/import-templates',
-      async ({ params }) => {
+      async ({ params, operator }) => {
         const workspaceId = (await conns.obtainAny(params.id)).row.workspace_id
-        const r = await svc.templates.importFrom(workspaceId, params.id, await conns.networkTemplates(params.id))
+        const r = await svc.templates.importFrom(workspaceId, params.id, await conns.networkTemplates(params.id), operator)
         const shown = (rows: typeof r.created) => rows.map((row) => svc.templates.toPublic(row))
         return { data: { created: shown(r.created), updated: shown(r.updated), existing: shown(r.existing), skipped: r.skipped } }
       },
@@ -73,8 +73,8 @@ export function connectionAdminRoutes(svc: Services, auth: ReturnType<typeof aut
     )
     .delete(
       '/connections/:id',
-      async ({ params, set }) => {
-        await conns.remove(params.id, (tx) => svc.campaigns.cancelForConnectionIn(tx, params.id))
+      async ({ params, set, operator }) => {
+        await conns.remove(params.id, (tx) => svc.campaigns.cancelForConnectionIn(tx, params.id), operator)
         // answered once its queue has failed (connection_removed), in batches; a crash meanwhile
         // leaves the rest to the next start (startServices)
         await svc.messages.failQueuedOf(params.id)

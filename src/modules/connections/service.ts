@@ -6,7 +6,7 @@
 import { type Warmup, warmedPolicy, warmupDay, warmupEnd } from '../../scheduler/warmup'
 import type { Policy } from '../../scheduler/pacer'
 import type { Deps } from '../../deps'
-import type { AuditRepo } from '../audit/repo'
+import type { AuditRepo, Operator } from '../audit/repo'
 import { ApiError, notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
@@ -358,7 +358,7 @@ export class ConnectionService {
     }
   }
 
-  async create(workspaceId: string, input: { phone: string; name?: string | null; driver: DriverName; receives?: boolean; config?: unknown; warmup?: WarmupInput | null }): Promise<ConnectionRow> {
+  async create(workspaceId: string, input: { phone: string; name?: string | null; driver: DriverName; receives?: boolean; config?: unknown; warmup?: WarmupInput | null }, by: Operator | null = null): Promise<ConnectionRow> {
     const factory = DRIVERS[input.driver]!
     const checked = factory.checkConfig(input.config)
     if ('errors' in checked) throw validationFailed(checked.errors)
@@ -382,7 +382,7 @@ export class ConnectionService {
         deleted_at: null,
       }
       await this.store.insert(tx, r)
-      await this.audit.addIn(tx, workspaceId, 'connection.created', null, now, r.id)
+      await this.audit.addIn(tx, workspaceId, 'connection.created', null, now, r.id, by)
       await this.deps.engine.announce(tx, `connection:${r.id}`)
       return r
     })
@@ -394,11 +394,11 @@ export class ConnectionService {
   /**
    * `warmup` (when given) starts a warm-up now, replacing one under way, or ends it (null).
    */
-  patch(id: string, input: { name?: string | null; status?: string; config?: unknown; warmup?: WarmupInput | null }): Promise<ConnectionRow> {
-    return this.inTurn(() => this.change(id, input))
+  patch(id: string, input: { name?: string | null; status?: string; config?: unknown; warmup?: WarmupInput | null }, by: Operator | null = null): Promise<ConnectionRow> {
+    return this.inTurn(() => this.change(id, input, by))
   }
 
-  private async change(id: string, input: { name?: string | null; status?: string; config?: unknown; warmup?: WarmupInput | null }): Promise<ConnectionRow> {
+  private async change(id: string, input: { name?: string | null; status?: string; config?: unknown; warmup?: WarmupInput | null }, by: Operator | null): Promise<ConnectionRow> {
     const c = await this.obtainAny(id)
     let config = c.row.config
     if (input.config !== undefined) {
@@ -419,7 +419,7 @@ export class ConnectionService {
     }
     await this.deps.engine.write(async (tx) => {
       await this.store.update(tx, next)
-      await this.audit.addIn(tx, next.workspace_id, 'connection.updated', null, next.updated_at, id)
+      await this.audit.addIn(tx, next.workspace_id, 'connection.updated', null, next.updated_at, id, by)
       if (next.status !== c.row.status) await this.onStatusChangedIn(tx, next, c.row.status)
       await this.deps.engine.announce(tx, `connection:${id}`)
     })
@@ -460,11 +460,11 @@ export class ConnectionService {
   }
 
   /** Remove a connection; its queued messages are failed by the caller in the same step. */
-  async remove(id: string, alsoIn: (tx: Queries) => Promise<void>) {
+  async remove(id: string, alsoIn: (tx: Queries) => Promise<void>, by: Operator | null = null) {
     const c = await this.obtainAny(id)
     await this.deps.engine.write(async (tx) => {
       await this.store.markDeleted(tx, id, this.deps.clock.now())
-      await this.audit.addIn(tx, c.row.workspace_id, 'connection.removed', null, this.deps.clock.now(), id)
+      await this.audit.addIn(tx, c.row.workspace_id, 'connection.removed', null, this.deps.clock.now(), id, by)
       await alsoIn(tx)
       await this.deps.engine.announce(tx, `connection:${id}`)
     })

@@ -25,7 +25,7 @@ import { type Queries, stmt } from '../../db/engine'
 import type { Deps } from '../../deps'
 import { conflict, notFound } from '../../http/errors'
 import type { Logger } from '../../http/log'
-import type { AuditRepo } from '../audit/repo'
+import type { AuditRepo, Operator } from '../audit/repo'
 import type { Idempotency } from '../../http/idempotency'
 import type { CampaignService } from '../campaigns/service'
 import type { MediaService } from '../media/service'
@@ -95,7 +95,7 @@ export class ContactEraser {
    * 404 when there is none, 409 `contact_busy` while a message to it is being handed to its
    * network (seconds; try again).
    */
-  async erase(workspaceId: string, phone: string, { record = true } = {}): Promise<ErasureReport> {
+  async erase(workspaceId: string, phone: string, { record = true, by = null }: { record?: boolean; by?: Operator | null } = {}): Promise<ErasureReport> {
     const { engine } = this.deps
     // the contact, and its messages — unless one is being handed to its network right now
     const find = async (q?: Queries) => {
@@ -130,7 +130,7 @@ export class ContactEraser {
       let media = 0
       for (const m of rows) if (m.direction === 'inbound') for (const id of JSON.parse(m.attachments) as string[]) if (await this.media.expireIn(tx, workspaceId, id, now - 1)) media++
       await this.contacts.eraseIn(tx, contact)
-      await this.audit.addIn(tx, workspaceId, 'contact.erased', null, now)
+      await this.audit.addIn(tx, workspaceId, 'contact.erased', null, now, null, by)
       await setAppliedThrough(tx, now)
       return { report: { contact_id: contact.id, messages: rows.length, queued_failed: queued.length, media, events } as ErasureReport, campaigns, number: contact.phone, now }
     })

@@ -11,7 +11,7 @@
  * each batch written out before the next is read.
  */
 import type { Deps } from '../../deps'
-import type { AuditRepo } from '../audit/repo'
+import type { AuditRepo, Operator } from '../audit/repo'
 import { iso } from '../../http/format'
 import type { MediaService } from '../media/service'
 import type { MessageService } from '../messages/service'
@@ -38,10 +38,10 @@ export class ContactExport {
    * The document for the workspace's contact with this number (or network address), as a stream
    * of JSON `{"data": {...}}`; 404 (thrown before anything is streamed) when there is none.
    */
-  async export(workspaceId: string, phone: string): Promise<ReadableStream<Uint8Array>> {
+  async export(workspaceId: string, phone: string, by: Operator | null = null): Promise<ReadableStream<Uint8Array>> {
     const contact = await this.contacts.byNumber(workspaceId, phone)
     // that the person's data was handed out is recorded; not whose
-    await this.deps.engine.write((tx) => this.audit.addIn(tx, workspaceId, 'contact.exported', null, this.deps.clock.now()))
+    await this.deps.engine.write((tx) => this.audit.addIn(tx, workspaceId, 'contact.exported', null, this.deps.clock.now(), null, by))
     const json = (key: string, value: unknown) => `${JSON.stringify(key)}:${JSON.stringify(value)}`
     const ledger = await this.contacts.ledgerOf(contact.id)
     const head = [json('exported_at', iso(this.deps.clock.now())), json('contact', this.contacts.toPublic(contact)), json('consent', ledger.map((e) => ({ status: e.status, source: e.source, at: iso(e.at) })))]

@@ -12,7 +12,7 @@ import { nextTurn } from '../../db/writer'
 import type { Deps } from '../../deps'
 import { type BulkSpec, bulkRows } from '../../http/bulk'
 import { toE164 } from '../../http/phone'
-import type { AuditRepo } from '../audit/repo'
+import type { AuditRepo, Operator } from '../audit/repo'
 import { upsertContactBody } from './model'
 import type { ContactService, UpsertInput } from './service'
 
@@ -54,13 +54,13 @@ export class ContactImport {
   ) {}
 
   /** Upsert the rows (checked by `importRows`), a slice per write; audited as `contacts.imported` with the first. */
-  async run(workspaceId: string, rows: UpsertInput[]): Promise<{ created: number; updated: number }> {
+  async run(workspaceId: string, rows: UpsertInput[], by: Operator | null = null): Promise<{ created: number; updated: number }> {
     let created = 0
     let updated = 0
     for (let at = 0; at < rows.length; at += this.sliceSize) {
       if (at > 0) await nextTurn()
       const made = await this.deps.engine.write(async (tx) => {
-        if (at === 0) await this.audit.addIn(tx, workspaceId, 'contacts.imported', null, this.deps.clock.now(), workspaceId)
+        if (at === 0) await this.audit.addIn(tx, workspaceId, 'contacts.imported', null, this.deps.clock.now(), workspaceId, by)
         let n = 0
         for (const input of rows.slice(at, at + this.sliceSize)) if ((await this.contacts.upsertIn(tx, workspaceId, input, SOURCE)).created) n++
         return n

@@ -11,7 +11,7 @@
  */
 import { nextTurn } from '../../db/writer'
 import type { Deps } from '../../deps'
-import type { AuditRepo } from '../audit/repo'
+import type { AuditRepo, Operator } from '../audit/repo'
 import type { ContactService } from './service'
 
 /** Contacts read per step of either walk. */
@@ -44,9 +44,9 @@ export class ContactListExport {
   }
 
   /** The CSV, header first, streamed a slice at a time as it is read; audited as `contacts.exported`. */
-  async export(workspaceId: string): Promise<ReadableStream<Uint8Array>> {
+  async export(workspaceId: string, by: Operator | null = null): Promise<ReadableStream<Uint8Array>> {
     const keys = await this.keys(workspaceId)
-    await this.deps.engine.write((tx) => this.audit.addIn(tx, workspaceId, 'contacts.exported', null, this.deps.clock.now(), workspaceId))
+    await this.deps.engine.write((tx) => this.audit.addIn(tx, workspaceId, 'contacts.exported', null, this.deps.clock.now(), workspaceId, by))
     const encoder = new TextEncoder()
     const header = ['phone', 'name', 'consent_status', ...keys.map((k) => `metadata.${k}`)].map((c) => csvCell(c)).join(',')
     let after: string | null = null // null: the header is not written yet

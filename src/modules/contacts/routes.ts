@@ -85,17 +85,17 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     .use(auth)
     .post(
       '/workspaces/:id/contacts/export',
-      async ({ params, body }) => {
+      async ({ params, body, operator }) => {
         await svc.workspaces.find(params.id)
-        return new Response(await svc.contactExport.export(params.id, validate(byPhone, body).phone), { headers: { 'content-type': 'application/json' } })
+        return new Response(await svc.contactExport.export(params.id, validate(byPhone, body).phone, operator), { headers: { 'content-type': 'application/json' } })
       },
       { admin: true, detail: adminOp({ summary: "Hand over a contact's data", description: 'Everything kept about one number (the number in the body, so it stays out of URLs and logs): the contact, its consent ledger, messages, media, campaigns, network addresses and suppression.', tag: adminTag, body: byPhone, writes: false, ok: { status: 200, data: exportDoc, description: 'The export.' }, errors: [400, 404, 422] }) },
     )
     .get(
       '/workspaces/:id/contacts.csv',
-      async ({ params }) => {
+      async ({ params, operator }) => {
         const ws = await svc.workspaces.find(params.id)
-        return new Response(await svc.contactList.export(params.id), {
+        return new Response(await svc.contactList.export(params.id, operator), {
           headers: { 'content-type': 'text/csv; charset=utf-8', 'content-disposition': `attachment; filename="contacts-${ws.slug}.csv"`, 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' },
         })
       },
@@ -103,17 +103,17 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     )
     .post(
       '/workspaces/:id/contacts/import',
-      async ({ params, body }) => {
+      async ({ params, body, operator }) => {
         const ws = await svc.workspaces.find(params.id)
-        return { data: await svc.contactImport.run(params.id, await importRows(body, svc.workspaces.settings(ws).contacts.default_country)) }
+        return { data: await svc.contactImport.run(params.id, await importRows(body, svc.workspaces.settings(ws).contacts.default_country), operator) }
       },
       { admin: true, detail: adminOp({ summary: 'Import contacts', description: `Upserts by phone, all or nothing: a CSV file of up to ${MAX_CSV_ROWS} rows or a JSON list of up to ${MAX_JSON_ROWS}.`, tag: adminTag, requestBody: importBody('contacts', importRowDoc, 'phone, and name, consent_status, metadata.<key> if you like'), ok: { status: 200, data: d.object({ created: d.integer, updated: d.integer }), description: 'How many were created and updated.' }, errors: [400, 404, 413, 422] }) },
     )
     .post(
       '/workspaces/:id/contacts/erase',
-      async ({ params, body }) => {
+      async ({ params, body, operator }) => {
         await svc.workspaces.find(params.id)
-        return { data: await svc.eraser.erase(params.id, validate(byPhone, body).phone) }
+        return { data: await svc.eraser.erase(params.id, validate(byPhone, body).phone, { by: operator }) }
       },
       { admin: true, detail: adminOp({ summary: 'Erase a contact', description: 'Its messages, media, consent ledger and webhook events go; queued messages fail. Kept in an erasure journal so a restored backup erases it again.', tag: adminTag, body: byPhone, ok: { status: 200, data: erasureDoc, description: 'What was erased.' }, errors: [400, 404, 409, 422] }) },
     )

@@ -14,6 +14,8 @@ const auditDoc = d.object({
   subject_id: d.nullable(d.string()),
   subject_name: d.nullable(d.string('What the subject is called: the number, the endpoint URL or the workspace name (null once it is removed).')),
   actor: d.constant('operator', { description: 'Who did it: every entry is an operator’s (the admin token, the dashboard or the CLI); what API keys change is in the consent ledger and the message log.' }),
+  via: d.oneOf(['dashboard', 'cli', 'admin_token', null], { description: 'How the operator signed the request: a dashboard session, the admin token from the `capstan` CLI, or the admin token from anything else. Every operator holds the same admin token, so this and `ip` are what tell their changes apart. Null for entries written before Capstan recorded it, and for what Capstan does itself (an erasure applied again after a restore).' }),
+  ip: d.nullable(d.string(), { description: 'The address the request came from (the client’s, behind a trusted proxy: CAPSTAN_TRUSTED_PROXIES); null where `via` is.' }),
   at: d.time,
 })
 const auditQuery = s.object({ action: s.string().length(1, 64).pattern(/^[a-z_]+(\.[a-z_]+)?$/, 'must be an action (webhook.removed) or a kind of action (webhook)').optional().describe('Only this action, or every action of this kind.', 'webhook'), ...pageQuery.shape })
@@ -25,11 +27,11 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
     .use(auth)
     .post(
       '/workspaces/:id/keys',
-      async ({ params, body, set }) => {
+      async ({ params, body, set, operator }) => {
         await svc.workspaces.find(params.id)
         const input = validate(createKeyBody, body)
         set.status = 201
-        return { data: await keys.create(params.id, input) }
+        return { data: await keys.create(params.id, input, operator) }
       },
       { admin: true, detail: adminOp({ summary: 'Create an API key', tag, body: createKeyBody, ok: { status: 201, data: newKeyDoc, description: 'Created; `key` is shown this once.' }, errors: [400, 404, 422] }) },
     )
@@ -41,11 +43,11 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
       },
       { admin: true, detail: adminOp({ summary: "A workspace's API keys", tag, ok: { status: 200, data: d.list(keyDoc), description: 'Every key of the workspace, revoked ones included.' }, errors: [404] }) },
     )
-    .post('/keys/:id/revoke', async ({ params }) => ({ data: keys.toAdmin(await keys.revoke(params.id)) }), { admin: true, detail: adminOp({ summary: 'Revoke an API key', description: 'It answers 401 from the next request on, on every instance.', tag, writes: true, ok: { status: 200, data: keyDoc, description: 'The key, revoked.' }, errors: [404] }) })
+    .post('/keys/:id/revoke', async ({ params, operator }) => ({ data: keys.toAdmin(await keys.revoke(params.id, operator)) }), { admin: true, detail: adminOp({ summary: 'Revoke an API key', description: 'It answers 401 from the next request on, on every instance.', tag, writes: true, ok: { status: 200, data: keyDoc, description: 'The key, revoked.' }, errors: [404] }) })
     .delete(
       '/keys/:id',
-      async ({ params, set }) => {
-        await keys.remove(params.id)
+      async ({ params, set, operator }) => {
+        await keys.remove(params.id, operator)
         set.status = 204
         return ''
       },
@@ -76,6 +78,8 @@ export function keyAdminRoutes(svc: Services, auth: ReturnType<typeof authPlugin
             subject_id: r.subject_id,
             subject_name: r.subject_id ? await subjectName(r.action.split('.')[0]!, r.subject_id) : null,
             actor: 'operator' as const,
+            via: r.via,
+            ip: r.ip,
             at: iso(r.at),
           }),
         )

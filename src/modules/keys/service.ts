@@ -14,7 +14,7 @@ import type { WorkspaceRow } from '../workspaces/store'
 import type { WorkspaceService } from '../workspaces/service'
 import { ipRanges, isIpRange } from '../../http/ip-ranges'
 import { ALL_SCOPES, type AdminKey, type Scope } from './model'
-import type { AuditRepo } from '../audit/repo'
+import type { AuditRepo, Operator } from '../audit/repo'
 import { KeyStore, type KeyRow } from './store'
 
 /** `cap_` + 16-char key id + `.` + 48-char secret: the id is [4, 20), the secret [21, 69). */
@@ -124,7 +124,7 @@ export class KeyService {
   }
 
   /** Issue a key; returns the record and the plaintext (shown once). */
-  async create(workspaceId: string, input: { name: string; scopes?: string[]; expires_at?: string | null; allowed_ips?: string[] | null }) {
+  async create(workspaceId: string, input: { name: string; scopes?: string[]; expires_at?: string | null; allowed_ips?: string[] | null }, by: Operator | null = null) {
     const now = this.deps.clock.now()
     const ranges = input.allowed_ips?.length ? [...new Set(input.allowed_ips)] : null
     const bad = (input.allowed_ips ?? []).flatMap((r, i) => (isIpRange(r) ? [] : [i]))
@@ -154,12 +154,12 @@ export class KeyService {
     await this.deps.engine.write(async (tx) => {
       await this.workspaces.find(workspaceId)
       await this.store.insert(tx, row)
-      await this.audit.addIn(tx, workspaceId, 'api_key.created', row.id, now)
+      await this.audit.addIn(tx, workspaceId, 'api_key.created', row.id, now, null, by)
     })
     return { ...this.toAdmin(row), key: `cap_${keyId}.${secret}` }
   }
 
-  async revoke(id: string): Promise<KeyRow> {
+  async revoke(id: string, by: Operator | null = null): Promise<KeyRow> {
     // listened for from inside the write: its announcement can come back before the write resolves
     let propagated: Promise<void> | null = null
     const row = await this.deps.engine.write(async (tx) => {
@@ -169,7 +169,7 @@ export class KeyService {
       if (row.status === 'active') {
         const now = this.deps.clock.now()
         await this.store.revoke(tx, id, now)
-        await this.audit.addIn(tx, row.workspace_id, 'api_key.revoked', id, now)
+        await this.audit.addIn(tx, row.workspace_id, 'api_key.revoked', id, now, null, by)
         await this.deps.engine.announce(tx, `key:${row.key_id}`)
         propagated = this.deps.engine.propagated(`key:${row.key_id}`)
       }
@@ -184,14 +184,14 @@ export class KeyService {
   }
 
   /** Remove a revoked key from the list (409 while it is still active). */
-  async remove(id: string) {
+  async remove(id: string, by: Operator | null = null) {
     const keyId = await this.deps.engine.write(async (tx) => {
       const row = await this.store.get(id, tx)
       if (!row) throw notFound('API key')
       if (row.status !== 'revoked') throw conflict('key_active', 'Only a revoked key can be removed; revoke it first.')
       this.cache.delete(row.key_id)
       await this.store.remove(tx, id)
-      await this.audit.addIn(tx, row.workspace_id, 'api_key.removed', id, this.deps.clock.now())
+      await this.audit.addIn(tx, row.workspace_id, 'api_key.removed', id, this.deps.clock.now(), null, by)
       await this.deps.engine.announce(tx, `key:${row.key_id}`)
       return row.key_id
     })

@@ -31,10 +31,10 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
     .use(auth)
     .post(
       '/workspaces/:id/suppressions',
-      async ({ params, body, set }) => {
+      async ({ params, body, set, operator }) => {
         await svc.workspaces.find(params.id)
         const input = validate(addBody, body)
-        const [row, created] = await sup.add(params.id, input.phone, input.reason ?? null)
+        const [row, created] = await sup.add(params.id, input.phone, input.reason ?? null, operator)
         set.status = created ? 201 : 200
         return { data: sup.toPublic(row) }
       },
@@ -42,9 +42,9 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
     )
     .post(
       '/workspaces/:id/suppressions/import',
-      async ({ params, body }) => {
+      async ({ params, body, operator }) => {
         await svc.workspaces.find(params.id)
-        return { data: await sup.importRows(params.id, await bulkRows(body, SUPPRESSION_ROWS)) }
+        return { data: await sup.importRows(params.id, await bulkRows(body, SUPPRESSION_ROWS), operator) }
       },
       { admin: true, detail: adminOp({ summary: 'Import suppressions', description: `All or nothing: a CSV file of up to ${MAX_CSV_ROWS} rows or a JSON list of up to ${MAX_JSON_ROWS}.`, tag, requestBody: importBody('suppressions', d.object({ phone: d.string('E.164'), reason: d.optional(d.nullable(d.string())) }), 'phone, and reason if you like'), ok: { status: 200, data: d.object({ added: d.integer, already: d.integer }), description: 'How many were added, and how many were there already.' }, errors: [400, 404, 413, 422] }) },
     )
@@ -63,12 +63,12 @@ export function suppressionAdminRoutes(svc: Services, auth: ReturnType<typeof au
     )
     .delete(
       '/workspaces/:id/suppressions/:phone',
-      async ({ params, set }) => {
+      async ({ params, set, operator }) => {
         await svc.workspaces.find(params.id)
         // the router has already decoded the path (%2B → +); decoding again broke on a literal %
         const phone = params.phone
         if (!E164.test(phone)) throw notFound('suppression')
-        await sup.remove(params.id, phone)
+        await sup.remove(params.id, phone, operator)
         set.status = 204
         return ''
       },

@@ -2,7 +2,7 @@
 import { nextTurn } from '../../db/writer'
 import type { Queries } from '../../db/engine'
 import type { Deps } from '../../deps'
-import type { AuditRepo } from '../audit/repo'
+import type { AuditRepo, Operator } from '../audit/repo'
 import { notFound } from '../../http/errors'
 import { iso } from '../../http/format'
 import { SuppressionStore, type SuppressionRow } from './store'
@@ -37,13 +37,13 @@ export class SuppressionService {
   }
 
   /** Add a number; adding it again keeps the first entry. Returns [row, created]. */
-  add(workspaceId: string, phone: string, reason: string | null): Promise<[SuppressionRow, boolean]> {
+  add(workspaceId: string, phone: string, reason: string | null, by: Operator | null = null): Promise<[SuppressionRow, boolean]> {
     return this.deps.engine.write(async (tx): Promise<[SuppressionRow, boolean]> => {
       const existing = await this.store.get(workspaceId, phone, tx)
       if (existing) return [existing, false]
       const row = { workspace_id: workspaceId, phone, reason, created_at: this.deps.clock.now() }
       await this.store.insert(tx, row)
-      await this.audit.addIn(tx, workspaceId, 'suppression.added', null, row.created_at)
+      await this.audit.addIn(tx, workspaceId, 'suppression.added', null, row.created_at, null, by)
       return [row, true]
     })
   }
@@ -56,13 +56,13 @@ export class SuppressionService {
    * between; a number already on the list keeps its entry. Audited once, as
    * `suppressions.imported`, with the first slice.
    */
-  async importRows(workspaceId: string, rows: { phone: string; reason?: string | null }[]): Promise<{ added: number; already: number }> {
+  async importRows(workspaceId: string, rows: { phone: string; reason?: string | null }[], by: Operator | null = null): Promise<{ added: number; already: number }> {
     let added = 0
     for (let at = 0; at < rows.length; at += this.importSliceSize) {
       if (at > 0) await nextTurn()
       added += await this.deps.engine.write(async (tx) => {
         const now = this.deps.clock.now()
-        if (at === 0) await this.audit.addIn(tx, workspaceId, 'suppressions.imported', null, now, workspaceId)
+        if (at === 0) await this.audit.addIn(tx, workspaceId, 'suppressions.imported', null, now, workspaceId, by)
         let n = 0
         for (const r of rows.slice(at, at + this.importSliceSize)) if (await this.store.insertNew(tx, { workspace_id: workspaceId, phone: r.phone, reason: r.reason ?? null, created_at: now })) n++
         return n
@@ -71,10 +71,10 @@ export class SuppressionService {
     return { added, already: rows.length - added }
   }
 
-  async remove(workspaceId: string, phone: string) {
+  async remove(workspaceId: string, phone: string, by: Operator | null = null) {
     const removed = await this.deps.engine.write(async (tx) => {
       const gone = await this.store.remove(tx, workspaceId, phone)
-      if (gone) await this.audit.addIn(tx, workspaceId, 'suppression.removed', null, this.deps.clock.now())
+      if (gone) await this.audit.addIn(tx, workspaceId, 'suppression.removed', null, this.deps.clock.now(), null, by)
       return gone
     })
     if (!removed) throw notFound('suppression')

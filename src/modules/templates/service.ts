@@ -1,7 +1,7 @@
 /** Message templates with placeholders; preview renders them for a contact or given values. */
 import type { Queries } from '../../db/engine'
 import type { Deps } from '../../deps'
-import type { AuditRepo } from '../audit/repo'
+import type { AuditRepo, Operator } from '../audit/repo'
 import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import { NUMBERED, placeholders, render, type RenderValues } from './render'
@@ -164,10 +164,10 @@ export class TemplateService {
    * is unchanged, else listed in `skipped` with the reason), as is one made by hand. One that cannot
    * be sent is listed with the reason. Audited as `templates.imported`, naming the number.
    */
-  importFrom(workspaceId: string, connectionId: string, defs: NetworkTemplateDefinition[]) {
+  importFrom(workspaceId: string, connectionId: string, defs: NetworkTemplateDefinition[], by: Operator | null = null) {
     return this.deps.engine.write(async (tx) => {
       const result = await this.importIn(tx, workspaceId, defs)
-      await this.audit.addIn(tx, workspaceId, 'templates.imported', null, this.deps.clock.now(), connectionId)
+      await this.audit.addIn(tx, workspaceId, 'templates.imported', null, this.deps.clock.now(), connectionId, by)
       return result
     })
   }

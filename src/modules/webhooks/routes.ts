@@ -25,11 +25,11 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     .use(auth)
     .post(
       '/workspaces/:id/webhooks',
-      async ({ params, body, set }) => {
+      async ({ params, body, set, operator }) => {
         await svc.workspaces.find(params.id)
         const input = validate(createBody, body)
         set.status = 201
-        return { data: await hooks.create(params.id, input.url, input.events, input.headers) }
+        return { data: await hooks.create(params.id, input.url, input.events, input.headers, operator) }
       },
       { admin: true, detail: adminOp({ summary: 'Add a webhook endpoint', description: 'No events listed = all of them. The signing secret is in the answer.', tag, body: createBody, ok: { status: 201, data: endpointWithSecretDoc, description: 'Added.' }, errors: [400, 404, 422] }) },
     )
@@ -44,20 +44,20 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     .get('/webhooks/:id', async ({ params }) => ({ data: hooks.toAdmin(await hooks.get(params.id), true) }), { admin: true, detail: adminOp({ summary: 'A webhook endpoint, with its secret and header values', tag, ok: { status: 200, data: endpointFullDoc, description: 'The endpoint.' }, errors: [404] }) })
     .patch(
       '/webhooks/:id',
-      async ({ params, body }) => {
+      async ({ params, body, operator }) => {
         const input = validate(patchBody, body, (v, errors) => {
           if (v.status === undefined && v.url === undefined && v.events === undefined && v.headers === undefined) fieldError(errors, 'status', 'Give at least one of status, url, events or headers.')
         })
-        return { data: hooks.toAdmin(await hooks.patch(params.id, input)) }
+        return { data: hooks.toAdmin(await hooks.patch(params.id, input, operator)) }
       },
       { admin: true, detail: adminOp({ summary: 'Change a webhook endpoint', description: 'disabled holds its deliveries; active sends them.', tag, body: patchBody, ok: { status: 200, data: endpointDoc, description: 'The endpoint as stored now.' }, errors: [400, 404, 422] }) },
     )
     // failed deliveries of events since a time go out again
     .post(
       '/webhooks/:id/recover',
-      async ({ params, body, set }) => {
+      async ({ params, body, set, operator }) => {
         const input = validate(recoverBody, body)
-        const requeued = await hooks.recover(params.id, Date.parse(input.since))
+        const requeued = await hooks.recover(params.id, Date.parse(input.since), operator)
         set.status = 202
         return { data: { requeued } }
       },
@@ -66,16 +66,16 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     // a new signing secret; the replaced one keeps signing beside it for keep_previous_hours
     .post(
       '/webhooks/:id/rotate-secret',
-      async ({ params, body }) => {
+      async ({ params, body, operator }) => {
         const input = validate(rotateBody, body)
-        return { data: await hooks.rotateSecret(params.id, input.keep_previous_hours ?? KEEP_PREVIOUS_HOURS) }
+        return { data: await hooks.rotateSecret(params.id, input.keep_previous_hours ?? KEEP_PREVIOUS_HOURS, operator) }
       },
       { admin: true, detail: adminOp({ summary: 'Rotate the signing secret', description: `The replaced secret keeps signing beside the new one for keep_previous_hours (default ${KEEP_PREVIOUS_HOURS}; 0 drops it at once).`, tag, body: rotateBody, ok: { status: 200, data: endpointWithSecretDoc, description: 'The endpoint with its new secret.' }, errors: [400, 404, 422] }) },
     )
     .delete(
       '/webhooks/:id',
-      async ({ params, set }) => {
-        await hooks.remove(params.id)
+      async ({ params, set, operator }) => {
+        await hooks.remove(params.id, operator)
         set.status = 204
         return ''
       },
@@ -100,8 +100,8 @@ export function webhookAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
     )
     .post(
       '/webhooks/:id/deliveries/:deliveryId/resend',
-      async ({ params, set }) => {
-        const row = await hooks.resend(params.id, params.deliveryId)
+      async ({ params, set, operator }) => {
+        const row = await hooks.resend(params.id, params.deliveryId, operator)
         set.status = 202
         return { data: hooks.deliveryToAdmin(row) }
       },

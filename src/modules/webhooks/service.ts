@@ -12,7 +12,7 @@ import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
 import type { SecretBox } from '../../secrets'
-import type { AuditRepo } from '../audit/repo'
+import type { AuditRepo, Operator } from '../audit/repo'
 import type { EventData } from './docs'
 import type { AdminEndpoint } from './model'
 import { type DeliveryRow, type EndpointRow, HELD_REASON, WebhookStore } from './store'
@@ -233,14 +233,14 @@ export class WebhookService {
    * keeps the ids it handled sees it as the same event): 409 while the endpoint is disabled or the
    * delivery is still pending. Audited as `webhook.resent`.
    */
-  async resend(endpointId: string, id: string): Promise<DeliveryRow> {
+  async resend(endpointId: string, id: string, by: Operator | null = null): Promise<DeliveryRow> {
     const endpoint = await this.get(endpointId)
     if (endpoint.status !== 'active') throw conflict('endpoint_disabled', 'The endpoint is disabled; enable it first.')
     await this.delivery(endpointId, id)
     const now = this.deps.clock.now()
     const done = await this.deps.engine.write(async (tx) => {
       if (!(await this.store.resend(tx, endpointId, id, now))) return false
-      await this.audit.addIn(tx, endpoint.workspace_id, 'webhook.resent', null, now, endpointId)
+      await this.audit.addIn(tx, endpoint.workspace_id, 'webhook.resent', null, now, endpointId, by)
       return true
     })
     if (!done) throw conflict('delivery_pending', 'The delivery is still being attempted; it goes out without being asked.')
@@ -277,7 +277,7 @@ export class WebhookService {
     }
   }
 
-  async create(workspaceId: string, url: string, events: string[] | undefined, headers?: Record<string, unknown> | null) {
+  async create(workspaceId: string, url: string, events: string[] | undefined, headers?: Record<string, unknown> | null, by: Operator | null = null) {
     const secret = newSecret()
     const now = this.deps.clock.now()
     const row: EndpointRow = {
@@ -297,7 +297,7 @@ export class WebhookService {
     }
     await this.deps.engine.write(async (tx) => {
       await this.store.createEndpoint(tx, row)
-      await this.audit.addIn(tx, workspaceId, 'webhook.created', null, now, row.id)
+      await this.audit.addIn(tx, workspaceId, 'webhook.created', null, now, row.id, by)
     })
     return { ...this.toAdmin(row), secret }
   }
@@ -309,11 +309,11 @@ export class WebhookService {
     return row
   }
 
-  async remove(id: string) {
+  async remove(id: string, by: Operator | null = null) {
     const row = await this.get(id)
     await this.deps.engine.write(async (tx) => {
       await this.store.removeEndpoint(tx, id, this.deps.clock.now())
-      await this.audit.addIn(tx, row.workspace_id, 'webhook.removed', null, this.deps.clock.now(), id)
+      await this.audit.addIn(tx, row.workspace_id, 'webhook.removed', null, this.deps.clock.now(), id, by)
     })
   }
 
@@ -324,11 +324,11 @@ export class WebhookService {
    * fresh retry schedule, to the URL it has then). Events that happened while it was disabled were
    * not written for it. Setting the status it already has changes nothing.
    */
-  async patch(id: string, input: { status?: 'active' | 'disabled'; url?: string; events?: string[]; headers?: Record<string, unknown> | null }) {
+  async patch(id: string, input: { status?: 'active' | 'disabled'; url?: string; events?: string[]; headers?: Record<string, unknown> | null }, by: Operator | null = null) {
     const now = this.deps.clock.now()
     const requeued = await this.deps.engine.write(async (tx) => {
       const row = await this.get(id, tx)
-      await this.audit.addIn(tx, row.workspace_id, 'webhook.updated', null, now, id)
+      await this.audit.addIn(tx, row.workspace_id, 'webhook.updated', null, now, id, by)
       if (input.url !== undefined || input.events !== undefined || input.headers !== undefined) {
         const headers = input.headers === undefined ? row.headers_enc : this.headersColumn(input.headers)
         await this.store.updateTarget(tx, id, input.url ?? row.url, input.events === undefined ? row.events : eventsColumn(input.events), headers, now)
@@ -352,14 +352,14 @@ export class WebhookService {
    * within that time replaces the older secret: at most two sign at once. Audited
    * (`webhook.secret_rotated`). Returns the endpoint with its new secret.
    */
-  async rotateSecret(id: string, keepPreviousHours: number) {
+  async rotateSecret(id: string, keepPreviousHours: number, by: Operator | null = null) {
     const secret = newSecret()
     const now = this.deps.clock.now()
     const row = await this.deps.engine.write(async (tx) => {
       const current = await this.get(id, tx)
       const previous = keepPreviousHours > 0 ? { enc: current.secret_enc, until: now + keepPreviousHours * 3_600_000 } : null
       await this.store.rotateSecret(tx, id, this.box.seal(secret), previous, now)
-      await this.audit.addIn(tx, current.workspace_id, 'webhook.secret_rotated', null, now, id)
+      await this.audit.addIn(tx, current.workspace_id, 'webhook.secret_rotated', null, now, id, by)
       return this.get(id, tx)
     })
     this.log.info('webhook signing secret rotated', { endpoint_id: id, previous_signs_hours: keepPreviousHours })
@@ -377,10 +377,10 @@ export class WebhookService {
    * otherwise); the first ones go out while later ones are still being written. Stops early if
    * the endpoint is disabled or removed meanwhile. Returns how many go out again.
    */
-  async recover(id: string, since: number): Promise<number> {
+  async recover(id: string, since: number, by: Operator | null = null): Promise<number> {
     const endpoint = await this.get(id)
     if (endpoint.status !== 'active') throw conflict('endpoint_disabled', 'The endpoint is disabled; enable it first.')
-    await this.deps.engine.write((tx) => this.audit.addIn(tx, endpoint.workspace_id, 'webhook.recovered', null, this.deps.clock.now(), id))
+    await this.deps.engine.write((tx) => this.audit.addIn(tx, endpoint.workspace_id, 'webhook.recovered', null, this.deps.clock.now(), id, by))
     let total = 0
     for (let after = 0; ; ) {
       const { requeued, last } = await this.deps.engine.write(async (tx) => {

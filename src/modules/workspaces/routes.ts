@@ -36,10 +36,10 @@ export function workspaceAdminRoutes(svc: Services, auth: ReturnType<typeof auth
     .get('/workspaces/:id', async ({ params }) => ({ data: ws.toAdmin(await ws.find(params.id)) }), { admin: true, detail: adminOp({ summary: 'A workspace', tag: 'Workspaces', ok: { status: 200, data: workspaceAdminDoc, description: 'The workspace.' }, errors: [404] }) })
     .patch(
       '/workspaces/:id',
-      async ({ params, body }) => {
+      async ({ params, body, operator }) => {
         await ws.find(params.id)
         const input = validate(patchWorkspaceBody, body)
-        return { data: ws.toAdmin(await ws.patch(params.id, input)) }
+        return { data: ws.toAdmin(await ws.patch(params.id, input, operator)) }
       },
       { admin: true, detail: adminOp({ summary: 'Change a workspace', description: 'Name, status (inactive: its keys get 403) and settings; a settings object replaces only the fields it names.', tag: 'Workspaces', body: patchWorkspaceBody, ok: { status: 200, data: workspaceAdminDoc, description: 'The workspace as stored now.' }, errors: [400, 404, 422] }) },
     )

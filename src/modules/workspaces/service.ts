@@ -1,6 +1,6 @@
 /** Workspaces: create with a unique slug, read, patch name/status/settings. */
 import type { Deps } from '../../deps'
-import type { AuditRepo } from '../audit/repo'
+import type { AuditRepo, Operator } from '../audit/repo'
 import { notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import { isCountry } from '../../http/phone'
@@ -150,9 +150,9 @@ export class WorkspaceService {
     return row
   }
 
-  async patch(id: string, input: PatchInput): Promise<WorkspaceRow> {
+  async patch(id: string, input: PatchInput, by: Operator | null = null): Promise<WorkspaceRow> {
     const wait = this.deps.engine.propagated(`workspace:${id}`)
-    const row = await this.patchRow(id, input)
+    const row = await this.patchRow(id, input, by)
     this.rows.set(id, row)
     this.onChange(id)
     // a status change holds on every instance before the operator hears it is done
@@ -160,7 +160,7 @@ export class WorkspaceService {
     return row
   }
 
-  private async patchRow(id: string, input: PatchInput): Promise<WorkspaceRow> {
+  private async patchRow(id: string, input: PatchInput, by: Operator | null): Promise<WorkspaceRow> {
     await this.find(id)
     return this.deps.engine.write(async (tx) => {
       const row = await this.store.get(id, tx)
@@ -189,7 +189,7 @@ export class WorkspaceService {
         updated_at: this.deps.clock.now(),
       }
       await this.store.update(tx, next)
-      await this.audit.addIn(tx, id, 'workspace.updated', null, next.updated_at, id)
+      await this.audit.addIn(tx, id, 'workspace.updated', null, next.updated_at, id, by)
       await this.deps.engine.announce(tx, `workspace:${id}`)
       return next
     })
