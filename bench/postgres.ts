@@ -7,7 +7,10 @@
  *   instance with no gaps, from its start until every message is sent;
  * - GET /api/v1/messages with 1,000,000 rows in the workspace's log: p50 of the first page, of a
  *   status filter and of page 100.
- * Run: bun bench/postgres.ts [seconds per run = 5] [rounds = 5] [only: post | release | log]
+ * Run: bun bench/postgres.ts [seconds per run = 5] [rounds = 5] [only: post | release | log | curve]
+ * `curve` (only when asked): the ceiling, one instance and two sharing a database (half the
+ * requests each) at each of BENCH_CONNECTIONS requests in flight (25,50,100,200), in turns — how
+ * they answer as more clients wait on them.
  * BENCH_NUMBERS, BENCH_PER_NUMBER: the release run's numbers (1,000, in fifties) and messages queued on
  * each (20). BENCH_PG_WAITS=1: the release run also prints its messages by status every 200 ms and what the
  * database's sessions were doing (pg_stat_activity sampled every 10 ms).
@@ -38,6 +41,7 @@ const say = (line: string) => {
   out.push(line)
 }
 
+const sum = (a: WrkResult, b: WrkResult): WrkResult => ({ rps: a.rps + b.rps, p50: (a.p50 + b.p50) / 2, p99: Math.max(a.p99, b.p99), errors: a.errors + b.errors })
 const env = (url: string) => ({ CAPSTAN_DATABASE_URL: url, CAPSTAN_SECRET_KEY: SECRET, CAPSTAN_LOG_LEVEL: 'warn' })
 
 // --- POST /messages: ceiling, one instance, two instances
@@ -57,7 +61,6 @@ const twoB = await startCapstan(env(twoUrl))
 const { lua: oneLua } = await sendLoad(one)
 const { lua: twoLua } = await sendLoad(twoA, '+15550009998')
 const ceilingLua = `request = function() return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, '{"recipient":"+15550000000","body":"Your order has shipped"}') end`
-const sum = (a: WrkResult, b: WrkResult): WrkResult => ({ rps: a.rps + b.rps, p50: (a.p50 + b.p50) / 2, p99: Math.max(a.p99, b.p99), errors: a.errors + b.errors })
 const results: Record<'ceiling' | 'one' | 'two', WrkResult[]> = { ceiling: [], one: [], two: [] }
 const send = `${one.base}/api/v1/messages`
 await wrk(`http://127.0.0.1:${ceilingPort}/`, { seconds: 2, lua: ceilingLua })
@@ -78,6 +81,47 @@ say(`| Capstan, one instance | ${fmt(o)} | ${Math.round((o.rps / c.rps) * 100)}%
 say(`| Capstan, two instances on one database (wrk -c25 each, summed) | ${fmt(t)} | ${Math.round((t.rps / c.rps) * 100)}% |`)
 ceiling.kill()
 for (const cap of [one, twoA, twoB]) await cap.stop()
+}
+
+// --- POST /messages with more or fewer requests in flight: the ceiling and one instance, in turns
+if (only === 'curve') {
+  const levels = (process.env.BENCH_CONNECTIONS ?? '25,50,100,200').split(',').map(Number)
+  const ceilingPort = await freePort()
+  const ceiling = Bun.spawn(['bun', join(ROOT, 'bench/bare-pg-insert.ts')], { env: { ...process.env, PORT: String(ceilingPort), DATABASE_URL: await database('curve_ceiling') }, stdout: 'ignore', stderr: 'inherit' })
+  for (let i = 0; i < 200; i++) {
+    if ((await fetch(`http://127.0.0.1:${ceilingPort}/`, { method: 'POST', body: '{"recipient":"+15550000000","body":"up?"}' }).catch(() => null))?.status === 202) break
+    await Bun.sleep(50)
+  }
+  const one = await startCapstan(env(await database('curve_one')))
+  const { lua } = await sendLoad(one)
+  const twoUrl = await database('curve_two')
+  const twoA = await startCapstan(env(twoUrl))
+  const twoB = await startCapstan(env(twoUrl))
+  const { lua: twoLua } = await sendLoad(twoA, '+15550009998')
+  const ceilingLua = `request = function() return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, '{"recipient":"+15550000000","body":"Your order has shipped"}') end`
+  const bare = `http://127.0.0.1:${ceilingPort}/`
+  const send = `${one.base}/api/v1/messages`
+  await wrk(bare, { seconds: 2, lua: ceilingLua })
+  await wrk(send, { seconds: 2, lua })
+  say(`\nPOST /api/v1/messages on PostgreSQL by requests in flight, ${turns} rounds of ${seconds} s in turns, medians; 2 cores, Bun ${Bun.version}\n`)
+  say('| wrk -c | ceiling | Capstan, one instance | two instances (half the requests each, summed) |')
+  say('|---|---|---|---|')
+  for (const connections of levels) {
+    const c: WrkResult[] = [], o: WrkResult[] = [], t: WrkResult[] = []
+    for (let r = 0; r < turns; r++) {
+      c.push(await wrk(bare, { seconds, connections, lua: ceilingLua }))
+      o.push(await wrk(send, { seconds, connections, lua }))
+      const half = (n: number) => ({ seconds, connections: n, lua: twoLua })
+      const [a, b] = await Promise.all([wrk(`${twoA.base}/api/v1/messages`, half(Math.ceil(connections / 2))), wrk(`${twoB.base}/api/v1/messages`, half(Math.floor(connections / 2)))])
+      t.push(sum(a, b))
+    }
+    const cr = median(c.map((r) => r.rps))
+    const cell = (rs: WrkResult[]) => `${Math.round(median(rs.map((r) => r.rps))).toLocaleString('en-US')} req/s, p50 ${median(rs.map((r) => r.p50)).toFixed(2)} ms`
+    const of = (rs: WrkResult[]) => `${Math.round((median(rs.map((r) => r.rps)) / cr) * 100)}%`
+    say(`| ${connections} | ${cell(c)} | ${cell(o)} (${of(o)}) | ${cell(t)} (${of(t)}) |`)
+  }
+  ceiling.kill()
+  for (const cap of [one, twoA, twoB]) await cap.stop()
 }
 
 // --- release throughput: 1,000 numbers × 20 queued messages, one instance, no gaps
