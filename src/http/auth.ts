@@ -50,7 +50,7 @@ function bearerToken(header: string | null): string | null {
 /** The dashboard's sign-in: its credential comes in the body. */
 export const SIGN_IN = '/admin/session'
 /** The User-Agent the CLI sends (src/cli.ts): the audit log names its changes `cli`. */
-export const CLI_AGENT = /^capstan-cli\//
+const CLI_AGENT = /^capstan-cli\//
 const operatorAddress = (ip: string) => (ip === 'unknown' ? null : ip)
 
 const csrfFailed = () => new ApiError(403, 'csrf_failed', 'This request needs the X-Capstan-CSRF header.')

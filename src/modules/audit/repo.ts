@@ -55,7 +55,7 @@ export interface AuditRow {
   key_id: string | null
   subject_id: string | null
   at: number
-  /** Null for an entry written before Capstan recorded it (or by a script calling a service). */
+  /** Null for an entry written before Capstan recorded it, or by Capstan itself (an erasure applied again after a restore). */
   via: OperatorVia | null
   ip: string | null
 }
