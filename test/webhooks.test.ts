@@ -425,8 +425,8 @@ describe('durability and administration', () => {
     }
     const audit = (await srv.admin('GET', `/workspaces/${ws.id}/audit-log`)).json.data
     expect(audit.filter((e: any) => e.action === 'webhook.secret_rotated')).toEqual([
-      { action: 'webhook.secret_rotated', key_id: null, key_name: null, subject_id: hook.id, subject_name: hook.url, actor: 'operator', at: expect.any(String) },
-      { action: 'webhook.secret_rotated', key_id: null, key_name: null, subject_id: hook.id, subject_name: hook.url, actor: 'operator', at: expect.any(String) },
+      { action: 'webhook.secret_rotated', key_id: null, key_name: null, subject_id: hook.id, subject_name: hook.url, actor: 'operator', via: 'admin_token', ip: '127.0.0.1', at: expect.any(String) },
+      { action: 'webhook.secret_rotated', key_id: null, key_name: null, subject_id: hook.id, subject_name: hook.url, actor: 'operator', via: 'admin_token', ip: '127.0.0.1', at: expect.any(String) },
     ])
 
     // bad input changes nothing
