@@ -6,6 +6,7 @@ import { resolveAdminToken } from './admin-token'
 import { systemClock } from './clock'
 import { startCheckpointer } from './db/checkpoint'
 import { SqliteEngine } from './db/engine'
+import { PG_LATEST } from './db/postgres'
 import { Writer } from './db/writer'
 import { Logger } from './http/log'
 import { S3MediaStore } from './modules/media/store'
@@ -100,7 +101,7 @@ export async function serve() {
    * deliveries already sent (up to 3 s) record their outcome — whatever is left is settled by crash
    * recovery, or delivered again, at the next start — then close.
    */
-  const stop = async (signal: string) => {
+  const stop = async (signal: string, code = 0) => {
     if (stopping) return
     stopping = true
     log.info('capstan stopping', { signal })
@@ -128,8 +129,18 @@ export async function serve() {
     await engine.close()
     db?.close()
     lock.release()
-    process.exit(0)
+    process.exit(code)
   }
   process.on('SIGTERM', () => void stop('SIGTERM'))
   process.on('SIGINT', () => void stop('SIGINT'))
+  // A newer Capstan migrated the database while this one runs (a rolling upgrade): this binary may
+  // not read or write the new schema right, and would not start on it, so it stops as on SIGTERM —
+  // its queue stays in the database for the others — with exit code 2, as a refused start
+  if (config.databaseUrl) {
+    svc.schema.onNewer((version) => {
+      if (version <= PG_LATEST) return
+      log.error(`the database was migrated by a newer Capstan (schema ${version}; this binary knows up to ${PG_LATEST}): stopping; run that version or newer here`)
+      void stop('newer schema', 2)
+    })
+  }
 }

@@ -30,6 +30,8 @@ import { noRoom } from './db/open'
 import { stmt } from './db/engine'
 
 /** When the server last started (a setting): written first, so a start on a full disk finds out at once. */
+/** The database's schema version (PostgreSQL's `migrations` table, read after a drop of the listening connection). */
+const SCHEMA_NOW = stmt('', 'SELECT COALESCE(MAX(version), 0)::int AS version FROM migrations')
 const STARTED_AT = stmt("INSERT INTO system_settings (name, value) VALUES ('started_at', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value")
 
 export interface Services {
@@ -39,6 +41,8 @@ export interface Services {
   events: EventCounters
   /** Whether the start-up's writes are done (see startServices). */
   startup: StartupState
+  /** The database schema other instances migrated to while this one runs (PostgreSQL). */
+  schema: SchemaWatch
   workspaces: WorkspaceService
   keys: KeyService
   audit: AuditRepo
@@ -125,6 +129,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     log,
     events,
     startup: { state: 'starting', retry: null },
+    schema: new SchemaWatch(),
     workspaces,
     keys: new KeyService(deps, workspaces, audit),
     audit,
@@ -153,6 +158,30 @@ export interface StartupState {
   state: 'starting' | 'ready' | 'storage_full'
   /** The next try of the start-up's writes, while the disk is full. */
   retry: Timer | null
+}
+
+/**
+ * The newest schema version the database was migrated to while this instance runs: another
+ * instance announces it when it migrates (`schema:<version>`, db/postgres.ts), and after a drop of
+ * the listening connection it is read again (resync). serve.ts stops an instance whose binary does
+ * not know that version (a rolling upgrade: the first new instance migrates, the old ones step
+ * aside), as it would refuse to start on that database.
+ */
+export class SchemaWatch {
+  private newest = 0
+  private handler: ((version: number) => void) | null = null
+
+  heard(version: number) {
+    if (!(version > this.newest)) return
+    this.newest = version
+    this.handler?.(version)
+  }
+
+  /** `handler` hears each newer version from now on, and at once the newest heard so far (if any). */
+  onNewer(handler: (version: number) => void) {
+    this.handler = handler
+    if (this.newest > 0) handler(this.newest)
+  }
 }
 
 /** How often a start on a full disk tries its writes again. */
@@ -241,6 +270,9 @@ async function heard(svc: Services, what: string) {
     case 'reported':
       svc.connections.heardReported(id)
       return
+    case 'schema':
+      svc.schema.heard(Number(id))
+      return
   }
 }
 
@@ -251,6 +283,8 @@ async function heard(svc: Services, what: string) {
  */
 async function resync(svc: Services) {
   svc.log.warn('the connection that hears other instances\' changes was lost and is back: reading keys, workspaces and numbers again')
+  // a migration announced meanwhile is found in the table itself
+  svc.schema.heard(Number((await svc.deps.engine.get<{ version: number }>(SCHEMA_NOW))?.version ?? 0))
   svc.keys.forgetAll()
   await svc.workspaces.load()
   for (const id of await svc.connections.reloadAll()) svc.pacer.wake(id)

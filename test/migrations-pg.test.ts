@@ -2,7 +2,7 @@
  * The schema on both engines: PostgreSQL's migrations build the same tables, columns (and which
  * may be null), indexes and triggers as SQLite's at the same version, and the kept counts their
  * triggers maintain come out the same after the same writes. A second migrate changes nothing; a
- * database migrated by a newer Capstan is refused.
+ * database migrated by a newer Capstan is refused, and a migration announces the version it reached.
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
@@ -81,6 +81,23 @@ describe('the schema on both engines', () => {
       await expect(migratePostgres(client)).rejects.toBeInstanceOf(SchemaTooNew)
     } finally {
       await client`DELETE FROM migrations WHERE version = ${PG_LATEST + 1}`
+    }
+  })
+
+  test('a migration that applies something announces the version it reached to the instances listening; one that applies nothing is silent', async () => {
+    const db = await pg.createDatabase('announced')
+    const fresh = new Bun.SQL(db, { max: 1 })
+    const listening = new Bun.SQL(db, { max: 1 })
+    const heard: string[] = []
+    await listening.listen('capstan_changes', (what) => void heard.push(what))
+    try {
+      expect((await migratePostgres(fresh)).at(-1)).toBe(PG_LATEST)
+      expect(await migratePostgres(fresh)).toEqual([])
+      await Bun.sleep(300)
+      expect(heard).toEqual([`schema:${PG_LATEST}`])
+    } finally {
+      await fresh.close()
+      await listening.close()
     }
   })
 

@@ -191,6 +191,65 @@ describe('changes announced while an instance was not listening', () => {
   })
 })
 
+describe('a rolling upgrade: a newer Capstan migrates the database while this one runs', () => {
+  /** What a newer Capstan's start does to the database: one more migration, announced at its commit (or not heard). */
+  const migrateAsNewer = async (db: InstanceType<typeof Bun.SQL>, announce: boolean) => {
+    const [{ version }] = await db`SELECT MAX(version)::int AS version FROM migrations`
+    await db.begin(async (tx) => {
+      await tx`INSERT INTO migrations (version, name, applied_at) VALUES (${version + 1}, 'from_a_newer_capstan', ${Date.now()})`
+      if (announce) await tx`SELECT pg_notify('capstan_changes', ${`schema:${version + 1}`})`
+    })
+    return version + 1
+  }
+  const line = /the database was migrated by a newer Capstan \(schema (\d+); this binary knows up to (\d+)\): stopping; run that version or newer here/
+
+  test('announced: the older instance stops as on SIGTERM (what it accepted is kept), with exit code 2 and one line; a version it knows changes nothing', async () => {
+    const { url, srv } = await serveOn('rolling', { CAPSTAN_LOG_LEVEL: 'info' })
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const t = await srv.tenant()
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone(), driver: 'sandbox' })).json.data
+      const ids: string[] = []
+      for (let i = 0; i < 5; i++) ids.push((await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `before the upgrade ${i}` } })).json.data.id)
+      // its own version announced again (another instance of this version migrated): it serves on
+      const [{ version }] = await db`SELECT MAX(version)::int AS version FROM migrations`
+      await db`SELECT pg_notify('capstan_changes', ${`schema:${version}`})`
+      await Bun.sleep(500)
+      expect([srv.proc.exitCode, (await srv.api(t.key, 'GET', '/workspace')).status]).toEqual([null, 200])
+      const newer = await migrateAsNewer(db, true)
+      expect(await Promise.race([srv.proc.exited, Bun.sleep(15_000).then(() => 'still running')])).toBe(2)
+      expect(srv.output).toMatch(line)
+      expect(line.exec(srv.output)!.slice(1).map(Number)).toEqual([newer, version])
+      // the graceful stop's way: its numbers handed over, the contacts' activity written
+      expect(srv.output).toContain('"msg":"capstan stopping","signal":"newer schema"')
+      expect(srv.output).toContain('"msg":"capstan stopped"')
+      // nothing it accepted is lost: each message is in the database, sent or still queued for the instances left
+      const kept = await db`SELECT status FROM messages WHERE id IN ${db(ids)}`
+      expect(kept.map((r: any) => r.status).filter((s: string) => s !== 'sent' && s !== 'queued' && s !== 'delivered')).toEqual([])
+      expect(kept).toHaveLength(5)
+    } finally {
+      await db.close()
+      await srv.close()
+    }
+  })
+
+  test('not heard (its listening connection was down): it finds the new version when it listens again, and stops the same way', async () => {
+    const { url, srv } = await serveOn('rolling-unheard')
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      await migrateAsNewer(db, false)
+      await Bun.sleep(300)
+      expect(srv.proc.exitCode).toBeNull()
+      await db`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()`
+      expect(await Promise.race([srv.proc.exited, Bun.sleep(15_000).then(() => 'still running')])).toBe(2)
+      expect(srv.output).toMatch(line)
+    } finally {
+      await db.close()
+      await srv.close()
+    }
+  })
+})
+
 describe('sends at once on PostgreSQL', () => {
   test('twenty sends to one number that is not yet a contact, at once: every one is accepted, and the number becomes one contact', async () => {
     const { srv } = await serveOn('together')

@@ -306,8 +306,8 @@ function pgQueries(runner: PgRunner): Queries {
   }
 }
 
-/** The channel instances announce changes on (see Engine.announce). */
-const CHANNEL = 'capstan_changes'
+/** The channel instances announce changes on (see Engine.announce; a migration announces `schema:<version>` on it too). */
+export const CHANNEL = 'capstan_changes'
 /** How long `propagated` waits for its own echo at most, and how long after it (the others apply the change in a read or two). */
 const PROPAGATION_WAIT_MS = 1000
 const PROPAGATION_GRACE_MS = 30

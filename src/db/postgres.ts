@@ -4,6 +4,7 @@
  * migrated the database. The SQLite list is in migrations.ts; test/migrations-pg.test.ts holds the
  * two to the same tables, columns, indexes and triggers.
  */
+import { CHANNEL } from './engine'
 import pg0037 from '../../migrations/pg/0037_baseline.sql' with { type: 'text' }
 import pg0038 from '../../migrations/pg/0038_cluster.sql' with { type: 'text' }
 import pg0039 from '../../migrations/pg/0039_service_windows.sql' with { type: 'text' }
@@ -50,6 +51,8 @@ export async function migratePostgres(sql: Client): Promise<number[]> {
       await tx.unsafe(m.sql)
       await tx`INSERT INTO migrations (version, name, applied_at) VALUES (${m.version}, ${m.name}, ${Date.now()})`
     }
+    // told to the instances running (heard at the commit): an older one steps aside (services.ts, SchemaWatch)
+    if (pending.length) await tx`SELECT pg_notify(${CHANNEL}, ${`schema:${PG_LATEST}`})`
     return pending.map((m) => m.version)
   })
 }
