@@ -250,6 +250,46 @@ describe('a rolling upgrade: a newer Capstan migrates the database while this on
   })
 })
 
+describe("a number taken over keeps its caps", () => {
+  test("the new holder counts what the dead one released, though it had looked at the number before (the live view); that view, from an instance that does not release the number, reads the releases afresh", async () => {
+    // a number of the first instance's (made before the second starts, so the first holds its lease)
+    const shared = { CAPSTAN_SECRET_KEY: 'takeover-test-secret-key-0123456789abcdef0123' }
+    const { url, srv: a } = await serveOn('takeover-caps', shared)
+    const { ws, key } = await a.tenant()
+    await a.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 2, max_gap_seconds: 2, hourly_cap: 3 } } })
+    const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+    const db = new Bun.SQL(url, { max: 1 })
+    const holder = async () => (await db`SELECT owner FROM number_leases WHERE connection_id = ${conn.id}`)[0]?.owner as string | undefined
+    const first = await waitFor(holder)
+    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    try {
+      const live = async (s: TestServer) => (await s.admin('GET', `/workspaces/${ws.id}/numbers/live`)).json.data[0]
+      for (let i = 0; i < 5; i++) expect((await a.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `capped ${i}` } })).status).toBe(202)
+      // the second instance looks at the number (its next release) while the first releases one every 2 s
+      const early = await live(b)
+      expect([early.queue_depth > 0, early.sent_last_hour < 3, early.next_release_at !== null]).toEqual([true, true, true])
+      const sent = async () => (await db`SELECT COUNT(*)::int AS n FROM messages WHERE connection_id = ${conn.id} AND status <> 'queued'`)[0].n as number
+      await waitFor(async () => (await sent()) === 3)
+      // the cap is reached: the next release is an hour after the first, on either instance
+      for (const s of [a, b]) {
+        const view = await live(s)
+        expect([view.queue_depth, view.sent_last_hour]).toEqual([2, 3])
+        expect(Date.parse(view.next_release_at)).toBeGreaterThan(Date.now() + 59 * 60_000)
+      }
+      await a.stop('SIGKILL')
+      await waitFor(async () => (await holder()) !== first, 30_000)
+      // the second instance now releases the number: still three in the hour (past its 2 s gap)
+      await Bun.sleep(4_000)
+      expect(await sent()).toBe(3)
+      expect(await live(b)).toMatchObject({ queue_depth: 2, sent_last_hour: 3 })
+    } finally {
+      await db.close()
+      await b.close()
+      await a.close()
+    }
+  })
+})
+
 describe('sends at once on PostgreSQL', () => {
   test('twenty sends to one number that is not yet a contact, at once: every one is accepted, and the number becomes one contact', async () => {
     const { srv } = await serveOn('together')

@@ -197,7 +197,12 @@ export class Pacer {
   async claimLeases(ids = this.connections.all().map((c) => c.row.id)) {
     const fresh = await this.leases.claim(ids)
     if (fresh.length === 0) return fresh
-    for (const id of fresh) this.elsewhere.delete(id)
+    for (const id of fresh) {
+      this.elsewhere.delete(id)
+      // what this instance kept of the number is older than the releases another made meanwhile
+      // (it looked at the number, or held it before): read again before its first release here
+      this.states.delete(id)
+    }
     try {
       await this.onTakenOver(fresh)
     } catch (e) {
@@ -259,7 +264,15 @@ export class Pacer {
 
   /** When a number may release next under its policy (ms), from what the scheduler knows. */
   async nextReleaseAt(connectionId: string, policy: Policy): Promise<number> {
-    return Math.max(dueAt(await this.loaded(connectionId), policy, this.clock.now()), this.clock.now())
+    // a number another instance releases: its releases read afresh, not kept (they change there)
+    const st = this.leases.holds(connectionId) ? await this.loaded(connectionId) : await this.fromTable(connectionId)
+    return Math.max(dueAt(st, policy, this.clock.now()), this.clock.now())
+  }
+
+  /** A number's state as the table says: its releases of the last 24 h (the gap drawn after the last one is not kept: the policy's least). */
+  private async fromTable(connectionId: string): Promise<NumberState> {
+    const times = await this.messages.releasesSince(connectionId, this.clock.now() - DAY)
+    return { campaignNext: false, last: times.length ? times[times.length - 1]! : null, gap: 0, times, start: 0, loaded: true }
   }
 
   private state(connectionId: string): NumberState {
@@ -393,6 +406,9 @@ export class Pacer {
     if (!ws || ws.status !== 'active') return null
     const policy = this.connections.policyFor(live.row, this.workspaces.settings(ws).sending_policy, now)
     const st = this.state(id)
+    // not read from the table (taken over while this tick ran): nothing is released from it, and
+    // the next tick, right away, reads it first
+    if (!st.loaded) return { live, policy, st, due: Infinity, next: now }
     const due = dueAt(st, policy, now)
     return { live, policy, st, due, next: this.lookAgain(live, due, now) }
   }
@@ -436,6 +452,10 @@ export class Pacer {
             return
           }
           const { live, policy, st } = look
+          if (!st.loaded) {
+            next = Math.min(next, look.next)
+            return
+          }
           let due = look.due
           if (due <= now) before.push(save(st))
           let burst = 0
