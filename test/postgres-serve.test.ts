@@ -290,6 +290,31 @@ describe("a number taken over keeps its caps", () => {
   })
 })
 
+describe('a campaign scheduled on one instance and moved on another', () => {
+  test('it starts at its new time: the first instance, whose timer was set for the old one, starts nothing then', async () => {
+    const shared = { CAPSTAN_SECRET_KEY: 'campaign-test-secret-key-0123456789abcdef0123' }
+    const { url, srv: a } = await serveOn('campaign-moved', shared)
+    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    try {
+      const { ws, key } = await a.tenant()
+      const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      const tpl = (await a.api(key, 'POST', '/templates', { json: { name: 'Promo', body: 'Hi {{name}}', category: 'marketing' } })).json.data
+      await a.api(key, 'POST', '/contacts', { json: { phone: newPhone(), name: 'Opted', consent_status: 'opted_in' } })
+      const c = (await a.api(key, 'POST', '/campaigns', { json: { name: 'Moved', template_id: tpl.id, connection_id: conn.id } })).json.data
+      const soon = new Date(Date.now() + 3_000).toISOString()
+      expect((await a.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: { at: soon } })).json.data).toMatchObject({ status: 'scheduled', scheduled_at: soon })
+      const later = new Date(Date.now() + 3_600_000).toISOString()
+      expect((await b.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: { at: later } })).json.data).toMatchObject({ status: 'scheduled', scheduled_at: later })
+      await Bun.sleep(5_000)
+      for (const s of [a, b]) expect((await s.api(key, 'GET', `/campaigns/${c.id}`)).json.data).toMatchObject({ status: 'scheduled', scheduled_at: later })
+      expect((await a.api(key, 'GET', '/messages')).json.data).toEqual([])
+    } finally {
+      await b.close()
+      await a.close()
+    }
+  })
+})
+
 describe('sends at once on PostgreSQL', () => {
   test('twenty sends to one number that is not yet a contact, at once: every one is accepted, and the number becomes one contact', async () => {
     const { srv } = await serveOn('together')

@@ -315,9 +315,17 @@ export class CampaignService {
     const row = await this.store.getAny(id)
     if (!row || row.deleted_at !== null || row.status !== 'scheduled') return row!
     const now = this.deps.clock.now()
+    // moved to a later time (on another instance, whose timer this one's is not): armed for that
+    if ((row.scheduled_at ?? now) > now) {
+      this.arm(row)
+      return row
+    }
     const more = await this.deps.engine.write(async (tx) => {
+      const current = await this.store.getAny(id, tx)
       // (started meanwhile by another caller: the sweep and the armed job can meet)
-      if ((await this.store.getAny(id, tx))?.status !== 'scheduled') return false
+      if (current?.status !== 'scheduled') return false
+      // (moved later meanwhile)
+      if ((current.scheduled_at ?? now) > now) return 'later' as const
       const tpl = await this.templates.find(row.workspace_id, row.template_id, tx)
       if (!tpl) {
         await this.store.update(tx, id, { status: 'cancelled', finished_at: now, updated_at: now })
@@ -329,6 +337,11 @@ export class CampaignService {
     if (more === null) {
       this.log.warn('campaign cancelled at start: its template is gone', { campaign_id: id })
       return (await this.store.getAny(id))!
+    }
+    if (more === 'later') {
+      const moved = (await this.store.getAny(id))!
+      if (moved.status === 'scheduled') this.arm(moved)
+      return moved
     }
     this.onRunnable(row.connection_id)
     if (more) await this.freezeRest(id)
