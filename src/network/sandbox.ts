@@ -3,7 +3,8 @@
  * number is online, reports delivered/read after the configured delays (null = never on its
  * own), fails the configured recipients, answers group lists with what the operator gave it,
  * refuses posts into a group it reports as admins-only (the number not an admin), and refuses when
- * offline. Its groups live in memory only, so participant numbers never reach disk.
+ * offline. Its groups keep no participant numbers (counted, then dropped): in memory, or in the
+ * database where instances share it, so every instance reports the same.
  */
 import { closeSync, existsSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, writeSync } from 'node:fs'
 import { open } from 'node:fs/promises'
