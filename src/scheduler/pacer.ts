@@ -200,8 +200,9 @@ export class Pacer {
     for (const id of fresh) {
       this.elsewhere.delete(id)
       // what this instance kept of the number is older than the releases another made meanwhile
-      // (it looked at the number, or held it before): read again before its first release here
-      this.states.delete(id)
+      // (it looked at the number, or held it before): read again before its first release here.
+      // (An engine no other process shares has no other releases: what is kept stays right.)
+      if (this.leases.checked) this.states.delete(id)
     }
     try {
       await this.onTakenOver(fresh)
