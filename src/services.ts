@@ -30,9 +30,9 @@ import { noRoom } from './db/open'
 import { stmt } from './db/engine'
 
 /** When the server last started (a setting): written first, so a start on a full disk finds out at once. */
+const STARTED_AT = stmt("INSERT INTO system_settings (name, value) VALUES ('started_at', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value")
 /** The database's schema version (PostgreSQL's `migrations` table, read after a drop of the listening connection). */
 const SCHEMA_NOW = stmt('', 'SELECT COALESCE(MAX(version), 0)::int AS version FROM migrations')
-const STARTED_AT = stmt("INSERT INTO system_settings (name, value) VALUES ('started_at', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value")
 
 export interface Services {
   deps: Deps
