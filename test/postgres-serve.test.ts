@@ -11,6 +11,7 @@ import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
 import { activityMovesWithMessages } from './support/activity'
 import { ADMIN_TOKEN, TestServer, freePort, hostEnv, newPhone } from './support/server'
+import { TestS3 } from './support/s3'
 import { certificates } from './support/tls'
 import { waitFor } from './support/wait'
 
@@ -311,6 +312,41 @@ describe('a campaign scheduled on one instance and moved on another', () => {
     } finally {
       await b.close()
       await a.close()
+    }
+  })
+})
+
+describe('an erasure outlives a database put back from before it', () => {
+  test("recorded in the media bucket: an instance whose data directory never saw the erasure does it again at its start, before it serves", async () => {
+    const s3 = await TestS3.start(['erasures'])
+    const env = { CAPSTAN_SECRET_KEY: 'erasure-test-secret-key-0123456789abcdef01234', ...s3.env('s3://erasures/shop') }
+    const { url, srv: a } = await serveOn('erasure_put_back', env)
+    const admin = new Bun.SQL(pg.url, { max: 1 })
+    let b: TestServer | null = null
+    try {
+      const { ws, key } = await a.tenant()
+      const phone = newPhone()
+      const person = (await a.api(key, 'POST', '/contacts', { json: { phone, name: 'To Be Forgotten' } })).json.data
+      const contacts = async (s: TestServer) => (await s.api(key, 'GET', '/contacts')).json.data.map((c: any) => c.id)
+      expect(await contacts(a)).toEqual([person.id])
+      // the database as a dump taken now would hold it (a copy, made while no instance is connected)
+      await a.stop()
+      await admin.unsafe('CREATE DATABASE erasure_before TEMPLATE erasure_put_back')
+      await a.boot()
+      expect((await a.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone })).status).toBe(200)
+      expect(await contacts(a)).toEqual([])
+      expect(await s3.keys('erasures', 'shop/erasures/')).toEqual([expect.stringMatching(new RegExp(`^shop/erasures/${ws.id}/[0-9a-f]{64}/\\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z$`))])
+      await a.close()
+      // put back from before the erasure, and served by an instance with a new data directory
+      await admin.unsafe('DROP DATABASE erasure_put_back')
+      await admin.unsafe('ALTER DATABASE erasure_before RENAME TO erasure_put_back')
+      b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'info', ...env } })
+      expect(await contacts(b)).toEqual([])
+      expect(b.output).toContain('"msg":"erasures done again after a restore","contacts":1')
+    } finally {
+      await b?.close()
+      await admin.close()
+      await s3.stop()
     }
   })
 })

@@ -12,6 +12,7 @@
  */
 import { appendFileSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import type { S3Client } from 'bun'
 
 export const JOURNAL = 'erasures.log'
 /** Written by a restore: the journal's records are to be applied at the next start. */
@@ -39,26 +40,28 @@ export function appendRecord(dir: string, record: ErasureRecord) {
   }
 }
 
-/** The records of the journals at `paths` that exist, each once (a torn last line is skipped). */
-export function readRecords(paths: string[]): ErasureRecord[] {
+/** The records of the journals at `paths` that exist, and `more`, each once (a torn last line is skipped). */
+export function readRecords(paths: string[], more: ErasureRecord[] = []): ErasureRecord[] {
   const seen = new Map<string, ErasureRecord>()
+  const keep = (r: ErasureRecord) => seen.set(`${r.workspace_id} ${r.number_digest} ${r.erased_at}`, r)
   for (const path of paths) {
     if (!existsSync(path)) continue
     for (const line of readFileSync(path, 'utf8').split('\n')) {
       try {
         const r = JSON.parse(line) as ErasureRecord
-        if (typeof r.workspace_id === 'string' && typeof r.number_digest === 'string' && typeof r.erased_at === 'string') seen.set(`${r.workspace_id} ${r.number_digest} ${r.erased_at}`, r)
+        if (typeof r.workspace_id === 'string' && typeof r.number_digest === 'string' && typeof r.erased_at === 'string') keep(r)
       } catch {
         // empty, or cut off by a crash while it was written
       }
     }
   }
+  for (const r of more) keep(r)
   return [...seen.values()]
 }
 
-/** After a restore: the journals gathered into the data directory's, and marked to be applied. */
-export function carryOver(dataDir: string, sources: string[]) {
-  const records = readRecords([join(dataDir, JOURNAL), ...sources])
+/** After a restore: the journals (and `more`, the bucket's) gathered into the data directory's, and marked to be applied. */
+export function carryOver(dataDir: string, sources: string[], more: ErasureRecord[] = []) {
+  const records = readRecords([join(dataDir, JOURNAL), ...sources], more)
   if (records.length === 0) return 0
   writeFileSync(join(dataDir, JOURNAL), records.map((r) => `${JSON.stringify(r)}\n`).join(''), { mode: 0o600 })
   writeFileSync(join(dataDir, PENDING), '', { mode: 0o600 })
@@ -68,3 +71,40 @@ export function carryOver(dataDir: string, sources: string[]) {
 /** Whether a restore left records to apply; `done()` clears the mark. */
 export const pending = (dataDir: string) => existsSync(join(dataDir, PENDING))
 export const done = (dataDir: string) => rmSync(join(dataDir, PENDING), { force: true })
+
+/**
+ * The records kept in the media bucket as well (CAPSTAN_MEDIA_STORE=s3://…): one empty object per
+ * erasure under `<prefix>erasures/`, its key the record itself (`<workspace>/<digest>/<time>`, so
+ * a listing reads them all without opening one). Instances that share a database share the
+ * bucket, and a database put back with PostgreSQL's own tools (a dump, a point in time) leaves
+ * the bucket as it is: whichever instance made an erasure, and whether or not its data directory
+ * survived, every instance's next start finds it.
+ */
+export class BucketJournal {
+  constructor(
+    private readonly client: S3Client,
+    private readonly prefix: string,
+  ) {}
+
+  private get root() {
+    return `${this.prefix}erasures/`
+  }
+
+  async add(r: ErasureRecord) {
+    await this.client.write(`${this.root}${r.workspace_id}/${r.number_digest}/${r.erased_at}`, '')
+  }
+
+  async all(): Promise<ErasureRecord[]> {
+    const out: ErasureRecord[] = []
+    let token: string | undefined
+    do {
+      const page = await this.client.list({ prefix: this.root, maxKeys: 1000, ...(token ? { continuationToken: token } : {}) })
+      for (const o of page.contents ?? []) {
+        const [workspace_id, number_digest, erased_at, extra] = o.key.slice(this.root.length).split('/')
+        if (workspace_id && number_digest && erased_at && extra === undefined && !Number.isNaN(Date.parse(erased_at))) out.push({ workspace_id, number_digest, erased_at })
+      }
+      token = page.isTruncated ? page.nextContinuationToken : undefined
+    } while (token)
+    return out
+  }
+}

@@ -23,7 +23,7 @@
  */
 import { type Queries, stmt } from '../../db/engine'
 import type { Deps } from '../../deps'
-import { conflict, notFound } from '../../http/errors'
+import { ApiError, conflict, notFound } from '../../http/errors'
 import type { Logger } from '../../http/log'
 import type { AuditRepo, Operator } from '../audit/repo'
 import type { Idempotency } from '../../http/idempotency'
@@ -34,7 +34,8 @@ import type { WebhookService } from '../webhooks/service'
 import type { ContactService } from './service'
 import { nextTurn } from '../../db/writer'
 import type { SecretBox } from '../../secrets'
-import { appendRecord, carryOver, done, type ErasureRecord, JOURNAL, pending, PURPOSE, readRecords } from './erasure-journal'
+import { appendRecord, BucketJournal, carryOver, done, type ErasureRecord, JOURNAL, pending, PURPOSE, readRecords } from './erasure-journal'
+import { S3MediaStore } from '../media/store'
 import { join } from 'node:path'
 
 export interface ErasureReport {
@@ -134,7 +135,7 @@ export class ContactEraser {
       await setAppliedThrough(tx, now)
       return { report: { contact_id: contact.id, messages: rows.length, queued_failed: queued.length, media, events } as ErasureReport, campaigns, number: contact.phone, now }
     })
-    if (record) this.record(workspaceId, number, now)
+    if (record) await this.record(workspaceId, number, now)
     this.onErased(workspaceId, number)
     for (const id of campaigns) this.onCampaignChanged(id)
     // the expired media goes now (rows and, when no other row shares them, files)
@@ -151,8 +152,14 @@ export class ContactEraser {
     return backupDir === null ? [dataDir] : [dataDir, backupDir]
   }
 
+  /** The journal in the media bucket, where media is kept in one (see BucketJournal); else null. */
+  private get bucket(): BucketJournal | null {
+    const store = this.media.store
+    return store instanceof S3MediaStore ? new BucketJournal(store.client, store.prefix) : null
+  }
+
   /** The erasure recorded (the workspace and a keyed digest of the number), so a restore cannot undo it. */
-  private record(workspaceId: string, phone: string, at: number) {
+  private async record(workspaceId: string, phone: string, at: number) {
     const entry = { workspace_id: workspaceId, number_digest: this.box.digest(PURPOSE, phone), erased_at: new Date(at).toISOString() }
     for (const dir of this.journalDirs()) {
       try {
@@ -160,6 +167,24 @@ export class ContactEraser {
       } catch (e) {
         this.log.error('an erasure could not be recorded; a restore of an older backup would bring the contact back', { directory: dir, error: String((e as Error)?.message ?? e) })
       }
+    }
+    const bucket = this.bucket
+    if (bucket) {
+      await bucket.add(entry).catch((e) =>
+        this.log.error('an erasure could not be recorded in the media bucket; a database put back from before it would bring the contact back unless this data directory is kept', { error: String((e as Error)?.message ?? e) }),
+      )
+    }
+  }
+
+  /** The bucket's records (null: none kept there); one that cannot be read is logged, and `complete` says so. */
+  private async bucketRecords(): Promise<{ records: ErasureRecord[]; complete: boolean }> {
+    const bucket = this.bucket
+    if (!bucket) return { records: [], complete: true }
+    try {
+      return { records: await bucket.all(), complete: true }
+    } catch (e) {
+      this.log.error('the erasures recorded in the media bucket could not be read; those made on other instances are not checked at this start (the next start tries again)', { error: String((e as Error)?.message ?? e) })
+      return { records: [], complete: false }
     }
   }
 
@@ -174,14 +199,16 @@ export class ContactEraser {
   async reapply(slice = 2_000): Promise<number> {
     const { dataDir, backupDir } = this.deps.config
     const beside = backupDir === null ? [] : [join(backupDir, JOURNAL)]
+    const inBucket = await this.bucketRecords()
     let records: ErasureRecord[]
-    if (pending(dataDir)) records = readRecords([join(dataDir, JOURNAL)])
+    if (pending(dataDir)) records = readRecords([join(dataDir, JOURNAL)], inBucket.records)
     else {
-      // a database put back by hand (its file copied in, not by `capstan restore`) is older than
-      // the newest erasure recorded beside it: the same as after a restore
-      records = readRecords([join(dataDir, JOURNAL), ...beside])
+      // a database put back by hand (its file copied in, not by `capstan restore`; on PostgreSQL
+      // a dump or a point in time) is older than the newest erasure recorded beside it or in the
+      // media bucket: the same as after a restore
+      records = readRecords([join(dataDir, JOURNAL), ...beside], inBucket.records)
       if (newestOf(records) <= Number((await this.deps.engine.get<{ value: string }>(APPLIED.get))?.value ?? 0)) return 0
-      carryOver(dataDir, beside)
+      carryOver(dataDir, beside, inBucket.records)
       this.log.warn('erasures recorded beside the database are newer than any it has seen (put back from a backup, or its first start with this version): they are done again before serving')
     }
     // per workspace: number digest → when it was last erased
@@ -208,13 +235,15 @@ export class ContactEraser {
           await this.erase(workspaceId, phone, { record: false })
           erased++
         } catch (e) {
+          // erased meanwhile (another instance doing the same at its start): done
+          if (e instanceof ApiError && e.status === 404) continue
           // (a message to them still being handed to a network): the next start tries again
           failed++
           this.log.error('an erasure could not be done again after the restore; the next start tries again', { workspace_id: workspaceId, error: String((e as Error)?.message ?? e) })
         }
       }
     }
-    if (failed === 0) {
+    if (failed === 0 && inBucket.complete) {
       await this.deps.engine.write((tx) => setAppliedThrough(tx, newestOf(records)))
       done(dataDir)
     }

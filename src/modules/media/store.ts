@@ -134,7 +134,7 @@ export function byteRange(header: string | null, size: number): [number, number]
 export class S3MediaStore implements MediaStore {
   readonly client: S3Client
   readonly bucket: string
-  private readonly prefix: string
+  readonly prefix: string
 
   constructor(config: Extract<MediaStoreConfig, { kind: 's3' }>) {
     this.bucket = config.bucket
