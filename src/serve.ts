@@ -16,6 +16,9 @@ import { buildServices, settleServices, startServices, stopServices } from './se
 import { configOrExit, databaseOrExit, databaseWhere, fail, lockOrExit, postgresOrExit, reasonOf, secretBoxOrExit, secretKeyMatchesOrExit } from './startup'
 import { VERSION } from './version'
 
+/** Said at a start on PostgreSQL with media in the data directory. */
+export const LOCAL_MEDIA_ON_POSTGRES = 'media is kept in this data directory (CAPSTAN_MEDIA_STORE is not set): right for one instance, but instances sharing this database must share one bucket, or a file one of them took is missing on the others'
+
 /** Why Bun.serve could not listen, for the one line the start stops with. */
 function listenFailure(e: unknown): string {
   switch ((e as { code?: string })?.code) {
@@ -92,6 +95,8 @@ export async function serve() {
   app.listen({ hostname: config.host, port: config.port })
   log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, database: config.databaseUrl ? `postgres ${databaseWhere(config.databaseUrl)}` : 'sqlite', migrations_applied: applied })
   warnIfDiskLow(svc)
+  // instances sharing a database see one another's messages, but files only in one bucket
+  if (config.databaseUrl && config.mediaStore.kind !== 's3') log.warn(LOCAL_MEDIA_ON_POSTGRES, { media_dir: config.mediaDir })
   log.flush()
 
   let stopping = false

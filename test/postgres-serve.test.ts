@@ -9,6 +9,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
+import { LOCAL_MEDIA_ON_POSTGRES } from '../src/serve'
 import { activityMovesWithMessages } from './support/activity'
 import { ADMIN_TOKEN, TestServer, freePort, hostEnv, newPhone } from './support/server'
 import { TestS3 } from './support/s3'
@@ -148,6 +149,18 @@ describe('PostgreSQL over TLS (as managed services ask)', () => {
       expect([noTls.code, noTls.err]).toEqual([2, `capstan: the PostgreSQL server of CAPSTAN_DATABASE_URL (localhost:${port}/capstan) does not offer TLS, which the URL's sslmode asks for`])
     } finally {
       await plain.stop()
+    }
+  })
+})
+
+describe('media on PostgreSQL', () => {
+  test('kept in the data directory, the start says once that instances sharing the database need one bucket; with a bucket it says nothing', async () => {
+    const { srv } = await serveOn('media_local')
+    try {
+      expect(srv.output.split(LOCAL_MEDIA_ON_POSTGRES).length - 1).toBe(1)
+      expect(srv.output).toContain(`"media_dir":"${join(srv.dataDir, 'media')}"`)
+    } finally {
+      await srv.close()
     }
   })
 })
@@ -343,6 +356,7 @@ describe('an erasure outlives a database put back from before it', () => {
       b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'info', ...env } })
       expect(await contacts(b)).toEqual([])
       expect(b.output).toContain('"msg":"erasures done again after a restore","contacts":1')
+      expect(b.output).not.toContain(LOCAL_MEDIA_ON_POSTGRES)
     } finally {
       await b?.close()
       await admin.close()
