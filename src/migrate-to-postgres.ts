@@ -13,6 +13,8 @@
 import type { Database } from 'bun:sqlite'
 import type { Config } from './config'
 import { migratePostgres } from './db/postgres'
+import { join } from 'node:path'
+import { BucketJournal, JOURNAL, readRecords } from './modules/contacts/erasure-journal'
 import { LocalMediaStore, S3MediaStore } from './modules/media/store'
 import { databaseOrExit, databaseWhere, fail, lockOrExit, postgresFailure } from './startup'
 
@@ -94,6 +96,7 @@ export async function migrateToPostgres(config: Config) {
     // the media first (a file in the bucket with no row is harmless; a row without its file is not)
     const blobs = (db.query('SELECT DISTINCT blob FROM media').all() as { blob: string }[]).map((r) => r.blob)
     let files = 0
+    let erasures = 0
     if (config.mediaStore.kind === 's3') {
       const from = new LocalMediaStore(config.mediaDir)
       const to = new S3MediaStore(config.mediaStore)
@@ -103,6 +106,13 @@ export async function migrateToPostgres(config: Config) {
         if (!(await from.has(blob))) continue // deleted by retention with its rows on their way out
         if (!(await to.has(blob))) await to.put(blob, await from.bytes(blob))
         files++
+      }
+      // the erasures recorded so far go to the bucket too, where every instance's start reads them
+      // (a database put back from before one then does it again; see modules/contacts/erasure-journal.ts)
+      const bucket = new BucketJournal(to.client, to.prefix)
+      for (const r of readRecords([join(config.dataDir, JOURNAL), ...(config.backupDir ? [join(config.backupDir, JOURNAL)] : [])])) {
+        await bucket.add(r)
+        erasures++
       }
     }
     const counts: Record<string, number> = {}
@@ -121,7 +131,7 @@ export async function migrateToPostgres(config: Config) {
       }
     })
     const summary = `moved to PostgreSQL ${where}: ${counts.workspaces} workspaces, ${counts.contacts} contacts, ${counts.messages} messages, ${counts.webhook_deliveries} webhook deliveries, every table's rows counted on both sides`
-    console.log(config.mediaStore.kind === 's3' ? `${summary}; ${files} media files copied to s3://${config.mediaStore.bucket}/${config.mediaStore.prefix}` : `${summary}; media files stay in ${config.mediaDir} (set CAPSTAN_MEDIA_STORE to move them to a bucket, which several instances need)`)
+    console.log(config.mediaStore.kind === 's3' ? `${summary}; ${files} media files and ${erasures} erasure records copied to s3://${config.mediaStore.bucket}/${config.mediaStore.prefix}` : `${summary}; media files stay in ${config.mediaDir} (set CAPSTAN_MEDIA_STORE to move them to a bucket, which several instances need)`)
     console.log(`start the instances with CAPSTAN_DATABASE_URL (and CAPSTAN_MEDIA_STORE) and this installation's secret key (${config.secretKey ? 'the same CAPSTAN_SECRET_KEY' : `a copy of ${config.secretKeyFile} as CAPSTAN_SECRET_KEY_FILE`}): the stored secrets are sealed with it. The SQLite file is left as it was`)
   } catch (e) {
     fail(`nothing was moved: ${(e as Error)?.message ?? e}`)

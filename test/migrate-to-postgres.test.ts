@@ -62,6 +62,10 @@ describe('capstan migrate-to-postgres', () => {
         if ((await sqlite.api(key, 'GET', '/messages?status=sent&per_page=1')).json.meta.total === 3) break
         await Bun.sleep(100)
       }
+      // a person erased before the move: the record goes to the bucket with the media
+      const erased = newPhone('+1444')
+      await sqlite.api(key, 'POST', '/contacts', { json: { phone: erased, name: 'Erased Before' } })
+      expect((await sqlite.admin('POST', `/workspaces/${t.ws.id}/contacts/erase`, { phone: erased })).status).toBe(200)
       before = {
         contacts: (await sqlite.api(key, 'GET', '/contacts?per_page=100')).json,
         messages: (await sqlite.api(key, 'GET', '/messages?per_page=100')).json,
@@ -74,8 +78,9 @@ describe('capstan migrate-to-postgres', () => {
 
     const moved = await move(dataDir)
     expect([moved.code, moved.err]).toEqual([0, ''])
-    expect(moved.out).toMatch(/^moved to PostgreSQL .+: 1 workspaces, 8 contacts, 3 messages, \d+ webhook deliveries, every table's rows counted on both sides; 1 media files copied to s3:\/\/moved-media\/m/)
-    expect(await s3.keys('moved-media', 'm/')).toHaveLength(1)
+    expect(moved.out).toMatch(/^moved to PostgreSQL .+: 1 workspaces, 8 contacts, 3 messages, \d+ webhook deliveries, every table's rows counted on both sides; 1 media files and 1 erasure records copied to s3:\/\/moved-media\/m/)
+    expect(await s3.keys('moved-media', 'm/')).toHaveLength(2)
+    expect(await s3.keys('moved-media', 'm/erasures/')).toEqual([expect.stringMatching(/^m\/erasures\/[0-9a-f-]{36}_[0-9a-f]{64}_\d{4}-/)])
 
     // served from PostgreSQL and the bucket, over the same data directory (its secret key)
     const pgServer = await TestServer.start({ dataDir, env: { CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_CLAMD: `unix:${clamd.socket}`, ...s3.env('s3://moved-media/m') } })

@@ -348,7 +348,7 @@ describe('an erasure outlives a database put back from before it', () => {
       await a.boot()
       expect((await a.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone })).status).toBe(200)
       expect(await contacts(a)).toEqual([])
-      expect(await s3.keys('erasures', 'shop/erasures/')).toEqual([expect.stringMatching(new RegExp(`^shop/erasures/${ws.id}/[0-9a-f]{64}/\\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z$`))])
+      expect(await s3.keys('erasures', 'shop/erasures/')).toEqual([expect.stringMatching(new RegExp(`^shop/erasures/${ws.id}_[0-9a-f]{64}_\\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z$`))])
       await a.close()
       // put back from before the erasure, and served by an instance with a new data directory
       await admin.unsafe('DROP DATABASE erasure_put_back')

@@ -74,8 +74,8 @@ export const done = (dataDir: string) => rmSync(join(dataDir, PENDING), { force:
 
 /**
  * The records kept in the media bucket as well (CAPSTAN_MEDIA_STORE=s3://…): one empty object per
- * erasure under `<prefix>erasures/`, its key the record itself (`<workspace>/<digest>/<time>`, so
- * a listing reads them all without opening one). Instances that share a database share the
+ * erasure under `<prefix>erasures/`, its key the record itself (`<workspace>_<digest>_<time>`, so
+ * a listing reads them all without opening one; flat, as s3rver lists a folder of folders badly). Instances that share a database share the
  * bucket, and a database put back with PostgreSQL's own tools (a dump, a point in time) leaves
  * the bucket as it is: whichever instance made an erasure, and whether or not its data directory
  * survived, every instance's next start finds it.
@@ -91,7 +91,7 @@ export class BucketJournal {
   }
 
   async add(r: ErasureRecord) {
-    await this.client.write(`${this.root}${r.workspace_id}/${r.number_digest}/${r.erased_at}`, '')
+    await this.client.write(`${this.root}${r.workspace_id}_${r.number_digest}_${r.erased_at}`, '')
   }
 
   async all(): Promise<ErasureRecord[]> {
@@ -100,7 +100,7 @@ export class BucketJournal {
     do {
       const page = await this.client.list({ prefix: this.root, maxKeys: 1000, ...(token ? { continuationToken: token } : {}) })
       for (const o of page.contents ?? []) {
-        const [workspace_id, number_digest, erased_at, extra] = o.key.slice(this.root.length).split('/')
+        const [workspace_id, number_digest, erased_at, extra] = o.key.slice(this.root.length).split('_')
         if (workspace_id && number_digest && erased_at && extra === undefined && !Number.isNaN(Date.parse(erased_at))) out.push({ workspace_id, number_digest, erased_at })
       }
       token = page.isTruncated ? page.nextContinuationToken : undefined

@@ -160,7 +160,9 @@ export class S3MediaStore implements MediaStore {
   /** Reach the bucket: null when it answers, else why not (for the one line a start stops with). */
   async check(): Promise<string | null> {
     try {
-      await this.client.list({ prefix: this.prefix, maxKeys: 1 })
+      // a listing of a name nothing has: the bucket and the credentials are checked, nothing is
+      // read (s3rver also fails a listing cut short where keys nest, as `erasures/` ones do)
+      await this.client.list({ prefix: `${this.prefix}.capstan-check`, maxKeys: 1 })
       return null
     } catch (e) {
       const code = String((e as { code?: unknown })?.code ?? '')
