@@ -176,7 +176,7 @@ export class ContactEraser {
     }
   }
 
-  /** The bucket's records (null: none kept there); one that cannot be read is logged, and `complete` says so. */
+  /** The bucket's records (none where media is not in a bucket); a listing that fails is logged, and `complete` says so. */
   private async bucketRecords(): Promise<{ records: ErasureRecord[]; complete: boolean }> {
     const bucket = this.bucket
     if (!bucket) return { records: [], complete: true }
