@@ -402,7 +402,7 @@ function importSummary(data: { created: Imported[]; updated: Imported[]; existin
   return lines.join('\n')
 }
 
-const COLUMNS = ['id', 'name', 'phone', 'slug', 'prefix', 'status', 'driver', 'scopes', 'url', 'events', 'type', 'action', 'key_id', 'attempts', 'reason', 'created_at', 'at']
+const COLUMNS = ['id', 'name', 'phone', 'slug', 'prefix', 'status', 'driver', 'scopes', 'url', 'events', 'type', 'action', 'key_id', 'subject_name', 'via', 'ip', 'attempts', 'reason', 'created_at', 'at']
 
 const show = (v: unknown): string => (v === null || v === undefined ? '' : Array.isArray(v) ? v.join(',') : typeof v === 'object' ? JSON.stringify(v) : String(v))
 

@@ -670,6 +670,10 @@ describe('configuration and start-up', () => {
     expect((await admin(['groups', 'list'])).data).toEqual([])
     expect((await admin(['media', 'list'])).data).toEqual([])
     expect((await admin(['audit-log', '--action', 'connection'])).data.map((e: any) => [e.action, e.via])).toEqual([['connection.updated', 'cli'], ['connection.updated', 'cli'], ['connection.updated', 'cli'], ['connection.created', 'cli']])
+    // as a table: what it was about, and who (how, from where)
+    const table = (await runCapstan(['audit-log', '--workspace', wsId, '--action', 'connection.created'], env)).out.trim().split('\n')
+    expect(table[0]!.split(/\s+/)).toEqual(['ACTION', 'KEY_ID', 'SUBJECT_NAME', 'VIA', 'IP', 'AT'])
+    expect(table[1]!.split(/\s+/).slice(0, 4)).toEqual(['connection.created', '+15557654321', 'cli', '127.0.0.1']) // (no key: its column empty)
     // another workspace's campaign is not found through this one
     const elsewhere = await srv.admin('GET', `/workspaces/${(await srv.workspace()).id}/campaigns/${camp.id}`)
     expect(elsewhere.status).toBe(404)
