@@ -84,9 +84,11 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     webhooks.enqueueIn(tx, row.workspace_id, 'contact.consent_changed', { ...contacts.toPublic(row), consent_change: { from, to: row.consent_status, source } })
   messages.onQueued = (id) => pacer.wake(id)
   // a number this instance now releases (at start, or a dead instance's): its sends cut off are settled first
-  pacer.onTakenOver = (ids) => {
+  pacer.onTakenOver = async (ids) => {
     const taken = new Set(ids)
-    return messages.recoverInterrupted((id) => taken.has(id))
+    await messages.recoverInterrupted((id) => taken.has(id))
+    // the reports a driver makes itself (the sandbox's) went with the process that set their timers
+    for (const id of ids) await connections.find(id)?.driver.resumeReports?.((since) => messages.awaitingReports(id, since))
   }
   pacer.tellHolder = (id) => background('telling the instance that releases a number', () => deps.engine.announce(deps.engine, `queued:${id}`))
   messages.onThrottled = (id) => pacer.slowDown(id)

@@ -121,6 +121,27 @@ describe('restart', () => {
     }
   }, 60_000)
 
+  test("a sandbox number's delivered and read reports still come after a crash: the next start sets them again for what was sent (at once when past due)", async () => {
+    // (the polls below pass 60 requests a minute)
+    const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const t = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', config: { delivered_after_ms: 1500, read_after_ms: 6000, fail_recipients: [] } })).json.data
+      const id = (await srv.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'reported after a crash' } })).json.data.id as string
+      const status = async () => (await srv.api(t.key, 'GET', `/messages/${id}`)).json.data.status as string
+      await waitFor(async () => (await status()) === 'sent')
+      await srv.stop('SIGKILL')
+      // down past the delivered report's time: it comes at the start; the read one when due
+      await Bun.sleep(2_000)
+      await srv.boot()
+      await waitFor(async () => (await status()) === 'delivered', 3_000)
+      await waitFor(async () => (await status()) === 'read', 10_000)
+    } finally {
+      await srv.close()
+    }
+  })
+
   test('a 202 is durable: the message is there after an immediate SIGKILL', async () => {
     const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     try {

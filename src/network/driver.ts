@@ -191,6 +191,14 @@ export interface ConnectionDriver {
    * ("images"); null or absent: no limit but the workspace's own.
    */
   mediaLimit?(mimeType: string): { bytes: number; what: string } | null
+  /**
+   * This instance now sends for the number (at its start, or taken over from a dead instance):
+   * the reports the driver itself would still make on its sends (delivered, read), whose timers
+   * went with the process that set them. `awaiting(since)` reads the sends since then still
+   * without their last report. For networks whose reports come from the driver (the sandbox); a
+   * real network reports through its webhooks, to any instance. Optional.
+   */
+  resumeReports?(awaiting: (since: number) => Promise<AwaitingReport[]>): Promise<void>
   /** The groups the number belongs to, or null when this network cannot report groups. */
   listGroups(): Promise<GroupInfo[] | null>
   /** Apply a new driver config (admin PATCH). */
@@ -210,6 +218,14 @@ export interface ConnectionDriver {
   forget?(number: string): unknown
   /** Message content retention: drop the texts of sends accepted before this time (ms) from what the driver keeps on disk; how many. */
   forgetContent?(before: number): Promise<number>
+}
+
+/** A one-to-one send still without its last report: sent (not yet delivered) or delivered (not yet read). */
+export interface AwaitingReport {
+  id: string
+  status: 'sent' | 'delivered'
+  /** When it was sent (ms). */
+  sentAt: number
 }
 
 export interface DriverContext {

@@ -9,7 +9,7 @@
 import { closeSync, existsSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, writeSync } from 'node:fs'
 import { open } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
-import type { ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
+import type { AwaitingReport, ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
 import { DriverError } from './driver'
 import { E164 } from '../http/phone'
 import { type Engine, stmt } from '../db/engine'
@@ -388,6 +388,8 @@ class DatabaseRecord implements SendRecord {
   }
 }
 
+/** How long after its time a report missed while no instance sent for the number is still made (see resumeReports). */
+const REPORTS_LATE_MS = 3_600_000
 const DEFAULTS: SandboxConfig = { delivered_after_ms: 1000, read_after_ms: 3000, fail_recipients: [], accept_after_ms: 0 }
 
 const delay = (v: unknown) => v === null || (typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 86_400_000)
@@ -443,6 +445,21 @@ export class SandboxConnection implements ConnectionDriver {
   async confirm(messageId: string) {
     const externalId = await this.ledger.find(messageId)
     return externalId ? { externalId } : null
+  }
+
+  /**
+   * The delivered and read reports still due on the sends of the last while, at the times they
+   * were due — at once when that has passed, for reports due up to an hour before this start.
+   */
+  async resumeReports(awaiting: (since: number) => Promise<AwaitingReport[]>) {
+    const { delivered_after_ms: delivered, read_after_ms: read } = this.config
+    if (delivered === null && read === null) return
+    const now = this.ctx.now()
+    const due = (ms: number | null, sentAt: number) => (ms === null ? null : Math.max(0, sentAt + ms - now))
+    for (const m of await awaiting(now - Math.max(delivered ?? 0, read ?? 0) - REPORTS_LATE_MS)) {
+      if (m.status === 'sent') this.later(due(delivered, m.sentAt), () => this.ctx.events.receipt(this.ctx.connectionId, m.id, 'delivered'))
+      this.later(due(read, m.sentAt), () => this.ctx.events.receipt(this.ctx.connectionId, m.id, 'read'))
+    }
   }
 
   async listGroups(): Promise<GroupInfo[] | null> {

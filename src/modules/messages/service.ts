@@ -212,6 +212,11 @@ export class MessageService {
     return this.store.failuresSince(connectionId, since)
   }
 
+  /** The number's one-to-one sends since `since` still without their last report (see ConnectionDriver.resumeReports). */
+  awaitingReports(connectionId: string, since: number) {
+    return this.store.awaitingReports(connectionId, since)
+  }
+
   /** When the number released its messages since `since` (ms), oldest first: what the pacer counts. */
   releasesSince(connectionId: string, since: number): Promise<number[]> {
     return this.store.releasesSince(connectionId, since)

@@ -1,5 +1,6 @@
 /** The message log, the queues and the monthly usage on the store seam (docs/design/two-engines.md). */
 import { insertStatement, MANY_CALLS, mergeable, type Queries, type Statement, stmt } from '../../db/engine'
+import type { AwaitingReport } from '../../network/driver'
 
 export type MessageStatus = 'queued' | 'sending' | 'sent' | 'delivered' | 'read' | 'failed'
 
@@ -145,6 +146,8 @@ const Q = {
   ),
   queuedConnections: stmt("SELECT DISTINCT connection_id FROM messages WHERE status = 'queued'"),
   releases: stmt('SELECT sending_at FROM messages WHERE connection_id = ? AND sending_at >= ? ORDER BY sending_at'),
+  // through messages_releases too: the number's one-to-one sends since a time still without their last report
+  awaitingReports: stmt("SELECT id, status, sent_at FROM messages WHERE connection_id = ? AND sending_at >= ? AND status IN ('sent', 'delivered') AND group_id IS NULL AND sent_at IS NOT NULL"),
   // through messages_releases as well: the number's sends since a time that failed, and the newest
   failuresSince: stmt("SELECT COUNT(*) AS n FROM messages WHERE connection_id = ? AND sending_at >= ? AND status = 'failed'"),
   lastFailureSince: stmt("SELECT error_code, error_message, failed_at FROM messages WHERE connection_id = ? AND sending_at >= ? AND status = 'failed' ORDER BY sending_at DESC LIMIT 1"),
@@ -286,6 +289,9 @@ export class MessageStore {
     return { count: Number(count?.n ?? 0), last: last ?? null }
   }
 
+  async awaitingReports(connectionId: string, since: number): Promise<AwaitingReport[]> {
+    return (await this.db.all<{ id: string; status: 'sent' | 'delivered'; sent_at: number }>(Q.awaitingReports, connectionId, since)).map((r) => ({ id: r.id, status: r.status, sentAt: Number(r.sent_at) }))
+  }
   async releasesSince(connectionId: string, since: number): Promise<number[]> {
     return (await this.db.all<{ sending_at: number }>(Q.releases, connectionId, since)).map((r) => r.sending_at)
   }
