@@ -14,7 +14,7 @@ import type { Database } from 'bun:sqlite'
 import type { Config } from './config'
 import { migratePostgres } from './db/postgres'
 import { join } from 'node:path'
-import { BucketJournal, JOURNAL, readRecords } from './modules/contacts/erasure-journal'
+import { BucketJournal, JOURNAL, journalDirs, readRecords } from './modules/contacts/erasure-journal'
 import { LocalMediaStore, S3MediaStore } from './modules/media/store'
 import { databaseOrExit, databaseWhere, fail, lockOrExit, postgresFailure } from './startup'
 
@@ -110,7 +110,7 @@ export async function migrateToPostgres(config: Config) {
       // the erasures recorded so far go to the bucket too, where every instance's start reads them
       // (a database put back from before one then does it again; see modules/contacts/erasure-journal.ts)
       const bucket = new BucketJournal(to.client, to.prefix)
-      for (const r of readRecords([join(config.dataDir, JOURNAL), ...(config.backupDir ? [join(config.backupDir, JOURNAL)] : [])])) {
+      for (const r of readRecords(journalDirs(config).map((dir) => join(dir, JOURNAL)))) {
         await bucket.add(r)
         erasures++
       }

@@ -27,6 +27,11 @@ export interface ErasureRecord {
   erased_at: string
 }
 
+/** The directories an erasure is recorded in: the data directory and, with automatic backups, the backup directory. */
+export function journalDirs(config: { dataDir: string; backupDir: string | null }): string[] {
+  return config.backupDir === null ? [config.dataDir] : [config.dataDir, config.backupDir]
+}
+
 /** Append a record to the journal in `dir` (made if missing), durably. */
 export function appendRecord(dir: string, record: ErasureRecord) {
   mkdirSync(dir, { recursive: true, mode: 0o700 })

@@ -34,7 +34,7 @@ import type { WebhookService } from '../webhooks/service'
 import type { ContactService } from './service'
 import { nextTurn } from '../../db/writer'
 import type { SecretBox } from '../../secrets'
-import { appendRecord, BucketJournal, carryOver, done, type ErasureRecord, JOURNAL, pending, PURPOSE, readRecords } from './erasure-journal'
+import { appendRecord, BucketJournal, carryOver, done, type ErasureRecord, JOURNAL, journalDirs, pending, PURPOSE, readRecords } from './erasure-journal'
 import { S3MediaStore } from '../media/store'
 import { join } from 'node:path'
 
@@ -146,12 +146,6 @@ export class ContactEraser {
     return report
   }
 
-  /** The journals an erasure is recorded in: the data directory's and, with automatic backups, the backup directory's. */
-  private journalDirs() {
-    const { dataDir, backupDir } = this.deps.config
-    return backupDir === null ? [dataDir] : [dataDir, backupDir]
-  }
-
   /** The journal in the media bucket, where media is kept in one (see BucketJournal); else null. */
   private get bucket(): BucketJournal | null {
     const store = this.media.store
@@ -161,7 +155,7 @@ export class ContactEraser {
   /** The erasure recorded (the workspace and a keyed digest of the number), so a restore cannot undo it. */
   private async record(workspaceId: string, phone: string, at: number) {
     const entry = { workspace_id: workspaceId, number_digest: this.box.digest(PURPOSE, phone), erased_at: new Date(at).toISOString() }
-    for (const dir of this.journalDirs()) {
+    for (const dir of journalDirs(this.deps.config)) {
       try {
         appendRecord(dir, entry)
       } catch (e) {
