@@ -229,7 +229,7 @@ async function setup(config: Record<string, unknown> = {}, on: TestServer = srv)
   return { ...t, conn: r.json.data, created: r, pnid }
 }
 
-const msg = (key: string, id: string) => srv.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
+const msg = (key: string, id: string, on: TestServer = srv) => on.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
 
 /**
  * Send a text (through `on`, the shared server unless given) that Meta reads and then does not
@@ -1906,12 +1906,12 @@ describe('two instances on one PostgreSQL', () => {
     await numberOfA({}, async ({ a, b, db, key, connId }) => {
       const { id, to } = await sendLosingAnswer(key, connId, { on: a })
       await Bun.sleep(300)
-      expect((await a.api(key, 'GET', `/messages/${id}`)).json.data.status).toBe('sending')
+      expect((await msg(key, id, a)).status).toBe('sending')
       // Meta's status names it, and the load balancer hands it to B
       const wamid = `wamid.${crypto.randomUUID()}`
       expect((await deliver(b.base, connId, statusEvent(wamid, 'delivered', undefined, id))).status).toBe(200)
       const done = await waitFor(async () => {
-        const m = (await b.api(key, 'GET', `/messages/${id}`)).json.data
+        const m = await msg(key, id, b)
         return m.status === 'delivered' ? m : null
       }, 10_000)
       expect(done.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'delivered'])
@@ -1934,7 +1934,7 @@ describe('two instances on one PostgreSQL', () => {
       const wamid = `wamid.${crypto.randomUUID()}`
       expect((await deliver(b.base, connId, statusEvent(wamid, 'sent', undefined, id))).status).toBe(200)
       const sent = await waitFor(async () => {
-        const m = (await b.api(key, 'GET', `/messages/${id}`)).json.data
+        const m = await msg(key, id, b)
         return m.status === 'sent' ? m : null
       }, 10_000)
       expect(sent.error).toBeNull()
