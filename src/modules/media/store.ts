@@ -161,7 +161,7 @@ export class S3MediaStore implements MediaStore {
   async check(): Promise<string | null> {
     try {
       // a listing of a name nothing has: the bucket and the credentials are checked, nothing is
-      // read (s3rver also fails a listing cut short where keys nest, as `erasures/` ones do)
+      // read, and nothing is cut short (s3rver, the tests' bucket, fails any listing that is)
       await this.client.list({ prefix: `${this.prefix}.capstan-check`, maxKeys: 1 })
       return null
     } catch (e) {
