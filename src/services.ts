@@ -90,7 +90,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     // the reports a driver makes itself (the sandbox's) went with the process that set their timers
     for (const id of ids) await connections.find(id)?.driver.resumeReports?.((since) => messages.awaitingReports(id, since))
   }
-  pacer.tellHolder = (id) => background('telling the instance that releases a number', () => deps.engine.announce(deps.engine, `queued:${id}`))
+  pacer.tellHolder = (id) => deps.engine.announce(deps.engine, `queued:${id}`)
   messages.onThrottled = (id) => pacer.slowDown(id)
   pacer.groupExternalId = (row) => groups.externalIdOf(row)
   messages.groupRefusal = (row, q) => groups.refusalAtRelease(row, q)

@@ -365,6 +365,41 @@ describe('an erasure outlives a database put back from before it', () => {
   })
 })
 
+describe('sends taken by an instance that does not release their number', () => {
+  test('its holder is told once per round trip, not once per send: forty sends at once make a few announcements, and every send (and one more after) is released', async () => {
+    const shared = { CAPSTAN_SECRET_KEY: 'told-holder-test-secret-key-0123456789abcdef01' }
+    const { url, srv: a } = await serveOn('told-holder', shared)
+    const { ws, key } = await a.tenant()
+    await a.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0, hourly_cap: 1000, daily_cap: 1000 } } })
+    const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+    const db = new Bun.SQL(url, { max: 2 })
+    const holder = async () => (await db`SELECT owner FROM number_leases WHERE connection_id = ${conn.id}`)[0]?.owner as string | undefined
+    await waitFor(holder)
+    const told: string[] = []
+    const listening = await db.listen('capstan_changes', (what: string) => {
+      if (what === `queued:${conn.id}`) told.push(what)
+    })
+    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    try {
+      const released = async () => (await db`SELECT COUNT(*)::int AS n FROM messages WHERE connection_id = ${conn.id} AND status = 'sent'`)[0].n as number
+      const sends = await Promise.all(Array.from({ length: 40 }, (_, i) => b.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `through b ${i}` } })))
+      expect(sends.map((r) => r.status)).toEqual(Array(40).fill(202))
+      await waitFor(async () => (await released()) === 40, 15_000)
+      // one per send before (40); now the wakes while an announcement is on its way make one more after it
+      expect(told.length).toBeGreaterThanOrEqual(1)
+      expect(told.length).toBeLessThanOrEqual(12)
+      // nothing left owed or stuck: a send made after the burst is released too
+      expect((await b.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'after' } })).status).toBe(202)
+      await waitFor(async () => (await released()) === 41, 15_000)
+    } finally {
+      await listening.unlisten()
+      await db.close()
+      await b.close()
+      await a.close()
+    }
+  })
+})
+
 describe('sends at once on PostgreSQL', () => {
   test('twenty sends to one number that is not yet a contact, at once: every one is accepted, and the number becomes one contact', async () => {
     const { srv } = await serveOn('together')

@@ -218,7 +218,34 @@ export class Pacer {
   onTakenOver: (connectionIds: string[]) => Promise<void> = async () => {}
 
   /** Tells the instance that holds a number's lease to look at it (set by services: an announcement). */
-  tellHolder: (connectionId: string) => void = () => {}
+  tellHolder: (connectionId: string) => Promise<void> = async () => {}
+  /** Numbers whose holder is being told, each with whether it is to be told once more after. */
+  private telling = new Map<string, boolean>()
+  /** Numbers this instance is trying to take (their wakes meanwhile need nothing more: see wake). */
+  private claiming = new Set<string>()
+
+  /**
+   * Tells a number's holder to look at it, one announcement at a time: woken again while one is on
+   * its way, the holder is told once more after it, not once per wake. The holder reads the whole
+   * queue when it hears, so the announcement made after the last wake is enough (the one on its way
+   * may have been committed before that wake's message). Under load from another instance, this is
+   * one announcement per round trip instead of one per send; each is a commit of its own, and
+   * PostgreSQL commits announcing transactions one at a time.
+   */
+  private tell(connectionId: string) {
+    if (this.telling.has(connectionId)) {
+      this.telling.set(connectionId, true)
+      return
+    }
+    this.telling.set(connectionId, false)
+    void this.tellHolder(connectionId)
+      .catch((e) => this.log.errorAtMostEvery(60_000, 'telling the instance that releases a number failed', { error: String((e as Error)?.message ?? e) }))
+      .finally(() => {
+        const again = this.telling.get(connectionId)
+        this.telling.delete(connectionId)
+        if (again) this.tell(connectionId)
+      })
+  }
 
   /**
    * A number may have something to release (new message, came online, policy changed). Its
@@ -228,14 +255,19 @@ export class Pacer {
   wake(connectionId: string) {
     if (this.leases.holds(connectionId)) return this.wakeHere(connectionId)
     const until = this.elsewhere.get(connectionId)
-    if (until !== undefined && until > Date.now()) return this.tellHolder(connectionId)
+    if (until !== undefined && until > Date.now()) return this.tell(connectionId)
+    // a claim on its way covers this wake too: taken, the number is woken here after it; held
+    // elsewhere, its holder is told after it (both after this wake's message was written)
+    if (this.claiming.has(connectionId)) return
+    this.claiming.add(connectionId)
     void this.claimLeases([connectionId])
       .then((fresh) => {
         if (fresh.length) return
         this.elsewhere.set(connectionId, Date.now() + RENEW_MS)
-        this.tellHolder(connectionId)
+        this.tell(connectionId)
       })
       .catch((e) => this.log.errorAtMostEvery(60_000, 'a number lease could not be taken', { error: String((e as Error)?.message ?? e) }))
+      .finally(() => this.claiming.delete(connectionId))
   }
 
   /** `wake` on this instance only (the holder was told; or the number is this instance's). */
