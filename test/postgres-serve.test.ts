@@ -13,6 +13,10 @@ import { LOCAL_MEDIA_ON_POSTGRES } from '../src/serve'
 import { activityMovesWithMessages } from './support/activity'
 import { ADMIN_TOKEN, TestServer, freePort, hostEnv, newPhone } from './support/server'
 import { TestS3 } from './support/s3'
+import { TestClamd } from './support/clamd'
+import * as files from './support/files'
+import { inProcessOnPostgres } from './support/inproc'
+import { HOLD_MS } from '../src/modules/media/holds'
 import { certificates } from './support/tls'
 import { waitFor } from './support/wait'
 
@@ -161,6 +165,47 @@ describe('media on PostgreSQL', () => {
       expect(srv.output).toContain(`"media_dir":"${join(srv.dataDir, 'media')}"`)
     } finally {
       await srv.close()
+    }
+  })
+
+  test("two instances, one bucket: a file one has written but not yet recorded outlives the other's retention (held in the database); a hold its instance never ended lapses after an hour, and the file goes", async () => {
+    const s3 = await TestS3.start(['shared-media'])
+    const clamd = await TestClamd.start()
+    const url = await pg.createDatabase('media_holds')
+    const opts = { clamd: `unix:${clamd.socket}`, env: s3.env('s3://shared-media/m') }
+    const a = await inProcessOnPostgres(url, opts)
+    const b = await inProcessOnPostgres(url, opts)
+    const objects = () => s3.keys('shared-media', 'm/')
+    const at = (t: number) => (a.clock.t = b.clock.t = t)
+    try {
+      const ws = await a.svc.workspaces.create({ name: 'Holds' })
+      await a.svc.workspaces.patch(ws.id, { settings: { media: { retention_days: 1, max_bytes: 1 << 20 } } })
+      const png = files.png()
+      const first = await a.svc.media.upload(ws.id, new File([png], 'first.png'))
+      at(first.expires_at + 1_000)
+      // the same bytes again on the first instance, written to the bucket, their record not yet committed
+      const again = await a.svc.media.prepare(ws.id, new File([png], 'again.png'))
+      expect(again.blob).toBe(first.blob)
+      // the other instance's retention: the expired record goes, the file it shares with the held one stays
+      await b.svc.media.purgeExpired()
+      expect(await b.svc.media.find(ws.id, first.id)).toBeNull()
+      expect(await objects()).toEqual([`m/${first.blob}`])
+      await a.engine.write((tx) => a.svc.media.insertIn(tx, again))
+      await a.svc.media.settle(again, true)
+      expect(Buffer.from(await b.svc.media.store.bytes(again.blob)).equals(Buffer.from(png))).toBe(true)
+      // written, never recorded (its instance died): kept while held, removed once the hold lapsed
+      const orphan = await a.svc.media.prepare(ws.id, new File([files.pdf()], 'orphan.pdf'))
+      await b.svc.media.purgeExpired()
+      expect((await objects()).sort()).toEqual([`m/${again.blob}`, `m/${orphan.blob}`].sort())
+      at(b.clock.t + HOLD_MS + 1_000)
+      await b.svc.media.purgeExpired()
+      expect(await objects()).toEqual([`m/${again.blob}`])
+      expect(await b.svc.media.find(ws.id, again.id)).not.toBeNull()
+    } finally {
+      await a.close()
+      await b.close()
+      await clamd.stop()
+      await s3.stop()
     }
   })
 })

@@ -41,6 +41,7 @@ import m0039 from '../../migrations/0039_service_windows.sql' with { type: 'text
 import m0040 from '../../migrations/0040_send_path.sql' with { type: 'text' }
 import m0041 from '../../migrations/0041_shard_per_session.sql' with { type: 'text' }
 import m0042 from '../../migrations/0042_audit_operator.sql' with { type: 'text' }
+import m0043 from '../../migrations/0043_media_holds.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -85,4 +86,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 40, name: '0040_send_path', sql: m0040 },
   { version: 41, name: '0041_shard_per_session', sql: m0041 },
   { version: 42, name: '0042_audit_operator', sql: m0042 },
+  { version: 43, name: '0043_media_holds', sql: m0043 },
 ]

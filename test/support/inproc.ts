@@ -96,12 +96,13 @@ export async function inProcess(opts: { clamd?: string; env?: Record<string, str
 }
 
 /**
- * `inProcess` on PostgreSQL: the services on an empty database at `url` (migrated here), with the
- * same controlled clock and timers; the media and the sandbox's files under a temporary directory.
+ * `inProcess` on PostgreSQL: the services on the database at `url` (migrated here), with the
+ * same controlled clock and timers; the media (unless `env` names a bucket) and the sandbox's
+ * files under a temporary directory. Two on one database are two instances.
  */
-export async function inProcessOnPostgres(url: string) {
+export async function inProcessOnPostgres(url: string, opts: { clamd?: string; env?: Record<string, string> } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'capstan-inproc-pg-'))
-  const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent', CAPSTAN_DATABASE_URL: url })
+  const config = loadConfig({ CAPSTAN_DATA_DIR: dir, CAPSTAN_LOG_LEVEL: 'silent', CAPSTAN_DATABASE_URL: url, ...(opts.clamd ? { CAPSTAN_CLAMD: opts.clamd } : {}), ...opts.env })
   const admin = new Bun.SQL(url, { max: 1 })
   await migratePostgres(admin)
   await admin.close()

@@ -7,6 +7,7 @@
 import type { Queries } from '../../db/engine'
 import type { Deps } from '../../deps'
 import { Tally } from '../../tally'
+import { type FileHolds, LocalHolds, SharedHolds } from './holds'
 import { ApiError, notFound, refused, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
 import type { Logger } from '../../http/log'
@@ -35,8 +36,8 @@ export const blobOf = (workspaceId: string, sha: string) => new Bun.CryptoHasher
 
 export class MediaService {
   private readonly records: MediaRecordStore
-  /** Content addresses prepared but not yet committed as rows; retention leaves their files alone. */
-  private readonly pending = new Tally()
+  /** Files prepared but whose rows are not committed yet: retention leaves them alone (see holds.ts). */
+  private readonly holds: FileHolds
 
   constructor(
     private readonly deps: Deps,
@@ -46,6 +47,8 @@ export class MediaService {
     private readonly log: Logger,
   ) {
     this.records = new MediaRecordStore(deps.engine)
+    const remove = (blob: string) => this.store.remove(blob)
+    this.holds = deps.engine.shared ? new SharedHolds(deps.engine, this.records, remove, () => deps.clock.now()) : new LocalHolds(this.records, remove)
   }
 
   /** A page of the workspace's media, newest first (the operators' list). */
@@ -130,11 +133,12 @@ export class MediaService {
     }
     const sha = Bun.CryptoHasher.hash('sha256', bytes).toString('hex')
     const blob = blobOf(workspaceId, sha)
-    this.pending.add(blob)
+    const id = uuid()
+    await this.holds.hold(blob, id)
     try {
       await this.store.put(blob, bytes)
     } catch (e) {
-      this.pending.remove(blob)
+      await this.holds.letGo(blob, id, { committed: false, remove: false }).catch(() => {})
       if (noRoom(e)) {
         this.log.error('media store full', { workspace_id: workspaceId })
         throw new ApiError(507, 'storage_full', 'The media store is full; the file was not stored.')
@@ -142,7 +146,7 @@ export class MediaService {
       throw e
     }
     const now = this.deps.clock.now()
-    return { id: uuid(), workspace_id: workspaceId, sha256: sha, blob, filename: cleanFilename(file.name, type), mime_type: type, size: bytes.length, created_at: now, expires_at: now + retention_days * DAY }
+    return { id, workspace_id: workspaceId, sha256: sha, blob, filename: cleanFilename(file.name, type), mime_type: type, size: bytes.length, created_at: now, expires_at: now + retention_days * DAY }
   }
 
   /**
@@ -153,20 +157,26 @@ export class MediaService {
   async copyOf(workspaceId: string, id: string): Promise<MediaRow> {
     const m = await this.get(workspaceId, id)
     const { retention_days } = this.workspaces.settings(this.workspaces.cached(workspaceId)!).media
+    const copy = uuid()
+    await this.holds.hold(m.blob, copy)
+    // its record may have been removed (expired) before the hold: the file then goes with it
+    if (!(await this.records.get(workspaceId, m.id))) {
+      await this.holds.letGo(m.blob, copy, { committed: false, remove: true })
+      throw notFound('media')
+    }
     const now = this.deps.clock.now()
-    this.pending.add(m.blob)
-    return { ...m, id: uuid(), created_at: now, expires_at: now + retention_days * DAY }
+    return { ...m, id: copy, created_at: now, expires_at: now + retention_days * DAY }
   }
 
   /** Insert a prepared row (inside the write that uses it). */
-  insertIn(tx: Queries, row: MediaRow) {
-    return this.records.insert(tx, row)
+  async insertIn(tx: Queries, row: MediaRow) {
+    await this.records.insert(tx, row)
+    await this.holds.keptIn(tx, row.blob, row.id)
   }
 
   /** After the write that inserted (or refused) a prepared row: drop an unreferenced file. */
-  async settle(row: MediaRow, committed: boolean) {
-    this.pending.remove(row.blob)
-    if (!committed && !this.pending.has(row.blob) && (await this.records.references(row.blob)) === 0) await this.store.remove(row.blob)
+  settle(row: MediaRow, committed: boolean) {
+    return this.holds.letGo(row.blob, row.id, { committed, remove: true })
   }
 
   /** POST /media: prepare, then commit the row. */
@@ -203,17 +213,16 @@ export class MediaService {
     return row
   }
 
-  /** Retention: delete expired rows, then files no row refers to any more. */
+  /** Retention: delete expired rows, then files no row refers to any more (and those of holds that lapsed). */
   async purgeExpired() {
+    for (const blob of await this.holds.lapsed(this.deps.clock.now())) await this.holds.removeIfUnused(blob)
     for (;;) {
       const batch = await this.records.expired(this.deps.clock.now(), 500)
       if (batch.length === 0) return
       await this.deps.engine.write(async (tx) => {
         for (const m of batch) await this.records.remove(tx, m.id)
       })
-      for (const blob of new Set(batch.map((m) => m.blob))) {
-        if (!this.pending.has(blob) && (await this.records.references(blob)) === 0) await this.store.remove(blob)
-      }
+      for (const blob of new Set(batch.map((m) => m.blob))) await this.holds.removeIfUnused(blob)
     }
   }
 }
