@@ -1944,6 +1944,33 @@ describe('two instances on one PostgreSQL', () => {
     })
   }, 90_000)
 
+  test('an inbound message Meta delivers several times at once, to both instances, is logged once and announced once', async () => {
+    const { env } = await installation()
+    const a = await TestServer.start({ env })
+    const b = await TestServer.start({ env })
+    try {
+      const { key, conn, ws } = await setup({}, a)
+      const received: any[] = []
+      const hook = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: async (req) => (received.push(await req.json()), new Response('{}')) })
+      expect((await a.admin('POST', `/workspaces/${ws.id}/webhooks`, { url: `http://127.0.0.1:${hook.port}/hook`, events: ['message.received'] })).status).toBe(201)
+      for (let round = 0; round < 3; round++) {
+        const from = newPhone()
+        const event = inboundEvent(from.slice(1), `Where is order ${round}?`)
+        const answers = await Promise.all(Array.from({ length: 8 }, (_, i) => deliver((i % 2 ? b : a).base, conn.id, event)))
+        expect(answers.map((r) => r.status)).toEqual(Array(8).fill(200))
+        const logged = (await a.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.sender === from)
+        expect(logged.map((m: any) => m.body)).toEqual([`Where is order ${round}?`])
+        await waitFor(() => received.some((e) => e.data?.sender === from))
+        await Bun.sleep(300)
+        expect(received.filter((e) => e.data?.sender === from)).toHaveLength(1)
+      }
+      hook.stop(true)
+    } finally {
+      await b.close()
+      await a.close()
+    }
+  }, 60_000)
+
   test("bad signatures count against the failed-auth limit in total, whichever instance each reaches", async () => {
     const { env } = await installation({ CAPSTAN_AUTH_FAIL_LIMIT: '6' })
     const a = await TestServer.start({ env })

@@ -116,6 +116,34 @@ describe('the schema on both engines', () => {
     }
   })
 
+  test('a message received more than once before 0044 (copies an older Capstan logged on PostgreSQL): every row is kept, the earliest keeps the network id, and a copy is refused from then on', async () => {
+    const now = 1_795_000_000_000
+    const rows = (n: number) =>
+      Array.from({ length: n }, (_, i) => `('in-${i}', 'w', 'n', 'inbound', 'delivered', '+15550001', 'hi', '[]', ${i < 3 ? "'wamid.same'" : "'wamid.other'"}, ${now + i}, ${now + i})`).join(', ')
+    const before = `DROP INDEX messages_inbound_once; DELETE FROM migrations WHERE version = 44;
+      INSERT INTO workspaces (id, name, slug, status, settings, created_at, updated_at) VALUES ('w', 'W', 'w', 'active', '{}', ${now}, ${now});
+      INSERT INTO connections (id, workspace_id, phone, driver, status, receives, config, created_at, updated_at) VALUES ('n', 'w', '+15550009', 'sandbox', 'online', 1, '{}', ${now}, ${now});
+      INSERT INTO messages (id, workspace_id, connection_id, direction, status, sender, body, attachments, external_id, created_at, updated_at) VALUES ${rows(4)};`
+    const copy = `INSERT INTO messages (id, workspace_id, connection_id, direction, status, attachments, external_id, created_at, updated_at) VALUES ('in-9', 'w', 'n', 'inbound', 'delivered', '[]', 'wamid.same', ${now}, ${now})`
+    const expected = [['in-0', 'wamid.same'], ['in-1', null], ['in-2', null], ['in-3', 'wamid.other']]
+    // SQLite
+    const lite = openDatabase(join(dir, 'inbound-once.db'))
+    migrate(lite)
+    lite.run(before)
+    expect(migrate(lite)).toEqual([44])
+    expect(lite.query('SELECT id, external_id FROM messages ORDER BY seq').values()).toEqual(expected)
+    expect(() => lite.run(copy)).toThrow(/UNIQUE/)
+    lite.close()
+    // PostgreSQL
+    const db = new Bun.SQL(await pg.createDatabase('inbound_once'), { max: 1 })
+    await migratePostgres(db)
+    await db.unsafe(before)
+    expect(await migratePostgres(db)).toEqual([44])
+    expect((await db.unsafe('SELECT id, external_id FROM messages ORDER BY seq').values())).toEqual(expected)
+    await expect(db.unsafe(copy)).rejects.toThrow(/unique/)
+    await db.close()
+  })
+
   test("PostgreSQL: each session counts on a shard of its own, keeps it, and a session's end frees it", async () => {
     // six sessions (a client of one connection each)
     const sessions = Array.from({ length: 6 }, () => new Bun.SQL(pg.url, { max: 1 }))

@@ -42,6 +42,7 @@ import m0040 from '../../migrations/0040_send_path.sql' with { type: 'text' }
 import m0041 from '../../migrations/0041_shard_per_session.sql' with { type: 'text' }
 import m0042 from '../../migrations/0042_audit_operator.sql' with { type: 'text' }
 import m0043 from '../../migrations/0043_media_holds.sql' with { type: 'text' }
+import m0044 from '../../migrations/0044_inbound_once.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -87,4 +88,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 41, name: '0041_shard_per_session', sql: m0041 },
   { version: 42, name: '0042_audit_operator', sql: m0042 },
   { version: 43, name: '0043_media_holds', sql: m0043 },
+  { version: 44, name: '0044_inbound_once', sql: m0044 },
 ]
