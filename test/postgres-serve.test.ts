@@ -550,6 +550,36 @@ describe("a key's limit on PostgreSQL", () => {
   })
 })
 
+describe('the monthly allowance on PostgreSQL', () => {
+  test('sends at once on two instances, more than the allowance has room for: exactly that many are queued, the others get 422 allowance_exhausted with nothing written', async () => {
+    const shared = { CAPSTAN_SECRET_KEY: 'allowance-test-secret-key-0123456789abcdef012' }
+    const { url, srv: a } = await serveOn('allowance', shared)
+    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    try {
+      const { ws, key } = await a.tenant()
+      await a.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: 10 } })
+      const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
+      for (let round = 0; round < 2; round++) {
+        const sends = await Promise.all(Array.from({ length: 16 }, (_, i) => (i % 2 ? b : a).api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1669'), body: `round ${round}` } })))
+        // ten of the first sixteen; none of the second
+        expect(sends.filter((r) => r.status === 202).length).toBe(round === 0 ? 10 : 0)
+        expect(sends.filter((r) => r.status !== 202).map((r) => [r.status, r.json.code])).toEqual(Array(round === 0 ? 6 : 16).fill([422, 'allowance_exhausted']))
+      }
+      const log = await a.api(key, 'GET', '/messages?per_page=100')
+      expect(log.json.meta.total).toBe(10)
+      const db = new Bun.SQL(url, { max: 1 })
+      try {
+        expect((await db`SELECT SUM(messages)::int AS n FROM usage_monthly WHERE workspace_id = ${ws.id}`)[0].n).toBe(10)
+      } finally {
+        await db.close()
+      }
+    } finally {
+      await b.close()
+      await a.close()
+    }
+  })
+})
+
 describe('webhook deliveries on PostgreSQL', () => {
   test('a due delivery another instance wrote and never claimed (it died first) goes out within seconds, with nothing here to wake the dispatcher', async () => {
     const { url, srv } = await serveOn('orphans')

@@ -332,10 +332,17 @@ export class MessageService {
     return ws ? this.workspaces.settings(ws).message_allowance : null
   }
 
-  /** Whether the workspace has used its message allowance for the month of `now` (`q`: the write it is checked in, if any). */
+  /**
+   * Whether the workspace has used its message allowance for the month of `now` (`q`: the write it
+   * is checked in, if any). Where instances share the database, a write first waits for the
+   * workspace's allowance to be its own to count (no other transaction counts it until this one
+   * commits), and `queueIn` checks again after counting (for the writes that share its transaction).
+   */
   async allowanceExhausted(workspaceId: string, now: number, q?: Queries): Promise<boolean> {
     const allowance = this.allowanceOf(workspaceId)
-    return allowance !== null && (await this.store.usage(workspaceId, monthOf(now), q)) >= allowance
+    if (allowance === null) return false
+    if (q && this.deps.engine.shared) await this.store.allowanceTurn(q, workspaceId)
+    return (await this.store.usage(workspaceId, monthOf(now), q)) >= allowance
   }
 
   async checkAllowance(workspaceId: string, now: number, q?: Queries) {
@@ -346,6 +353,11 @@ export class MessageService {
   async queueIn(tx: Queries, fields: MessageFields, now: number): Promise<MessageRow> {
     const row = newMessage(fields, 'outbound', 'queued', now)
     await Promise.all([this.store.insert(tx, row), this.store.countUsage(tx, row.workspace_id, monthOf(now))])
+    // writes sharing a PostgreSQL transaction read the usage before any of them counted: past the
+    // allowance now, this one is refused, which runs each of them again in a transaction of its own
+    // (where the check before counting holds). SQLite runs its writes one after another.
+    const allowance = this.deps.engine.shared ? this.allowanceOf(row.workspace_id) : null
+    if (allowance !== null && (await this.store.usage(row.workspace_id, monthOf(now), tx)) > allowance) throw refused('allowance_exhausted', 'The workspace has used its message allowance for this month.')
     return { ...row, seq: 0 }
   }
 

@@ -161,6 +161,9 @@ const Q = {
   byPart: stmt('SELECT m.* FROM message_parts p JOIN messages m ON m.id = p.message_id WHERE p.connection_id = ? AND p.external_id = ?'),
   addPart: stmt('INSERT INTO message_parts (connection_id, external_id, message_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING'),
   usage: stmt('SELECT CAST(SUM(messages) AS BIGINT) AS messages FROM usage_monthly WHERE workspace_id = ? AND month = ?'),
+  // a workspace's allowance is counted by one transaction at a time (a transaction-level advisory
+  // lock, let go at its COMMIT); SQLite's writes are one at a time already
+  allowanceTurn: stmt('SELECT 1 AS ok', 'SELECT pg_advisory_xact_lock(1397244244, hashtext($1))'),
   // one row per shard on PostgreSQL (migration 0038): sends on different connections never wait for one row
   countUsage: mergeable(
     stmt(
@@ -323,6 +326,10 @@ export class MessageStore {
   }
   async usage(workspaceId: string, month: string, q: Queries = this.db): Promise<number> {
     return (await q.get<{ messages: number }>(Q.usage, workspaceId, month))?.messages ?? 0
+  }
+  /** Inside a write: wait for the workspace's allowance to be this transaction's to count (see Q.allowanceTurn). */
+  async allowanceTurn(tx: Queries, workspaceId: string) {
+    await tx.run(Q.allowanceTurn, workspaceId)
   }
   async countUsage(tx: Queries, workspaceId: string, month: string) {
     await tx.run(Q.countUsage, workspaceId, month)
