@@ -580,6 +580,33 @@ describe('the monthly allowance on PostgreSQL', () => {
   })
 })
 
+describe("a contact's consent on PostgreSQL", () => {
+  test('an update that read the contact before a STOP committed never writes the old consent back: the STOP holds, once in the ledger', async () => {
+    const { url, srv } = await serveOn('consent_race')
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const { ws, key } = await srv.tenant()
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
+      const phone = newPhone('+1667')
+      expect((await srv.api(key, 'POST', '/contacts', { json: { phone, consent_status: 'opted_in' } })).status).toBe(201)
+      // fault injection on the real database: the STOP's transaction, the contact's row changed and
+      // locked, waits half a second before it commits; the update reads the contact meanwhile
+      await db.unsafe(`CREATE FUNCTION slow_stop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
+      await db.unsafe(`CREATE TRIGGER slow_stop BEFORE INSERT ON consent_ledger FOR EACH ROW WHEN (NEW.status = 'opted_out') EXECUTE FUNCTION slow_stop()`)
+      const stop = srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: phone, body: 'STOP' })
+      await Bun.sleep(150)
+      const renamed = await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Renamed' } })
+      expect([(await stop).status, renamed.status]).toEqual([201, 200])
+      const row = (await db`SELECT c.name, c.consent_status, (SELECT json_agg(l.status ORDER BY l.id) FROM consent_ledger l WHERE l.contact_id = c.id) AS ledger FROM contacts c WHERE c.workspace_id = ${ws.id} AND c.phone = ${phone}`)[0]
+      expect([row.name, row.consent_status, row.ledger]).toEqual(['Renamed', 'opted_out', ['opted_in', 'opted_out']])
+      expect(renamed.json.data).toMatchObject({ name: 'Renamed', consent_status: 'opted_out' })
+    } finally {
+      await db.close()
+      await srv.close()
+    }
+  })
+})
+
 describe('webhook deliveries on PostgreSQL', () => {
   test('a due delivery another instance wrote and never claimed (it died first) goes out within seconds, with nothing here to wake the dispatcher', async () => {
     const { url, srv } = await serveOn('orphans')

@@ -156,8 +156,11 @@ describe.each(ENGINES)('contacts on %s', (name) => {
     await engine.write((tx) => store.touch(tx, [[a.id, 4000]])) // an earlier message does not move it back
     await engine.write((tx) => store.touch(tx, [[b.id, 4000], [c.id, 9000], [crypto.randomUUID(), 9000]])) // several at once, each to its own time (not back); an erased contact: nothing
     expect([(await store.get(ws, a.id))!.last_activity_at, (await store.get(ws, c.id))!.last_activity_at]).toEqual([5000, 9000])
+    // a change from a consent the contact no longer has changes nothing (another write changed it meanwhile)
+    expect(await engine.write((tx) => store.setConsent(tx, a.id, 'unknown', 'opted_out', 2000))).toBe(false)
+    expect(await store.get(ws, a.id)).toMatchObject({ consent_status: a.consent_status, updated_at: a.updated_at })
     await engine.write(async (tx) => {
-      await store.setConsent(tx, a.id, 'opted_out', 3000)
+      expect(await store.setConsent(tx, a.id, a.consent_status, 'opted_out', 3000)).toBe(true)
       await store.ledger(tx, ws, a.id, 'opted_out', 'inbound:x', 3000)
       await store.ledger(tx, ws, a.id, 'opted_in', 'api', 3500)
     })
@@ -166,8 +169,10 @@ describe.each(ENGINES)('contacts on %s', (name) => {
       { status: 'opted_out', source: 'inbound:x', at: 3000 },
       { status: 'opted_in', source: 'api', at: 3500 },
     ])
-    await engine.write((tx) => store.update(tx, { ...b, name: 'Bob', metadata: '{"n":1}', updated_at: 6000 }))
-    expect(await store.get(ws, b.id)).toMatchObject({ name: 'Bob', metadata: '{"n":1}', updated_at: 6000 })
+    // written only over the consent it was read with
+    expect(await engine.write((tx) => store.update(tx, { ...b, name: 'Stale', consent_status: 'opted_in', updated_at: 5500 }, 'opted_out'))).toBe(false)
+    expect(await engine.write((tx) => store.update(tx, { ...b, name: 'Bob', metadata: '{"n":1}', updated_at: 6000 }, b.consent_status))).toBe(true)
+    expect(await store.get(ws, b.id)).toMatchObject({ name: 'Bob', metadata: '{"n":1}', updated_at: 6000, consent_status: b.consent_status })
     // c (9000) first, then the two at 5000: b was made after a
     expect((await store.list(ws, 10, 0)).map((r) => r.phone)).toEqual([c.phone, b.phone, a.phone])
     expect((await store.list(ws, 1, 1)).map((r) => r.phone)).toEqual([b.phone])

@@ -61,10 +61,23 @@ export class ContactService {
    */
   onConsentChanged: (tx: Queries, row: ContactRow, from: Consent | null, source: string) => Promise<void> = async () => {}
 
-  /** Change a contact's consent inside a write: the contact, the ledger entry with `source`, the event. */
-  async setConsentIn(tx: Queries, contact: ContactRow, status: Consent, source: string, now: number) {
-    await this.store.setConsent(tx, contact.id, status, now)
-    await this.consentChangedIn(tx, (await this.store.get(contact.workspace_id, contact.id, tx))!, contact.consent_status as Consent, source, now)
+  /**
+   * Change a contact's consent inside a write: the contact, the ledger entry with `source`, the
+   * event — if `may` allows it from the consent it has (by default: any other than `status`).
+   * Changed meanwhile by another transaction (a STOP and an update at once, on two instances),
+   * the contact is read again and the change decided again from what it has now. Whether it changed.
+   */
+  async setConsentIn(tx: Queries, contact: ContactRow, status: Consent, source: string, now: number, may: (from: Consent) => boolean = (from) => from !== status): Promise<boolean> {
+    let from = contact.consent_status as Consent
+    for (;;) {
+      if (!may(from)) return false
+      if (await this.store.setConsent(tx, contact.id, from, status, now)) break
+      const again = await this.store.get(contact.workspace_id, contact.id, tx)
+      if (!again) return false
+      from = again.consent_status as Consent
+    }
+    await this.consentChangedIn(tx, (await this.store.get(contact.workspace_id, contact.id, tx))!, from, source, now)
+    return true
   }
 
   /** After a row's consent was written (`from` before it; null for a new contact): its ledger entry and event. */
@@ -152,24 +165,30 @@ export class ContactService {
   async upsertIn(tx: Queries, workspaceId: string, input: UpsertInput, source: string, known?: ContactRow | null): Promise<{ row: ContactRow; created: boolean }> {
     const now = this.deps.clock.now()
     // `known`: the caller already looked the phone up in this write (null = it is not there)
-    const existing = known !== undefined ? known : await this.store.byPhone(workspaceId, input.phone, tx)
-    if (!existing) {
-      const row = this.fresh(workspaceId, input, now)
-      await this.store.insert(tx, row)
-      if (input.consent_status && input.consent_status !== 'unknown') await this.consentChangedIn(tx, row, null, source, now)
-      return { row, created: true }
+    let existing = known !== undefined ? known : await this.store.byPhone(workspaceId, input.phone, tx)
+    for (;;) {
+      if (!existing) {
+        const row = this.fresh(workspaceId, input, now)
+        await this.store.insert(tx, row)
+        if (input.consent_status && input.consent_status !== 'unknown') await this.consentChangedIn(tx, row, null, source, now)
+        return { row, created: true }
+      }
+      const row: ContactRow = {
+        ...existing,
+        name: input.name !== undefined ? input.name : existing.name,
+        consent_status: input.consent_status ?? existing.consent_status,
+        metadata: input.metadata !== undefined ? JSON.stringify(input.metadata) : existing.metadata,
+        updated_at: now,
+        last_activity_at: Math.max(existing.last_activity_at, now),
+      }
+      // written only over the consent it was read with: changed meanwhile by another transaction
+      // (a STOP on another instance), the contact is read again and the update made over that
+      if (await this.store.update(tx, row, existing.consent_status)) {
+        if (input.consent_status && input.consent_status !== existing.consent_status) await this.consentChangedIn(tx, row, existing.consent_status as Consent, source, now)
+        return { row, created: false }
+      }
+      existing = await this.store.byPhone(workspaceId, input.phone, tx)
     }
-    const row: ContactRow = {
-      ...existing,
-      name: input.name !== undefined ? input.name : existing.name,
-      consent_status: input.consent_status ?? existing.consent_status,
-      metadata: input.metadata !== undefined ? JSON.stringify(input.metadata) : existing.metadata,
-      updated_at: now,
-      last_activity_at: Math.max(existing.last_activity_at, now),
-    }
-    await this.store.update(tx, row)
-    if (input.consent_status && input.consent_status !== existing.consent_status) await this.consentChangedIn(tx, row, existing.consent_status as Consent, source, now)
-    return { row, created: false }
   }
 
   /** A new contact's row (not yet written): consent as given, else unknown. */

@@ -38,7 +38,9 @@ const Q = {
   byPhone: oneByKey('contacts', ['workspace_id', 'phone']),
   byId: stmt('SELECT * FROM contacts WHERE workspace_id = ? AND id = ?'),
   insert: insertStatement('contacts', { id: 'TEXT', workspace_id: 'TEXT', phone: 'TEXT', name: 'TEXT', consent_status: 'TEXT', metadata: 'TEXT', created_at: 'BIGINT', updated_at: 'BIGINT', last_activity_at: 'BIGINT' }),
-  update: stmt('UPDATE contacts SET name = ?, consent_status = ?, metadata = ?, updated_at = ?, last_activity_at = ? WHERE id = ?'),
+  // both consent changes are conditional on the consent the change was decided from: another
+  // transaction's change meanwhile (a STOP on another instance) is never written over
+  update: stmt('UPDATE contacts SET name = ?, consent_status = ?, metadata = ?, updated_at = ?, last_activity_at = ? WHERE id = ? AND consent_status = ?'),
   // the last activity of many contacts at once ($1: [[id, at], …], each id once; see activity.ts):
   // the rows found through the key's index (= ANY of a list: a join with the list took a walk of
   // the whole table once it held some thousands); a time older than the one written changes
@@ -54,8 +56,8 @@ const Q = {
   // later): a transaction-level advisory lock, let go at its COMMIT
   activityTurn: stmt('SELECT 1 AS ok', 'SELECT pg_try_advisory_xact_lock(1397244242, 100) AS ok'),
   consent: stmt(
-    'UPDATE contacts SET consent_status = ?, updated_at = ?, last_activity_at = MAX(last_activity_at, ?) WHERE id = ?',
-    'UPDATE contacts SET consent_status = $1, updated_at = $2, last_activity_at = GREATEST(last_activity_at, $3) WHERE id = $4',
+    'UPDATE contacts SET consent_status = ?, updated_at = ?, last_activity_at = MAX(last_activity_at, ?) WHERE id = ? AND consent_status = ?',
+    'UPDATE contacts SET consent_status = $1, updated_at = $2, last_activity_at = GREATEST(last_activity_at, $3) WHERE id = $4 AND consent_status = $5',
   ),
   ledger: stmt('INSERT INTO consent_ledger (workspace_id, contact_id, status, source, at) VALUES (?, ?, ?, ?, ?)'),
   // ties (one import's contacts share a time) newest made first: SQLite's rowid, PostgreSQL's
@@ -129,8 +131,9 @@ export class ContactStore {
   async insert(tx: Queries, r: ContactRow) {
     await tx.run(Q.insert, r.id, r.workspace_id, r.phone, r.name, r.consent_status, r.metadata, r.created_at, r.updated_at, r.last_activity_at)
   }
-  async update(tx: Queries, r: ContactRow) {
-    await tx.run(Q.update, r.name, r.consent_status, r.metadata, r.updated_at, r.last_activity_at, r.id)
+  /** Write the row, if its consent is still `from` (the one it was read with); whether it was. */
+  async update(tx: Queries, r: ContactRow, from: string): Promise<boolean> {
+    return (await tx.run(Q.update, r.name, r.consent_status, r.metadata, r.updated_at, r.last_activity_at, r.id, from)) > 0
   }
   /** Record activity (messages in or out: [contact id, at], each contact once) without changing the contacts' other fields. */
   async touch(tx: Queries, touches: [string, number][]) {
@@ -140,8 +143,9 @@ export class ContactStore {
   async activityTurn(tx: Queries): Promise<boolean> {
     return !!(await tx.get<{ ok: boolean | number }>(Q.activityTurn))?.ok
   }
-  async setConsent(tx: Queries, id: string, status: string, at: number) {
-    await tx.run(Q.consent, status, at, at, id)
+  /** Change the consent from `from` to `status`, if it is still `from`; whether it was. */
+  async setConsent(tx: Queries, id: string, from: string, status: string, at: number): Promise<boolean> {
+    return (await tx.run(Q.consent, status, at, at, id, from)) > 0
   }
   async ledger(tx: Queries, workspaceId: string, contactId: string, status: string, source: string, at: number) {
     await tx.run(Q.ledger, workspaceId, contactId, status, source, at)

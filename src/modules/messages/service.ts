@@ -643,8 +643,7 @@ export class MessageService {
       const ws = live.row.workspace_id
       const contact = await this.contacts.getByPhone(ws, await this.contacts.phoneOf(ws, phone, tx), tx)
       if (contact?.consent_status !== 'opted_in') return false
-      await this.contacts.setConsentIn(tx, contact, 'unknown', source, this.deps.clock.now())
-      return true
+      return this.contacts.setConsentIn(tx, contact, 'unknown', source, this.deps.clock.now(), (from) => from === 'opted_in')
     })
   }
 
