@@ -581,7 +581,7 @@ describe('the monthly allowance on PostgreSQL', () => {
 })
 
 describe("a contact's consent on PostgreSQL", () => {
-  test('an update that read the contact before a STOP committed never writes the old consent back: the STOP holds, once in the ledger', async () => {
+  test('an update that read the contact before a STOP (or another update) committed never writes the old values back: the STOP holds, once in the ledger', async () => {
     const { url, srv } = await serveOn('consent_race')
     const db = new Bun.SQL(url, { max: 1 })
     try {
@@ -600,6 +600,13 @@ describe("a contact's consent on PostgreSQL", () => {
       const row = (await db`SELECT c.name, c.consent_status, (SELECT json_agg(l.status ORDER BY l.id) FROM consent_ledger l WHERE l.contact_id = c.id) AS ledger FROM contacts c WHERE c.workspace_id = ${ws.id} AND c.phone = ${phone}`)[0]
       expect([row.name, row.consent_status, row.ledger]).toEqual(['Renamed', 'opted_out', ['opted_in', 'opted_out']])
       expect(renamed.json.data).toMatchObject({ name: 'Renamed', consent_status: 'opted_out' })
+      // two updates of different fields at once: the second, read before the first committed, keeps the first's name
+      await db.unsafe(`CREATE TRIGGER slow_rename BEFORE UPDATE ON contacts FOR EACH ROW WHEN (NEW.name = 'Slow') EXECUTE FUNCTION slow_stop()`)
+      const slow = srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Slow' } })
+      await Bun.sleep(150)
+      const tagged = await srv.api(key, 'POST', '/contacts', { json: { phone, metadata: { tier: 'gold' } } })
+      expect([(await slow).status, tagged.status]).toEqual([200, 200])
+      expect(tagged.json.data).toMatchObject({ name: 'Slow', consent_status: 'opted_out', metadata: { tier: 'gold' } })
     } finally {
       await db.close()
       await srv.close()

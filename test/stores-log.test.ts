@@ -169,9 +169,12 @@ describe.each(ENGINES)('contacts on %s', (name) => {
       { status: 'opted_out', source: 'inbound:x', at: 3000 },
       { status: 'opted_in', source: 'api', at: 3500 },
     ])
-    // written only over the consent it was read with
-    expect(await engine.write((tx) => store.update(tx, { ...b, name: 'Stale', consent_status: 'opted_in', updated_at: 5500 }, 'opted_out'))).toBe(false)
-    expect(await engine.write((tx) => store.update(tx, { ...b, name: 'Bob', metadata: '{"n":1}', updated_at: 6000 }, b.consent_status))).toBe(true)
+    // written only over what it was made from: a row read before another change (of its consent, name or metadata) changes nothing
+    for (const read of [{ ...b, consent_status: 'opted_out' as const }, { ...b, name: 'Robert' }, { ...b, metadata: '{"n":0}' }])
+      expect(await engine.write((tx) => store.update(tx, { ...read, name: 'Stale', updated_at: 5500 }, read))).toBe(false)
+    expect(await engine.write((tx) => store.update(tx, { ...b, name: 'Bob', metadata: '{"n":1}', updated_at: 6000 }, b))).toBe(true)
+    const cNow = (await store.get(ws, c.id))!
+    expect(await engine.write((tx) => store.update(tx, { ...cNow, updated_at: 9000 }, cNow))).toBe(true) // a name that is null is matched too
     expect(await store.get(ws, b.id)).toMatchObject({ name: 'Bob', metadata: '{"n":1}', updated_at: 6000, consent_status: b.consent_status })
     // c (9000) first, then the two at 5000: b was made after a
     expect((await store.list(ws, 10, 0)).map((r) => r.phone)).toEqual([c.phone, b.phone, a.phone])

@@ -181,9 +181,9 @@ export class ContactService {
         updated_at: now,
         last_activity_at: Math.max(existing.last_activity_at, now),
       }
-      // written only over the consent it was read with: changed meanwhile by another transaction
-      // (a STOP on another instance), the contact is read again and the update made over that
-      if (await this.store.update(tx, row, existing.consent_status)) {
+      // written only over what it was read with: changed meanwhile by another transaction (a STOP
+      // or another update, on another instance), the contact is read again and the update made over that
+      if (await this.store.update(tx, row, existing)) {
         if (input.consent_status && input.consent_status !== existing.consent_status) await this.consentChangedIn(tx, row, existing.consent_status as Consent, source, now)
         return { row, created: false }
       }

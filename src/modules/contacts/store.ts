@@ -38,9 +38,13 @@ const Q = {
   byPhone: oneByKey('contacts', ['workspace_id', 'phone']),
   byId: stmt('SELECT * FROM contacts WHERE workspace_id = ? AND id = ?'),
   insert: insertStatement('contacts', { id: 'TEXT', workspace_id: 'TEXT', phone: 'TEXT', name: 'TEXT', consent_status: 'TEXT', metadata: 'TEXT', created_at: 'BIGINT', updated_at: 'BIGINT', last_activity_at: 'BIGINT' }),
-  // both consent changes are conditional on the consent the change was decided from: another
-  // transaction's change meanwhile (a STOP on another instance) is never written over
-  update: stmt('UPDATE contacts SET name = ?, consent_status = ?, metadata = ?, updated_at = ?, last_activity_at = ? WHERE id = ? AND consent_status = ?'),
+  // both changes are conditional on what they were decided from (an update: the name, consent and
+  // metadata it read; a consent change: the consent): another transaction's change meanwhile (a
+  // STOP, or another update, on another instance) is never written over
+  update: stmt(
+    'UPDATE contacts SET name = ?, consent_status = ?, metadata = ?, updated_at = ?, last_activity_at = ? WHERE id = ? AND name IS ? AND consent_status = ? AND metadata = ?',
+    'UPDATE contacts SET name = $1, consent_status = $2, metadata = $3, updated_at = $4, last_activity_at = $5 WHERE id = $6 AND name IS NOT DISTINCT FROM $7 AND consent_status = $8 AND metadata = $9',
+  ),
   // the last activity of many contacts at once ($1: [[id, at], …], each id once; see activity.ts):
   // the rows found through the key's index (= ANY of a list: a join with the list took a walk of
   // the whole table once it held some thousands); a time older than the one written changes
@@ -131,9 +135,9 @@ export class ContactStore {
   async insert(tx: Queries, r: ContactRow) {
     await tx.run(Q.insert, r.id, r.workspace_id, r.phone, r.name, r.consent_status, r.metadata, r.created_at, r.updated_at, r.last_activity_at)
   }
-  /** Write the row, if its consent is still `from` (the one it was read with); whether it was. */
-  async update(tx: Queries, r: ContactRow, from: string): Promise<boolean> {
-    return (await tx.run(Q.update, r.name, r.consent_status, r.metadata, r.updated_at, r.last_activity_at, r.id, from)) > 0
+  /** Write the row, if its name, consent and metadata are still those of `read` (the row it was made from); whether they were. */
+  async update(tx: Queries, r: ContactRow, read: ContactRow): Promise<boolean> {
+    return (await tx.run(Q.update, r.name, r.consent_status, r.metadata, r.updated_at, r.last_activity_at, r.id, read.name, read.consent_status, read.metadata)) > 0
   }
   /** Record activity (messages in or out: [contact id, at], each contact once) without changing the contacts' other fields. */
   async touch(tx: Queries, touches: [string, number][]) {
