@@ -614,6 +614,61 @@ describe("a contact's consent on PostgreSQL", () => {
   })
 })
 
+describe("a workspace's settings on PostgreSQL", () => {
+  test('two operators change different settings at once, on two instances: both changes hold (the later one, read before the first committed, is made again over it)', async () => {
+    const shared = { CAPSTAN_SECRET_KEY: 'settings-race-secret-key-0123456789abcdef0123' }
+    const { url, srv: a } = await serveOn('settings_race', shared)
+    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const ws = (await a.admin('POST', '/workspaces', { name: 'Shop' })).json.data
+      // fault injection on the real database: the rename holds the workspace's row half a second before it commits
+      await db.unsafe(`CREATE FUNCTION slow_rename() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
+      await db.unsafe(`CREATE TRIGGER slow_rename BEFORE UPDATE ON workspaces FOR EACH ROW WHEN (NEW.name = 'Slow Shop') EXECUTE FUNCTION slow_rename()`)
+      const renamed = a.admin('PATCH', `/workspaces/${ws.id}`, { name: 'Slow Shop' })
+      await Bun.sleep(150)
+      const capped = await b.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: 500, sending_policy: { hourly_cap: 40 } } })
+      expect([(await renamed).status, capped.status]).toEqual([200, 200])
+      for (const srv of [a, b]) {
+        const now = (await srv.admin('GET', `/workspaces/${ws.id}`)).json.data
+        expect([now.name, now.settings.message_allowance, now.settings.sending_policy.hourly_cap]).toEqual(['Slow Shop', 500, 40])
+      }
+    } finally {
+      await db.close()
+      await b.close()
+      await a.close()
+    }
+  })
+})
+
+describe("a campaign's state on PostgreSQL", () => {
+  test('a pause that read the campaign running while a cancel was committing is refused (409), not applied over the cancel', async () => {
+    const { url, srv } = await serveOn('campaign_race')
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const { ws, key } = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 60, max_gap_seconds: 60 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
+      const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Promo', body: 'Hi {{name}}', category: 'marketing' } })).json.data
+      for (let i = 0; i < 3; i++) await srv.api(key, 'POST', '/contacts', { json: { phone: newPhone('+1668'), consent_status: 'opted_in' } })
+      const c = (await srv.api(key, 'POST', '/campaigns', { json: { name: 'Spring', template_id: tpl.id, connection_id: conn.id } })).json.data
+      expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).json.data.status).toBe('running')
+      // fault injection on the real database: the cancel holds the campaign's row half a second before it commits
+      await db.unsafe(`CREATE FUNCTION slow_cancel() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
+      await db.unsafe(`CREATE TRIGGER slow_cancel BEFORE UPDATE ON campaigns FOR EACH ROW WHEN (NEW.status = 'cancelled') EXECUTE FUNCTION slow_cancel()`)
+      const cancel = srv.api(key, 'POST', `/campaigns/${c.id}/cancel`)
+      await Bun.sleep(150)
+      const pause = await srv.api(key, 'POST', `/campaigns/${c.id}/pause`)
+      expect((await cancel).status).toBe(200)
+      expect([pause.status, pause.json.code]).toEqual([409, 'invalid_campaign_state'])
+      expect((await srv.api(key, 'GET', `/campaigns/${c.id}`)).json.data.status).toBe('cancelled')
+    } finally {
+      await db.close()
+      await srv.close()
+    }
+  })
+})
+
 describe('webhook deliveries on PostgreSQL', () => {
   test('a due delivery another instance wrote and never claimed (it died first) goes out within seconds, with nothing here to wake the dispatcher', async () => {
     const { url, srv } = await serveOn('orphans')

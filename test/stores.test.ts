@@ -149,7 +149,10 @@ describe.each(ENGINES)('workspaces on %s', (name) => {
     expect(await store.get(a.id)).toEqual(a)
     expect(await store.bySlug(b.slug)).toEqual(b)
     await expect(engine.write((tx) => store.insert(tx, { ...row(3), slug: a.slug }))).rejects.toBeInstanceOf(UniqueViolation)
-    await engine.write((tx) => store.update(tx, { ...a, name: 'Renamed', status: 'inactive', settings: '{}', updated_at: 3, slug: 'ignored' }))
+    // written only over the row it was made from: one read before another change (of its name, status or settings) changes nothing
+    for (const read of [{ ...a, name: 'Earlier' }, { ...a, status: 'inactive' as const }, { ...a, settings: '{"x":1}' }])
+      expect(await engine.write((tx) => store.update(tx, { ...read, name: 'Stale', updated_at: 2 }, read))).toBe(false)
+    expect(await engine.write((tx) => store.update(tx, { ...a, name: 'Renamed', status: 'inactive', settings: '{}', updated_at: 3, slug: 'ignored' }, a))).toBe(true)
     expect(await store.get(a.id)).toEqual({ ...a, name: 'Renamed', status: 'inactive', settings: '{}', updated_at: 3 })
     const page = await store.list(2, 0)
     expect(page.total).toBe(before + 2)

@@ -149,6 +149,20 @@ export class CampaignService {
     return conflict('invalid_campaign_state', `The campaign is ${row.status}; it cannot be ${action}.`)
   }
 
+  /**
+   * Inside a write: change the campaign (`fields`, made from the row as read) if its status is one
+   * of `from`, written only over the status it was read with — a change another write made
+   * meanwhile (on another instance, or in the same shared transaction) is seen, and the campaign
+   * checked again. The row as read (`workspaceId`: of that workspace, else 404) and whether it changed.
+   */
+  private async changeIn(tx: Queries, id: string, from: readonly CampaignStatus[], fields: (row: CampaignRow) => Partial<CampaignRow>, workspaceId?: string): Promise<{ row: CampaignRow | null; changed: boolean }> {
+    for (;;) {
+      const row = workspaceId === undefined ? await this.store.getAny(id, tx) : await this.get(workspaceId, id, tx)
+      if (!row || !from.includes(row.status)) return { row, changed: false }
+      if (await this.store.update(tx, id, fields(row), { status: row.status })) return { row, changed: true }
+    }
+  }
+
   private async checkRefs(workspaceId: string, input: CampaignInput) {
     if (input.template_id) await this.templates.get(workspaceId, input.template_id)
     if (input.connection_id) await this.connections.obtain(workspaceId, input.connection_id)
@@ -242,9 +256,8 @@ export class CampaignService {
     }
     // checked again in the write: the lookups above waited, and a start may have come meanwhile
     const next = await this.deps.engine.write(async (tx) => {
-      const current = (await this.store.getAny(id, tx))!
-      if (current.status !== 'draft' && current.status !== 'scheduled') throw this.illegal(current, 'changed')
-      await this.store.update(tx, id, fields)
+      const { row: current, changed } = await this.changeIn(tx, id, ['draft', 'scheduled'], () => fields)
+      if (!changed) throw this.illegal(current!, 'changed')
       return (await this.store.getAny(id, tx))!
     })
     if (next.status === 'scheduled') this.arm(next)
@@ -254,11 +267,11 @@ export class CampaignService {
   async remove(workspaceId: string, id: string) {
     const now = this.deps.clock.now()
     await this.deps.engine.write(async (tx) => {
-      const row = await this.get(workspaceId, id, tx)
-      if (row.status === 'running') throw this.illegal(row, 'deleted while running; pause or cancel it first')
+      const ended = (status: CampaignStatus) => status === 'completed' || status === 'cancelled'
+      const { row, changed } = await this.changeIn(tx, id, ['draft', 'scheduled', 'paused', 'completed', 'cancelled'], (r) => ({ deleted_at: now, updated_at: now, ...(ended(r.status) ? {} : { status: 'cancelled' as CampaignStatus, paused_reason: null, finished_at: now }) }), workspaceId)
+      if (!changed) throw this.illegal(row!, 'deleted while running; pause or cancel it first')
       this.disarm(id)
       await this.store.skipAllPending(tx, id, 'cancelled', now)
-      await this.store.update(tx, id, { deleted_at: now, updated_at: now, ...(row.status === 'completed' || row.status === 'cancelled' ? {} : { status: 'cancelled' as CampaignStatus, paused_reason: null, finished_at: now }) })
     })
   }
 
@@ -286,9 +299,8 @@ export class CampaignService {
     if (when <= now) await this.messages.checkAllowance(workspaceId, now)
     // checked again in the write: the lookups above waited, and a cancel may have come meanwhile
     await this.deps.engine.write(async (tx) => {
-      const current = (await this.store.getAny(id, tx))!
-      if (current.status !== 'draft' && current.status !== 'scheduled') throw this.illegal(current, 'scheduled')
-      await this.store.update(tx, id, { status: 'scheduled', scheduled_at: Math.max(when, now), updated_at: now })
+      const { row: current, changed } = await this.changeIn(tx, id, ['draft', 'scheduled'], () => ({ status: 'scheduled', scheduled_at: Math.max(when, now), updated_at: now }))
+      if (!changed) throw this.illegal(current!, 'scheduled')
     })
     if (when <= now) {
       let timer: Timer | undefined
@@ -327,11 +339,10 @@ export class CampaignService {
       // (moved later meanwhile)
       if ((current.scheduled_at ?? now) > now) return 'later' as const
       const tpl = await this.templates.find(row.workspace_id, row.template_id, tx)
-      if (!tpl) {
-        await this.store.update(tx, id, { status: 'cancelled', finished_at: now, updated_at: now })
-        return null
-      }
-      await this.store.update(tx, id, { status: 'running', started_at: now, body: tpl.body, whatsapp: tpl.whatsapp, updated_at: now, freeze_after: '' })
+      // only over the campaign as read: started, cancelled or moved meanwhile (another instance), nothing here
+      const still = { status: 'scheduled' as const, scheduled_at: current.scheduled_at }
+      if (!tpl) return (await this.store.update(tx, id, { status: 'cancelled', finished_at: now, updated_at: now }, still)) ? null : false
+      if (!(await this.store.update(tx, id, { status: 'running', started_at: now, body: tpl.body, whatsapp: tpl.whatsapp, updated_at: now, freeze_after: '' }, still))) return false
       return this.freezeStepIn(tx, id)
     })
     if (more === null) {
@@ -428,21 +439,19 @@ export class CampaignService {
   async cancel(workspaceId: string, id: string) {
     const now = this.deps.clock.now()
     return this.deps.engine.write(async (tx) => {
-      const row = await this.get(workspaceId, id, tx)
-      if (!['draft', 'scheduled', 'running', 'paused'].includes(row.status)) throw this.illegal(row, 'cancelled')
+      const { row, changed } = await this.changeIn(tx, id, ['draft', 'scheduled', 'running', 'paused'], () => ({ status: 'cancelled', paused_reason: null, finished_at: now, updated_at: now }), workspaceId)
+      if (!changed) throw this.illegal(row!, 'cancelled')
       this.disarm(id)
       await this.store.skipAllPending(tx, id, 'cancelled', now)
-      await this.store.update(tx, id, { status: 'cancelled', paused_reason: null, finished_at: now, updated_at: now })
       return (await this.store.getAny(id, tx))!
     })
   }
 
-  /** The state checked and changed in one write (two requests on two instances cannot both pass the check). */
+  /** The state checked and changed in one write, only over the state checked (two requests on two instances cannot both pass the check). */
   private transition(workspaceId: string, id: string, from: CampaignStatus[], to: CampaignStatus, verb: string, pausedReason: PausedReason | null) {
     return this.deps.engine.write(async (tx) => {
-      const row = await this.get(workspaceId, id, tx)
-      if (!from.includes(row.status)) throw this.illegal(row, verb)
-      await this.store.update(tx, id, { status: to, paused_reason: pausedReason, updated_at: this.deps.clock.now() })
+      const { row, changed } = await this.changeIn(tx, id, from, () => ({ status: to, paused_reason: pausedReason, updated_at: this.deps.clock.now() }), workspaceId)
+      if (!changed) throw this.illegal(row!, verb)
       return (await this.store.getAny(id, tx))!
     })
   }
@@ -454,12 +463,7 @@ export class CampaignService {
    * The message that was refused keeps its failure.
    */
   async templateRefused(id: string, code: string) {
-    const paused = await this.deps.engine.write(async (tx) => {
-      const row = await this.store.getAny(id, tx)
-      if (row?.status !== 'running') return false
-      await this.store.update(tx, id, { status: 'paused', paused_reason: 'template_refused', updated_at: this.deps.clock.now() })
-      return true
-    })
+    const paused = await this.deps.engine.write(async (tx) => (await this.changeIn(tx, id, ['running'], () => ({ status: 'paused', paused_reason: 'template_refused', updated_at: this.deps.clock.now() }))).changed)
     if (paused) this.log.warn('campaign paused: the network refused its template; fix the template, then resume the campaign', { campaign_id: id, error_code: code })
   }
 
@@ -478,8 +482,7 @@ export class CampaignService {
       for (const c of waiting) {
         const row = await this.store.getAny(c.id, tx)
         if (row?.status !== 'paused' || row.paused_reason !== 'allowance_exhausted' || (await this.messages.allowanceExhausted(c.workspace_id, now, tx))) continue
-        await this.store.update(tx, c.id, { status: 'running', paused_reason: null, updated_at: now })
-        out.push(row)
+        if (await this.store.update(tx, c.id, { status: 'running', paused_reason: null, updated_at: now }, { status: 'paused', paused_reason: 'allowance_exhausted' })) out.push(row)
       }
       return out
     })
@@ -528,7 +531,7 @@ export class CampaignService {
         }
         if (await this.messages.allowanceExhausted(c.workspace_id, now, tx)) {
           // campaign messages count against the allowance like any other: wait for room, lose no one
-          await this.store.update(tx, c.id, { status: 'paused', paused_reason: 'allowance_exhausted', updated_at: now })
+          await this.store.update(tx, c.id, { status: 'paused', paused_reason: 'allowance_exhausted', updated_at: now }, { status: 'running' })
           this.log.warn('campaign paused until there is allowance again: the workspace has used its message allowance for this month', { campaign_id: c.id })
           break
         }
@@ -568,7 +571,8 @@ export class CampaignService {
       // looked at again in the write: completed once, whoever asks at the same time
       const current = await this.store.getAny(id, tx)
       if (current?.status !== 'running' || current.freeze_after !== null || (await this.store.hasPending(id, tx)) || (await this.store.hasInFlight(id, tx))) return
-      await this.store.update(tx, id, { status: 'completed', finished_at: now, updated_at: now })
+      // (announced by the write that completed it: another that completed it first makes this one change nothing)
+      if (!(await this.store.update(tx, id, { status: 'completed', finished_at: now, updated_at: now }, { status: 'running' }))) return
       await this.webhooks.enqueueIn(tx, row.workspace_id, 'campaign.completed', await this.toPublic((await this.store.getAny(id, tx))!, tx))
     })
   }
@@ -577,9 +581,9 @@ export class CampaignService {
   async cancelForConnectionIn(tx: Queries, connectionId: string) {
     const now = this.deps.clock.now()
     for (const c of await this.store.unfinishedFor(connectionId, tx)) {
+      if (!(await this.changeIn(tx, c.id, ['draft', 'scheduled', 'running', 'paused'], () => ({ status: 'cancelled', finished_at: now, updated_at: now }))).changed) continue
       this.disarm(c.id)
       await this.store.skipAllPending(tx, c.id, 'connection_removed', now)
-      await this.store.update(tx, c.id, { status: 'cancelled', finished_at: now, updated_at: now })
     }
   }
 

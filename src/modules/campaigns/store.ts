@@ -152,13 +152,21 @@ export class CampaignStore {
   async insert(tx: Queries, row: CampaignRow) {
     await tx.run(Q.insert, ...INSERT_COLUMNS.map((c) => row[c]))
   }
-  /** Write the changed columns of a campaign (one statement per set of columns, made once). */
-  async update(tx: Queries, id: string, fields: Partial<CampaignRow>) {
+  /**
+   * Write the changed columns of a campaign (one statement per set of columns, made once); with
+   * `from`, only while those columns still hold those values (what the change was decided from:
+   * a change another write made meanwhile is not written over). Whether it was written.
+   */
+  async update(tx: Queries, id: string, fields: Partial<CampaignRow>, from: Partial<CampaignRow> = {}): Promise<boolean> {
     const keys = Object.keys(fields) as (keyof CampaignRow)[]
-    const key = keys.join(',')
+    const checks = Object.keys(from) as (keyof CampaignRow)[]
+    const key = `${keys.join(',')}|${checks.join(',')}`
     let s = this.updates.get(key)
-    if (!s) this.updates.set(key, (s = stmt(`UPDATE campaigns SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE id = ?`)))
-    await tx.run(s, ...keys.map((k) => fields[k] as Param), id)
+    if (!s) {
+      const text = (same: string) => `UPDATE campaigns SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE id = ?${checks.map((k) => ` AND ${k} ${same} ?`).join('')}`
+      this.updates.set(key, (s = stmt(text('IS'), pgPlaceholders(text('IS NOT DISTINCT FROM')))))
+    }
+    return (await tx.run(s, ...keys.map((k) => fields[k] as Param), id, ...checks.map((k) => from[k] as Param))) > 0
   }
   get(workspaceId: string, id: string, q: Queries = this.db) {
     return q.get<CampaignRow>(Q.get, id, workspaceId)

@@ -1,4 +1,5 @@
 /** Workspaces: create with a unique slug, read, patch name/status/settings. */
+import type { Queries } from '../../db/engine'
 import type { Deps } from '../../deps'
 import type { AuditRepo, Operator } from '../audit/repo'
 import { notFound, validationFailed } from '../../http/errors'
@@ -163,36 +164,47 @@ export class WorkspaceService {
   private async patchRow(id: string, input: PatchInput, by: Operator | null): Promise<WorkspaceRow> {
     await this.find(id)
     return this.deps.engine.write(async (tx) => {
-      const row = await this.store.get(id, tx)
-      if (!row) throw notFound('workspace')
-      const settings = structuredClone(this.settings(row))
-      // sending_policy and media merge: fields left out keep their value
-      if (input.settings?.sending_policy) settings.sending_policy = { ...settings.sending_policy, ...defined(input.settings.sending_policy) }
-      const policy = settings.sending_policy
-      if (policy.min_gap_seconds > policy.max_gap_seconds) {
-        const field = input.settings?.sending_policy?.min_gap_seconds !== undefined ? 'min_gap_seconds' : 'max_gap_seconds'
-        throw validationFailed({ [`settings.sending_policy.${field}`]: ['The min_gap_seconds must not be greater than max_gap_seconds.'] })
+      // made from the row as it is, and written only over that row: changed meanwhile (another
+      // operator's change on another instance), it is read again and the change made over it
+      for (;;) {
+        const next = await this.patched(tx, id, input)
+        if (next) {
+          await this.audit.addIn(tx, id, 'workspace.updated', null, next.updated_at, id, by)
+          await this.deps.engine.announce(tx, `workspace:${id}`)
+          return next
+        }
       }
-      if (input.settings && 'message_allowance' in input.settings && input.settings.message_allowance !== undefined) {
-        settings.message_allowance = input.settings.message_allowance
-      }
-      if (input.settings?.media) settings.media = { ...settings.media, ...defined(input.settings.media) }
-      if (input.settings?.messages) settings.messages = { ...settings.messages, ...defined(input.settings.messages) }
-      const country = input.settings?.contacts?.default_country
-      if (typeof country === 'string' && !isCountry(country)) throw validationFailed({ 'settings.contacts.default_country': ['The settings.contacts.default_country field must be a country whose numbers are known, such as DE or US.'] })
-      if (input.settings?.contacts) settings.contacts = { ...settings.contacts, ...defined(input.settings.contacts) }
-      const next: WorkspaceRow = {
-        ...row,
-        name: input.name ?? row.name,
-        status: (input.status as WorkspaceRow['status']) ?? row.status,
-        settings: JSON.stringify(settings),
-        updated_at: this.deps.clock.now(),
-      }
-      await this.store.update(tx, next)
-      await this.audit.addIn(tx, id, 'workspace.updated', null, next.updated_at, id, by)
-      await this.deps.engine.announce(tx, `workspace:${id}`)
-      return next
     })
+  }
+
+  /** The change made and written over the row as it is now (inside a write); null if another write changed the row first. */
+  private async patched(tx: Queries, id: string, input: PatchInput): Promise<WorkspaceRow | null> {
+    const row = await this.store.get(id, tx)
+    if (!row) throw notFound('workspace')
+    const settings = structuredClone(this.settings(row))
+    // sending_policy and media merge: fields left out keep their value
+    if (input.settings?.sending_policy) settings.sending_policy = { ...settings.sending_policy, ...defined(input.settings.sending_policy) }
+    const policy = settings.sending_policy
+    if (policy.min_gap_seconds > policy.max_gap_seconds) {
+      const field = input.settings?.sending_policy?.min_gap_seconds !== undefined ? 'min_gap_seconds' : 'max_gap_seconds'
+      throw validationFailed({ [`settings.sending_policy.${field}`]: ['The min_gap_seconds must not be greater than max_gap_seconds.'] })
+    }
+    if (input.settings && 'message_allowance' in input.settings && input.settings.message_allowance !== undefined) {
+      settings.message_allowance = input.settings.message_allowance
+    }
+    if (input.settings?.media) settings.media = { ...settings.media, ...defined(input.settings.media) }
+    if (input.settings?.messages) settings.messages = { ...settings.messages, ...defined(input.settings.messages) }
+    const country = input.settings?.contacts?.default_country
+    if (typeof country === 'string' && !isCountry(country)) throw validationFailed({ 'settings.contacts.default_country': ['The settings.contacts.default_country field must be a country whose numbers are known, such as DE or US.'] })
+    if (input.settings?.contacts) settings.contacts = { ...settings.contacts, ...defined(input.settings.contacts) }
+    const next: WorkspaceRow = {
+      ...row,
+      name: input.name ?? row.name,
+      status: (input.status as WorkspaceRow['status']) ?? row.status,
+      settings: JSON.stringify(settings),
+      updated_at: this.deps.clock.now(),
+    }
+    return (await this.store.update(tx, next, row)) ? next : null
   }
 
   list(limit: number, offset: number) {
