@@ -641,6 +641,34 @@ describe("a workspace's settings on PostgreSQL", () => {
   })
 })
 
+describe("a number's changes on PostgreSQL", () => {
+  test('a rename on one instance while another was taking the number offline: both hold (the rename, made from the number as it was, is made again over the change)', async () => {
+    const shared = { CAPSTAN_SECRET_KEY: 'number-race-secret-key-0123456789abcdef012345' }
+    const { url, srv: a } = await serveOn('number_race', shared)
+    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const ws = (await a.admin('POST', '/workspaces', { name: 'Shop' })).json.data
+      const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
+      await waitFor(async () => (await b.admin('GET', `/connections/${conn.id}`)).status === 200)
+      // fault injection on the real database: taking it offline holds the number's row half a second before it commits
+      await db.unsafe(`CREATE FUNCTION slow_offline() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
+      await db.unsafe(`CREATE TRIGGER slow_offline BEFORE UPDATE ON connections FOR EACH ROW WHEN (NEW.status = 'offline') EXECUTE FUNCTION slow_offline()`)
+      const offline = a.admin('PATCH', `/connections/${conn.id}`, { status: 'offline' })
+      await Bun.sleep(150)
+      const renamed = await b.admin('PATCH', `/connections/${conn.id}`, { name: 'Front desk' })
+      expect([(await offline).status, renamed.status]).toEqual([200, 200])
+      expect(renamed.json.data).toMatchObject({ name: 'Front desk', status: 'offline' })
+      const row = (await db`SELECT name, status FROM connections WHERE id = ${conn.id}`)[0]
+      expect([row.name, row.status]).toEqual(['Front desk', 'offline'])
+    } finally {
+      await db.close()
+      await b.close()
+      await a.close()
+    }
+  })
+})
+
 describe("a campaign's state on PostgreSQL", () => {
   test('a pause that read the campaign running while a cancel was committing is refused (409), not applied over the cancel', async () => {
     const { url, srv } = await serveOn('campaign_race')

@@ -239,7 +239,10 @@ describe.each(ENGINES)('numbers on %s', (name) => {
     })
     const mine = async () => (await store.all()).filter((r) => r.workspace_id === ws)
     expect(await mine()).toEqual([first, second])
-    await engine.write((tx) => store.update(tx, { ...first, status: 'offline', status_reason: 'token rejected', name: null, updated_at: 5 }))
+    // written only over the row it was made from: one read before another change (its status, reason, name, config or warm-up) changes nothing
+    for (const read of [{ ...first, status: 'offline' as const }, { ...first, status_reason: 'x' }, { ...first, name: 'Other' }, { ...first, config: '{"x":1}' }, { ...first, warmup: '{"days":1}' }])
+      expect(await engine.write((tx) => store.update(tx, { ...read, updated_at: 4 }, read))).toBe(false)
+    expect(await engine.write((tx) => store.update(tx, { ...first, status: 'offline', status_reason: 'token rejected', name: null, updated_at: 5 }, first))).toBe(true)
     expect(await store.byPhone(ws, first.phone)).toEqual({ ...first, status: 'offline', status_reason: 'token rejected', name: null, updated_at: 5 })
     await engine.write((tx) => store.markDeleted(tx, first.id, 9))
     expect([(await mine()).map((r) => r.id), await store.byPhone(ws, first.phone)]).toEqual([[second.id], null])

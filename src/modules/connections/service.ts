@@ -91,7 +91,8 @@ export class ConnectionService {
     if (!(DRIVERS[row.driver]?.secretFields ?? []).some((f) => typeof stored[f] === 'string')) return row
     const next = { ...row, config: this.seal(row.driver, this.open(row)) }
     try {
-      await this.deps.engine.write((tx) => this.store.update(tx, next))
+      // (another instance starting at the same moment sealed or changed it first: the row as it is now)
+      if (!(await this.deps.engine.write((tx) => this.store.update(tx, next, row)))) return (await this.store.byId(row.id)) ?? row
     } catch {
       // no room to write it (a full disk): sealed at a later start
       return row
@@ -305,14 +306,23 @@ export class ConnectionService {
   }
 
   private async writeStatus(id: string, status: 'online' | 'offline', reason: string | null) {
-    const c = this.live.get(id)
-    if (!c || (c.row.status === status && c.row.status_reason === reason)) return
-    const next: ConnectionRow = { ...c.row, status, status_reason: reason, updated_at: this.deps.clock.now() }
-    await this.deps.engine.write(async (tx) => {
-      await this.store.update(tx, next)
-      if (c.row.status !== status) await this.onStatusChangedIn(tx, next, c.row.status)
-      await this.deps.engine.announce(tx, `connection:${id}`)
-    })
+    let c = this.live.get(id)
+    let next: ConnectionRow
+    // made from the number as this instance has it, written only over that: changed meanwhile by
+    // another instance (not heard yet), the number is read again and the change made over it
+    for (;;) {
+      if (!c || (c.row.status === status && c.row.status_reason === reason)) return
+      const read = c.row
+      next = { ...read, status, status_reason: reason, updated_at: this.deps.clock.now() }
+      const written = await this.deps.engine.write(async (tx) => {
+        if (!(await this.store.update(tx, next, read))) return false
+        if (read.status !== status) await this.onStatusChangedIn(tx, next, read.status)
+        await this.deps.engine.announce(tx, `connection:${id}`)
+        return true
+      })
+      if (written) break
+      c = (await this.reload(id)) ?? undefined
+    }
     c.row = next
     if (status === 'offline') this.log.warn('connection offline', { connection_id: id, reason })
     this.onChange(id)
@@ -399,30 +409,39 @@ export class ConnectionService {
   }
 
   private async change(id: string, input: { name?: string | null; status?: string; config?: unknown; warmup?: WarmupInput | null }, by: Operator | null): Promise<ConnectionRow> {
-    const c = await this.obtainAny(id)
-    let config = c.row.config
-    if (input.config !== undefined) {
-      const checked = DRIVERS[c.row.driver]!.checkConfig(input.config, this.open(c.row))
-      if ('errors' in checked) throw validationFailed(checked.errors)
-      this.checkNetworkId(c.row.driver, checked.config, id)
-      config = this.seal(c.row.driver, checked.config)
+    let c = await this.obtainAny(id)
+    let next: ConnectionRow
+    // made from the number as this instance has it, written only over that (see writeStatus)
+    for (;;) {
+      const read = c.row
+      let config = read.config
+      if (input.config !== undefined) {
+        const checked = DRIVERS[read.driver]!.checkConfig(input.config, this.open(read))
+        if ('errors' in checked) throw validationFailed(checked.errors)
+        this.checkNetworkId(read.driver, checked.config, id)
+        config = this.seal(read.driver, checked.config)
+      }
+      const status = (input.status as ConnectionRow['status']) ?? read.status
+      next = {
+        ...read,
+        name: input.name !== undefined ? input.name : read.name,
+        status,
+        status_reason: input.status !== undefined ? (status === 'offline' ? 'set offline by the operator' : null) : read.status_reason,
+        config,
+        warmup: input.warmup !== undefined ? warmupColumn(input.warmup, this.deps.clock.now()) : read.warmup,
+        updated_at: this.deps.clock.now(),
+      }
+      const row = next
+      const written = await this.deps.engine.write(async (tx) => {
+        if (!(await this.store.update(tx, row, read))) return false
+        await this.audit.addIn(tx, row.workspace_id, 'connection.updated', null, row.updated_at, id, by)
+        if (row.status !== read.status) await this.onStatusChangedIn(tx, row, read.status)
+        await this.deps.engine.announce(tx, `connection:${id}`)
+        return true
+      })
+      if (written) break
+      c = (await this.reload(id)) ?? (await this.obtainAny(id))
     }
-    const status = (input.status as ConnectionRow['status']) ?? c.row.status
-    const next: ConnectionRow = {
-      ...c.row,
-      name: input.name !== undefined ? input.name : c.row.name,
-      status,
-      status_reason: input.status !== undefined ? (status === 'offline' ? 'set offline by the operator' : null) : c.row.status_reason,
-      config,
-      warmup: input.warmup !== undefined ? warmupColumn(input.warmup, this.deps.clock.now()) : c.row.warmup,
-      updated_at: this.deps.clock.now(),
-    }
-    await this.deps.engine.write(async (tx) => {
-      await this.store.update(tx, next)
-      await this.audit.addIn(tx, next.workspace_id, 'connection.updated', null, next.updated_at, id, by)
-      if (next.status !== c.row.status) await this.onStatusChangedIn(tx, next, c.row.status)
-      await this.deps.engine.announce(tx, `connection:${id}`)
-    })
     c.row = next
     if (input.config !== undefined) c.driver.configure(this.open(next))
     this.onChange(id)
