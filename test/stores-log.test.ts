@@ -539,7 +539,15 @@ describe.each(ENGINES)('webhook outbox on %s', (name) => {
       ],
     ])
     expect((await store.pendingGauges()).perEndpoint.filter((p) => p.endpoint_id === e.id)).toEqual([{ endpoint_id: e.id, workspace_id: ws, n: 2 }])
-    await engine.write((tx) => store.disable(tx, e.id, 400, 'endpoint disabled by the operator'))
+    // the dispatcher's disabling: only of an endpoint failing since the time given or earlier
+    expect(await engine.write((tx) => store.disable(tx, e.id, 400, 'endpoint disabled after failing for 3 days', 200))).toBe(false)
+    expect(await engine.write((tx) => store.disable(tx, e.id, 400, 'endpoint disabled by the operator'))).toBe(true)
+    // each change only over what it was decided from: disabled already, an enable of an active one, a target or a secret read before another change
+    expect(await engine.write((tx) => store.disable(tx, e.id, 400, 'again'))).toBe(false)
+    const now = (await store.endpoint(e.id))!
+    expect(await engine.write((tx) => store.updateTarget(tx, e.id, 'https://b.example/hook', null, null, 450, { ...now, url: 'https://elsewhere.example/' }))).toBe(false)
+    expect(await engine.write((tx) => store.rotateSecret(tx, e.id, 'enc-new', null, 450, 'enc-other'))).toBe(false)
+    expect(await store.endpoint(e.id)).toEqual(now)
     // an attempt that ends after the disabling keeps the held reason
     await engine.write((tx) => store.fail(tx, 'd1', 500, 'HTTP 500', 410))
     expect((await store.deliveries(e.id, 10, 0)).rows.map((d) => [d.id, d.status, d.last_error])).toEqual([
@@ -548,6 +556,7 @@ describe.each(ENGINES)('webhook outbox on %s', (name) => {
       ['d1', 'failed', 'endpoint disabled by the operator'],
     ])
     expect(await engine.write((tx) => store.enable(tx, e.id, 500))).toBe(2)
+    expect(await engine.write((tx) => store.enable(tx, e.id, 510))).toBeNull()
     expect((await store.due(e.id, 500, 10)).map((d) => [d.id, d.attempts])).toEqual([
       ['d1', 0],
       ['d3', 0],

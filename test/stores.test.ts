@@ -198,7 +198,10 @@ describe.each(ENGINES)('templates on %s', (name) => {
     expect(await store.get(ws, b.id)).toEqual(b)
     expect(await store.get(crypto.randomUUID(), b.id)).toBeNull()
     expect((await store.linked(ws)).map((t) => t.id)).toEqual([b.id])
-    await engine.write((tx) => store.update(tx, { ...a, name: 'Renamed', category: 'marketing', imported: '["x"]', updated_at: 500 }))
+    // written only over the template it was made from: one read before another change changes nothing
+    for (const read of [{ ...a, name: 'Other' }, { ...a, body: 'Other' }, { ...a, category: 'marketing' as const }, { ...a, whatsapp: '{}' }, { ...a, imported: '["y"]' }])
+      expect(await engine.write((tx) => store.update(tx, { ...read, name: 'Stale', updated_at: 400 }, read))).toBe(false)
+    expect(await engine.write((tx) => store.update(tx, { ...a, name: 'Renamed', category: 'marketing', imported: '["x"]', updated_at: 500 }, a))).toBe(true)
     expect(await store.get(ws, a.id)).toMatchObject({ name: 'Renamed', category: 'marketing', imported: '["x"]', updated_at: 500, created_at: 101 })
     await engine.write((tx) => store.remove(tx, c.id, 600))
     expect(await store.get(ws, c.id)).toBeNull()

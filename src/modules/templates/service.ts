@@ -132,6 +132,16 @@ export class TemplateService {
   }
 
   async update(workspaceId: string, id: string, input: TemplateInput): Promise<TemplateRow> {
+    // made from the template as read, written only over it: changed meanwhile (another
+    // instance), it is read again and the change made over that
+    for (;;) {
+      const next = await this.updated(workspaceId, id, input)
+      if (next) return next
+    }
+  }
+
+  /** The change made from the template as it is, and written if it still is; null otherwise. */
+  private async updated(workspaceId: string, id: string, input: TemplateInput): Promise<TemplateRow | null> {
     const row = await this.get(workspaceId, id)
     const body = input.body ?? row.body
     const whatsapp = input.whatsapp === undefined ? row.whatsapp : whatsappJson(input.whatsapp)
@@ -142,8 +152,7 @@ export class TemplateService {
     if (link?.header_text && !this.hasTextHeader(row) && (await this.store.scheduledWithMedia(id)) > 0) throw validationFailed({ 'whatsapp.header_text': ['A scheduled campaign sends this template with media (media_id); a template with a text header takes none.'] })
     if (link?.header_media && (await this.scheduledMismatch(id, link.header_media))) throw validationFailed({ 'whatsapp.header_media': [`A scheduled campaign sends this template without ${withArticle(link.header_media)} (media_id); a template with ${withArticle(link.header_media)} header needs one.`] })
     const next: TemplateRow = { ...row, name: input.name ?? row.name, body, category: input.category ?? row.category, variables: JSON.stringify(variables), whatsapp, updated_at: this.deps.clock.now() }
-    await this.deps.engine.write((tx) => this.store.update(tx, next))
-    return next
+    return (await this.deps.engine.write((tx) => this.store.update(tx, next, row))) ? next : null
   }
 
   async remove(workspaceId: string, id: string) {
@@ -205,12 +214,13 @@ export class TemplateService {
         else if (action === 'adopt') {
           // already what the import makes (made by hand so, or imported before imports were
           // recorded): from now on it is as imported
-          await this.store.update(tx, { ...known, imported })
+          await this.store.update(tx, { ...known, imported }, known)
           existing.push(known)
         } else if (action === 'update') {
           const row: TemplateRow = { ...known, ...fresh, imported, updated_at: now }
-          await this.store.update(tx, row)
-          updated.push(row)
+          // (edited meanwhile, on another instance: left as it is, like one edited here before)
+          if (await this.store.update(tx, row, known)) updated.push(row)
+          else existing.push(known)
         } else skipped.push({ name: def.name, language: def.language, reason: action })
         continue
       }

@@ -19,7 +19,11 @@ export interface TemplateRow {
 
 const Q = {
   insert: stmt('INSERT INTO templates (id, workspace_id, name, body, category, variables, whatsapp, imported, created_at, updated_at, deleted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)'),
-  update: stmt('UPDATE templates SET name = ?, body = ?, category = ?, variables = ?, whatsapp = ?, imported = ?, updated_at = ? WHERE id = ?'),
+  // only over the template it was made from: another instance's change meanwhile is not written over
+  update: stmt(
+    'UPDATE templates SET name = ?, body = ?, category = ?, variables = ?, whatsapp = ?, imported = ?, updated_at = ? WHERE id = ? AND name = ? AND body = ? AND category = ? AND whatsapp IS ? AND imported IS ?',
+    'UPDATE templates SET name = $1, body = $2, category = $3, variables = $4, whatsapp = $5, imported = $6, updated_at = $7 WHERE id = $8 AND name = $9 AND body = $10 AND category = $11 AND whatsapp IS NOT DISTINCT FROM $12 AND imported IS NOT DISTINCT FROM $13',
+  ),
   remove: stmt('UPDATE templates SET deleted_at = ?, updated_at = ? WHERE id = ?'),
   get: stmt('SELECT * FROM templates WHERE id = ? AND workspace_id = ? AND deleted_at IS NULL'),
   list: stmt('SELECT * FROM templates WHERE workspace_id = ? AND deleted_at IS NULL ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?'),
@@ -37,8 +41,9 @@ export class TemplateStore {
   async insert(tx: Queries, r: TemplateRow) {
     await tx.run(Q.insert, r.id, r.workspace_id, r.name, r.body, r.category, r.variables, r.whatsapp, r.imported, r.created_at, r.updated_at)
   }
-  async update(tx: Queries, r: TemplateRow) {
-    await tx.run(Q.update, r.name, r.body, r.category, r.variables, r.whatsapp, r.imported, r.updated_at, r.id)
+  /** Write the template, if it is still as `read` (the row it was made from); whether it was. */
+  async update(tx: Queries, r: TemplateRow, read: TemplateRow): Promise<boolean> {
+    return (await tx.run(Q.update, r.name, r.body, r.category, r.variables, r.whatsapp, r.imported, r.updated_at, r.id, read.name, read.body, read.category, read.whatsapp, read.imported)) > 0
   }
   async remove(tx: Queries, id: string, at: number) {
     await tx.run(Q.remove, at, at, id)

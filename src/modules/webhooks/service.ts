@@ -327,18 +327,23 @@ export class WebhookService {
   async patch(id: string, input: { status?: 'active' | 'disabled'; url?: string; events?: string[]; headers?: Record<string, unknown> | null }, by: Operator | null = null) {
     const now = this.deps.clock.now()
     const requeued = await this.deps.engine.write(async (tx) => {
-      const row = await this.get(id, tx)
-      await this.audit.addIn(tx, row.workspace_id, 'webhook.updated', null, now, id, by)
-      if (input.url !== undefined || input.events !== undefined || input.headers !== undefined) {
-        const headers = input.headers === undefined ? row.headers_enc : this.headersColumn(input.headers)
-        await this.store.updateTarget(tx, id, input.url ?? row.url, input.events === undefined ? row.events : eventsColumn(input.events), headers, now)
+      // each part written only over the endpoint as read: changed meanwhile (another instance),
+      // it is read again and the change made over that
+      for (;;) {
+        const row = await this.get(id, tx)
+        if (input.url !== undefined || input.events !== undefined || input.headers !== undefined) {
+          const headers = input.headers === undefined ? row.headers_enc : this.headersColumn(input.headers)
+          if (!(await this.store.updateTarget(tx, id, input.url ?? row.url, input.events === undefined ? row.events : eventsColumn(input.events), headers, now, row))) continue
+        }
+        let requeued = 0
+        if (input.status !== undefined && input.status !== row.status) {
+          const done = input.status === 'disabled' ? ((await this.store.disable(tx, id, now, DISABLED_BY_OPERATOR)) ? 0 : null) : await this.store.enable(tx, id, now)
+          if (done === null) continue
+          requeued = done
+        }
+        await this.audit.addIn(tx, row.workspace_id, 'webhook.updated', null, now, id, by)
+        return requeued
       }
-      if (input.status === undefined || input.status === row.status) return 0
-      if (input.status === 'disabled') {
-        await this.store.disable(tx, id, now, DISABLED_BY_OPERATOR)
-        return 0
-      }
-      return this.store.enable(tx, id, now)
     })
     if (requeued > 0) this.kick()
     return this.get(id)
@@ -356,11 +361,14 @@ export class WebhookService {
     const secret = newSecret()
     const now = this.deps.clock.now()
     const row = await this.deps.engine.write(async (tx) => {
-      const current = await this.get(id, tx)
-      const previous = keepPreviousHours > 0 ? { enc: current.secret_enc, until: now + keepPreviousHours * 3_600_000 } : null
-      await this.store.rotateSecret(tx, id, this.box.seal(secret), previous, now)
-      await this.audit.addIn(tx, current.workspace_id, 'webhook.secret_rotated', null, now, id, by)
-      return this.get(id, tx)
+      // over the secret read: rotated meanwhile on another instance, the one it made is the one replaced
+      for (;;) {
+        const current = await this.get(id, tx)
+        const previous = keepPreviousHours > 0 ? { enc: current.secret_enc, until: now + keepPreviousHours * 3_600_000 } : null
+        if (!(await this.store.rotateSecret(tx, id, this.box.seal(secret), previous, now, current.secret_enc))) continue
+        await this.audit.addIn(tx, current.workspace_id, 'webhook.secret_rotated', null, now, id, by)
+        return this.get(id, tx)
+      }
     })
     this.log.info('webhook signing secret rotated', { endpoint_id: id, previous_signs_hours: keepPreviousHours })
     return { ...this.toAdmin(row), secret }
@@ -635,8 +643,8 @@ export class WebhookService {
       if (now - since >= DISABLE_AFTER_MS) {
         // this attempt is recorded, then the delivery is held with the rest (enabling sends it again)
         await this.store.retry(tx, d.id, code, error, now, now)
-        await this.store.disable(tx, endpoint.id, now, DISABLED_FAILING)
-        this.log.warn('webhook endpoint disabled after failing for 3 days', { endpoint_id: endpoint.id })
+        // (enabled meanwhile by an operator, or succeeding again: left as it is)
+        if (await this.store.disable(tx, endpoint.id, now, DISABLED_FAILING, now - DISABLE_AFTER_MS)) this.log.warn('webhook endpoint disabled after failing for 3 days', { endpoint_id: endpoint.id })
         return
       }
       const delay = RETRY_SCHEDULE_S[d.attempts]

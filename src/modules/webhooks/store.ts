@@ -54,10 +54,17 @@ const Q = {
   active: stmt("SELECT * FROM webhook_endpoints WHERE workspace_id = ? AND status = 'active' AND deleted_at IS NULL"),
   remove: stmt('UPDATE webhook_endpoints SET deleted_at = ?, updated_at = ? WHERE id = ?'),
   failing: stmt('UPDATE webhook_endpoints SET failing_since = ?, updated_at = ? WHERE id = ?'),
-  disable: stmt("UPDATE webhook_endpoints SET status = 'disabled', updated_at = ? WHERE id = ?"),
-  target: stmt('UPDATE webhook_endpoints SET url = ?, events = ?, headers_enc = ?, updated_at = ? WHERE id = ?'),
-  rotate: stmt('UPDATE webhook_endpoints SET secret_enc = ?, previous_secret_enc = ?, previous_secret_expires_at = ?, updated_at = ? WHERE id = ?'),
-  enable: stmt("UPDATE webhook_endpoints SET status = 'active', failing_since = NULL, updated_at = ? WHERE id = ?"),
+  // each change only over what it was decided from (another instance's change meanwhile is not
+  // written over): disabling an active endpoint (the dispatcher's, one still failing since then),
+  // enabling a disabled one, a target over the one read, a secret over the one read
+  disable: stmt("UPDATE webhook_endpoints SET status = 'disabled', updated_at = ? WHERE id = ? AND status = 'active'"),
+  disableFailing: stmt("UPDATE webhook_endpoints SET status = 'disabled', updated_at = ? WHERE id = ? AND status = 'active' AND failing_since <= ?"),
+  target: stmt(
+    'UPDATE webhook_endpoints SET url = ?, events = ?, headers_enc = ?, updated_at = ? WHERE id = ? AND url = ? AND events IS ? AND headers_enc IS ?',
+    'UPDATE webhook_endpoints SET url = $1, events = $2, headers_enc = $3, updated_at = $4 WHERE id = $5 AND url = $6 AND events IS NOT DISTINCT FROM $7 AND headers_enc IS NOT DISTINCT FROM $8',
+  ),
+  rotate: stmt('UPDATE webhook_endpoints SET secret_enc = ?, previous_secret_enc = ?, previous_secret_expires_at = ?, updated_at = ? WHERE id = ? AND secret_enc = ?'),
+  enable: stmt("UPDATE webhook_endpoints SET status = 'active', failing_since = NULL, updated_at = ? WHERE id = ? AND status = 'disabled'"),
   requeueHeld: stmt(`UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ? WHERE endpoint_id = ? AND status = 'failed' AND last_error LIKE '${HELD_REASON}%'`),
   failedSlice: stmt("SELECT seq FROM webhook_deliveries WHERE endpoint_id = ? AND status = 'failed' AND created_at >= ? AND seq > ? ORDER BY seq LIMIT ?"),
   requeueFailed: stmt(
@@ -145,21 +152,26 @@ export class WebhookStore {
   async markFailing(tx: Queries, id: string, since: number | null, at: number) {
     await tx.run(Q.failing, since, at, id)
   }
-  /** Disable an endpoint; its pending deliveries fail with `reason`, which starts with HELD_REASON. */
-  async disable(tx: Queries, id: string, at: number, reason: string) {
-    await tx.run(Q.disable, at, id)
+  /**
+   * Disable an endpoint that is active (`failingSince`: and still failing since that time or
+   * earlier); its pending deliveries fail with `reason`, which starts with HELD_REASON. Whether it was.
+   */
+  async disable(tx: Queries, id: string, at: number, reason: string, failingSince: number | null = null): Promise<boolean> {
+    if ((await (failingSince === null ? tx.run(Q.disable, at, id) : tx.run(Q.disableFailing, at, id, failingSince))) === 0) return false
     await tx.run(Q.failAll, reason, at, id)
+    return true
   }
-  async updateTarget(tx: Queries, id: string, url: string, events: string | null, headersEnc: string | null, at: number) {
-    await tx.run(Q.target, url, events, headersEnc, at, id)
+  /** The target written over `read` (the endpoint it was made from); whether it still was that. */
+  async updateTarget(tx: Queries, id: string, url: string, events: string | null, headersEnc: string | null, at: number, read: { url: string; events: string | null; headers_enc: string | null }): Promise<boolean> {
+    return (await tx.run(Q.target, url, events, headersEnc, at, id, read.url, read.events, read.headers_enc)) > 0
   }
-  /** A new signing secret; `previous` (the one it replaces, or null) signs beside it until `until`. */
-  async rotateSecret(tx: Queries, id: string, secretEnc: string, previous: { enc: string; until: number } | null, at: number) {
-    await tx.run(Q.rotate, secretEnc, previous?.enc ?? null, previous?.until ?? null, at, id)
+  /** A new signing secret over `currentEnc` (the one read); `previous` (it, or null) signs beside it until `until`. Whether it was still the one. */
+  async rotateSecret(tx: Queries, id: string, secretEnc: string, previous: { enc: string; until: number } | null, at: number, currentEnc: string): Promise<boolean> {
+    return (await tx.run(Q.rotate, secretEnc, previous?.enc ?? null, previous?.until ?? null, at, id, currentEnc)) > 0
   }
-  /** Enable it again: the deliveries its disabling failed are pending again, due now. Returns how many. */
-  async enable(tx: Queries, id: string, at: number): Promise<number> {
-    await tx.run(Q.enable, at, id)
+  /** Enable a disabled endpoint: the deliveries its disabling failed are pending again, due now. How many; null when it was not disabled. */
+  async enable(tx: Queries, id: string, at: number): Promise<number | null> {
+    if ((await tx.run(Q.enable, at, id)) === 0) return null
     return tx.run(Q.requeueHeld, at, at, id)
   }
   /**
