@@ -166,9 +166,9 @@ export class KeyService {
       const row = await this.store.get(id, tx)
       if (!row) throw notFound('API key')
       await this.keepUseIn(tx, row.key_id)
-      if (row.status === 'active') {
-        const now = this.deps.clock.now()
-        await this.store.revoke(tx, id, now)
+      const now = this.deps.clock.now()
+      // (revoked meanwhile by another request, on another instance: that one audits and announces it)
+      if (row.status === 'active' && (await this.store.revoke(tx, id, now))) {
         await this.audit.addIn(tx, row.workspace_id, 'api_key.revoked', id, now, null, by)
         await this.deps.engine.announce(tx, `key:${row.key_id}`)
         propagated = this.deps.engine.propagated(`key:${row.key_id}`)
