@@ -1971,6 +1971,25 @@ describe('two instances on one PostgreSQL', () => {
     }
   }, 60_000)
 
+  test("Meta's read and delivered for one message at once, on two instances: the message ends read (the delivered, decided from sent while the read was committing, does not take it back), with both times", async () => {
+    await numberOfA({}, async ({ a, b, db, key, connId }) => {
+      const to = newPhone()
+      const r = await a.api(key, 'POST', '/messages', { json: { connection_id: connId, recipient: await talking(connId, to, a.base), body: 'Your order shipped' } })
+      const sent = await waitFor(async () => ((await msg(key, r.json.data.id, a)).status === 'sent' ? msg(key, r.json.data.id, a) : null))
+      const wamid = (await db`SELECT external_id FROM messages WHERE id = ${sent.id}`)[0].external_id as string
+      // fault injection on the real database: the read holds the message's row half a second before it commits
+      await db.unsafe(`CREATE FUNCTION slow_read() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
+      await db.unsafe(`CREATE TRIGGER slow_read BEFORE UPDATE ON messages FOR EACH ROW WHEN (NEW.status = 'read') EXECUTE FUNCTION slow_read()`)
+      const read = deliver(a.base, connId, statusEvent(wamid, 'read'))
+      await Bun.sleep(150)
+      expect((await deliver(b.base, connId, statusEvent(wamid, 'delivered'))).status).toBe(200)
+      expect((await read).status).toBe(200)
+      const done = await msg(key, sent.id, b)
+      expect(done.status).toBe('read')
+      expect(done.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'delivered', 'read'])
+    })
+  }, 60_000)
+
   test("bad signatures count against the failed-auth limit in total, whichever instance each reaches", async () => {
     const { env } = await installation({ CAPSTAN_AUTH_FAIL_LIMIT: '6' })
     const a = await TestServer.start({ env })

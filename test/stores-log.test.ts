@@ -266,7 +266,9 @@ describe.each(ENGINES)('messages on %s', (name) => {
     const first = (await store.getAny(rows[0]!.id))!
     expect(first).toEqual({ ...rows[0]!, seq: first.seq })
     expect(await store.get(crypto.randomUUID(), rows[0]!.id)).toBeNull()
-    await engine.write((tx) => store.update(tx, rows[1]!.id, { status: 'sending', sending_at: 2000, updated_at: 2000 }))
+    // written only over the status it was decided from
+    expect(await engine.write((tx) => store.update(tx, rows[1]!.id, { status: 'sent', sent_at: 1500, updated_at: 1500 }, 'sending'))).toBe(false)
+    expect(await engine.write((tx) => store.update(tx, rows[1]!.id, { status: 'sending', sending_at: 2000, updated_at: 2000 }, rows[1]!.status))).toBe(true)
     expect(await store.getAny(rows[1]!.id)).toMatchObject({ status: 'sending', sending_at: 2000, body: rows[1]!.body })
     expect((await store.head(conn.id, 10)).map((r) => r.id)).toEqual([rows[0]!.id, rows[3]!.id])
     expect((await store.inFlight()).map((r) => r.id)).toEqual([rows[1]!.id])
@@ -289,7 +291,7 @@ describe.each(ENGINES)('messages on %s', (name) => {
     expect((await store.queuedFor(conn.id, 1)).length).toBe(1)
     // a release claims a message only while it is queued: one failed meanwhile (by another
     // instance's write) stays failed, and a second claim finds nothing to claim
-    await engine.write((tx) => store.update(tx, m3!, { status: 'failed', failed_at: 2500, updated_at: 2500 }))
+    await engine.write((tx) => store.update(tx, m3!, { status: 'failed', failed_at: 2500, updated_at: 2500 }, 'queued'))
     expect(await engine.write((tx) => store.claim(tx, m3!, 3000))).toBe(false)
     expect(await store.getAny(m3!)).toMatchObject({ status: 'failed', sending_at: null })
     expect(await engine.write((tx) => store.claim(tx, m0!, 3000))).toBe(true)

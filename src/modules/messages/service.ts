@@ -456,6 +456,16 @@ export class MessageService {
    * Group messages stop at sent; failed only follows queued, sending or sent.
    */
   async advanceIn(tx: Queries, id: string, status: MessageStatus, at: number, extra: Partial<MessageRow> = {}, told?: number): Promise<MessageRow | null> {
+    // decided from the message as read and written only over that status: moved meanwhile by
+    // another write (two of the network's reports at once, on two instances), decided again
+    for (;;) {
+      const step = await this.advanceOnce(tx, id, status, at, extra, told)
+      if (step !== undefined) return step
+    }
+  }
+
+  /** `advanceIn` from the message as it is now: the new row, null (nothing to change), or undefined when another write moved it first. */
+  private async advanceOnce(tx: Queries, id: string, status: MessageStatus, at: number, extra: Partial<MessageRow>, told?: number): Promise<MessageRow | null | undefined> {
     const row = await this.store.getAny(id, tx)
     if (!row || row.direction !== 'outbound') return null
     if (row.group_id !== null && (status === 'delivered' || status === 'read')) return null
@@ -481,7 +491,7 @@ export class MessageService {
       delete fields.error_code
       delete fields.error_message
     }
-    await this.store.update(tx, id, fields)
+    if (!(await this.store.update(tx, id, fields, row.status))) return undefined
     const next = { ...row, ...fields } as MessageRow
     if (changed && (status === 'sent' || status === 'delivered' || status === 'read' || status === 'failed')) await this.emit(tx, next, `message.${status}`)
     return next

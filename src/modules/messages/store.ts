@@ -314,15 +314,20 @@ export class MessageStore {
     return (await tx.run(Q.claim, at, id)) > 0
   }
 
-  async update(tx: Queries, id: string, fields: Partial<MessageRow>) {
+  /**
+   * Write the changed columns of a message while its status is still `from` (the one the change was
+   * decided from: a status another write set meanwhile — Meta's "read" taken by another instance
+   * while this one records "delivered" — is not written over). Whether it was written.
+   */
+  async update(tx: Queries, id: string, fields: Partial<MessageRow>, from: MessageStatus): Promise<boolean> {
     const keys = Object.keys(fields) as (keyof MessageRow)[]
     const key = keys.join(',')
     let s = this.updates.get(key)
     if (!s) {
-      s = stmt(`UPDATE messages SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE id = ?`)
+      s = stmt(`UPDATE messages SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE id = ? AND status = ?`)
       this.updates.set(key, s)
     }
-    await tx.run(s, ...keys.map((k) => fields[k] as string | number | null), id)
+    return (await tx.run(s, ...keys.map((k) => fields[k] as string | number | null), id, from)) > 0
   }
   async usage(workspaceId: string, month: string, q: Queries = this.db): Promise<number> {
     return (await q.get<{ messages: number }>(Q.usage, workspaceId, month))?.messages ?? 0
