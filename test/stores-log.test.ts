@@ -450,7 +450,9 @@ describe.each(ENGINES)('campaigns on %s', (name) => {
       }
       for (let r = await store.nextPending(c.id); r; r = await store.nextPending(c.id)) {
         phones.push(r.phone)
-        await engine.write((tx) => store.released(tx, r!.seq, 'm', 7000))
+        expect(await engine.write((tx) => store.released(tx, r!.seq, 'm', 7000))).toBe(true)
+        // a recipient leaves pending once: released (or skipped) already, it is neither again
+        expect(await engine.write((tx) => store.released(tx, r!.seq, 'm2', 7001))).toBe(false)
       }
       return phones
     }

@@ -535,10 +535,13 @@ export class CampaignService {
           this.log.warn('campaign paused until there is allowance again: the workspace has used its message allowance for this month', { campaign_id: c.id })
           break
         }
+        // taken from pending first: skipped meanwhile (the campaign cancelled on another instance), no message
+        const id = uuid()
+        if (!(await this.store.released(tx, r.seq, id, now))) continue
         const msg = await this.messages.queueIn(
           tx,
           {
-            id: uuid(),
+            id,
             workspace_id: c.workspace_id,
             connection_id: connectionId,
             contact_id: contact.id,
@@ -553,7 +556,6 @@ export class CampaignService {
           now,
         )
         await this.contacts.touchIn(tx, contact.id, now)
-        await this.store.released(tx, r.seq, msg.id, now)
         return msg
       }
     }

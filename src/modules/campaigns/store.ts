@@ -114,8 +114,9 @@ const Q = {
   count: stmt('SELECT COUNT(*) AS n FROM campaigns WHERE workspace_id = ? AND deleted_at IS NULL'),
   running: stmt(RUNNING_FOR_CONNECTION),
   nextPending: stmt("SELECT * FROM campaign_recipients WHERE campaign_id = ? AND status = 'pending' ORDER BY seq LIMIT 1"),
-  release: stmt("UPDATE campaign_recipients SET status = 'released', message_id = ?, updated_at = ? WHERE seq = ?"),
-  skip: stmt("UPDATE campaign_recipients SET status = 'skipped', skipped_reason = ?, updated_at = ? WHERE seq = ?"),
+  // a recipient leaves `pending` once: one a cancel on another instance skipped meanwhile is not released
+  release: stmt("UPDATE campaign_recipients SET status = 'released', message_id = ?, updated_at = ? WHERE seq = ? AND status = 'pending'"),
+  skip: stmt("UPDATE campaign_recipients SET status = 'skipped', skipped_reason = ?, updated_at = ? WHERE seq = ? AND status = 'pending'"),
   skipAll: stmt("UPDATE campaign_recipients SET status = 'skipped', skipped_reason = ?, updated_at = ? WHERE campaign_id = ? AND status = 'pending'"),
   // whether any is left, not how many: counting a campaign's 100,000 pending recipients took ~5 ms,
   // once for every message of it that settled
@@ -188,8 +189,9 @@ export class CampaignStore {
   nextPending(campaignId: string, q: Queries = this.db) {
     return q.get<RecipientRow>(Q.nextPending, campaignId)
   }
-  async released(tx: Queries, seq: number, messageId: string, at: number) {
-    await tx.run(Q.release, messageId, at, seq)
+  /** The recipient released as `messageId`, if still pending; whether it was. */
+  async released(tx: Queries, seq: number, messageId: string, at: number): Promise<boolean> {
+    return (await tx.run(Q.release, messageId, at, seq)) > 0
   }
   async skip(tx: Queries, seq: number, reason: string, at: number) {
     await tx.run(Q.skip, reason, at, seq)
