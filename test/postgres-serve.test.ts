@@ -614,6 +614,33 @@ describe("a contact's consent on PostgreSQL", () => {
   })
 })
 
+describe('an erasure and a release at once on PostgreSQL', () => {
+  test('a message being claimed for sending while the erasure reads the contact: the erasure waits for the claim and answers 409 contact_busy, as on one machine; once sent, it erases', async () => {
+    const { url, srv } = await serveOn('erase_race')
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const { ws, key } = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      const phone = newPhone('+1669')
+      // fault injection on the real database: the release's claim holds the message's row half a second before it commits
+      await db.unsafe(`CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
+      await db.unsafe(`CREATE TRIGGER slow_claim BEFORE UPDATE ON messages FOR EACH ROW WHEN (NEW.status = 'sending' AND OLD.status = 'queued') EXECUTE FUNCTION slow_claim()`)
+      const sent = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: phone, body: 'Your order shipped' } })
+      expect(sent.status).toBe(202)
+      await Bun.sleep(150)
+      const busy = await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone })
+      expect([busy.status, busy.json.code]).toEqual([409, 'contact_busy'])
+      await waitFor(async () => (await srv.api(key, 'GET', `/messages/${sent.json.data.id}`)).json.data.status === 'sent')
+      const erased = await srv.admin('POST', `/workspaces/${ws.id}/contacts/erase`, { phone })
+      expect([erased.status, erased.json.data?.messages]).toEqual([200, 1])
+    } finally {
+      await db.close()
+      await srv.close()
+    }
+  })
+})
+
 describe("a workspace's settings on PostgreSQL", () => {
   test('two operators change different settings at once, on two instances: both changes hold (the later one, read before the first committed, is made again over it)', async () => {
     const shared = { CAPSTAN_SECRET_KEY: 'settings-race-secret-key-0123456789abcdef0123' }

@@ -116,7 +116,9 @@ export class ContactEraser {
       events += await engine.write((tx) => this.webhooks.dropEventsMentioningIn(tx, from, Math.min(from + this.eventSlice - 1, scanned), workspaceId, first.id))
       await nextTurn()
     }
-    const { report, campaigns, number, now } = await engine.write(async (tx) => {
+    // a transaction of its own: its messages' rows locked as it reads them, no other write of the
+    // turn (a release claiming one of them) shares it
+    const { report, campaigns, number, now } = await engine.writeApart(async (tx) => {
       const { contact, rows } = await find(tx)
       const now = this.deps.clock.now()
       // (a contact made anew under the number meanwhile has had none of its events read yet)

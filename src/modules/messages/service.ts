@@ -227,9 +227,9 @@ export class MessageService {
     return this.store.ofContact(contactId, afterSeq, limit)
   }
 
-  /** What an erasure needs of each of the contact's messages: id, direction, status, attachments. */
-  erasureRowsOf(contactId: string, q?: Queries) {
-    return this.store.erasureRowsOf(contactId, q)
+  /** What an erasure needs of each of the contact's messages: id, direction, status, attachments (`tx`: inside its write, locked). */
+  erasureRowsOf(contactId: string, tx?: Queries) {
+    return this.store.erasureRowsOf(contactId, tx)
   }
 
   /** Inside an erasure's write: the contact's messages lose everything about the person (see MessageStore.redactContact). */

@@ -176,6 +176,9 @@ const Q = {
   ),
   ofContact: stmt('SELECT * FROM messages INDEXED BY messages_contact WHERE contact_id = ? AND seq > ? ORDER BY seq LIMIT ?', 'SELECT * FROM messages WHERE contact_id = $1 AND seq > $2 ORDER BY seq LIMIT $3'),
   erasureRows: stmt('SELECT id, direction, status, attachments FROM messages WHERE contact_id = ?'),
+  // inside the erasure's write: the rows locked as they are read (PostgreSQL), so a release claiming
+  // one waits for the erasure, or has committed and is seen as sending; SQLite's write is alone
+  erasureRowsLocked: stmt('SELECT id, direction, status, attachments FROM messages WHERE contact_id = ?', 'SELECT id, direction, status, attachments FROM messages WHERE contact_id = $1 FOR UPDATE'),
   redact: stmt(
     `UPDATE messages SET contact_id = NULL, campaign_id = NULL, body = NULL, attachments = '[]', network_template = NULL, updated_at = ?1,
        recipient = CASE direction WHEN 'outbound' THEN NULL ELSE recipient END,
@@ -222,9 +225,9 @@ export class MessageStore {
     return this.db.all<MessageRow>(Q.ofContact, contactId, afterSeq, limit)
   }
 
-  /** What an erasure needs of each of the contact's messages. */
-  erasureRowsOf(contactId: string, q: Queries = this.db) {
-    return q.all<{ id: string; direction: 'inbound' | 'outbound'; status: MessageStatus; attachments: string }>(Q.erasureRows, contactId)
+  /** What an erasure needs of each of the contact's messages (`tx`: inside its write, the rows locked until it commits). */
+  erasureRowsOf(contactId: string, tx?: Queries) {
+    return (tx ?? this.db).all<{ id: string; direction: 'inbound' | 'outbound'; status: MessageStatus; attachments: string }>(tx ? Q.erasureRowsLocked : Q.erasureRows, contactId)
   }
 
   /**
