@@ -247,6 +247,9 @@ export async function startServices(svc: Services, retryMs = STARTUP_RETRY_MS) {
   await runBackground(svc)
 }
 
+/** How long after hearing that a number was removed its queue is failed again (see `heard`). */
+export const REMOVED_SETTLE_MS = 1_000
+
 /**
  * A change another instance made (Engine.announce): what this one keeps in memory follows. Its own
  * announcements come back too, and change nothing it does not already know.
@@ -265,6 +268,16 @@ async function heard(svc: Services, what: string) {
       return
     case 'connection':
       if (await svc.connections.reload(id)) svc.pacer.wake(id)
+      // removed (by another instance, or by this one): a send this instance took before it heard
+      // may have been written after the removal failed the number's queue; once such writes are
+      // done (a moment), what they queued fails too, instead of waiting a day to expire
+      else if (!svc.connections.stopped) {
+        const again = () => {
+          if (svc.connections.stopped) return
+          void svc.messages.failQueuedOf(id).catch((e) => svc.log.error("failing a removed number's queue failed", { connection_id: id, error: String((e as Error)?.message ?? e) }))
+        }
+        setTimeout(again, REMOVED_SETTLE_MS).unref()
+      }
       return
     case 'queued':
       svc.pacer.wakeHere(id)

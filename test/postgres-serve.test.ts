@@ -641,6 +641,38 @@ describe('an erasure and a release at once on PostgreSQL', () => {
   })
 })
 
+describe('a number removed on one instance while another takes a send for it', () => {
+  test('the send, written after the removal failed the queue, fails too (connection_removed) once the other instance has heard, not a day later', async () => {
+    const shared = { CAPSTAN_SECRET_KEY: 'removed-race-secret-key-0123456789abcdef0123' }
+    const { url, srv: a } = await serveOn('removed_race', shared)
+    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const { ws, key } = await a.tenant()
+      // long gaps: nothing is released while the test looks
+      await a.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 600, max_gap_seconds: 600 } } })
+      const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
+      await waitFor(async () => (await b.admin('GET', `/connections/${conn.id}`)).status === 200)
+      expect((await b.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1669'), body: 'first' } })).status).toBe(202)
+      // fault injection on the real database: the send on the second instance is written half a second late
+      await db.unsafe(`CREATE FUNCTION slow_send() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
+      await db.unsafe(`CREATE TRIGGER slow_send BEFORE INSERT ON messages FOR EACH ROW WHEN (NEW.body = 'late') EXECUTE FUNCTION slow_send()`)
+      const late = b.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1669'), body: 'late' } })
+      await Bun.sleep(150)
+      expect((await a.admin('DELETE', `/connections/${conn.id}`)).status).toBe(204)
+      const taken = await late
+      expect(taken.status).toBe(202)
+      const status = async () => (await db`SELECT status, error_code FROM messages WHERE id = ${taken.json.data.id}`)[0]
+      expect(await waitFor(async () => ((await status()).status === 'failed' ? status() : null), 10_000)).toMatchObject({ status: 'failed', error_code: 'connection_removed' })
+      expect((await db`SELECT COUNT(*)::int AS n FROM messages WHERE connection_id = ${conn.id} AND status = 'queued'`)[0].n).toBe(0)
+    } finally {
+      await db.close()
+      await b.close()
+      await a.close()
+    }
+  })
+})
+
 describe("a workspace's settings on PostgreSQL", () => {
   test('two operators change different settings at once, on two instances: both changes hold (the later one, read before the first committed, is made again over it)', async () => {
     const shared = { CAPSTAN_SECRET_KEY: 'settings-race-secret-key-0123456789abcdef0123' }
