@@ -210,6 +210,41 @@ describe('media on PostgreSQL', () => {
   })
 })
 
+describe("a workspace's media storage on two instances", () => {
+  test('uploads at once on both, more than the limit has room for: exactly as many as fit are stored, the others get 422 media_quota_exceeded', async () => {
+    const clamd = await TestClamd.start()
+    const s3 = await TestS3.start(['quota-media'])
+    const shared = { CAPSTAN_SECRET_KEY: 'quota-race-secret-key-0123456789abcdef01234567', CAPSTAN_CLAMD: `unix:${clamd.socket}`, ...s3.env('s3://quota-media/q') }
+    const { url, srv: a } = await serveOn('quota_race', shared)
+    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    try {
+      const { ws, key } = await a.tenant()
+      // room for two files of 400,000 bytes (1 MiB), not three
+      expect((await a.admin('PATCH', `/workspaces/${ws.id}`, { settings: { media: { max_total_bytes: 1024 * 1024 } } })).status).toBe(200)
+      await waitFor(async () => (await b.admin('GET', `/workspaces/${ws.id}`)).json.data.settings.media.max_total_bytes === 1024 * 1024)
+      const upload = (srv: TestServer, i: number) => {
+        const form = new FormData()
+        form.append('file', new File([Buffer.concat([files.pdf(), Buffer.from(`% ${i} ${crypto.randomUUID()}\n`), Buffer.alloc(400_000 - files.pdf().length - 48, 32)])], `f${i}.pdf`, { type: 'application/pdf' }))
+        return srv.api(key, 'POST', '/media', { multipart: form })
+      }
+      const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => upload(i % 2 ? b : a, i)))
+      expect(answers.filter((r) => r.status === 201).length).toBe(2)
+      expect(answers.filter((r) => r.status !== 201).map((r) => [r.status, r.json.code])).toEqual(Array(4).fill([422, 'media_quota_exceeded']))
+      const db = new Bun.SQL(url, { max: 1 })
+      try {
+        expect((await db`SELECT COUNT(*)::int AS n FROM media WHERE workspace_id = ${ws.id}`)[0].n).toBe(2)
+      } finally {
+        await db.close()
+      }
+    } finally {
+      await b.close()
+      await a.close()
+      await s3.stop()
+      await clamd.stop()
+    }
+  })
+})
+
 describe('backups on PostgreSQL', () => {
   test("GET /backups says the data is in PostgreSQL; POST /backups and `capstan backups list` say to use PostgreSQL's own tools", async () => {
     const { srv } = await serveOn('backups')

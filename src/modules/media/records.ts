@@ -36,6 +36,9 @@ const Q = {
   remove: stmt('DELETE FROM media WHERE id = ?'),
   references: stmt('SELECT COUNT(*) AS n FROM media WHERE blob = ?'),
   bytesUsed: stmt('SELECT COALESCE(SUM(size), 0) AS n FROM media WHERE workspace_id = ? AND expires_at > ?'),
+  // a workspace's uploads are recorded one transaction at a time where its storage is limited and
+  // the database shared (a transaction-level advisory lock, let go at its COMMIT)
+  quotaTurn: stmt('SELECT 1 AS ok', 'SELECT pg_advisory_xact_lock(1397244245, hashtext($1))'),
   expire: stmt('UPDATE media SET expires_at = ? WHERE workspace_id = ? AND id = ? AND expires_at > ?'),
   // through media_usage
   perWorkspace: stmt('SELECT workspace_id, SUM(size) AS n FROM media WHERE expires_at > ? GROUP BY workspace_id ORDER BY workspace_id'),
@@ -67,8 +70,12 @@ export class MediaRecordStore {
     return (await q.get<{ n: number }>(Q.references, blob))!.n
   }
   /** Bytes of the workspace's live (unexpired) media, each record counted (a shared file once per record). */
-  async bytesUsed(workspaceId: string, now: number): Promise<number> {
-    return Number((await this.db.get<{ n: number }>(Q.bytesUsed, workspaceId, now))!.n)
+  async bytesUsed(workspaceId: string, now: number, q: Queries = this.db): Promise<number> {
+    return Number((await q.get<{ n: number }>(Q.bytesUsed, workspaceId, now))!.n)
+  }
+  /** Inside a write: wait for the workspace's uploads to be this transaction's to record (see Q.quotaTurn). */
+  async quotaTurn(tx: Queries, workspaceId: string) {
+    await tx.run(Q.quotaTurn, workspaceId)
   }
   /** Expire the record at `at` unless it already has; whether it did. */
   async expire(tx: Queries, workspaceId: string, id: string, at: number): Promise<boolean> {

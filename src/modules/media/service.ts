@@ -25,6 +25,8 @@ const DAY = 86_400_000
 /** An uploaded file over the workspace's media max_bytes: 422 naming its form field. */
 export const fileTooLarge = (field: string, maxBytes: number) => validationFailed({ [field]: [`The ${field} field must not be larger than ${maxBytes} bytes.`] })
 
+const quotaExceeded = () => refused('media_quota_exceeded', 'The workspace has used its media storage; the file was not stored.')
+
 export const scannerUnavailable = () => new ApiError(503, 'scanner_unavailable', 'Media cannot be accepted right now because the malware scanner is unreachable.')
 
 /**
@@ -90,7 +92,7 @@ export class MediaService {
     // the workspace's share of the disk: what it keeps, plus uploads under way, plus this one
     if (max_total_bytes !== null && (await this.records.bytesUsed(workspaceId, this.deps.clock.now())) + this.reserved.get(workspaceId) + file.size > max_total_bytes) {
       this.log.warn('upload refused: the workspace has used its media storage', { workspace_id: workspaceId, max_total_bytes })
-      throw refused('media_quota_exceeded', 'The workspace has used its media storage; the file was not stored.')
+      throw quotaExceeded()
     }
     this.reserved.add(workspaceId, file.size)
     try {
@@ -168,9 +170,20 @@ export class MediaService {
     return { ...m, id: copy, created_at: now, expires_at: now + retention_days * DAY }
   }
 
-  /** Insert a prepared row (inside the write that uses it). */
-  async insertIn(tx: Queries, row: MediaRow) {
+  /**
+   * Insert a prepared row (inside the write that uses it). `quota`: an upload, held to the
+   * workspace's max_total_bytes here too where instances share the database — `prepare` counted
+   * the uploads under way on this instance only: the workspace's uploads are recorded one
+   * transaction at a time, and one past the limit with the others recorded is refused.
+   */
+  async insertIn(tx: Queries, row: MediaRow, { quota = false }: { quota?: boolean } = {}) {
+    const limit = quota && this.deps.engine.shared ? this.workspaces.settings(this.workspaces.cached(row.workspace_id)!).media.max_total_bytes : null
+    if (limit !== null) await this.records.quotaTurn(tx, row.workspace_id)
     await this.records.insert(tx, row)
+    if (limit !== null && (await this.records.bytesUsed(row.workspace_id, this.deps.clock.now(), tx)) > limit) {
+      this.log.warn('upload refused: the workspace has used its media storage', { workspace_id: row.workspace_id, max_total_bytes: limit })
+      throw quotaExceeded()
+    }
     await this.holds.keptIn(tx, row.blob, row.id)
   }
 
@@ -184,7 +197,7 @@ export class MediaService {
     const row = await this.prepare(workspaceId, file)
     let committed = false
     try {
-      await this.deps.engine.write((tx) => this.insertIn(tx, row))
+      await this.deps.engine.write((tx) => this.insertIn(tx, row, { quota: true }))
       committed = true
       return row
     } finally {

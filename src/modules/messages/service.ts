@@ -388,7 +388,7 @@ export class MessageService {
       await this.checkSendable(live, workspaceId, now, tx)
       // WhatsApp takes a free-form message only within 24 hours of the person's last message
       if (live.driver.serviceWindowMs && !filled?.networkTemplate) await this.checkServiceWindow(live, phone, now, tx)
-      if (upload) await this.media.insertIn(tx, upload)
+      if (upload) await this.media.insertIn(tx, upload, { quota: true })
       const attachments = upload ? [...input.attachments, upload.id] : input.attachments
       // a number not yet a contact becomes one; the writes go together, in order
       const fresh = contact ? null : this.contacts.fresh(workspaceId, { phone }, now)
