@@ -440,7 +440,10 @@ export class ConnectionService {
         return true
       })
       if (written) break
-      c = (await this.reload(id)) ?? (await this.obtainAny(id))
+      // (removed meanwhile, or this instance stopping: nothing to change here)
+      const again = await this.reload(id)
+      if (!again) throw notFound('connection')
+      c = again
     }
     c.row = next
     if (input.config !== undefined) c.driver.configure(this.open(next))
