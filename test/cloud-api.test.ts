@@ -16,6 +16,7 @@ import type { Services } from '../src/services'
 import { inProcess } from './support/inproc'
 import * as files from './support/files'
 import { ADMIN_TOKEN, TestServer, hostEnv, newPhone } from './support/server'
+import { holdRows } from './support/hold'
 import { waitFor } from './support/wait'
 
 setDefaultTimeout(60_000)
@@ -1978,8 +1979,7 @@ describe('two instances on one PostgreSQL', () => {
       const sent = await waitFor(async () => ((await msg(key, r.json.data.id, a)).status === 'sent' ? msg(key, r.json.data.id, a) : null))
       const wamid = (await db`SELECT external_id FROM messages WHERE id = ${sent.id}`)[0].external_id as string
       // fault injection on the real database: the read holds the message's row half a second before it commits
-      await db.unsafe(`CREATE FUNCTION slow_read() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
-      await db.unsafe(`CREATE TRIGGER slow_read BEFORE UPDATE ON messages FOR EACH ROW WHEN (NEW.status = 'read') EXECUTE FUNCTION slow_read()`)
+      await holdRows(db, 'slow_read', 'BEFORE UPDATE ON messages', "NEW.status = 'read'")
       const read = deliver(a.base, connId, statusEvent(wamid, 'read'))
       await Bun.sleep(150)
       expect((await deliver(b.base, connId, statusEvent(wamid, 'delivered'))).status).toBe(200)

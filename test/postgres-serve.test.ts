@@ -18,6 +18,7 @@ import * as files from './support/files'
 import { inProcessOnPostgres } from './support/inproc'
 import { HOLD_MS } from '../src/modules/media/holds'
 import { certificates } from './support/tls'
+import { holdRows } from './support/hold'
 import { waitFor } from './support/wait'
 
 setDefaultTimeout(120_000)
@@ -46,6 +47,16 @@ function urlWith(change: { user?: string; password?: string; database?: string }
 async function serveOn(name: string, env: Record<string, string> = {}) {
   const url = await pg.createDatabase(name)
   return { url, srv: await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...env } }) }
+}
+
+/**
+ * `serveOn`, with every instance given the same secret key (`env` besides); `another()` starts
+ * one more instance on the database, as a second machine would.
+ */
+async function serveShared(name: string, env: Record<string, string> = {}) {
+  const shared = { CAPSTAN_SECRET_KEY: `${name}-shared-test-secret-key-0123456789abcdef`, ...env }
+  const { url, srv } = await serveOn(name, shared)
+  return { url, srv, another: () => TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } }) }
 }
 
 /** A `capstan serve` expected to stop at its start: its exit code, what it printed, and whether it made a SQLite file. */
@@ -214,9 +225,8 @@ describe("a workspace's media storage on two instances", () => {
   test('uploads at once on both, more than the limit has room for: exactly as many as fit are stored, the others get 422 media_quota_exceeded', async () => {
     const clamd = await TestClamd.start()
     const s3 = await TestS3.start(['quota-media'])
-    const shared = { CAPSTAN_SECRET_KEY: 'quota-race-secret-key-0123456789abcdef01234567', CAPSTAN_CLAMD: `unix:${clamd.socket}`, ...s3.env('s3://quota-media/q') }
-    const { url, srv: a } = await serveOn('quota_race', shared)
-    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    const { url, srv: a, another } = await serveShared('quota_race', { CAPSTAN_CLAMD: `unix:${clamd.socket}`, ...s3.env('s3://quota-media/q') })
+    const b = await another()
     try {
       const { ws, key } = await a.tenant()
       // room for two files of 400,000 bytes (1 MiB), not three
@@ -347,15 +357,14 @@ describe('a rolling upgrade: a newer Capstan migrates the database while this on
 describe("a number taken over keeps its caps", () => {
   test("the new holder counts what the dead one released, though it had looked at the number before (the live view); that view, from an instance that does not release the number, reads the releases afresh", async () => {
     // a number of the first instance's (made before the second starts, so the first holds its lease)
-    const shared = { CAPSTAN_SECRET_KEY: 'takeover-test-secret-key-0123456789abcdef0123' }
-    const { url, srv: a } = await serveOn('takeover-caps', shared)
+    const { url, srv: a, another } = await serveShared('takeover-caps')
     const { ws, key } = await a.tenant()
     await a.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 2, max_gap_seconds: 2, hourly_cap: 3 } } })
     const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
     const db = new Bun.SQL(url, { max: 1 })
     const holder = async () => (await db`SELECT owner FROM number_leases WHERE connection_id = ${conn.id}`)[0]?.owner as string | undefined
     const first = await waitFor(holder)
-    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    const b = await another()
     try {
       const live = async (s: TestServer) => (await s.admin('GET', `/workspaces/${ws.id}/numbers/live`)).json.data[0]
       for (let i = 0; i < 5; i++) expect((await a.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `capped ${i}` } })).status).toBe(202)
@@ -386,9 +395,8 @@ describe("a number taken over keeps its caps", () => {
 
 describe('a campaign scheduled on one instance and moved on another', () => {
   test('it starts at its new time: the first instance, whose timer was set for the old one, starts nothing then', async () => {
-    const shared = { CAPSTAN_SECRET_KEY: 'campaign-test-secret-key-0123456789abcdef0123' }
-    const { url, srv: a } = await serveOn('campaign-moved', shared)
-    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    const { url, srv: a, another } = await serveShared('campaign-moved')
+    const b = await another()
     try {
       const { ws, key } = await a.tenant()
       const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
@@ -447,8 +455,7 @@ describe('an erasure outlives a database put back from before it', () => {
 
 describe('sends taken by an instance that does not release their number', () => {
   test('its holder is told once per round trip, not once per send: forty sends at once make a few announcements, and every send (and one more after) is released', async () => {
-    const shared = { CAPSTAN_SECRET_KEY: 'told-holder-test-secret-key-0123456789abcdef01' }
-    const { url, srv: a } = await serveOn('told-holder', shared)
+    const { url, srv: a, another } = await serveShared('told-holder')
     const { ws, key } = await a.tenant()
     await a.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0, hourly_cap: 1000, daily_cap: 1000 } } })
     const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
@@ -459,7 +466,7 @@ describe('sends taken by an instance that does not release their number', () => 
     const listening = await db.listen('capstan_changes', (what: string) => {
       if (what === `queued:${conn.id}`) told.push(what)
     })
-    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    const b = await another()
     try {
       const released = async () => (await db`SELECT COUNT(*)::int AS n FROM messages WHERE connection_id = ${conn.id} AND status = 'sent'`)[0].n as number
       const sends = await Promise.all(Array.from({ length: 40 }, (_, i) => b.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: `through b ${i}` } })))
@@ -587,9 +594,8 @@ describe("a key's limit on PostgreSQL", () => {
 
 describe('the monthly allowance on PostgreSQL', () => {
   test('sends at once on two instances, more than the allowance has room for: exactly that many are queued, the others get 422 allowance_exhausted with nothing written', async () => {
-    const shared = { CAPSTAN_SECRET_KEY: 'allowance-test-secret-key-0123456789abcdef012' }
-    const { url, srv: a } = await serveOn('allowance', shared)
-    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    const { url, srv: a, another } = await serveShared('allowance')
+    const b = await another()
     try {
       const { ws, key } = await a.tenant()
       await a.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: 10 } })
@@ -626,8 +632,7 @@ describe("a contact's consent on PostgreSQL", () => {
       expect((await srv.api(key, 'POST', '/contacts', { json: { phone, consent_status: 'opted_in' } })).status).toBe(201)
       // fault injection on the real database: the STOP's transaction, the contact's row changed and
       // locked, waits half a second before it commits; the update reads the contact meanwhile
-      await db.unsafe(`CREATE FUNCTION slow_stop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
-      await db.unsafe(`CREATE TRIGGER slow_stop BEFORE INSERT ON consent_ledger FOR EACH ROW WHEN (NEW.status = 'opted_out') EXECUTE FUNCTION slow_stop()`)
+      await holdRows(db, 'slow_stop', 'BEFORE INSERT ON consent_ledger', "NEW.status = 'opted_out'")
       const stop = srv.admin('POST', `/connections/${conn.id}/sandbox/inbound`, { from: phone, body: 'STOP' })
       await Bun.sleep(150)
       const renamed = await srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Renamed' } })
@@ -636,7 +641,7 @@ describe("a contact's consent on PostgreSQL", () => {
       expect([row.name, row.consent_status, row.ledger]).toEqual(['Renamed', 'opted_out', ['opted_in', 'opted_out']])
       expect(renamed.json.data).toMatchObject({ name: 'Renamed', consent_status: 'opted_out' })
       // two updates of different fields at once: the second, read before the first committed, keeps the first's name
-      await db.unsafe(`CREATE TRIGGER slow_rename BEFORE UPDATE ON contacts FOR EACH ROW WHEN (NEW.name = 'Slow') EXECUTE FUNCTION slow_stop()`)
+      await holdRows(db, 'slow_rename', 'BEFORE UPDATE ON contacts', "NEW.name = 'Slow'")
       const slow = srv.api(key, 'POST', '/contacts', { json: { phone, name: 'Slow' } })
       await Bun.sleep(150)
       const tagged = await srv.api(key, 'POST', '/contacts', { json: { phone, metadata: { tier: 'gold' } } })
@@ -659,8 +664,7 @@ describe('an erasure and a release at once on PostgreSQL', () => {
       const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
       const phone = newPhone('+1669')
       // fault injection on the real database: the release's claim holds the message's row half a second before it commits
-      await db.unsafe(`CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
-      await db.unsafe(`CREATE TRIGGER slow_claim BEFORE UPDATE ON messages FOR EACH ROW WHEN (NEW.status = 'sending' AND OLD.status = 'queued') EXECUTE FUNCTION slow_claim()`)
+      await holdRows(db, 'slow_claim', 'BEFORE UPDATE ON messages', "NEW.status = 'sending' AND OLD.status = 'queued'")
       const sent = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: phone, body: 'Your order shipped' } })
       expect(sent.status).toBe(202)
       await Bun.sleep(150)
@@ -678,9 +682,8 @@ describe('an erasure and a release at once on PostgreSQL', () => {
 
 describe('a number removed on one instance while another takes a send for it', () => {
   test('the send, written after the removal failed the queue, fails too (connection_removed) once the other instance has heard, not a day later', async () => {
-    const shared = { CAPSTAN_SECRET_KEY: 'removed-race-secret-key-0123456789abcdef0123' }
-    const { url, srv: a } = await serveOn('removed_race', shared)
-    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    const { url, srv: a, another } = await serveShared('removed_race')
+    const b = await another()
     const db = new Bun.SQL(url, { max: 1 })
     try {
       const { ws, key } = await a.tenant()
@@ -690,8 +693,7 @@ describe('a number removed on one instance while another takes a send for it', (
       await waitFor(async () => (await b.admin('GET', `/connections/${conn.id}`)).status === 200)
       expect((await b.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1669'), body: 'first' } })).status).toBe(202)
       // fault injection on the real database: the send on the second instance is written half a second late
-      await db.unsafe(`CREATE FUNCTION slow_send() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
-      await db.unsafe(`CREATE TRIGGER slow_send BEFORE INSERT ON messages FOR EACH ROW WHEN (NEW.body = 'late') EXECUTE FUNCTION slow_send()`)
+      await holdRows(db, 'slow_send', 'BEFORE INSERT ON messages', "NEW.body = 'late'")
       const late = b.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1669'), body: 'late' } })
       await Bun.sleep(150)
       expect((await a.admin('DELETE', `/connections/${conn.id}`)).status).toBe(204)
@@ -710,15 +712,13 @@ describe('a number removed on one instance while another takes a send for it', (
 
 describe("a workspace's settings on PostgreSQL", () => {
   test('two operators change different settings at once, on two instances: both changes hold (the later one, read before the first committed, is made again over it)', async () => {
-    const shared = { CAPSTAN_SECRET_KEY: 'settings-race-secret-key-0123456789abcdef0123' }
-    const { url, srv: a } = await serveOn('settings_race', shared)
-    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    const { url, srv: a, another } = await serveShared('settings_race')
+    const b = await another()
     const db = new Bun.SQL(url, { max: 1 })
     try {
       const ws = (await a.admin('POST', '/workspaces', { name: 'Shop' })).json.data
       // fault injection on the real database: the rename holds the workspace's row half a second before it commits
-      await db.unsafe(`CREATE FUNCTION slow_rename() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
-      await db.unsafe(`CREATE TRIGGER slow_rename BEFORE UPDATE ON workspaces FOR EACH ROW WHEN (NEW.name = 'Slow Shop') EXECUTE FUNCTION slow_rename()`)
+      await holdRows(db, 'slow_rename', 'BEFORE UPDATE ON workspaces', "NEW.name = 'Slow Shop'")
       const renamed = a.admin('PATCH', `/workspaces/${ws.id}`, { name: 'Slow Shop' })
       await Bun.sleep(150)
       const capped = await b.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: 500, sending_policy: { hourly_cap: 40 } } })
@@ -737,17 +737,15 @@ describe("a workspace's settings on PostgreSQL", () => {
 
 describe("a number's changes on PostgreSQL", () => {
   test('a rename on one instance while another was taking the number offline: both hold (the rename, made from the number as it was, is made again over the change)', async () => {
-    const shared = { CAPSTAN_SECRET_KEY: 'number-race-secret-key-0123456789abcdef012345' }
-    const { url, srv: a } = await serveOn('number_race', shared)
-    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } })
+    const { url, srv: a, another } = await serveShared('number_race')
+    const b = await another()
     const db = new Bun.SQL(url, { max: 1 })
     try {
       const ws = (await a.admin('POST', '/workspaces', { name: 'Shop' })).json.data
       const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
       await waitFor(async () => (await b.admin('GET', `/connections/${conn.id}`)).status === 200)
       // fault injection on the real database: taking it offline holds the number's row half a second before it commits
-      await db.unsafe(`CREATE FUNCTION slow_offline() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
-      await db.unsafe(`CREATE TRIGGER slow_offline BEFORE UPDATE ON connections FOR EACH ROW WHEN (NEW.status = 'offline') EXECUTE FUNCTION slow_offline()`)
+      await holdRows(db, 'slow_offline', 'BEFORE UPDATE ON connections', "NEW.status = 'offline'")
       const offline = a.admin('PATCH', `/connections/${conn.id}`, { status: 'offline' })
       await Bun.sleep(150)
       const renamed = await b.admin('PATCH', `/connections/${conn.id}`, { name: 'Front desk' })
@@ -776,8 +774,7 @@ describe("a campaign's state on PostgreSQL", () => {
       const c = (await srv.api(key, 'POST', '/campaigns', { json: { name: 'Spring', template_id: tpl.id, connection_id: conn.id } })).json.data
       expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).json.data.status).toBe('running')
       // fault injection on the real database: the cancel holds the campaign's row half a second before it commits
-      await db.unsafe(`CREATE FUNCTION slow_cancel() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`)
-      await db.unsafe(`CREATE TRIGGER slow_cancel BEFORE UPDATE ON campaigns FOR EACH ROW WHEN (NEW.status = 'cancelled') EXECUTE FUNCTION slow_cancel()`)
+      await holdRows(db, 'slow_cancel', 'BEFORE UPDATE ON campaigns', "NEW.status = 'cancelled'")
       const cancel = srv.api(key, 'POST', `/campaigns/${c.id}/cancel`)
       await Bun.sleep(150)
       const pause = await srv.api(key, 'POST', `/campaigns/${c.id}/pause`)
