@@ -48,6 +48,16 @@ export function pgPlaceholders(text: string): string {
 export const stmt = (sqlite: string, pg?: string): Statement => ({ sqlite, pg: pg ?? pgPlaceholders(sqlite) })
 
 /**
+ * What a transaction changes alone where instances share the database: each kind a class of
+ * PostgreSQL's transaction-level advisory locks (let go at its COMMIT), keyed by a hash of a name
+ * (a file, a workspace). docs/several-machines.md lists them for poolers.
+ */
+export const TURNS = { mediaFile: 1397244243, allowance: 1397244244, mediaQuota: 1397244245 } as const
+
+/** Inside a write: wait until no other transaction holds the turn of `kind` for the name given ($1). SQLite's writes are one at a time already. */
+export const turnOf = (kind: (typeof TURNS)[keyof typeof TURNS]): Statement => stmt('SELECT 1 AS ok', `SELECT pg_advisory_xact_lock(${kind}, hashtext($1))`)
+
+/**
  * PostgreSQL's rows of the calls a merged statement stands for (see `mergeable`): `calls.v`, one
  * call's parameters as a JSON array (`calls.v->>0` its first, as text), and `calls.n`, its place
  * (1-based), in call order.

@@ -9,7 +9,7 @@
  * writes it again. Held in one instance's memory, another instance's retention removed a file
  * between its upload being written and its record committed, and the record named nothing.
  */
-import { type Engine, type Queries, stmt } from '../../db/engine'
+import { type Engine, type Queries, stmt, TURNS, turnOf } from '../../db/engine'
 import { Tally } from '../../tally'
 import type { MediaRecordStore } from './records'
 
@@ -64,8 +64,8 @@ export class LocalHolds implements FileHolds {
 }
 
 const Q = {
-  // one lock per file (a transaction-level advisory lock, let go at its COMMIT): a hold and a removal of the same file take turns
-  lock: stmt('', 'SELECT pg_advisory_xact_lock(1397244243, hashtext($1))'),
+  // one turn per file: a hold and a removal of the same file take turns
+  lock: turnOf(TURNS.mediaFile),
   hold: stmt('INSERT INTO media_holds (blob, holder, until) VALUES (?, ?, ?)'),
   drop: stmt('DELETE FROM media_holds WHERE blob = ? AND holder = ?'),
   held: stmt('SELECT 1 AS held FROM media_holds WHERE blob = ? AND until > ? LIMIT 1'),

@@ -1,5 +1,5 @@
 /** The media records' store on the seam (docs/design/two-engines.md): each statement once, for both engines; the files are the MediaStore's (store.ts). */
-import { pgPlaceholders, type Queries, stmt } from '../../db/engine'
+import { pgPlaceholders, type Queries, stmt, TURNS, turnOf } from '../../db/engine'
 import type { MediaType } from './sniff'
 
 export interface MediaRow {
@@ -37,8 +37,8 @@ const Q = {
   references: stmt('SELECT COUNT(*) AS n FROM media WHERE blob = ?'),
   bytesUsed: stmt('SELECT COALESCE(SUM(size), 0) AS n FROM media WHERE workspace_id = ? AND expires_at > ?'),
   // a workspace's uploads are recorded one transaction at a time where its storage is limited and
-  // the database shared (a transaction-level advisory lock, let go at its COMMIT)
-  quotaTurn: stmt('SELECT 1 AS ok', 'SELECT pg_advisory_xact_lock(1397244245, hashtext($1))'),
+  // the database shared
+  quotaTurn: turnOf(TURNS.mediaQuota),
   expire: stmt('UPDATE media SET expires_at = ? WHERE workspace_id = ? AND id = ? AND expires_at > ?'),
   // through media_usage
   perWorkspace: stmt('SELECT workspace_id, SUM(size) AS n FROM media WHERE expires_at > ? GROUP BY workspace_id ORDER BY workspace_id'),

@@ -1,5 +1,5 @@
 /** The message log, the queues and the monthly usage on the store seam (docs/design/two-engines.md). */
-import { insertStatement, MANY_CALLS, mergeable, type Queries, type Statement, stmt } from '../../db/engine'
+import { insertStatement, MANY_CALLS, mergeable, type Queries, type Statement, stmt, TURNS, turnOf } from '../../db/engine'
 import type { AwaitingReport } from '../../network/driver'
 
 export type MessageStatus = 'queued' | 'sending' | 'sent' | 'delivered' | 'read' | 'failed'
@@ -161,9 +161,8 @@ const Q = {
   byPart: stmt('SELECT m.* FROM message_parts p JOIN messages m ON m.id = p.message_id WHERE p.connection_id = ? AND p.external_id = ?'),
   addPart: stmt('INSERT INTO message_parts (connection_id, external_id, message_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING'),
   usage: stmt('SELECT CAST(SUM(messages) AS BIGINT) AS messages FROM usage_monthly WHERE workspace_id = ? AND month = ?'),
-  // a workspace's allowance is counted by one transaction at a time (a transaction-level advisory
-  // lock, let go at its COMMIT); SQLite's writes are one at a time already
-  allowanceTurn: stmt('SELECT 1 AS ok', 'SELECT pg_advisory_xact_lock(1397244244, hashtext($1))'),
+  // a workspace's allowance is counted by one transaction at a time
+  allowanceTurn: turnOf(TURNS.allowance),
   // one row per shard on PostgreSQL (migration 0038): sends on different connections never wait for one row
   countUsage: mergeable(
     stmt(
