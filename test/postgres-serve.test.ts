@@ -723,9 +723,14 @@ describe("a workspace's settings on PostgreSQL", () => {
       await Bun.sleep(150)
       const capped = await b.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: 500, sending_policy: { hourly_cap: 40 } } })
       expect([(await renamed).status, capped.status]).toEqual([200, 200])
+      // on each instance (the other one hears the later change within a second)
       for (const srv of [a, b]) {
-        const now = (await srv.admin('GET', `/workspaces/${ws.id}`)).json.data
-        expect([now.name, now.settings.message_allowance, now.settings.sending_policy.hourly_cap]).toEqual(['Slow Shop', 500, 40])
+        const seen = async () => {
+          const now = (await srv.admin('GET', `/workspaces/${ws.id}`)).json.data
+          return [now.name, now.settings.message_allowance, now.settings.sending_policy.hourly_cap]
+        }
+        await waitFor(async () => Bun.deepEquals(await seen(), ['Slow Shop', 500, 40]), 1_000).catch(() => {})
+        expect(await seen()).toEqual(['Slow Shop', 500, 40])
       }
     } finally {
       await db.close()
