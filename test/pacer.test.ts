@@ -252,6 +252,41 @@ describe('pacer', () => {
   })
 })
 
+describe('a send in hand', () => {
+  test('is never taken for one a crash cut off: the leases renewed and the start-up recovery run while its network is slow to take it, it is sent once', async () => {
+    env = await inProcess()
+    const { svc } = env
+    const ws = await svc.workspaces.create({ name: 'Slow network' })
+    await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+    // a number added after the start, whose network takes a second to accept a send
+    const conn = await svc.connections.create(ws.id, { phone: '+15550000001', driver: 'sandbox', config: { ...NO_RECEIPTS, accept_after_ms: 1000 } })
+    const [id] = await queue(ws.id, conn.id, 1)
+    await env.timers.advance(0)
+    expect((await svc.messages.getAny(id!))!.status).toBe('sending')
+    // the renewal of the leases (every 5 s) finds the number; then the recovery a start runs
+    await svc.pacer.claimLeases()
+    await svc.messages.recoverInterrupted()
+    expect((await svc.messages.getAny(id!))!.status).toBe('sending')
+    const sent = await waitFor(async () => {
+      const m = (await svc.messages.getAny(id!))!
+      return m.status === 'sent' ? m : null
+    }, 10_000)
+    expect([sent.error_code, sent.external_id]).toEqual([null, expect.stringMatching(/^sbx_/)])
+  })
+
+  test('on one machine a number added after the start is nothing to take over; one whose taking over failed is taken again', async () => {
+    env = await inProcess()
+    const leases = env.svc.pacer.leases
+    const [a, b] = [crypto.randomUUID(), crypto.randomUUID()]
+    expect(await leases.claim([a])).toEqual([])
+    expect(await leases.claim([a, b])).toEqual([])
+    leases.forget([a])
+    expect(await leases.claim([a, b])).toEqual([a])
+    expect(await leases.claim([a, b])).toEqual([])
+    expect([leases.holds(a), leases.holds(b)]).toEqual([true, true])
+  })
+})
+
 describe('warming up a new number', () => {
   const HOUR = 3_600_000
   const DAY = 24 * HOUR

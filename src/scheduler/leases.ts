@@ -49,12 +49,16 @@ export class NumberLeases {
    * stay theirs. Returns the numbers newly taken (a start, or a dead instance's numbers).
    */
   async claim(connectionIds: string[]): Promise<string[]> {
-    if (connectionIds.length === 0 || this.closed) return []
+    if (this.closed) return []
     if (!this.engine.shared) {
-      const fresh = connectionIds.filter((id) => !this.mine.has(id))
-      for (const id of fresh) this.mine.add(id)
+      // one process holds every number: what it takes over is what its own last run left, once,
+      // at its start (or again, when that failed); a number added since has nothing left behind
+      const fresh = this.startedHere ? [] : connectionIds.filter((id) => !this.mine.has(id))
+      for (const id of connectionIds) this.mine.add(id)
+      this.startedHere = true
       return fresh
     }
+    if (connectionIds.length === 0) return []
     const now = this.now()
     const claiming = this.engine.write(async (tx) => {
       const got: string[] = []
@@ -74,7 +78,11 @@ export class NumberLeases {
   /** Treat these as not held here (their taking over did not finish): the next claim takes them afresh. */
   forget(connectionIds: string[]) {
     for (const id of connectionIds) this.mine.delete(id)
+    if (!this.engine.shared && connectionIds.length) this.startedHere = false
   }
+
+  /** Unshared: the start's claim is made (see `claim`). */
+  private startedHere = false
 
   /** Inside a release's write: whether the lease is still this instance's (if not, it is forgotten). */
   async heldIn(tx: Queries, connectionId: string): Promise<boolean> {

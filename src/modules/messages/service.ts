@@ -666,17 +666,23 @@ export class MessageService {
    */
   async recoverInterrupted(mine: (connectionId: string) => boolean = () => true) {
     for (const row of await this.store.inFlight()) {
-      // (another instance's send, on a number it holds: not this one's to settle)
-      if (!mine(row.connection_id)) continue
+      // (another instance's send, on a number it holds: not this one's to settle; nor a send this
+      // process has in hand — released since the number was taken — or is settling already)
+      if (!mine(row.connection_id) || this.inHand.has(row.id)) continue
       const live = this.connections.find(row.connection_id)
       // settleUnknown asks `confirm` first itself
       if (live?.driver.confirmLater) {
-        void this.track(() => this.settleUnknown(live, row, INTERRUPTED))
+        void this.track(row.id, () => this.settleUnknown(live, row, INTERRUPTED))
         continue
       }
-      const confirmed = live ? await this.askNetwork(live, row) : null
-      if (confirmed) await this.markSent(row.id, confirmed)
-      else await this.markFailed(row.id, INTERRUPTED.code, INTERRUPTED.message)
+      this.inHand.add(row.id)
+      try {
+        const confirmed = live ? await this.askNetwork(live, row) : null
+        if (confirmed) await this.markSent(row.id, confirmed)
+        else await this.markFailed(row.id, INTERRUPTED.code, INTERRUPTED.message)
+      } finally {
+        this.inHand.delete(row.id)
+      }
     }
   }
 
@@ -734,15 +740,18 @@ export class MessageService {
 
   /** Sends handed to a driver whose outcome is not recorded yet (a graceful stop waits for them). */
   inFlight = 0
+  /** The messages of those sends (and of those being settled after a crash): in `sending`, but not cut off. */
+  private readonly inHand = new Set<string>()
 
   /** Hand one released message to its number's driver and record the outcome. */
   dispatch(live: LiveConnection, row: MessageRow, groupExternalId: string | null = null) {
-    return this.track(() => this.dispatchOnce(live, row, groupExternalId))
+    return this.track(row.id, () => this.dispatchOnce(live, row, groupExternalId))
   }
 
-  /** Work that records a send's outcome, counted in `inFlight`. */
-  private async track(work: () => Promise<void>) {
+  /** Work that records the outcome of message `id`'s send, counted in `inFlight` and kept in hand. */
+  private async track(id: string, work: () => Promise<void>) {
     this.inFlight++
+    this.inHand.add(id)
     try {
       await work()
     } catch (e) {
@@ -751,6 +760,7 @@ export class MessageService {
       this.onDispatchError(e, 'record a send outcome')
     } finally {
       this.inFlight--
+      this.inHand.delete(id)
     }
   }
 
