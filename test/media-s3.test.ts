@@ -9,6 +9,7 @@ import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
+import { BucketJournal } from '../src/modules/contacts/erasure-journal'
 import { byteRange } from '../src/modules/media/store'
 import { EICAR, TestClamd } from './support/clamd'
 import * as files from './support/files'
@@ -24,7 +25,7 @@ let clamd: TestClamd
 let srv: TestServer
 let key: string
 beforeAll(async () => {
-  s3 = await TestS3.start(['capstan-media', 'other-bucket'])
+  s3 = await TestS3.start(['capstan-media', 'other-bucket', 'journal'])
   clamd = await TestClamd.start()
   srv = await TestServer.start({ env: { CAPSTAN_CLAMD: `unix:${clamd.socket}`, ...s3.env('s3://capstan-media/shop-a') } })
   key = (await srv.tenant()).key
@@ -109,6 +110,25 @@ describe('media in a bucket', () => {
     } finally {
       await env.close()
     }
+  })
+})
+
+describe('erasure records kept in the bucket', () => {
+  test('an instance reads every record back, a listing of more than 1,000 paged through in order', async () => {
+    const journal = new BucketJournal(s3.client('journal'), 'journal/')
+    const made = Array.from({ length: 1_205 }, (_, i) => ({
+      workspace_id: `ws${String(i % 3)}`,
+      number_digest: Bun.SHA256.hash(`+1555${String(i).padStart(7, '0')}`, 'hex'),
+      erased_at: new Date(Date.UTC(2026, 10, 1) + i * 1000).toISOString(),
+    }))
+    for (let i = 0; i < made.length; i += 100) await Promise.all(made.slice(i, i + 100).map((r) => journal.add(r)))
+    // an object under the prefix that is not a record is passed over
+    await s3.client('journal').write('journal/erasures/not-a-record', '')
+    const read = await journal.all()
+    const key = (r: { workspace_id: string; number_digest: string; erased_at: string }) => `${r.workspace_id}_${r.number_digest}_${r.erased_at}`
+    expect(read.length).toBe(made.length)
+    expect(read.map(key).sort()).toEqual(made.map(key).sort())
+    expect((await s3.keys('journal', 'journal/')).length).toBe(made.length + 1)
   })
 })
 

@@ -1,6 +1,9 @@
 /**
  * A private S3-compatible server for tests (the `s3rver` package, in this process, on a free
  * port, its objects in a temp folder), with the environment a Capstan needs to keep its media there.
+ * s3rver is patched (patches/, applied by `bun install`) to page listings under Bun as under Node:
+ * its continuation token's cipher by the name Bun knows (`des-cbc`), and its folders walked in
+ * sorted order (Node's readdir sorts, Bun's does not), so a listing of more than 1,000 keys works.
  */
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -70,8 +73,14 @@ export class TestS3 {
 
   /** Every key in the bucket under `prefix`. */
   async keys(bucket: string, prefix = ''): Promise<string[]> {
-    const r = await this.client(bucket).list({ prefix, maxKeys: 1000 })
-    return (r.contents ?? []).map((o) => o.key).sort()
+    const keys: string[] = []
+    let token: string | undefined
+    do {
+      const r = await this.client(bucket).list({ prefix, maxKeys: 1000, ...(token ? { continuationToken: token } : {}) })
+      keys.push(...(r.contents ?? []).map((o) => o.key))
+      token = r.isTruncated ? r.nextContinuationToken : undefined
+    } while (token)
+    return keys.sort()
   }
 
   async stop() {

@@ -83,8 +83,8 @@ export const done = (dataDir: string) => rmSync(join(dataDir, PENDING), { force:
  * a listing reads them all without opening one). Instances that share a database share the
  * bucket, and a database put back with PostgreSQL's own tools (a dump, a point in time) leaves
  * the bucket as it is: whichever instance made an erasure, and whether or not its data directory
- * survived, every instance's next start finds it. (s3rver, the tests' bucket, fails a listing
- * that is cut short: there, past 1,000 records the start logs that it could not read them.)
+ * survived, every instance's next start finds it. A listing gives 1,000 keys at most: the
+ * records are read page after page.
  */
 export class BucketJournal {
   constructor(
