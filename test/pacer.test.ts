@@ -7,6 +7,7 @@ import { PrivatePostgres } from '../src/cluster/postgres'
 import type { Services } from '../src/services'
 import { stmt } from '../src/db/engine'
 import { NumberLeases } from '../src/scheduler/leases'
+import { OneAtATime, OneAtATimeEach } from '../src/scheduler/one-at-a-time'
 import { dueAt, eachConcurrently } from '../src/scheduler/pacer'
 import { eachTurn, inProcess, inProcessOnPostgres, settle } from './support/inproc'
 import { copyRow } from './support/rows'
@@ -525,6 +526,48 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
     expect(await leases.claim([b])).toEqual([])
     expect(await engine.all(mine, leases.owner)).toEqual([])
     expect(leases.holds(b)).toBe(false)
+  })
+
+  test('one at a time: asked for while it runs, it runs once more after, however often it was asked; per key, keys side by side', async () => {
+    let runs = 0
+    let release = () => {}
+    const once = new OneAtATime(async () => {
+      runs++
+      await new Promise<void>((r) => (release = r))
+    })
+    expect(once.running).toBe(false)
+    once.ask()
+    expect([runs, once.running]).toEqual([1, true])
+    for (let i = 0; i < 5; i++) once.ask()
+    expect(runs).toBe(1)
+    release()
+    await waitFor(() => runs === 2 || null)
+    release()
+    await waitFor(() => !once.running || null)
+    expect(runs).toBe(2)
+    once.ask()
+    release()
+    await waitFor(() => !once.running || null)
+    expect(runs).toBe(3)
+
+    const started: string[] = []
+    const releases = new Map<string, () => void>()
+    const each = new OneAtATimeEach<string>(async (k) => {
+      started.push(k)
+      await new Promise<void>((r) => releases.set(k, r))
+    })
+    each.ask('a')
+    each.ask('b')
+    each.ask('a')
+    each.ask('a')
+    expect(started).toEqual(['a', 'b'])
+    releases.get('b')!()
+    releases.get('a')!()
+    await waitFor(() => started.length === 3 || null)
+    expect(started).toEqual(['a', 'b', 'a'])
+    releases.get('a')!()
+    await Bun.sleep(10)
+    expect(started).toEqual(['a', 'b', 'a'])
   })
 
   test('at most n run at once; after a failure none is started, and it throws only once every started one has settled', async () => {

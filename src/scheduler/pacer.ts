@@ -18,6 +18,7 @@ import type { Queries } from '../db/engine'
 import type { WorkspaceService } from '../modules/workspaces/service'
 import { nextWarmupStep } from './warmup'
 import { NumberLeases, RENEW_MS } from './leases'
+import { OneAtATime, OneAtATimeEach } from './one-at-a-time'
 
 const HOUR = 3_600_000
 const DAY = 86_400_000
@@ -148,9 +149,10 @@ export class Pacer {
   private timer: unknown = null
   private timerAt = Infinity
   private running = false
-  private ticking = false
-  /** a tick was asked for while one ran: it runs again right after */
-  private tickAgain = false
+  /** The ticks, one at a time: one asked for while one runs runs right after it. */
+  private readonly ticks = new OneAtATime(async () => {
+    if (this.running) await this.release()
+  })
   /** numbers woken while a tick runs: they stay pending whatever that tick found */
   private readonly rewoken = new Set<string>()
 
@@ -219,33 +221,19 @@ export class Pacer {
 
   /** Tells the instance that holds a number's lease to look at it (set by services: an announcement). */
   tellHolder: (connectionId: string) => Promise<void> = async () => {}
-  /** Numbers whose holder is being told, each with whether it is to be told once more after. */
-  private telling = new Map<string, boolean>()
+  /**
+   * Tells a number's holder to look at it, one announcement at a time per number: woken again
+   * while one is on its way, the holder is told once more after it, not once per wake. The holder
+   * reads the whole queue when it hears, so the announcement made after the last wake is enough
+   * (the one on its way may have been committed before that wake's message). Under load from
+   * another instance, this is one announcement per round trip instead of one per send; each is a
+   * commit of its own, and PostgreSQL commits announcing transactions one at a time.
+   */
+  private readonly telling = new OneAtATimeEach<string>((connectionId) =>
+    this.tellHolder(connectionId).catch((e) => this.log.errorAtMostEvery(60_000, 'telling the instance that releases a number failed', { error: String((e as Error)?.message ?? e) })),
+  )
   /** Numbers this instance is trying to take (their wakes meanwhile need nothing more: see wake). */
   private claiming = new Set<string>()
-
-  /**
-   * Tells a number's holder to look at it, one announcement at a time: woken again while one is on
-   * its way, the holder is told once more after it, not once per wake. The holder reads the whole
-   * queue when it hears, so the announcement made after the last wake is enough (the one on its way
-   * may have been committed before that wake's message). Under load from another instance, this is
-   * one announcement per round trip instead of one per send; each is a commit of its own, and
-   * PostgreSQL commits announcing transactions one at a time.
-   */
-  private tell(connectionId: string) {
-    if (this.telling.has(connectionId)) {
-      this.telling.set(connectionId, true)
-      return
-    }
-    this.telling.set(connectionId, false)
-    void this.tellHolder(connectionId)
-      .catch((e) => this.log.errorAtMostEvery(60_000, 'telling the instance that releases a number failed', { error: String((e as Error)?.message ?? e) }))
-      .finally(() => {
-        const again = this.telling.get(connectionId)
-        this.telling.delete(connectionId)
-        if (again) this.tell(connectionId)
-      })
-  }
 
   /**
    * A number may have something to release (new message, came online, policy changed). Its
@@ -255,7 +243,7 @@ export class Pacer {
   wake(connectionId: string) {
     if (this.leases.holds(connectionId)) return this.wakeHere(connectionId)
     const until = this.elsewhere.get(connectionId)
-    if (until !== undefined && until > Date.now()) return this.tell(connectionId)
+    if (until !== undefined && until > Date.now()) return this.telling.ask(connectionId)
     // a claim on its way covers this wake too: taken, the number is woken here after it; held
     // elsewhere, its holder is told after it (both after this wake's message was written)
     if (this.claiming.has(connectionId)) return
@@ -264,7 +252,7 @@ export class Pacer {
       .then((fresh) => {
         if (fresh.length) return
         this.elsewhere.set(connectionId, Date.now() + RENEW_MS)
-        this.tell(connectionId)
+        this.telling.ask(connectionId)
       })
       .catch((e) => this.log.errorAtMostEvery(60_000, 'a number lease could not be taken', { error: String((e as Error)?.message ?? e) }))
       .finally(() => this.claiming.delete(connectionId))
@@ -274,13 +262,13 @@ export class Pacer {
   wakeHere(connectionId: string) {
     if (!this.leases.holds(connectionId)) return
     this.pending.add(connectionId)
-    if (this.ticking) this.rewoken.add(connectionId)
+    if (this.ticks.running) this.rewoken.add(connectionId)
     this.schedule(0)
   }
 
   /** Resolves once no tick is running (tests that drive the timers wait for each tick's write). */
   async settled() {
-    while (this.ticking) await new Promise((r) => setImmediate(r))
+    while (this.ticks.running) await new Promise((r) => setImmediate(r))
   }
 
   /** The network throttled this number: release nothing more from it for `ms`. */
@@ -379,19 +367,7 @@ export class Pacer {
 
   /** Release everything that is due now, then arm the timer for the next due release; one tick at a time. */
   tick() {
-    if (!this.running) return
-    if (this.ticking) {
-      this.tickAgain = true
-      return
-    }
-    this.ticking = true
-    void this.release().finally(() => {
-      this.ticking = false
-      if (this.tickAgain) {
-        this.tickAgain = false
-        this.tick()
-      }
-    })
+    if (this.running) this.ticks.ask()
   }
 
   private async release() {

@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto'
 import { nextTurn, persist } from '../../db/writer'
 import type { Deps } from '../../deps'
+import { OneAtATime } from '../../scheduler/one-at-a-time'
 import { Tally } from '../../tally'
 import { conflict, notFound, validationFailed } from '../../http/errors'
 import { iso, uuid } from '../../http/format'
@@ -494,29 +495,17 @@ export class WebhookService {
    * a kick during a pass makes one more pass after it.
    */
   kick() {
-    if (!this.running) return
-    if (this.passing) {
-      this.passAgain = true
-      return
-    }
-    this.passing = true
-    void this.pass()
-      .catch((e) => {
-        // the claims cannot be written (a full disk, the database away): nothing goes out unclaimed; look again soon
-        this.log.errorAtMostEvery(60_000, 'webhook deliveries paused: a delivery could not be claimed', { error: String((e as Error)?.message ?? e) })
-        if (this.running && !this.timer) this.timer = setTimeout(() => this.kick(), 1000)
-      })
-      .finally(() => {
-        this.passing = false
-        if (this.passAgain) {
-          this.passAgain = false
-          this.kick()
-        }
-      })
+    if (this.running) this.passes.ask()
   }
 
-  private passing = false
-  private passAgain = false
+  private readonly passes = new OneAtATime(async () => {
+    if (!this.running) return
+    await this.pass().catch((e) => {
+      // the claims cannot be written (a full disk, the database away): nothing goes out unclaimed; look again soon
+      this.log.errorAtMostEvery(60_000, 'webhook deliveries paused: a delivery could not be claimed', { error: String((e as Error)?.message ?? e) })
+      if (this.running && !this.timer) this.timer = setTimeout(() => this.kick(), 1000)
+    })
+  })
 
   private async pass() {
     if (this.timer) clearTimeout(this.timer)
