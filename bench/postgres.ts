@@ -47,11 +47,16 @@ const env = (url: string) => ({ CAPSTAN_DATABASE_URL: url, CAPSTAN_SECRET_KEY: S
 // --- POST /messages: ceiling, one instance, two instances
 if (runs('post')) {
 const ceilingPort = await freePort()
-const ceiling = Bun.spawn(['bun', join(ROOT, 'bench/bare-pg-insert.ts')], { env: { ...process.env, PORT: String(ceilingPort), DATABASE_URL: await database('ceiling') }, stdout: 'ignore', stderr: 'inherit' })
-for (let i = 0; i < 200; i++) {
-  if ((await fetch(`http://127.0.0.1:${ceilingPort}/`, { method: 'POST', body: '{"recipient":"+15550000000","body":"up?"}' }).catch(() => null))?.status === 202) break
-  await Bun.sleep(50)
-}
+const ceilingUrl = await database('ceiling')
+const ceiling = Bun.spawn(['bun', join(ROOT, 'bench/bare-pg-insert.ts')], { env: { ...process.env, PORT: String(ceilingPort), DATABASE_URL: ceilingUrl }, stdout: 'ignore', stderr: 'inherit' })
+// the same ceiling as two processes on that one database, for the two instances' like-for-like figure
+const ceilingPortB = await freePort()
+const ceilingB = Bun.spawn(['bun', join(ROOT, 'bench/bare-pg-insert.ts')], { env: { ...process.env, PORT: String(ceilingPortB), DATABASE_URL: ceilingUrl }, stdout: 'ignore', stderr: 'inherit' })
+for (const port of [ceilingPort, ceilingPortB])
+  for (let i = 0; i < 200; i++) {
+    if ((await fetch(`http://127.0.0.1:${port}/`, { method: 'POST', body: '{"recipient":"+15550000000","body":"up?"}' }).catch(() => null))?.status === 202) break
+    await Bun.sleep(50)
+  }
 const oneUrl = await database('one')
 const twoUrl = await database('two')
 const one = await startCapstan(env(oneUrl))
@@ -61,25 +66,29 @@ const twoB = await startCapstan(env(twoUrl))
 const { lua: oneLua } = await sendLoad(one)
 const { lua: twoLua } = await sendLoad(twoA, '+15550009998')
 const ceilingLua = `request = function() return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, '{"recipient":"+15550000000","body":"Your order has shipped"}') end`
-const results: Record<'ceiling' | 'one' | 'two', WrkResult[]> = { ceiling: [], one: [], two: [] }
+const results: Record<'ceiling' | 'ceiling2' | 'one' | 'two', WrkResult[]> = { ceiling: [], ceiling2: [], one: [], two: [] }
 const send = `${one.base}/api/v1/messages`
 await wrk(`http://127.0.0.1:${ceilingPort}/`, { seconds: 2, lua: ceilingLua })
 await wrk(send, { seconds: 2, lua: oneLua })
 for (let r = 0; r < turns; r++) {
   results.ceiling.push(await wrk(`http://127.0.0.1:${ceilingPort}/`, { seconds, lua: ceilingLua }))
   results.one.push(await wrk(send, { seconds, lua: oneLua }))
+  const [ca, cb] = await Promise.all([ceilingPort, ceilingPortB].map((port) => wrk(`http://127.0.0.1:${port}/`, { seconds, connections: 25, lua: ceilingLua })))
+  results.ceiling2.push(sum(ca!, cb!))
   const [a, b] = await Promise.all([wrk(`${twoA.base}/api/v1/messages`, { seconds, connections: 25, lua: twoLua }), wrk(`${twoB.base}/api/v1/messages`, { seconds, connections: 25, lua: twoLua })])
   results.two.push(sum(a, b))
 }
 const med = (rs: WrkResult[]): WrkResult => ({ rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)), errors: rs.reduce((n, r) => n + r.errors, 0) })
-const [c, o, t] = [med(results.ceiling), med(results.one), med(results.two)]
+const [c, c2, o, t] = [med(results.ceiling), med(results.ceiling2), med(results.one), med(results.two)]
 say(`\nPOST /api/v1/messages on PostgreSQL, wrk -c50, ${turns} rounds of ${seconds} s in turns, medians; 2 cores, Bun ${Bun.version}\n`)
 say('| load | result | of the ceiling |')
 say('|---|---|---|')
 say(`| bare Bun + Bun.SQL insert (ceiling) | ${fmt(c)} | 100% |`)
 say(`| Capstan, one instance | ${fmt(o)} | ${Math.round((o.rps / c.rps) * 100)}% |`)
 say(`| Capstan, two instances on one database (wrk -c25 each, summed) | ${fmt(t)} | ${Math.round((t.rps / c.rps) * 100)}% |`)
+say(`| bare insert, two processes on one database (wrk -c25 each, summed) | ${fmt(c2)} | ${Math.round((c2.rps / c.rps) * 100)}% (two instances: ${Math.round((t.rps / c2.rps) * 100)}% of it) |`)
 ceiling.kill()
+ceilingB.kill()
 for (const cap of [one, twoA, twoB]) await cap.stop()
 }
 
