@@ -2,7 +2,9 @@
  * Capstan on PostgreSQL (issue #32), each figure beside a ceiling measured in the same run, on a
  * private PostgreSQL (src/cluster/postgres.ts: fsync on, a Unix socket):
  * - POST /api/v1/messages with one instance and with two sharing the database (a wrk per
- *   instance, summed), against a bare Bun + Bun.SQL insert per request (bench/bare-pg-insert.ts);
+ *   instance, summed), against a bare Bun + Bun.SQL insert per request (bench/bare-pg-insert.ts) —
+ *   and the two instances also against that bare insert as two processes on one database, loaded
+ *   the same way (`wrk -c25` each);
  * - release throughput: 1,000 sandbox numbers with 20 queued messages each, released by one
  *   instance with no gaps, from its start until every message is sent;
  * - GET /api/v1/messages with 1,000,000 rows in the workspace's log: p50 of the first page, of a
