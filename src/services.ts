@@ -92,7 +92,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
   }
   pacer.tellHolder = (id) => deps.engine.announce(deps.engine, `queued:${id}`)
   messages.onThrottled = (id) => pacer.slowDown(id)
-  pacer.groupExternalId = (row) => groups.externalIdOf(row)
+  messages.groupExternalId = (row) => groups.externalIdOf(row)
   messages.groupRefusal = (row, q) => groups.refusalAtRelease(row, q)
   pacer.campaignLane = (tx, connectionId, now) => campaigns.releaseNextIn(tx, connectionId, now)
   campaigns.onRunnable = (id) => pacer.wake(id)
@@ -335,6 +335,7 @@ export function stopServices(svc: Services) {
   svc.startup.retry = null
   svc.campaigns.stop()
   svc.pacer.stop()
+  svc.messages.stop()
   svc.webhooks.stop()
   svc.connections.stop()
   svc.contacts.stop()

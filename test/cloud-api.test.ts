@@ -1308,6 +1308,39 @@ describe('the pair rate limit (131056)', () => {
   })
 })
 
+describe('a graceful stop while Meta asks to slow down', () => {
+  test('the send waiting out the hold is handed back, not failed; after the restart it goes out once', async () => {
+    const own = await TestServer.start()
+    try {
+      const { key, conn } = await setup({}, own)
+      const to = newPhone()
+      graph.state.failFor[to.slice(1)] = [131056, 131056]
+      const r = await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, own.base), body: 'Wait for it' } })
+      expect(r.status).toBe(202)
+      // refused twice: the send waits 5 s before its second try, then 15 s (longer than a stop waits for a send)
+      await waitFor(() => graph.seen.filter((s) => s.json?.to === to.slice(1)).length === 2, 10_000)
+      expect((await msg(key, r.json.data.id, own)).status).toBe('sending')
+      await own.stop('SIGTERM')
+      const d = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
+      const row = d.query('SELECT status, resend, error_code FROM messages WHERE id = ?').get(r.json.data.id)
+      d.close()
+      // still sending (a status never moves back), marked to go on at the next start
+      expect(row).toEqual({ status: 'sending', resend: 1, error_code: null })
+      expect(own.output).not.toContain('stopping with sends in flight')
+      await own.boot()
+      const sent = await waitFor(async () => {
+        const m = await msg(key, r.json.data.id, own)
+        return m.status === 'sent' ? m : null
+      })
+      expect(sent.error).toBeNull()
+      expect(graph.seen.filter((s) => s.json?.to === to.slice(1)).length).toBe(3)
+      expect(sent.timeline.map((t: { status: string }) => t.status)).toEqual(['queued', 'sending', 'sent'])
+    } finally {
+      await own.close()
+    }
+  })
+})
+
 describe('an account Meta stopped', () => {
   test('a send Meta refuses for the whole account (131031) fails with its code, and the number goes offline with the reason instead of failing message after message', async () => {
     const { key, conn } = await setup()
@@ -1944,6 +1977,27 @@ describe('two instances on one PostgreSQL', () => {
       expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
     })
   }, 90_000)
+
+  test('an instance stopped gracefully while Meta asks to slow down hands its send back: the other takes the number over and sends it, once', async () => {
+    await numberOfA({}, async ({ a, b, db, key, connId }) => {
+      const to = newPhone()
+      graph.state.failFor[to.slice(1)] = [131056, 131056]
+      const r = await a.api(key, 'POST', '/messages', { json: { connection_id: connId, recipient: await talking(connId, to, a.base), body: 'Handed over' } })
+      expect(r.status).toBe(202)
+      // refused twice on A, which now waits 15 s before it tries again
+      await waitFor(() => graph.seen.filter((s) => s.json?.to === to.slice(1)).length === 2, 10_000)
+      await a.stop('SIGTERM')
+      const sent = await waitFor(async () => {
+        const m = await msg(key, r.json.data.id, b)
+        return m.status === 'sent' ? m : null
+      }, 15_000)
+      expect(sent.error).toBeNull()
+      expect(sent.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent'])
+      expect((await db`SELECT resend FROM messages WHERE id = ${r.json.data.id}`)[0].resend).toBe(0)
+      await Bun.sleep(1000)
+      expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(3)
+    })
+  }, 60_000)
 
   test('an inbound message Meta delivers several times at once, to both instances, is logged once and announced once', async () => {
     const { env } = await installation()

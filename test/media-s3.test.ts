@@ -179,6 +179,42 @@ describe('a bucket that goes away while serving', () => {
     const again = await srv.api(t.key, 'GET', `/media/${kept.id}/download`)
     expect(again.status).toBe(200)
   }, 60_000)
+
+  test('a send with a file stopped gracefully while the bucket is away is handed back, not failed; after the restart it goes once the bucket is back', async () => {
+    const own = await TestServer.start({ env: { CAPSTAN_CLAMD: `unix:${clamd.socket}`, ...s3.env('s3://capstan-media/stopping') } })
+    try {
+      const t = await own.tenant()
+      await own.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = (await own.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: `+1556${String(Date.now()).slice(-7)}`, driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      const f = new FormData()
+      f.append('file', new File([files.png()], 'kept.png'))
+      const kept = (await own.api(t.key, 'POST', '/media', { multipart: f })).json.data
+      await s3.down()
+      let id = ''
+      try {
+        const sent = await own.api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: `+1556${String(Date.now() + 1).slice(-7)}`, body: 'Your photo', media: { attachments: [{ media_id: kept.id }] } } })
+        expect(sent.status).toBe(202)
+        id = sent.json.data.id
+        await waitFor(async () => (await own.api(t.key, 'GET', `/messages/${id}`)).json.data.status === 'sending')
+        await own.stop('SIGTERM')
+      } finally {
+        await s3.up()
+      }
+      const d = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
+      const row = d.query('SELECT status, resend, error_code FROM messages WHERE id = ?').get(id)
+      d.close()
+      // still sending (a status never moves back), marked to go on at the next start
+      expect(row).toEqual({ status: 'sending', resend: 1, error_code: null })
+      await own.boot()
+      const done = await waitFor(async () => {
+        const m = (await own.api(t.key, 'GET', `/messages/${id}`)).json.data
+        return m.status === 'sent' ? m : null
+      }, 20_000)
+      expect(done.error).toBeNull()
+    } finally {
+      await own.close()
+    }
+  }, 60_000)
 })
 
 describe('a bucket Capstan cannot use stops the start', () => {

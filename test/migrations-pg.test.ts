@@ -120,7 +120,8 @@ describe('the schema on both engines', () => {
     const now = 1_795_000_000_000
     const rows = (n: number) =>
       Array.from({ length: n }, (_, i) => `('in-${i}', 'w', 'n', 'inbound', 'delivered', '+15550001', 'hi', '[]', ${i < 3 ? "'wamid.same'" : "'wamid.other'"}, ${now + i}, ${now + i})`).join(', ')
-    const before = `DROP INDEX messages_inbound_once; DELETE FROM migrations WHERE version = 44;
+    // the schema as 0043 left it (what the later migrations add undone)
+    const before = `ALTER TABLE messages DROP COLUMN resend; DROP INDEX messages_inbound_once; DELETE FROM migrations WHERE version >= 44;
       INSERT INTO workspaces (id, name, slug, status, settings, created_at, updated_at) VALUES ('w', 'W', 'w', 'active', '{}', ${now}, ${now});
       INSERT INTO connections (id, workspace_id, phone, driver, status, receives, config, created_at, updated_at) VALUES ('n', 'w', '+15550009', 'sandbox', 'online', 1, '{}', ${now}, ${now});
       INSERT INTO messages (id, workspace_id, connection_id, direction, status, sender, body, attachments, external_id, created_at, updated_at) VALUES ${rows(4)};`
@@ -130,7 +131,7 @@ describe('the schema on both engines', () => {
     const lite = openDatabase(join(dir, 'inbound-once.db'))
     migrate(lite)
     lite.run(before)
-    expect(migrate(lite)).toEqual([44])
+    expect(migrate(lite)).toEqual([44, 45])
     expect(lite.query('SELECT id, external_id FROM messages ORDER BY seq').values()).toEqual(expected)
     expect(() => lite.run(copy)).toThrow(/UNIQUE/)
     lite.close()
@@ -138,7 +139,7 @@ describe('the schema on both engines', () => {
     const db = new Bun.SQL(await pg.createDatabase('inbound_once'), { max: 1 })
     await migratePostgres(db)
     await db.unsafe(before)
-    expect(await migratePostgres(db)).toEqual([44])
+    expect(await migratePostgres(db)).toEqual([44, 45])
     expect((await db.unsafe('SELECT id, external_id FROM messages ORDER BY seq').values())).toEqual(expected)
     await expect(db.unsafe(copy)).rejects.toThrow(/unique/)
     await db.close()

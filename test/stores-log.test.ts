@@ -133,7 +133,7 @@ describe.each(ENGINES)('a batch of sends on %s', (name) => {
     await engine.write((tx) => contacts.touch(tx, [[ada.id, Math.max(...written.filter((w) => w?.found).map((w) => w!.message.created_at))]]))
     expect((await contacts.get(ws, ada.id))!.last_activity_at).toBe(8000)
     expect(await contacts.byPhone(ws, '+15550003001')).toEqual(written[2]!.contact)
-    for (const w of written.slice(0, 3)) expect(await messages.get(ws, w!.message.id)).toEqual({ ...w!.message, seq: expect.any(Number) })
+    for (const w of written.slice(0, 3)) expect(await messages.get(ws, w!.message.id)).toEqual({ ...w!.message, seq: expect.any(Number), resend: 0 })
     expect(await messages.usage(ws, '2026-11')).toBe(3)
     expect(await contacts.count(ws)).toBe(2)
     const queued = await engine.get<{ n: number }>(stmt("SELECT CAST(SUM(n) AS BIGINT) AS n FROM message_counts WHERE workspace_id = ? AND direction = 'outbound' AND status = 'queued'"), ws)
@@ -264,7 +264,7 @@ describe.each(ENGINES)('messages on %s', (name) => {
       for (const r of rows) await store.insert(tx, r)
     })
     const first = (await store.getAny(rows[0]!.id))!
-    expect(first).toEqual({ ...rows[0]!, seq: first.seq })
+    expect(first).toEqual({ ...rows[0]!, seq: first.seq, resend: 0 })
     expect(await store.get(crypto.randomUUID(), rows[0]!.id)).toBeNull()
     // written only over the status it was decided from
     expect(await engine.write((tx) => store.update(tx, rows[1]!.id, { status: 'sent', sent_at: 1500, updated_at: 1500 }, 'sending'))).toBe(false)
@@ -298,6 +298,13 @@ describe.each(ENGINES)('messages on %s', (name) => {
     expect(await store.getAny(m0!)).toMatchObject({ status: 'sending', sending_at: 3000, updated_at: 3000 })
     expect(await engine.write((tx) => store.claim(tx, m0!, 4000))).toBe(false)
     expect(await store.getAny(m0!)).toMatchObject({ status: 'sending', sending_at: 3000 })
+    // a send handed back at a graceful stop is marked while it is sending; one take of the mark clears it
+    expect(await engine.write((tx) => store.markResend(tx, m3!))).toBe(false)
+    expect(await engine.write((tx) => store.markResend(tx, m0!))).toBe(true)
+    expect((await store.inFlight()).map((r) => [r.id, r.resend]).sort()).toEqual([[m1, 0], [m0, 1]].sort())
+    const takes = await Promise.all([engine.write((tx) => store.takeResend(tx, m0!)), engine.write((tx) => store.takeResend(tx, m0!))])
+    expect(takes.sort()).toEqual([false, true])
+    expect(await store.getAny(m0!)).toMatchObject({ status: 'sending', sending_at: 3000, resend: 0 })
     // a clock read before the message was made (a tick that began just before it was queued) is not its time
     const late = message(ws, conn.id, { created_at: 5000, updated_at: 5000 })
     await engine.write((tx) => store.insert(tx, late))

@@ -43,6 +43,7 @@ import m0041 from '../../migrations/0041_shard_per_session.sql' with { type: 'te
 import m0042 from '../../migrations/0042_audit_operator.sql' with { type: 'text' }
 import m0043 from '../../migrations/0043_media_holds.sql' with { type: 'text' }
 import m0044 from '../../migrations/0044_inbound_once.sql' with { type: 'text' }
+import m0045 from '../../migrations/0045_resend.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -89,4 +90,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 42, name: '0042_audit_operator', sql: m0042 },
   { version: 43, name: '0043_media_holds', sql: m0043 },
   { version: 44, name: '0044_inbound_once', sql: m0044 },
+  { version: 45, name: '0045_resend', sql: m0045 },
 ]

@@ -253,17 +253,17 @@ export const transientWriteError = (e: unknown) => /^SQLITE_(FULL|IOERR|BUSY|LOC
  * a message, a receiver took an event), which must be written down, not lost or mistaken for a
  * failure, while writes fail for a while (a full disk) — or for a read a job cannot go on without
  * while the database is away. Returns what `write` returned. Tries again after 1 s, doubling to 30 s,
- * telling `onError` each time; throws at once for any other error, and once `stopping()` says the
- * server stops.
+ * telling `onError` each time (`pause` waits between tries: one a stop cuts short); throws at once
+ * for any other error, and once `stopping()` says the server stops.
  */
-export async function persist<T>(write: () => T | Promise<T>, stopping: () => boolean, onError: (e: unknown) => void): Promise<T> {
+export async function persist<T>(write: () => T | Promise<T>, stopping: () => boolean, onError: (e: unknown) => void, pause: (ms: number) => Promise<unknown> = Bun.sleep): Promise<T> {
   for (let wait = 1000; ; wait = Math.min(wait * 2, 30_000)) {
     try {
       return await write()
     } catch (e) {
       if (stopping() || !transientWriteError(e)) throw e
       onError(e)
-      await Bun.sleep(wait)
+      await pause(wait)
     }
   }
 }

@@ -502,15 +502,7 @@ export class Pacer {
     }
     // a number woken while the write was made keeps its place (something new may be queued)
     for (const id of idle) if (!this.rewoken.has(id)) this.pending.delete(id)
-    for (const r of released) void this.dispatch(r.live, r.row)
+    for (const r of released) void this.messages.dispatch(r.live, r.row)
     return next
   }
-
-  /** Hand a released message to its driver (a group message with its group's network id). */
-  private async dispatch(live: NonNullable<ReturnType<ConnectionService['find']>>, row: MessageRow) {
-    await this.messages.dispatch(live, row, row.group_id === null ? null : await this.groupExternalId(row).catch(() => null))
-  }
-
-  /** Group messages carry the network's group id; set by the groups module. */
-  groupExternalId: (row: MessageRow) => Promise<string | null> = async () => null
 }

@@ -49,6 +49,8 @@ const storeAway = (e: unknown): never => {
   if (e instanceof MediaStoreUnavailable) throw new DriverError('media_store_unavailable', 'The media store could not be read (is the bucket reachable?); the message was not sent and is tried again.', true)
   throw e
 }
+/** What a read before the network gives when the server stops (see MessageService.stopping). */
+const STOPPING = Symbol('stopping')
 /** How a send a crash interrupted fails when the network does not confirm it. */
 const INTERRUPTED = { code: 'send_interrupted', message: 'The server stopped while this message was being handed to the network; it was not sent again.' }
 /** Queued messages the direct lane fails for a refusal in one release before yielding. */
@@ -661,8 +663,9 @@ export class MessageService {
    * After a crash: a message found in `sending` is never sent again blindly. It is sent only if
    * the driver confirms the network has it; otherwise it fails as send_interrupted. A network
    * that tells later (`confirmLater`) is waited for in the background: its report arrives over
-   * HTTP, once the server listens. `mine`: the numbers whose sends this instance settles (those
-   * it holds the lease of, and removed ones).
+   * HTTP, once the server listens. A send a graceful stop handed back (the network never had it)
+   * goes on instead. `mine`: the numbers whose sends this instance settles (those it holds the
+   * lease of, and removed ones).
    */
   async recoverInterrupted(mine: (connectionId: string) => boolean = () => true) {
     for (const row of await this.store.inFlight()) {
@@ -670,6 +673,13 @@ export class MessageService {
       // process has in hand — released since the number was taken — or is settling already)
       if (!mine(row.connection_id) || this.inHand.has(row.id)) continue
       const live = this.connections.find(row.connection_id)
+      if (row.resend === 1) {
+        // a send a graceful stop handed back before the network had it (see `stopping`): it goes
+        // on where it stopped, by whoever clears its mark first (a removed number's fails)
+        if (!live) await this.markFailed(row.id, 'connection_removed', 'The connection was removed before the message was sent.')
+        else if (await this.deps.engine.write((tx) => this.store.takeResend(tx, row.id))) void this.dispatch(live, row, true)
+        continue
+      }
       // settleUnknown asks `confirm` first itself
       if (live?.driver.confirmLater) {
         void this.track(row.id, () => this.settleUnknown(live, row, INTERRUPTED))
@@ -743,10 +753,16 @@ export class MessageService {
   /** The messages of those sends (and of those being settled after a crash): in `sending`, but not cut off. */
   private readonly inHand = new Set<string>()
 
-  /** Hand one released message to its number's driver and record the outcome. */
-  dispatch(live: LiveConnection, row: MessageRow, groupExternalId: string | null = null) {
-    return this.track(row.id, () => this.dispatchOnce(live, row, groupExternalId))
+  /**
+   * Hand one released message to its number's driver and record the outcome. `resumed`: one a
+   * graceful stop handed back goes on as after a retry's wait (whether it may still go is read first).
+   */
+  dispatch(live: LiveConnection, row: MessageRow, resumed = false) {
+    return this.track(row.id, async () => this.dispatchOnce(live, row, row.group_id === null ? null : await this.groupExternalId(row).catch(() => null), resumed))
   }
+
+  /** The group's id at the network, for a group message (set by the groups module). */
+  groupExternalId: (row: MessageRow) => Promise<string | null> = async () => null
 
   /** Work that records the outcome of message `id`'s send, counted in `inFlight` and kept in hand. */
   private async track(id: string, work: () => Promise<void>) {
@@ -790,9 +806,10 @@ export class MessageService {
     return out
   }
 
-  private async dispatchOnce(live: LiveConnection, row: MessageRow, groupExternalId: string | null) {
+  private async dispatchOnce(live: LiveConnection, row: MessageRow, groupExternalId: string | null, resumed: boolean) {
     const { failed: backoff, throttled: throttleBackoff } = this.retryDelays
-    const attachments = await this.readAgain(() => this.outboundMedia(row))
+    const attachments = await this.beforeNetwork(() => this.readAgain(() => this.outboundMedia(row)))
+    if (attachments === STOPPING) return this.handBack(row)
     if (!attachments) {
       await this.record(() => this.markFailed(row.id, 'media_unavailable', 'An attachment expired before the message was sent.'))
       this.onSettled(row)
@@ -804,14 +821,17 @@ export class MessageService {
     let failures = 0
     for (let attempt = 0; ; attempt++) {
       // a retry can come minutes later (a throttled number): the recipient may have opted out since
-      const refusal = attempt > 0 ? await this.readAgain(() => this.refusalFor(row)) : null
+      const refusal = attempt > 0 || resumed ? await this.beforeNetwork(() => this.readAgain(() => this.refusalFor(row))) : null
+      if (refusal === STOPPING) return this.handBack(row)
       if (refusal) {
         await this.record(() => this.markFailed(row.id, refusal.code, refusal.message))
         this.onSettled(row)
         return
       }
       // the network asked to slow down messages to this recipient: this one waits its turn too
-      if (this.recipientHolds.size > 0) await this.recipientHeld(live.row.id, row)
+      if (this.recipientHolds.size > 0 && !(await this.recipientHeld(live.row.id, row))) return this.handBack(row)
+      // the server stops before this message reached its network: it is handed back instead
+      if (this.stopping.signal.aborted) return this.handBack(row)
       let accepted: Accepted
       try {
         accepted = await withTimeout((signal) => live.driver.send({ id: row.id, recipient: row.group_id ? null : row.recipient, groupExternalId, body: row.body, attachments, template }, signal), this.deps.config.driverTimeoutMs)
@@ -825,11 +845,11 @@ export class MessageService {
           const wait = throttleBackoff[throttles++]!
           if (err instanceof RecipientThrottled) this.holdRecipient(live.row.id, row, wait)
           else this.onThrottled(live.row.id)
-          await Bun.sleep(wait)
+          if (!(await this.pause(wait))) return this.handBack(row)
           continue
         }
         if (err.retryable && !err.throttled && failures < backoff.length) {
-          await Bun.sleep(backoff[failures++]!)
+          if (!(await this.pause(backoff[failures++]!))) return this.handBack(row)
           continue
         }
         await this.record(() => this.markFailed(row.id, err.code, err.message))
@@ -854,13 +874,60 @@ export class MessageService {
     this.recipientHolds.set(key, Math.max(this.recipientHolds.get(key) ?? 0, performance.now() + ms))
   }
 
-  private async recipientHeld(connectionId: string, row: MessageRow) {
+  /** Waits out a hold on the message's recipient; false when the server stops first. */
+  private async recipientHeld(connectionId: string, row: MessageRow): Promise<boolean> {
     const key = holdKey(connectionId, row)
     const until = this.recipientHolds.get(key)
-    if (until === undefined) return
+    if (until === undefined) return true
     const left = until - performance.now()
-    if (left <= 0) this.recipientHolds.delete(key)
-    else await Bun.sleep(left)
+    if (left > 0) return this.pause(left)
+    this.recipientHolds.delete(key)
+    return true
+  }
+
+  /**
+   * Aborted at a graceful stop (`stop`). A released message the network has not got yet — its
+   * attachments unreadable for now, its retry or the network's "slow down" being waited out, or
+   * not handed over yet — then stops waiting and is handed back (`handBack`): it stays `sending`
+   * (a status never moves back), marked to go on at the next start, or on the instance that takes
+   * its number. Crash recovery could only fail it, as it cannot tell such a send from one the
+   * network may have.
+   */
+  private readonly stopping = new AbortController()
+
+  stop() {
+    this.stopping.abort()
+  }
+
+  /** Waits `ms`; false (at once) when the server stops first. */
+  private pause(ms: number): Promise<boolean> {
+    const signal = this.stopping.signal
+    if (signal.aborted) return Promise.resolve(false)
+    return new Promise((resolve) => {
+      const done = (waited: boolean) => {
+        clearTimeout(timer)
+        signal.removeEventListener('abort', stopped)
+        resolve(waited)
+      }
+      const stopped = () => done(false)
+      const timer = setTimeout(() => done(true), ms)
+      signal.addEventListener('abort', stopped)
+    })
+  }
+
+  /** A read a message needs before it leaves; STOPPING when it failed because the server stops. */
+  private async beforeNetwork<T>(read: () => Promise<T>): Promise<T | typeof STOPPING> {
+    try {
+      return await read()
+    } catch (e) {
+      if (this.stopping.signal.aborted) return STOPPING
+      throw e
+    }
+  }
+
+  /** Marked to be handed to the network at the next start: the network never had this message (see `stopping`). */
+  private async handBack(row: MessageRow) {
+    await this.deps.engine.write((tx) => this.store.markResend(tx, row.id))
   }
 
   /**
@@ -885,7 +952,7 @@ export class MessageService {
    * not leave the message `sending` until a restart.
    */
   private readAgain<T>(read: () => Promise<T>, doing = 'read what a released message needs yet') {
-    return persist(read, () => this.connections.stopped, (e) => this.onDispatchError(e, doing))
+    return persist(read, () => this.connections.stopped || this.stopping.signal.aborted, (e) => this.onDispatchError(e, doing), (ms) => this.pause(ms))
   }
 
   /**

@@ -34,9 +34,11 @@ export interface MessageRow {
   opt_in_required: number
   /** Inbound: the id of our message it answers (a reply or a button tap), or null. */
   reply_to: string | null
+  /** On rows read back: 1 for a send a graceful stop handed back before the network had it (migration 0045). */
+  resend?: number
 }
 
-export type NewMessage = Omit<MessageRow, 'seq'>
+export type NewMessage = Omit<MessageRow, 'seq' | 'resend'>
 
 const STATUSES = ['queued', 'sending', 'sent', 'delivered', 'read', 'failed'] as const
 const DIRECTIONS = ['inbound', 'outbound'] as const
@@ -144,6 +146,8 @@ const Q = {
     "UPDATE messages SET status = 'sending', sending_at = COALESCE(sending_at, MAX(?1, created_at)), updated_at = MAX(?1, created_at) WHERE id = ?2 AND status = 'queued'",
     "UPDATE messages SET status = 'sending', sending_at = COALESCE(sending_at, GREATEST($1, created_at)), updated_at = GREATEST($1, created_at) WHERE id = $2 AND status = 'queued'",
   ),
+  markResend: stmt("UPDATE messages SET resend = 1 WHERE id = ? AND status = 'sending'"),
+  takeResend: stmt("UPDATE messages SET resend = 0 WHERE id = ? AND status = 'sending' AND resend = 1"),
   queuedConnections: stmt("SELECT DISTINCT connection_id FROM messages WHERE status = 'queued'"),
   releases: stmt('SELECT sending_at FROM messages WHERE connection_id = ? AND sending_at >= ? ORDER BY sending_at'),
   // through messages_releases too: the number's one-to-one sends since a time still without their last report
@@ -300,6 +304,7 @@ export class MessageStore {
   async releasesSince(connectionId: string, since: number): Promise<number[]> {
     return (await this.db.all<{ sending_at: number }>(Q.releases, connectionId, since)).map((r) => r.sending_at)
   }
+  /** The messages in `sending`, each with its `resend` mark. */
   inFlight() {
     return this.db.all<MessageRow>(Q.inFlight)
   }
@@ -310,10 +315,19 @@ export class MessageStore {
   queuedFor(connectionId: string, limit: number) {
     return this.db.all<MessageRow>(Q.queuedFor, connectionId, limit)
   }
-  /** Write the changed columns of a message (one statement per set of columns, made once). */
   /** queued → sending, if it is still queued; whether it was. */
   async claim(tx: Queries, id: string, at: number): Promise<boolean> {
     return (await tx.run(Q.claim, at, id)) > 0
+  }
+
+  /** Mark a send the network has not got as one to hand over again (migration 0045); whether it is still sending. */
+  async markResend(tx: Queries, id: string): Promise<boolean> {
+    return (await tx.run(Q.markResend, id)) > 0
+  }
+
+  /** Take a send marked to hand over again: whether this write cleared the mark (only one does). */
+  async takeResend(tx: Queries, id: string): Promise<boolean> {
+    return (await tx.run(Q.takeResend, id)) > 0
   }
 
   /**
