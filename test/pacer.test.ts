@@ -6,6 +6,7 @@ import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
 import type { Services } from '../src/services'
 import { stmt } from '../src/db/engine'
+import { MessageStore } from '../src/modules/messages/store'
 import { NumberLeases } from '../src/scheduler/leases'
 import { OneAtATime, OneAtATimeEach } from '../src/scheduler/one-at-a-time'
 import { dueAt, eachConcurrently } from '../src/scheduler/pacer'
@@ -273,6 +274,29 @@ describe('a send in hand', () => {
       return m.status === 'sent' ? m : null
     }, 10_000)
     expect([sent.error_code, sent.external_id]).toEqual([null, expect.stringMatching(/^sbx_/)])
+  })
+
+  test('a send handed back at a graceful stop whose number is removed before it goes on fails as connection_removed; one taken on meanwhile is left to its sender', async () => {
+    const { ws, conn } = await number({ hourly_cap: 100, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 })
+    const { svc } = env!
+    const [a, b, c] = await queue(ws.id, conn.id, 3)
+    const store = new MessageStore(svc.deps.engine)
+    // a and b released and handed back by a stop; b then taken on (its mark cleared) by another instance
+    await svc.deps.engine.write(async (tx) => {
+      for (const id of [a!, b!]) {
+        await store.claim(tx, id, env!.clock.t)
+        await store.markResend(tx, id)
+      }
+    })
+    expect(await svc.deps.engine.write((tx) => store.takeResend(tx, b!))).toBe(true)
+    await svc.connections.remove(conn.id, async () => {})
+    await svc.messages.failQueuedOf(conn.id)
+    const rows = await Promise.all([a, b, c].map((id) => svc.messages.getAny(id!)))
+    expect(rows.map((m) => [m!.status, m!.error_code])).toEqual([
+      ['failed', 'connection_removed'],
+      ['sending', null],
+      ['failed', 'connection_removed'],
+    ])
   })
 
   test('on one machine a number added after the start is nothing to take over; one whose taking over failed is taken again', async () => {

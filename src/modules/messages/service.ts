@@ -723,21 +723,27 @@ export class MessageService {
 
   /**
    * Fail what is still queued on a removed number (one write for a queue of 100,000 held the
-   * server for seconds). Also at start-up, for a removal a crash cut off half-way
-   * (`failQueuedOfRemoved`).
+   * server for seconds), and its sends a graceful stop handed back (the network never had them).
+   * Also at start-up, for a removal a crash cut off half-way (`failQueuedOfRemoved`).
    */
-  failQueuedOf(connectionId: string) {
-    return this.failInBatches(() => this.store.queuedFor(connectionId, EXPIRE_BATCH), { error_code: 'connection_removed', error_message: 'The connection was removed before the message was sent.' })
+  async failQueuedOf(connectionId: string) {
+    const why = { error_code: 'connection_removed', error_message: 'The connection was removed before the message was sent.' }
+    await this.failInBatches(() => this.store.queuedFor(connectionId, EXPIRE_BATCH), why)
+    // each only while still marked: one another instance took on meanwhile is its to finish
+    await this.failInBatches(() => this.store.handedBackFor(connectionId, EXPIRE_BATCH), why, (tx, m) => this.store.takeResend(tx, m.id))
   }
 
-  /** Fail the queued messages `next` gives, a batch per write, with requests served between, until it gives none. */
-  private async failInBatches(next: () => Promise<MessageRow[]>, why: { error_code: string; error_message: string }) {
+  /**
+   * Fail the messages `next` gives (each that `only` lets through, in the same write), a batch per
+   * write, with requests served between, until it gives none.
+   */
+  private async failInBatches(next: () => Promise<MessageRow[]>, why: { error_code: string; error_message: string }, only?: (tx: Queries, m: MessageRow) => Promise<boolean>) {
     for (;;) {
       const batch = await next()
       if (batch.length === 0) return
       await this.deps.engine.write(async (tx) => {
         const now = this.deps.clock.now()
-        for (const m of batch) await this.advanceIn(tx, m.id, 'failed', now, why)
+        for (const m of batch) if (!only || (await only(tx, m))) await this.advanceIn(tx, m.id, 'failed', now, why)
       })
       await nextTurn()
     }

@@ -160,6 +160,8 @@ const Q = {
   // table in seq order took 0.4 s a minute with 1,000,000 messages stored)
   expired: stmt("SELECT * FROM messages INDEXED BY messages_queue WHERE status = 'queued' AND created_at <= ? LIMIT ?", "SELECT * FROM messages WHERE status = 'queued' AND created_at <= $1 LIMIT $2"),
   queuedFor: stmt("SELECT * FROM messages WHERE connection_id = ? AND status = 'queued' LIMIT ?"),
+  // through messages_in_flight: the few messages in `sending`
+  handedBackFor: stmt("SELECT * FROM messages WHERE status = 'sending' AND resend = 1 AND connection_id = ? LIMIT ?"),
   queuedCount: stmt("SELECT COUNT(*) AS n FROM messages WHERE connection_id = ? AND status = 'queued'"),
   byExternal: stmt('SELECT * FROM messages WHERE connection_id = ? AND external_id = ?'),
   byPart: stmt('SELECT m.* FROM message_parts p JOIN messages m ON m.id = p.message_id WHERE p.connection_id = ? AND p.external_id = ?'),
@@ -314,6 +316,10 @@ export class MessageStore {
   /** Up to `limit` of a number's queued messages. */
   queuedFor(connectionId: string, limit: number) {
     return this.db.all<MessageRow>(Q.queuedFor, connectionId, limit)
+  }
+  /** A number's sends a graceful stop handed back (see MessageService.stopping), not yet taken on. */
+  handedBackFor(connectionId: string, limit: number) {
+    return this.db.all<MessageRow>(Q.handedBackFor, connectionId, limit)
   }
   /** queued → sending, if it is still queued; whether it was. */
   async claim(tx: Queries, id: string, at: number): Promise<boolean> {
