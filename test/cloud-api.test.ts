@@ -1341,6 +1341,36 @@ describe('a graceful stop while Meta asks to slow down', () => {
   })
 })
 
+describe('a crash while Meta asks to slow down', () => {
+  test('the send marked as waiting before its next try goes on after the restart, not failed as interrupted; once', async () => {
+    const own = await TestServer.start()
+    try {
+      const { key, conn } = await setup({}, own)
+      const to = newPhone()
+      graph.state.failFor[to.slice(1)] = [131056, 131056]
+      const r = await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, own.base), body: 'Still coming' } })
+      expect(r.status).toBe(202)
+      await waitFor(() => graph.seen.filter((s) => s.json?.to === to.slice(1)).length === 2, 10_000)
+      await Bun.sleep(200)
+      await own.stop('SIGKILL')
+      const d = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
+      const row = d.query('SELECT status, resend FROM messages WHERE id = ?').get(r.json.data.id)
+      d.close()
+      expect(row).toEqual({ status: 'sending', resend: 1 })
+      await own.boot()
+      const sent = await waitFor(async () => {
+        const m = await msg(key, r.json.data.id, own)
+        return m.status === 'sent' || m.status === 'failed' ? m : null
+      })
+      expect([sent.status, sent.error]).toEqual(['sent', null])
+      await Bun.sleep(500)
+      expect(graph.seen.filter((s) => s.json?.to === to.slice(1)).length).toBe(3)
+    } finally {
+      await own.close()
+    }
+  })
+})
+
 describe('an account Meta stopped', () => {
   test('a send Meta refuses for the whole account (131031) fails with its code, and the number goes offline with the reason instead of failing message after message', async () => {
     const { key, conn } = await setup()

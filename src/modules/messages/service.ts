@@ -835,7 +835,7 @@ export class MessageService {
         return
       }
       // the network asked to slow down messages to this recipient: this one waits its turn too
-      if (this.recipientHolds.size > 0 && !(await this.recipientHeld(live.row.id, row))) return this.handBack(row)
+      if (this.recipientHolds.size > 0 && !(await this.recipientHeld(live.row.id, row))) return
       // the server stops before this message reached its network: it is handed back instead
       if (this.stopping.signal.aborted) return this.handBack(row)
       let accepted: Accepted
@@ -851,11 +851,11 @@ export class MessageService {
           const wait = throttleBackoff[throttles++]!
           if (err instanceof RecipientThrottled) this.holdRecipient(live.row.id, row, wait)
           else this.onThrottled(live.row.id)
-          if (!(await this.pause(wait))) return this.handBack(row)
+          if (!(await this.waitOffNetwork(row, wait))) return
           continue
         }
         if (err.retryable && !err.throttled && failures < backoff.length) {
-          if (!(await this.pause(backoff[failures++]!))) return this.handBack(row)
+          if (!(await this.waitOffNetwork(row, backoff[failures++]!))) return
           continue
         }
         await this.record(() => this.markFailed(row.id, err.code, err.message))
@@ -880,15 +880,36 @@ export class MessageService {
     this.recipientHolds.set(key, Math.max(this.recipientHolds.get(key) ?? 0, performance.now() + ms))
   }
 
-  /** Waits out a hold on the message's recipient; false when the server stops first. */
+  /** Waits out a hold on the message's recipient (see `waitOffNetwork`); false: not to be handed over here. */
   private async recipientHeld(connectionId: string, row: MessageRow): Promise<boolean> {
     const key = holdKey(connectionId, row)
     const until = this.recipientHolds.get(key)
     if (until === undefined) return true
     const left = until - performance.now()
-    if (left > 0) return this.pause(left)
+    if (left > 0) return this.waitOffNetwork(row, left)
     this.recipientHolds.delete(key)
     return true
+  }
+
+  /**
+   * Waits `ms` before the message is handed to its network (again: after a refusal, a "slow
+   * down"), marked meanwhile as not with the network (`resend`, as a graceful stop hands it back):
+   * a crash, a stop, or another instance taking the number over while this one stands still, goes
+   * on with it instead of failing it. True when this process is to hand it over now: its wait ran
+   * out and it took the mark back. False when the server stops (it stays marked), when another
+   * instance took it on, or when it was failed meanwhile (a removal, an erasure). Unmarked when the
+   * mark cannot be written (the database away): it then waits as it did before the mark.
+   */
+  private async waitOffNetwork(row: MessageRow, ms: number): Promise<boolean> {
+    const marked = await this.deps.engine.write((tx) => this.store.markResend(tx, row.id)).catch(() => null)
+    if (marked === false) return false
+    if (!(await this.pause(ms))) {
+      if (marked === null) await this.handBack(row)
+      return false
+    }
+    if (marked === null) return true
+    const taken = await this.beforeNetwork(() => this.readAgain(() => this.deps.engine.write((tx) => this.store.takeResend(tx, row.id)), 'take a waiting send on again'))
+    return taken === true
   }
 
   /**
