@@ -915,10 +915,10 @@ export class MessageService {
   /**
    * Aborted at a graceful stop (`stop`). A released message the network has not got yet — its
    * attachments unreadable for now, its retry or the network's "slow down" being waited out, or
-   * not handed over yet — then stops waiting and is handed back (`handBack`): it stays `sending`
-   * (a status never moves back), marked to go on at the next start, or on the instance that takes
-   * its number. Crash recovery could only fail it, as it cannot tell such a send from one the
-   * network may have.
+   * not handed over yet — then stops waiting and is handed back (`handBack`; one waiting out a
+   * retry is marked already, see `waitOffNetwork`): it stays `sending` (a status never moves
+   * back), marked to go on at the next start, or on the instance that takes its number. Crash
+   * recovery could only fail it, as it cannot tell such a send from one the network may have.
    */
   private readonly stopping = new AbortController()
 
