@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { scanningServer } from './support/clamd'
+import { MessageStore } from '../src/modules/messages/store'
 import { inProcess } from './support/inproc'
 import { copyRow } from './support/rows'
 import * as files from './support/files'
@@ -206,6 +207,29 @@ describe('erasure, in process', () => {
       expect(await svc.contacts.getByPhone(ws.id, '+15550004001')).not.toBeNull()
       expect(await svc.messages.getAny(sent.id)).toMatchObject({ body: 'On its way', contact_id: sent.contact_id })
       expect(events()).toBe(1)
+    } finally {
+      await env.close()
+    }
+  })
+
+  test('a message to the contact waiting out a retry or a "slow down" (the network does not have it) fails as contact_erased; its sender then stands back', async () => {
+    const env = await inProcess()
+    try {
+      const { svc } = env
+      const ws = await svc.workspaces.create({ name: 'Waiting' })
+      const conn = await svc.connections.create(ws.id, { phone: '+15550004100', driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } } as any)
+      const waiting = await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15550004101', body: 'Not yet', attachments: [] })
+      const store = new MessageStore(svc.deps.engine)
+      // released, refused by the network for now, and marked while it waits (as waitOffNetwork does)
+      await svc.deps.engine.write(async (tx) => {
+        await store.claim(tx, waiting.id, env.clock.now())
+        await store.markResend(tx, waiting.id)
+      })
+      const report = await svc.eraser.erase(ws.id, '+15550004101')
+      expect([report.messages, report.queued_failed]).toEqual([1, 1])
+      expect(await svc.messages.getAny(waiting.id)).toMatchObject({ status: 'failed', error_code: 'contact_erased', body: null, recipient: null, contact_id: null })
+      // the sender, back from its wait, finds its mark taken
+      expect(await svc.deps.engine.write((tx) => store.takeResend(tx, waiting.id))).toBe(false)
     } finally {
       await env.close()
     }

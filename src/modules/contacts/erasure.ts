@@ -94,16 +94,19 @@ export class ContactEraser {
   /**
    * Erase the workspace's contact with this number (or the network address it was seen under):
    * 404 when there is none, 409 `contact_busy` while a message to it is being handed to its
-   * network (seconds; try again).
+   * network (seconds; try again). A message to it that the network does not have — queued, or
+   * waiting out a retry or the network's "slow down" (marked, see MessageService.waitOffNetwork) —
+   * fails as `contact_erased` instead.
    */
   async erase(workspaceId: string, phone: string, { record = true, by = null }: { record?: boolean; by?: Operator | null } = {}): Promise<ErasureReport> {
     const { engine } = this.deps
     // the contact, and its messages — unless one is being handed to its network right now
+    const busy = () => conflict('contact_busy', 'A message to this contact is being handed to its network; try again in a few seconds.')
     const find = async (q?: Queries) => {
       const contact = await this.contacts.byPhoneOrAddress(workspaceId, phone, q)
       if (!contact) throw notFound('contact')
       const rows = await this.messages.erasureRowsOf(contact.id, q)
-      if (rows.some((m) => m.status === 'sending')) throw conflict('contact_busy', 'A message to this contact is being handed to its network; try again in a few seconds.')
+      if (rows.some((m) => m.status === 'sending' && Number(m.resend) !== 1)) throw busy()
       return { contact, rows }
     }
     // Webhook events are kept for 30 days: reading all of them for the contact's id in one write
@@ -128,8 +131,13 @@ export class ContactEraser {
       // as it is now; then the messages lose their campaign (nothing later is counted for them)
       const campaigns = await this.campaigns.removeRecipientIn(tx, contact.id)
       await this.messages.redactContactIn(tx, contact.id, contact.phone, now)
-      const queued = rows.filter((m) => m.status === 'queued')
-      for (const m of queued) await this.messages.advanceIn(tx, m.id, 'failed', now, ERASED)
+      // what the network does not have fails: the queued, and the sends waiting to be handed over
+      // again (each taken from its sender first; one its sender took on meanwhile makes it busy)
+      const queued = rows.filter((m) => m.status === 'queued' || m.status === 'sending')
+      for (const m of queued) {
+        if (m.status === 'sending' && !(await this.messages.takeResendIn(tx, m.id))) throw busy()
+        await this.messages.advanceIn(tx, m.id, 'failed', now, ERASED)
+      }
       let media = 0
       for (const m of rows) if (m.direction === 'inbound') for (const id of JSON.parse(m.attachments) as string[]) if (await this.media.expireIn(tx, workspaceId, id, now - 1)) media++
       await this.contacts.eraseIn(tx, contact)

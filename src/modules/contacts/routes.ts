@@ -115,6 +115,6 @@ export function contactAdminRoutes(svc: Services, auth: ReturnType<typeof authPl
         await svc.workspaces.find(params.id)
         return { data: await svc.eraser.erase(params.id, validate(byPhone, body).phone, { by: operator }) }
       },
-      { admin: true, detail: adminOp({ summary: 'Erase a contact', description: 'Its messages, media, consent ledger and webhook events go; queued messages fail. Kept in an erasure journal so a restored backup erases it again.', tag: adminTag, body: byPhone, ok: { status: 200, data: erasureDoc, description: 'What was erased.' }, errors: [400, 404, 409, 422] }) },
+      { admin: true, detail: adminOp({ summary: 'Erase a contact', description: 'Its messages, media, consent ledger and webhook events go; messages the network does not have (queued, or waiting out a retry) fail. Kept in an erasure journal so a restored backup erases it again.', tag: adminTag, body: byPhone, ok: { status: 200, data: erasureDoc, description: 'What was erased.' }, errors: [400, 404, 409, 422] }) },
     )
 }

@@ -234,6 +234,11 @@ export class MessageService {
     return this.store.erasureRowsOf(contactId, tx)
   }
 
+  /** Inside a write: take a send marked as not with its network (see `waitOffNetwork`) from its sender; whether it was still marked. */
+  takeResendIn(tx: Queries, id: string) {
+    return this.store.takeResend(tx, id)
+  }
+
   /** Inside an erasure's write: the contact's messages lose everything about the person (see MessageStore.redactContact). */
   redactContactIn(tx: Queries, contactId: string, phone: string, now: number) {
     return this.store.redactContact(tx, contactId, phone, now)

@@ -180,10 +180,10 @@ const Q = {
      ON CONFLICT (workspace_id, month, shard) DO UPDATE SET messages = usage_monthly.messages + excluded.messages`,
   ),
   ofContact: stmt('SELECT * FROM messages INDEXED BY messages_contact WHERE contact_id = ? AND seq > ? ORDER BY seq LIMIT ?', 'SELECT * FROM messages WHERE contact_id = $1 AND seq > $2 ORDER BY seq LIMIT $3'),
-  erasureRows: stmt('SELECT id, direction, status, attachments FROM messages WHERE contact_id = ?'),
+  erasureRows: stmt('SELECT id, direction, status, attachments, resend FROM messages WHERE contact_id = ?'),
   // inside the erasure's write: the rows locked as they are read (PostgreSQL), so a release claiming
   // one waits for the erasure, or has committed and is seen as sending; SQLite's write is alone
-  erasureRowsLocked: stmt('SELECT id, direction, status, attachments FROM messages WHERE contact_id = ?', 'SELECT id, direction, status, attachments FROM messages WHERE contact_id = $1 FOR UPDATE'),
+  erasureRowsLocked: stmt('SELECT id, direction, status, attachments, resend FROM messages WHERE contact_id = ?', 'SELECT id, direction, status, attachments, resend FROM messages WHERE contact_id = $1 FOR UPDATE'),
   redact: stmt(
     `UPDATE messages SET contact_id = NULL, campaign_id = NULL, body = NULL, attachments = '[]', network_template = NULL, updated_at = ?1,
        recipient = CASE direction WHEN 'outbound' THEN NULL ELSE recipient END,
@@ -232,7 +232,7 @@ export class MessageStore {
 
   /** What an erasure needs of each of the contact's messages (`tx`: inside its write, the rows locked until it commits). */
   erasureRowsOf(contactId: string, tx?: Queries) {
-    return (tx ?? this.db).all<{ id: string; direction: 'inbound' | 'outbound'; status: MessageStatus; attachments: string }>(tx ? Q.erasureRowsLocked : Q.erasureRows, contactId)
+    return (tx ?? this.db).all<{ id: string; direction: 'inbound' | 'outbound'; status: MessageStatus; attachments: string; resend: number }>(tx ? Q.erasureRowsLocked : Q.erasureRows, contactId)
   }
 
   /**
