@@ -59,6 +59,20 @@ async function serveShared(name: string, env: Record<string, string> = {}) {
   return { url, srv, another: () => TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } }) }
 }
 
+/** Two instances on a new database (see serveShared) and a client of the database for `body`; all closed after it. */
+async function twoShared(name: string, body: (t: { a: TestServer; b: TestServer; db: InstanceType<typeof Bun.SQL> }) => Promise<void>) {
+  const { url, srv: a, another } = await serveShared(name)
+  const b = await another()
+  const db = new Bun.SQL(url, { max: 1 })
+  try {
+    await body({ a, b, db })
+  } finally {
+    await db.close()
+    await b.close()
+    await a.close()
+  }
+}
+
 /** A `capstan serve` expected to stop at its start: its exit code, what it printed, and whether it made a SQLite file. */
 const start = async (env: Record<string, string>) => {
   const data = join(dir, `start-${crypto.randomUUID()}`)
@@ -594,9 +608,7 @@ describe("a key's limit on PostgreSQL", () => {
 
 describe('the monthly allowance on PostgreSQL', () => {
   test('sends at once on two instances, more than the allowance has room for: exactly that many are queued, the others get 422 allowance_exhausted with nothing written', async () => {
-    const { url, srv: a, another } = await serveShared('allowance')
-    const b = await another()
-    try {
+    await twoShared('allowance', async ({ a, b, db }) => {
       const { ws, key } = await a.tenant()
       await a.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: 10 } })
       const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
@@ -608,16 +620,8 @@ describe('the monthly allowance on PostgreSQL', () => {
       }
       const log = await a.api(key, 'GET', '/messages?per_page=100')
       expect(log.json.meta.total).toBe(10)
-      const db = new Bun.SQL(url, { max: 1 })
-      try {
-        expect((await db`SELECT SUM(messages)::int AS n FROM usage_monthly WHERE workspace_id = ${ws.id}`)[0].n).toBe(10)
-      } finally {
-        await db.close()
-      }
-    } finally {
-      await b.close()
-      await a.close()
-    }
+      expect((await db`SELECT SUM(messages)::int AS n FROM usage_monthly WHERE workspace_id = ${ws.id}`)[0].n).toBe(10)
+    })
   })
 })
 
@@ -682,10 +686,7 @@ describe('an erasure and a release at once on PostgreSQL', () => {
 
 describe('a number removed on one instance while another takes a send for it', () => {
   test('the send, written after the removal failed the queue, fails too (connection_removed) once the other instance has heard, not a day later', async () => {
-    const { url, srv: a, another } = await serveShared('removed_race')
-    const b = await another()
-    const db = new Bun.SQL(url, { max: 1 })
-    try {
+    await twoShared('removed_race', async ({ a, b, db }) => {
       const { ws, key } = await a.tenant()
       // long gaps: nothing is released while the test looks
       await a.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 600, max_gap_seconds: 600 } } })
@@ -702,20 +703,13 @@ describe('a number removed on one instance while another takes a send for it', (
       const status = async () => (await db`SELECT status, error_code FROM messages WHERE id = ${taken.json.data.id}`)[0]
       expect(await waitFor(async () => ((await status()).status === 'failed' ? status() : null), 10_000)).toMatchObject({ status: 'failed', error_code: 'connection_removed' })
       expect((await db`SELECT COUNT(*)::int AS n FROM messages WHERE connection_id = ${conn.id} AND status = 'queued'`)[0].n).toBe(0)
-    } finally {
-      await db.close()
-      await b.close()
-      await a.close()
-    }
+    })
   })
 })
 
 describe("a workspace's settings on PostgreSQL", () => {
   test('two operators change different settings at once, on two instances: both changes hold (the later one, read before the first committed, is made again over it)', async () => {
-    const { url, srv: a, another } = await serveShared('settings_race')
-    const b = await another()
-    const db = new Bun.SQL(url, { max: 1 })
-    try {
+    await twoShared('settings_race', async ({ a, b, db }) => {
       const ws = (await a.admin('POST', '/workspaces', { name: 'Shop' })).json.data
       // fault injection on the real database: the rename holds the workspace's row half a second before it commits
       await holdRows(db, 'slow_rename', 'BEFORE UPDATE ON workspaces', "NEW.name = 'Slow Shop'")
@@ -732,20 +726,13 @@ describe("a workspace's settings on PostgreSQL", () => {
         await waitFor(async () => Bun.deepEquals(await seen(), ['Slow Shop', 500, 40]), 1_000).catch(() => {})
         expect(await seen()).toEqual(['Slow Shop', 500, 40])
       }
-    } finally {
-      await db.close()
-      await b.close()
-      await a.close()
-    }
+    })
   })
 })
 
 describe("a number's changes on PostgreSQL", () => {
   test('a rename on one instance while another was taking the number offline: both hold (the rename, made from the number as it was, is made again over the change)', async () => {
-    const { url, srv: a, another } = await serveShared('number_race')
-    const b = await another()
-    const db = new Bun.SQL(url, { max: 1 })
-    try {
+    await twoShared('number_race', async ({ a, b, db }) => {
       const ws = (await a.admin('POST', '/workspaces', { name: 'Shop' })).json.data
       const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1666'), driver: 'sandbox' })).json.data
       await waitFor(async () => (await b.admin('GET', `/connections/${conn.id}`)).status === 200)
@@ -758,11 +745,7 @@ describe("a number's changes on PostgreSQL", () => {
       expect(renamed.json.data).toMatchObject({ name: 'Front desk', status: 'offline' })
       const row = (await db`SELECT name, status FROM connections WHERE id = ${conn.id}`)[0]
       expect([row.name, row.status]).toEqual(['Front desk', 'offline'])
-    } finally {
-      await db.close()
-      await b.close()
-      await a.close()
-    }
+    })
   })
 })
 
