@@ -1308,32 +1308,43 @@ describe('the pair rate limit (131056)', () => {
   })
 })
 
+/**
+ * On a server of its own: a send Meta refuses twice with "slow down" (it then waits 15 s, longer
+ * than a stop waits for a send), the server stopped by `signal` during that wait, and started
+ * again. The message's id, its row as the stop left it, and how many times Meta was asked to take it.
+ */
+async function stoppedWhileMetaHolds(own: TestServer, signal: 'SIGTERM' | 'SIGKILL') {
+  const { key, conn } = await setup({}, own)
+  const to = newPhone()
+  graph.state.failFor[to.slice(1)] = [131056, 131056]
+  const r = await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, own.base), body: 'Wait for it' } })
+  expect(r.status).toBe(202)
+  await waitFor(() => graph.seen.filter((s) => s.json?.to === to.slice(1)).length === 2, 10_000)
+  expect((await msg(key, r.json.data.id, own)).status).toBe('sending')
+  // (a moment for the wait's mark to be written)
+  await Bun.sleep(200)
+  await own.stop(signal)
+  const d = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
+  const row = d.query('SELECT status, resend, error_code FROM messages WHERE id = ?').get(r.json.data.id)
+  d.close()
+  await own.boot()
+  return { key, id: r.json.data.id as string, row, tries: () => graph.seen.filter((s) => s.json?.to === to.slice(1)).length }
+}
+
 describe('a graceful stop while Meta asks to slow down', () => {
   test('the send waiting out the hold is handed back, not failed; after the restart it goes out once', async () => {
     const own = await TestServer.start()
     try {
-      const { key, conn } = await setup({}, own)
-      const to = newPhone()
-      graph.state.failFor[to.slice(1)] = [131056, 131056]
-      const r = await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, own.base), body: 'Wait for it' } })
-      expect(r.status).toBe(202)
-      // refused twice: the send waits 5 s before its second try, then 15 s (longer than a stop waits for a send)
-      await waitFor(() => graph.seen.filter((s) => s.json?.to === to.slice(1)).length === 2, 10_000)
-      expect((await msg(key, r.json.data.id, own)).status).toBe('sending')
-      await own.stop('SIGTERM')
-      const d = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
-      const row = d.query('SELECT status, resend, error_code FROM messages WHERE id = ?').get(r.json.data.id)
-      d.close()
+      const { key, id, row, tries } = await stoppedWhileMetaHolds(own, 'SIGTERM')
       // still sending (a status never moves back), marked to go on at the next start
       expect(row).toEqual({ status: 'sending', resend: 1, error_code: null })
       expect(own.output).not.toContain('stopping with sends in flight')
-      await own.boot()
       const sent = await waitFor(async () => {
-        const m = await msg(key, r.json.data.id, own)
+        const m = await msg(key, id, own)
         return m.status === 'sent' ? m : null
       })
       expect(sent.error).toBeNull()
-      expect(graph.seen.filter((s) => s.json?.to === to.slice(1)).length).toBe(3)
+      expect(tries()).toBe(3)
       expect(sent.timeline.map((t: { status: string }) => t.status)).toEqual(['queued', 'sending', 'sent'])
     } finally {
       await own.close()
@@ -1345,26 +1356,15 @@ describe('a crash while Meta asks to slow down', () => {
   test('the send marked as waiting before its next try goes on after the restart, not failed as interrupted; once', async () => {
     const own = await TestServer.start()
     try {
-      const { key, conn } = await setup({}, own)
-      const to = newPhone()
-      graph.state.failFor[to.slice(1)] = [131056, 131056]
-      const r = await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, own.base), body: 'Still coming' } })
-      expect(r.status).toBe(202)
-      await waitFor(() => graph.seen.filter((s) => s.json?.to === to.slice(1)).length === 2, 10_000)
-      await Bun.sleep(200)
-      await own.stop('SIGKILL')
-      const d = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
-      const row = d.query('SELECT status, resend FROM messages WHERE id = ?').get(r.json.data.id)
-      d.close()
-      expect(row).toEqual({ status: 'sending', resend: 1 })
-      await own.boot()
+      const { key, id, row, tries } = await stoppedWhileMetaHolds(own, 'SIGKILL')
+      expect(row).toEqual({ status: 'sending', resend: 1, error_code: null })
       const sent = await waitFor(async () => {
-        const m = await msg(key, r.json.data.id, own)
+        const m = await msg(key, id, own)
         return m.status === 'sent' || m.status === 'failed' ? m : null
       })
       expect([sent.status, sent.error]).toEqual(['sent', null])
       await Bun.sleep(500)
-      expect(graph.seen.filter((s) => s.json?.to === to.slice(1)).length).toBe(3)
+      expect(tries()).toBe(3)
     } finally {
       await own.close()
     }
