@@ -682,7 +682,7 @@ export class MessageService {
         // a send a graceful stop handed back before the network had it (see `stopping`): it goes
         // on where it stopped, by whoever clears its mark first (a removed number's fails)
         if (!live) await this.markFailed(row.id, 'connection_removed', 'The connection was removed before the message was sent.')
-        else if (await this.deps.engine.write((tx) => this.store.takeResend(tx, row.id))) void this.dispatch(live, row, true)
+        else if (await this.takeOn(row)) void this.dispatch(live, row, true)
         continue
       }
       // settleUnknown asks `confirm` first itself
@@ -776,7 +776,7 @@ export class MessageService {
   groupExternalId: (row: MessageRow) => Promise<string | null> = async () => null
 
   /** Work that records the outcome of message `id`'s send, counted in `inFlight` and kept in hand. */
-  private async track(id: string, work: () => Promise<void>) {
+  private async track(id: string, work: () => Promise<unknown>) {
     this.inFlight++
     this.inHand.add(id)
     try {
@@ -817,7 +817,7 @@ export class MessageService {
     return out
   }
 
-  private async dispatchOnce(live: LiveConnection, row: MessageRow, groupExternalId: string | null, resumed: boolean) {
+  private async dispatchOnce(live: LiveConnection, row: MessageRow, groupExternalId: string | null, resumed: boolean): Promise<unknown> {
     const { failed: backoff, throttled: throttleBackoff } = this.retryDelays
     const attachments = await this.beforeNetwork(() => this.readAgain(() => this.outboundMedia(row)))
     if (attachments === STOPPING) return this.handBack(row)
@@ -906,14 +906,14 @@ export class MessageService {
    * mark cannot be written (the database away): it then waits as it did before the mark.
    */
   private async waitOffNetwork(row: MessageRow, ms: number): Promise<boolean> {
-    const marked = await this.deps.engine.write((tx) => this.store.markResend(tx, row.id)).catch(() => null)
+    const marked = await this.handBack(row).catch(() => null)
     if (marked === false) return false
     if (!(await this.pause(ms))) {
       if (marked === null) await this.handBack(row)
       return false
     }
     if (marked === null) return true
-    const taken = await this.beforeNetwork(() => this.readAgain(() => this.deps.engine.write((tx) => this.store.takeResend(tx, row.id)), 'take a waiting send on again'))
+    const taken = await this.beforeNetwork(() => this.readAgain(() => this.takeOn(row), 'take a waiting send on again'))
     return taken === true
   }
 
@@ -957,9 +957,17 @@ export class MessageService {
     }
   }
 
-  /** Marked to be handed to the network at the next start: the network never had this message (see `stopping`). */
-  private async handBack(row: MessageRow) {
-    await this.deps.engine.write((tx) => this.store.markResend(tx, row.id))
+  /**
+   * Marked to be handed to the network at the next start: the network does not have this message
+   * (see `stopping`). Whether it was (false: no longer sending — failed meanwhile).
+   */
+  private handBack(row: MessageRow): Promise<boolean> {
+    return this.deps.engine.write((tx) => this.store.markResend(tx, row.id))
+  }
+
+  /** The mark of a send handed back taken off, to hand it over here: whether it was still marked (only one write takes it). */
+  private takeOn(row: MessageRow): Promise<boolean> {
+    return this.deps.engine.write((tx) => this.store.takeResend(tx, row.id))
   }
 
   /**
