@@ -25,8 +25,6 @@ const DAY = 86_400_000
 /** An uploaded file over the workspace's media max_bytes: 422 naming its form field. */
 export const fileTooLarge = (field: string, maxBytes: number) => validationFailed({ [field]: [`The ${field} field must not be larger than ${maxBytes} bytes.`] })
 
-const quotaExceeded = () => refused('media_quota_exceeded', 'The workspace has used its media storage; the file was not stored.')
-
 export const scannerUnavailable = () => new ApiError(503, 'scanner_unavailable', 'Media cannot be accepted right now because the malware scanner is unreachable.')
 
 /**
@@ -91,8 +89,7 @@ export class MediaService {
     if (file.size > max_bytes) throw fileTooLarge(field, max_bytes)
     // the workspace's share of the disk: what it keeps, plus uploads under way, plus this one
     if (max_total_bytes !== null && (await this.records.bytesUsed(workspaceId, this.deps.clock.now())) + this.reserved.get(workspaceId) + file.size > max_total_bytes) {
-      this.log.warn('upload refused: the workspace has used its media storage', { workspace_id: workspaceId, max_total_bytes })
-      throw quotaExceeded()
+      throw this.quotaExceeded(workspaceId, max_total_bytes)
     }
     this.reserved.add(workspaceId, file.size)
     try {
@@ -170,6 +167,12 @@ export class MediaService {
     return { ...m, id: copy, created_at: now, expires_at: now + retention_days * DAY }
   }
 
+  /** An upload refused for the workspace's max_total_bytes (logged). */
+  private quotaExceeded(workspaceId: string, maxTotalBytes: number) {
+    this.log.warn('upload refused: the workspace has used its media storage', { workspace_id: workspaceId, max_total_bytes: maxTotalBytes })
+    return refused('media_quota_exceeded', 'The workspace has used its media storage; the file was not stored.')
+  }
+
   /**
    * Insert a prepared row (inside the write that uses it). `quota`: an upload, held to the
    * workspace's max_total_bytes here too where instances share the database — `prepare` counted
@@ -181,8 +184,7 @@ export class MediaService {
     if (limit !== null) await this.records.quotaTurn(tx, row.workspace_id)
     await this.records.insert(tx, row)
     if (limit !== null && (await this.records.bytesUsed(row.workspace_id, this.deps.clock.now(), tx)) > limit) {
-      this.log.warn('upload refused: the workspace has used its media storage', { workspace_id: row.workspace_id, max_total_bytes: limit })
-      throw quotaExceeded()
+      throw this.quotaExceeded(row.workspace_id, limit)
     }
     await this.holds.keptIn(tx, row.blob, row.id)
   }
