@@ -45,10 +45,12 @@ function fakeGraph() {
   // inbound: files customers sent, by media id (a status instead of bytes: Meta answers that)
   // 'hang': the request is read and no answer comes until the test ends (or the client goes away)
   const hung: (() => void)[] = []
+  // 'hold': the request is read and taken, its answer (the wamid) held back until releaseHeld()
+  const held: (() => void)[] = []
   // waIdFor: the WhatsApp id Meta answers a send with, per number sent to (default: the number)
   // templates: what GET /{WABA}/message_templates lists, two to a page; failPage: the page (from 0) whose next answer is Meta's 500
   // numbers: the phone_number_ids Meta knows, with the number each stands for (display_phone_number)
-  const state = { numbers: { [PNID]: '15550001234' } as Record<string, string>, templates: [] as unknown[], failPage: -1, rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131031 | 131050 | 131053 | 131056 | 132015 | 'reset' | 'hang')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
+  const state = { numbers: { [PNID]: '15550001234' } as Record<string, string>, templates: [] as unknown[], failPage: -1, rejectTokens: false, throttleNext: 0, waIdFor: {} as Record<string, string>, failFor: {} as Record<string, (null | 500 | 131031 | 131050 | 131053 | 131056 | 132015 | 'reset' | 'hang' | 'hold')[]>, inbound: {} as Record<string, { bytes?: Uint8Array; status?: number; url?: string }> }
   const server = Bun.serve({
     hostname: '127.0.0.1',
     port: 0,
@@ -120,6 +122,7 @@ function fakeGraph() {
           await new Promise<void>((resolve) => hung.push(resolve))
           return err(500, 1, 'An unknown error occurred')
         }
+        if (scripted === 'hold') await new Promise<void>((resolve) => held.push(resolve))
         if (scripted === 'reset') return new Response(new ReadableStream({ pull: (c) => c.error() /* the connection breaks mid-answer (no error object: nothing printed) */ }))
         if (json.to === '15550009001') return err(400, 131026, 'Message undeliverable')
         if (json.to === '15550009002') return err(400, 100, '(#100) Invalid parameter', 'Parameter value is not valid: text.body is too long for this message type')
@@ -134,8 +137,11 @@ function fakeGraph() {
     base: `http://127.0.0.1:${server.port}`,
     seen,
     state,
+    releaseHeld: () => {
+      for (const release of held.splice(0)) release()
+    },
     stop: () => {
-      for (const release of hung) release()
+      for (const release of [...hung, ...held]) release()
       server.stop(true)
     },
   }
@@ -2073,6 +2079,56 @@ describe('two instances on one PostgreSQL', () => {
       const done = await msg(key, sent.id, b)
       expect(done.status).toBe('read')
       expect(done.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent', 'delivered', 'read'])
+    })
+  }, 60_000)
+
+  test('a database that turns read-only for a while (a failover under way): requests answer 503, Meta is told to deliver again, and a send Meta took meanwhile is recorded sent once it is writable again, once', async () => {
+    await numberOfA({}, async ({ a, b, db, key, connId }) => {
+      const to = newPhone()
+      graph.state.failFor[to.slice(1)] = ['hold']
+      const r = await a.api(key, 'POST', '/messages', { json: { connection_id: connId, recipient: await talking(connId, to, a.base), body: 'Your order shipped' } })
+      expect(r.status).toBe(202)
+      const id = r.json.data.id as string
+      await waitFor(() => graph.seen.some((s) => s.json?.to === to.slice(1)))
+      // Meta has the send; the database turns read-only (what a primary being demoted, or a standby, answers every write)
+      const readOnly = async (on: boolean) => {
+        await db.unsafe(on ? 'ALTER SYSTEM SET default_transaction_read_only = on' : 'ALTER SYSTEM RESET default_transaction_read_only')
+        await db.unsafe('SELECT pg_reload_conf()')
+        await Bun.sleep(300)
+      }
+      const customer = newPhone()
+      const inbound = inboundEvent(customer.slice(1), 'Is my order on its way?')
+      await readOnly(true)
+      try {
+        // (raw requests: the answers of an outage are not the document's)
+        const raw = (on: TestServer, method: string, path: string, json?: unknown) =>
+          fetch(`${on.base}/api/v1${path}`, { method, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: json === undefined ? undefined : JSON.stringify(json) }).then(async (res) => ({ status: res.status, json: (await res.json()) as { code?: string } }))
+        for (const on of [a, b]) {
+          const refused = await raw(on, 'POST', '/contacts', { phone: newPhone() })
+          expect([refused.status, refused.json.code]).toEqual([503, 'database_unavailable'])
+        }
+        // a message Meta brings meanwhile is not acknowledged: Meta delivers it again later
+        expect((await deliver(b.base, connId, inbound)).status).toBe(500)
+        // Meta answers the send now: its outcome cannot be written yet, and is kept
+        graph.releaseHeld()
+        await Bun.sleep(1500)
+        expect((await db`SELECT status FROM messages WHERE id = ${id}`)[0].status).toBe('sending')
+      } finally {
+        await readOnly(false)
+      }
+      const sent = await waitFor(async () => {
+        const m = await msg(key, id, a)
+        return m.status === 'sent' ? m : null
+      }, 15_000)
+      expect(sent.error).toBeNull()
+      expect((await db`SELECT external_id FROM messages WHERE id = ${id}`)[0].external_id).toBe(graph.seen.find((s) => s.json?.to === to.slice(1))!.wamid)
+      expect((await a.api(key, 'POST', '/contacts', { json: { phone: newPhone() } })).status).toBe(201)
+      // Meta's delivery again is taken now, and logged once
+      expect((await deliver(b.base, connId, inbound)).status).toBe(200)
+      const logged = (await a.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.sender === customer)
+      expect(logged.map((m: any) => m.body)).toEqual(['Is my order on its way?'])
+      await Bun.sleep(1000)
+      expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
     })
   }, 60_000)
 

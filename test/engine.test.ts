@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
-import { type Engine, insertStatement, MANY_CALLS, mergeable, oneByKey, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
+import { type Engine, databaseAway, insertStatement, MANY_CALLS, mergeable, oneByKey, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
 import { openDatabase } from '../src/db/open'
 import { Writer } from '../src/db/writer'
 
@@ -269,6 +269,31 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
     expect((results[1] as PromiseRejectedResult).reason).toBeInstanceOf(UniqueViolation)
     expect(runs).toBe(2)
     expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['first', 'last', 'taken'])
+  })
+
+  test('what PostgreSQL answers when a write changed nothing and may simply be tried again (it takes no writes, a deadlock) is databaseAway — a 503 and a retry; a refused row is not', async () => {
+    await engine.run(CLEAR)
+    for (const id of ['x', 'y']) await engine.write((tx) => tx.run(INSERT, id, 1, null, null, 0))
+    const sql = new Bun.SQL(pg.url, { max: 2 })
+    try {
+      const readOnly = await sql.begin(async (tx) => {
+        await tx`SET TRANSACTION READ ONLY`
+        await tx`UPDATE items SET n = n + 1 WHERE id = 'x'`
+      }).catch((e) => e)
+      // two transactions taking the same two rows in opposite orders: PostgreSQL ends one of them
+      const crossing = (first: string, second: string) =>
+        sql.begin(async (tx) => {
+          await tx`UPDATE items SET n = n + 1 WHERE id = ${first}`
+          await Bun.sleep(300)
+          await tx`UPDATE items SET n = n + 1 WHERE id = ${second}`
+        })
+      const [one, two] = await Promise.allSettled([crossing('x', 'y'), crossing('y', 'x')])
+      const deadlock = one!.status === 'rejected' ? one!.reason : (two as PromiseRejectedResult).reason
+      const duplicate = await sql`INSERT INTO items (id, n) VALUES ('x', 1)`.catch((e) => e)
+      expect([readOnly, deadlock, duplicate].map((e) => [e.errno, databaseAway(e)])).toEqual([['25006', true], ['40P01', true], ['23505', false]])
+    } finally {
+      await sql.close()
+    }
   })
 
   test("a mergeable statement made by several writes of one turn goes to PostgreSQL once, with every write's parameters", async () => {

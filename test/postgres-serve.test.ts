@@ -125,6 +125,22 @@ describe('a database capstan serve cannot use stops the start', () => {
     expect(tables[0].n).toBe(1)
   })
 
+  test('a database that takes no writes (a standby, or read-only by its settings): one line naming it, exit 2 — migrated before or not', async () => {
+    const { url, srv } = await serveOn('standby')
+    await srv.close()
+    const fresh = await pg.createDatabase('standby_fresh')
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      for (const name of ['standby', 'standby_fresh']) await db.unsafe(`ALTER DATABASE ${name} SET default_transaction_read_only = on`)
+    } finally {
+      await db.close()
+    }
+    for (const [u, name] of [[url, 'standby'], [fresh, 'standby_fresh']] as const) {
+      const r = await start({ CAPSTAN_DATABASE_URL: u })
+      expect([r.code, r.err]).toEqual([2, `capstan: the database ${join(dir, 'pg')}/${name} takes no writes (a standby, or default_transaction_read_only is on): point CAPSTAN_DATABASE_URL at the primary`])
+    }
+  })
+
   test('malformed settings: a URL that is not postgres://, a pool of no connections, or backups of the SQLite file beside a database URL', async () => {
     const bad = await start({ CAPSTAN_DATABASE_URL: 'mysql://root@localhost/capstan' })
     expect([bad.code, bad.err]).toEqual([2, 'capstan: CAPSTAN_DATABASE_URL must start with postgres:// (unset, Capstan uses its embedded SQLite file)'])

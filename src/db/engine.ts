@@ -179,14 +179,17 @@ export async function reachable(db: Queries): Promise<boolean> {
 }
 
 /**
- * PostgreSQL could not be used for a moment (the connection refused, closed or timed out; the
- * server shutting down, starting up or in recovery): the request may be tried again.
+ * PostgreSQL could not be used for a moment, and the statement changed nothing: the connection
+ * refused, closed or timed out (08…); the server shutting down, starting up or in recovery
+ * (57P01–03); read-only (25006: a primary being demoted in a failover, or a standby the URL now
+ * reaches); out of connections, memory or disk (53100–53300); a deadlock or serialization failure
+ * that rolled the transaction back (40P01, 40001). The request may be tried again.
  */
 export const databaseAway = (error: unknown) => {
   const e = error as { code?: unknown; errno?: unknown } | null
   const code = String(e?.code ?? '')
   const state = String(e?.errno ?? '')
-  return /^ERR_POSTGRES_(CONNECTION_(CLOSED|REFUSED|FAILED|TIMEOUT)|IDLE_TIMEOUT|LIFETIME_TIMEOUT)$/.test(code) || /^(57P0[123]|08\d{3})$/.test(state)
+  return /^ERR_POSTGRES_(CONNECTION_(CLOSED|REFUSED|FAILED|TIMEOUT)|IDLE_TIMEOUT|LIFETIME_TIMEOUT)$/.test(code) || /^(57P0[123]|08\d{3}|25006|53[123]00|40P01|40001)$/.test(state)
 }
 
 /** A row with that key (a primary key or a UNIQUE index) is already there: the same on both engines. */

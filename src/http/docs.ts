@@ -38,7 +38,7 @@ const ERROR_TEXT: Record<number, string> = {
 }
 
 /** The 503 of an installation on PostgreSQL (CAPSTAN_DATABASE_URL) while its database cannot be reached. */
-const DATABASE_AWAY = 'database_unavailable: the PostgreSQL database cannot be reached right now (installations with CAPSTAN_DATABASE_URL); nothing was stored, try again shortly.'
+const DATABASE_AWAY = 'database_unavailable: the PostgreSQL database cannot be reached or takes no writes right now (installations with CAPSTAN_DATABASE_URL; a failover under way); nothing was stored, try again shortly.'
 
 /** An error status's response: the contract's error body. */
 const errorResponse = (description: string) => ({ description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } })
