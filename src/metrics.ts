@@ -8,7 +8,7 @@
  * connection and campaign ids, never a phone number or a name.
  */
 import { readFileSync, readdirSync } from 'node:fs'
-import { reachable } from './db/engine'
+import { databaseState } from './db/engine'
 import { diskSpace } from './disk'
 import { NETWORK_CODE_PATTERN, OUTCOME_CODES } from './modules/messages/outcomes'
 import type { Services } from './services'
@@ -173,8 +173,9 @@ export class Metrics {
     const version = await svc.media.scannerVersion().catch(() => null)
     const signed = version === null ? null : signatureTime(version)
     if (signed !== null) out.metric('capstan_clamav_signatures_age_seconds', 'gauge', 'Age of the ClamAV signature database clamd has loaded (from its VERSION answer): alert when freshclam stops updating it.', [[{}, Math.max(0, Math.round((Date.now() - signed) / 1000))]])
-    const databaseUp = await reachable(svc.deps.engine)
-    out.metric('capstan_database_up', 'gauge', 'Whether the database can be read (1) or not (0).', [[{}, databaseUp ? 1 : 0]])
+    const database = await databaseState(svc.deps.engine)
+    out.metric('capstan_database_up', 'gauge', 'Whether the database can be read (1) or not (0).', [[{}, database === 'unavailable' ? 0 : 1]])
+    out.metric('capstan_database_writable', 'gauge', 'Whether the database takes writes (1) or not (0: away, or read-only — a failover under way).', [[{}, database === 'ok' ? 1 : 0]])
     for (const [name, probe] of Object.entries(this.probes)) {
       out.metric(`capstan_${name}_up`, 'gauge', `Whether the ${name} is reachable (1) or not (0).`, [[{}, (await probe().catch(() => false)) ? 1 : 0]])
     }
@@ -188,7 +189,7 @@ export class Metrics {
       out.metric('capstan_backup_last_success_timestamp_seconds', 'gauge', 'When the newest complete automatic backup was made (Unix time; 0 when none is).', [[{}, backup.last_success_at === null ? 0 : Math.round(Date.parse(backup.last_success_at) / 1000)]])
       out.metric('capstan_backup_failing', 'gauge', 'Whether the last automatic backup failed (1) or not (0).', [[{}, backup.state === 'failed' ? 1 : 0]])
     }
-    if (!databaseUp) return out.text()
+    if (database === 'unavailable') return out.text()
     const [messages, webhookGauges, campaignCounts] = await Promise.all([svc.messages.gauges(), svc.webhooks.pendingGauges(), svc.campaigns.countByStatus()])
     out.metric('capstan_message_outcomes_total', 'counter', 'Outbound messages that reached sent, delivered, read or failed (by error code; codes outside the documented table count as other), ever.', this.outcomes(messages.outcomes))
     out.metric('capstan_messages', 'gauge', 'Messages in the log, by workspace, direction and status.', messages.counts.map((r) => [{ workspace: r.workspace_id, direction: r.direction, status: r.status }, r.n]))

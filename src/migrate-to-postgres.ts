@@ -61,7 +61,12 @@ const BATCH = 1000
 type Pg = InstanceType<typeof Bun.SQL>
 type Tx = Pick<Pg, 'unsafe'>
 
-async function copyTable(db: Database, tx: Tx, table: string): Promise<number> {
+/**
+ * Copy one table's rows. A text holding the NUL character — which an earlier Capstan took into
+ * SQLite, and PostgreSQL's text cannot hold — is copied with U+FFFD in its place, and counted in
+ * `nul` (JSON texts never hold one: JSON writes it as the escape \u0000).
+ */
+async function copyTable(db: Database, tx: Tx, table: string, nul: { texts: number }): Promise<number> {
   const columns = (db.query(`PRAGMA table_info(${table})`).all() as { name: string }[]).map((c) => c.name)
   const list = columns.map((c) => `"${c}"`).join(', ')
   const insert = (n: number) => `INSERT INTO ${table} (${list}) VALUES ${Array.from({ length: n }, (_, r) => `(${columns.map((_, c) => `$${r * columns.length + c + 1}`).join(', ')})`).join(', ')}`
@@ -69,7 +74,13 @@ async function copyTable(db: Database, tx: Tx, table: string): Promise<number> {
   let batch: unknown[] = []
   // one pass over the table (the lock keeps anyone else from writing meanwhile)
   for (const row of db.query(`SELECT ${list} FROM ${table}`).iterate() as IterableIterator<Record<string, unknown>>) {
-    for (const c of columns) batch.push(row[c])
+    for (const c of columns) {
+      const v = row[c]
+      if (typeof v === 'string' && v.includes('\0')) {
+        nul.texts++
+        batch.push(v.replaceAll('\0', '\uFFFD'))
+      } else batch.push(v)
+    }
     if (batch.length === BATCH * columns.length) {
       await tx.unsafe(insert(BATCH), batch as never[])
       copied += BATCH
@@ -116,11 +127,13 @@ export async function migrateToPostgres(config: Config) {
       }
     }
     const counts: Record<string, number> = {}
+    const nul = { texts: 0 }
     await pg.begin(async (tx) => {
-      for (const table of TABLES) counts[table] = await copyTable(db, tx, table)
+      nul.texts = 0
+      for (const table of TABLES) counts[table] = await copyTable(db, tx, table, nul)
       for (const table of KEPT_COUNTS) {
         await tx.unsafe(`DELETE FROM ${table}`)
-        counts[table] = await copyTable(db, tx, table)
+        counts[table] = await copyTable(db, tx, table, nul)
       }
       for (const [table, column] of IDENTITIES) await tx.unsafe(`SELECT setval(pg_get_serial_sequence('${table}', '${column}'), GREATEST((SELECT MAX(${column}) FROM ${table}), 1))`)
       // verified before it commits: every table holds as many rows as the file
@@ -130,7 +143,8 @@ export async function migrateToPostgres(config: Config) {
         if (row.n !== source) throw new Error(`${table}: ${row.n} rows copied of ${source}`)
       }
     })
-    const summary = `moved to PostgreSQL ${where}: ${counts.workspaces} workspaces, ${counts.contacts} contacts, ${counts.messages} messages, ${counts.webhook_deliveries} webhook deliveries, every table's rows counted on both sides`
+    const replaced = nul.texts ? ` (${nul.texts} texts held the NUL character, which PostgreSQL cannot store: each was copied with U+FFFD in its place)` : ''
+    const summary = `moved to PostgreSQL ${where}: ${counts.workspaces} workspaces, ${counts.contacts} contacts, ${counts.messages} messages, ${counts.webhook_deliveries} webhook deliveries, every table's rows counted on both sides${replaced}`
     console.log(config.mediaStore.kind === 's3' ? `${summary}; ${files} media files and ${erasures} erasure records copied to s3://${config.mediaStore.bucket}/${config.mediaStore.prefix}` : `${summary}; media files stay in ${config.mediaDir} (set CAPSTAN_MEDIA_STORE to move them to a bucket, which several instances need)`)
     console.log(`start the instances with CAPSTAN_DATABASE_URL (and CAPSTAN_MEDIA_STORE) and this installation's secret key (${config.secretKey ? 'the same CAPSTAN_SECRET_KEY' : `a copy of ${config.secretKeyFile} as CAPSTAN_SECRET_KEY_FILE`}): the stored secrets are sealed with it. The SQLite file is left as it was`)
   } catch (e) {

@@ -8,7 +8,7 @@ import { Elysia } from 'elysia'
 import { dashboardAdminRoutes } from './dashboard/admin-views'
 import { adminOps } from './http/workspace-ops'
 import { dashboardRoutes } from './dashboard/routes'
-import { reachable } from './db/engine'
+import { databaseState } from './db/engine'
 import { diskSpace } from './disk'
 import { Metrics, RequestDurations, ResponseCounts } from './metrics'
 import type { Scope } from './modules/keys/model'
@@ -249,8 +249,9 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
     .get(
       '/readyz',
       async ({ set }) => {
-        const database = await reachable(svc.deps.engine)
-        const checks: Record<string, unknown> = { database: database ? 'ok' : 'unavailable' }
+        // (a database that takes no writes — a failover under way — is no more ready than one away)
+        const database = await databaseState(svc.deps.engine)
+        const checks: Record<string, unknown> = { database }
         for (const [name, probe] of Object.entries(probes)) checks[name] = (await probe().catch(() => false)) ? 'ok' : 'unavailable'
         // reported, not a reason to be unready: a low disk still serves (a full one answers 507)
         const disk = diskSpace(config.dataDir)
@@ -262,7 +263,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
         // writes are done (they are tried again every few seconds)
         const startup = svc.startup.state
         if (startup === 'storage_full') checks.storage = { state: 'full', reason: "The data directory's disk is full: writes are refused with 507 and nothing is sent until there is room; Capstan recovers by itself." }
-        const ready = database && startup !== 'storage_full'
+        const ready = database === 'ok' && startup !== 'storage_full'
         if (!ready) set.status = 503
         return { status: ready ? 'ok' : 'unavailable', ...checks }
       },

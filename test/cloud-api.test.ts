@@ -2035,6 +2035,21 @@ describe('two instances on one PostgreSQL', () => {
     })
   }, 60_000)
 
+  test('a message from Meta holding a NUL character (which PostgreSQL cannot store) is taken, the NUL kept as U+FFFD: not refused with 500 for Meta to deliver again for days', async () => {
+    const { env } = await installation()
+    const a = await TestServer.start({ env })
+    try {
+      const { key, conn } = await setup({}, a)
+      const from = newPhone()
+      const event = inboundEvent(from.slice(1), 'Order\u0000 42?', 'A\u0000da')
+      expect((await deliver(a.base, conn.id, event)).status).toBe(200)
+      const logged = (await a.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.sender === from)
+      expect(logged.map((m: any) => m.body)).toEqual(['Order\uFFFD 42?'])
+    } finally {
+      await a.close()
+    }
+  }, 60_000)
+
   test('an inbound message Meta delivers several times at once, to both instances, is logged once and announced once', async () => {
     const { env } = await installation()
     const a = await TestServer.start({ env })
@@ -2106,6 +2121,9 @@ describe('two instances on one PostgreSQL', () => {
         for (const on of [a, b]) {
           const refused = await raw(on, 'POST', '/contacts', { phone: newPhone() })
           expect([refused.status, refused.json.code]).toEqual([503, 'database_unavailable'])
+          // and not ready, saying why: a load balancer holds requests back
+          const ready = await fetch(`${on.base}/readyz`)
+          expect([ready.status, ((await ready.json()) as { database: string }).database]).toEqual([503, 'read_only'])
         }
         // a message Meta brings meanwhile is not acknowledged: Meta delivers it again later
         expect((await deliver(b.base, connId, inbound)).status).toBe(500)
@@ -2123,6 +2141,8 @@ describe('two instances on one PostgreSQL', () => {
       expect(sent.error).toBeNull()
       expect((await db`SELECT external_id FROM messages WHERE id = ${id}`)[0].external_id).toBe(graph.seen.find((s) => s.json?.to === to.slice(1))!.wamid)
       expect((await a.api(key, 'POST', '/contacts', { json: { phone: newPhone() } })).status).toBe(201)
+      const ready = await fetch(`${a.base}/readyz`)
+      expect([ready.status, ((await ready.json()) as { database: string }).database]).toEqual([200, 'ok'])
       // Meta's delivery again is taken now, and logged once
       expect((await deliver(b.base, connId, inbound)).status).toBe(200)
       const logged = (await a.api(key, 'GET', '/messages?direction=inbound&per_page=100')).json.data.filter((m: any) => m.sender === customer)

@@ -117,6 +117,9 @@ describe('CSV', () => {
     }
     const latin1 = await upload(ws.id, new Uint8Array([...new TextEncoder().encode(`phone,name\n${a},Jos`), 0xe9]))
     expect([latin1.status, latin1.json.errors]).toEqual([422, { file: ['The file must be UTF-8 text (CSV).'] }])
+    // a NUL character is no text either (PostgreSQL could not store it), in a metadata cell as anywhere
+    const nul = await upload(ws.id, `phone,name,metadata.plan\n${a},Ann,pro\u0000`)
+    expect([nul.status, nul.json.errors]).toEqual([422, { file: ['The file must be UTF-8 text (CSV).'] }])
     expect(await contacts(key)).toEqual([])
   })
 

@@ -5,6 +5,7 @@
  * — and goes on (a new message follows the old ones). The SQLite file is left as it was; an
  * installation already moved is not moved twice.
  */
+import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -30,8 +31,8 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-const move = async (dataDir: string) => {
-  const proc = Bun.spawn(['bun', 'src/main.ts', 'migrate-to-postgres'], { env: { ...hostEnv(), CAPSTAN_DATA_DIR: dataDir, CAPSTAN_DATABASE_URL: pg.url, ...s3.env('s3://moved-media/m') }, stdout: 'pipe', stderr: 'pipe' })
+const move = async (dataDir: string, url = pg.url) => {
+  const proc = Bun.spawn(['bun', 'src/main.ts', 'migrate-to-postgres'], { env: { ...hostEnv(), CAPSTAN_DATA_DIR: dataDir, CAPSTAN_DATABASE_URL: url, ...s3.env('s3://moved-media/m') }, stdout: 'pipe', stderr: 'pipe' })
   const code = await proc.exited
   return { code, out: await new Response(proc.stdout).text(), err: (await new Response(proc.stderr).text()).trim() }
 }
@@ -109,6 +110,35 @@ describe('capstan migrate-to-postgres', () => {
     const again = await move(dataDir)
     expect(again.code).toBe(2)
     expect(again.err).toMatch(/^capstan: the database .+ already holds Capstan data \(1 workspaces\); move into an empty one$/)
+    rmSync(dataDir, { recursive: true, force: true })
+  })
+
+  test('texts an earlier Capstan took with a NUL character (PostgreSQL cannot hold one) move with U+FFFD in its place, counted and said', async () => {
+    const sqlite = await TestServer.start({})
+    const dataDir = sqlite.dataDir
+    let key: string
+    const phone = newPhone('+1444')
+    try {
+      const t = await sqlite.tenant()
+      key = t.key
+      expect((await sqlite.api(key, 'POST', '/contacts', { json: { phone, name: 'Ada' } })).status).toBe(201)
+    } finally {
+      await sqlite.stop()
+    }
+    // what the API took before it refused the character
+    const db = new Database(join(dataDir, 'capstan.db'))
+    db.run("UPDATE contacts SET name = 'A' || char(0) || 'da' WHERE phone = ?", [phone])
+    db.close()
+    const url = await pg.createDatabase('with_nul')
+    const moved = await move(dataDir, url)
+    expect([moved.code, moved.err]).toEqual([0, ''])
+    expect(moved.out).toContain("every table's rows counted on both sides (1 texts held the NUL character, which PostgreSQL cannot store: each was copied with U+FFFD in its place)")
+    const pgServer = await TestServer.start({ dataDir, env: { CAPSTAN_DATABASE_URL: url, ...s3.env('s3://moved-media/m') } })
+    try {
+      expect((await pgServer.api(key, 'GET', '/contacts')).json.data.map((c: any) => [c.phone, c.name])).toEqual([[phone, 'A\uFFFDda']])
+    } finally {
+      await pgServer.stop()
+    }
     rmSync(dataDir, { recursive: true, force: true })
   })
 })

@@ -155,6 +155,7 @@ describe('metrics', () => {
         `capstan_queue_depth{connection="${conn.id}",workspace="${t.ws.id}"} 2`,
         `capstan_connection_up{connection="${conn.id}",workspace="${t.ws.id}",driver="sandbox"} 1`,
         'capstan_database_up 1',
+        'capstan_database_writable 1',
         'capstan_scanner_up 0',
         'capstan_messages_sending 0',
         'capstan_webhook_deliveries_pending 1',

@@ -1108,7 +1108,8 @@ async function health() {
     return
   }
   const problems = []
-  if (r.database !== 'ok') problems.push('The database cannot be read.')
+  if (r.database === 'read_only') problems.push('The database takes no writes right now (a standby, or a failover under way): changes and sends are refused (503) until it does.')
+  else if (r.database !== 'ok') problems.push('The database cannot be read.')
   if (r.scanner && r.scanner !== 'ok') problems.push('The malware scanner (clamd) is unreachable: uploads and sends with a file are refused (503).')
   if (r.backup && r.backup.state === 'failed') problems.push('The last automatic backup failed; see Backups.')
   if (r.backup && r.backup.state === 'overdue') problems.push(`No automatic backup ${r.backup.last_success_at ? `since ${new Date(r.backup.last_success_at).toLocaleString()}` : 'yet'}; see Backups.`)

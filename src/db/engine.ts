@@ -167,14 +167,16 @@ export interface Engine extends Queries {
   close(): Promise<void>
 }
 
-const PING = stmt('SELECT 1 AS ok')
+// (PostgreSQL: a standby, or a primary made read-only, starts each transaction read-only)
+const PING = stmt('SELECT 0 AS ro', "SELECT (current_setting('transaction_read_only') = 'on')::int AS ro")
 
-/** Whether the database answers a read now (readiness, /metrics). */
-export async function reachable(db: Queries): Promise<boolean> {
+/** What the database does now (readiness, /metrics): answers and takes writes, answers reads only, or does not answer. */
+export async function databaseState(db: Queries): Promise<'ok' | 'read_only' | 'unavailable'> {
   try {
-    return (await db.get(PING)) !== null
+    const row = await db.get<{ ro: number }>(PING)
+    return row === null ? 'unavailable' : Number(row.ro) ? 'read_only' : 'ok'
   } catch {
-    return false
+    return 'unavailable'
   }
 }
 

@@ -15,9 +15,16 @@ const MAX_INDEX = 999
 const MAX_JSON_DEPTH = 32
 
 /**
+ * Whether a text can be stored as it came: not with a lone surrogate (`"\udc00"`), which is no
+ * Unicode text — stored, it would become U+FFFD, and the response would not be what was stored —
+ * nor with the NUL character (U+0000), which no field of this API takes and PostgreSQL's text
+ * cannot hold (SQLite could: the same request would be taken on one engine and fail on the other).
+ */
+const storable = (s: string) => s.isWellFormed() && !s.includes('\0')
+
+/**
  * Whether a parsed JSON value cannot be taken: nested deeper than MAX_JSON_DEPTH, or holding a
- * string (value or name) with a lone surrogate (`"\udc00"`), which is no Unicode text — stored,
- * it would become U+FFFD, and the response would not be what was stored. A body of 100,000 nested
+ * string (value or name) that is not `storable`. A body of 100,000 nested
  * arrays parses fine but would overflow the call stack of any recursive step after it (the
  * idempotency fingerprint is one); this walk itself stops one level past the bound.
  */
@@ -26,9 +33,9 @@ function unfit(value: object, depth = 1): boolean {
   for (const k in value) {
     const x = (value as Record<string, unknown>)[k]
     if (typeof x === 'string') {
-      if (!x.isWellFormed()) return true
+      if (!storable(x)) return true
     } else if (x !== null && typeof x === 'object' && unfit(x, depth + 1)) return true
-    if (!k.isWellFormed()) return true
+    if (!storable(k)) return true
   }
   return false
 }
@@ -169,7 +176,7 @@ function formDecode(s: string): string | null {
   }
 }
 
-/** The (name, value) pairs of an urlencoded body; null when a name or value is not UTF-8. */
+/** The (name, value) pairs of an urlencoded body; null when a name or value is not UTF-8, or not `storable`. */
 function formFields(text: string): [string, string][] | null {
   const pairs: [string, string][] = []
   for (const part of text.split('&')) {
@@ -177,7 +184,7 @@ function formFields(text: string): [string, string][] | null {
     const eq = part.indexOf('=')
     const name = formDecode(eq === -1 ? part : part.slice(0, eq))
     const value = name === null ? null : formDecode(eq === -1 ? '' : part.slice(eq + 1))
-    if (name === null || value === null) return null
+    if (name === null || value === null || !storable(name) || !storable(value)) return null
     // a field without a name is no field of this API: ignored like any unknown one (and like the
     // same field in a multipart body)
     if (name !== '') pairs.push([name, value])
@@ -259,6 +266,9 @@ export async function parseBody(request: Request, contentType: string, maxBytes:
       const form = await new Response(raw, { headers: { 'content-type': request.headers.get('content-type') ?? contentType } }).formData()
       const fields = [...(form.entries() as Iterable<[string, unknown]>)]
       if (mangledText(fields, raw)) return UNREADABLE
+      // (a file's name is stored with it: held to what a field's text is — Bun's parser cuts a
+      // name at a NUL today, so this guards what it may keep tomorrow)
+      if (fields.some(([name, v]) => !storable(name) || !storable(v instanceof File ? v.name : String(v)))) return UNREADABLE
       const body = nestFields(fields)
       if (body !== UNREADABLE) MULTIPART.add(body)
       return body

@@ -214,6 +214,8 @@ export async function bulkRows<T extends { phone: string }>(body: unknown, spec:
     } catch {
       throw refuse('The file must be UTF-8 text (CSV).')
     }
+    // a NUL character is no text either (and PostgreSQL could not store it)
+    if (text.includes('\0')) throw refuse('The file must be UTF-8 text (CSV).')
     return csvRows(text, spec)
   }
   if (body && typeof body === 'object' && spec.list in body) return jsonRows(body, spec)

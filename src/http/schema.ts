@@ -103,6 +103,8 @@ class StringSchema<T extends string = string> extends Schema<T> {
   }
   check(value: unknown, path: string, ctx: Ctx): T | undefined {
     if (typeof value !== 'string') return void add(ctx, path, `The ${label(path)} field must be a string.`)
+    // (a body holding one is refused before this, as unreadable: what is left is a query's %00)
+    if (value.includes('\0')) return void add(ctx, path, `The ${label(path)} field must not contain the NUL character.`)
     const n = codePoints(value)
     // a required text of only spaces is as empty as "" (a blank name, a message of spaces)
     if (this.min > 0 && value.trim() === '') return void add(ctx, path, `The ${label(path)} field must not be empty.`)

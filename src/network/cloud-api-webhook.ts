@@ -78,7 +78,10 @@ export async function handleCloudApiWebhook(request: Request, connectionId: stri
   }
   let body: unknown
   try {
-    body = JSON.parse(Buffer.from(raw).toString('utf8'))
+    const text = Buffer.from(raw).toString('utf8')
+    // a NUL character (JSON's \u0000) is kept as U+FFFD: PostgreSQL's text cannot hold it, and an
+    // event that could never be stored would be answered 500 and delivered again for days
+    body = text.includes('\\u0000') ? JSON.parse(text, (_name, v) => (typeof v === 'string' ? v.replaceAll('\0', '\uFFFD') : v)) : JSON.parse(text)
   } catch {
     // signed but not JSON: delivering it again would not help
     svc.log.warn('cloud api webhook payload not understood; acknowledged', { connection_id: connectionId })
