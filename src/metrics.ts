@@ -184,6 +184,8 @@ export class Metrics {
       out.metric('capstan_disk_free_bytes', 'gauge', 'Free space on the data directory’s file system.', [[{}, disk.free_bytes]])
       out.metric('capstan_disk_total_bytes', 'gauge', 'Size of the data directory’s file system.', [[{}, disk.total_bytes]])
     }
+    const offset = svc.clockCheck.offsetMs
+    if (offset !== null) out.metric('capstan_clock_offset_seconds', 'gauge', "This machine's clock minus the database server's, at the last check (every ten minutes; instances sharing a database need their clocks in step).", [[{}, offset / 1000]])
     const backup = svc.backups.status()
     if (backup.state !== 'off') {
       out.metric('capstan_backup_last_success_timestamp_seconds', 'gauge', 'When the newest complete automatic backup was made (Unix time; 0 when none is).', [[{}, backup.last_success_at === null ? 0 : Math.round(Date.parse(backup.last_success_at) / 1000)]])

@@ -95,6 +95,8 @@ export async function serve() {
   app.listen({ hostname: config.host, port: config.port })
   log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, database: config.databaseUrl ? `postgres ${databaseWhere(config.databaseUrl)}` : 'sqlite', migrations_applied: applied })
   warnIfDiskLow(svc)
+  // (a check that cannot be made now is made by the job in ten minutes)
+  await svc.clockCheck.run().catch(() => {})
   // instances sharing a database see one another's messages, but files only in one bucket
   if (config.databaseUrl && config.mediaStore.kind !== 's3') log.warn(LOCAL_MEDIA_ON_POSTGRES, { media_dir: config.mediaDir })
   log.flush()

@@ -24,6 +24,7 @@ import { TemplateService } from './modules/templates/service'
 import { WebhookService } from './modules/webhooks/service'
 import { WorkspaceService } from './modules/workspaces/service'
 import { type Timers, Pacer, realTimers } from './scheduler/pacer'
+import { ClockCheck } from './scheduler/clock-check'
 import type { SecretBox } from './secrets'
 import { EventCounters } from './counters'
 import { noRoom } from './db/open'
@@ -43,6 +44,8 @@ export interface Services {
   startup: StartupState
   /** The database schema other instances migrated to while this one runs (PostgreSQL). */
   schema: SchemaWatch
+  /** This machine's clock against the database server's (PostgreSQL: instances compare times). */
+  clockCheck: ClockCheck
   workspaces: WorkspaceService
   keys: KeyService
   audit: AuditRepo
@@ -132,6 +135,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     events,
     startup: { state: 'starting', retry: null },
     schema: new SchemaWatch(),
+    clockCheck: new ClockCheck(deps.engine, log),
     workspaces,
     keys: new KeyService(deps, workspaces, audit),
     audit,

@@ -10,6 +10,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
 import { LOCAL_MEDIA_ON_POSTGRES } from '../src/serve'
+import { PgEngine } from '../src/db/engine'
+import { ClockCheck } from '../src/scheduler/clock-check'
 import { activityMovesWithMessages } from './support/activity'
 import { ADMIN_TOKEN, TestServer, freePort, hostEnv, newPhone } from './support/server'
 import { TestS3 } from './support/s3'
@@ -823,6 +825,41 @@ describe('webhook deliveries on PostgreSQL', () => {
       await db.close()
       await srv.close()
       void receiver.stop(true)
+    }
+  })
+})
+
+describe("this machine's clock against the database server's", () => {
+  test('more than 2 s apart, ahead or behind, the instance says so in its log; in step it says nothing; the offset is on /metrics from the start', async () => {
+    const url = await pg.createDatabase('clocks')
+    const engine = PgEngine.connect(url, 2)
+    try {
+      const warned: string[] = []
+      const log = { warn: (msg: string, fields?: Record<string, unknown>) => void warned.push(`${msg} ${JSON.stringify(fields)}`) }
+      const inStep = new ClockCheck(engine, log)
+      await inStep.run()
+      expect(Math.abs(inStep.offsetMs!)).toBeLessThan(1000)
+      const ahead = new ClockCheck(engine, log, () => Date.now() + 30_000)
+      await ahead.run()
+      expect(Math.round(ahead.offsetMs! / 1000)).toBe(30)
+      await new ClockCheck(engine, log, () => Date.now() - 5_000).run()
+      expect(warned).toEqual([
+        expect.stringMatching(/^this machine's clock is 30\.\d s ahead of the database server's: instances sharing a database need their clocks in step \(run NTP\) — .* \{"offset_seconds":30(\.\d)?\}$/),
+        expect.stringMatching(/^this machine's clock is [45]\.\d s behind the database server's: .* \{"offset_seconds":-[45](\.\d)?\}$/),
+      ])
+    } finally {
+      await engine.close()
+    }
+    const token = 'clock-metrics-token-0123456789abcdef'
+    const { srv } = await serveOn('clocks_served', { CAPSTAN_METRICS_TOKEN: token })
+    try {
+      const text = await (await fetch(`${srv.base}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text()
+      const offset = /^capstan_clock_offset_seconds (\S+)$/m.exec(text)
+      expect(offset).not.toBeNull()
+      expect(Math.abs(Number(offset![1]))).toBeLessThan(1)
+      expect(srv.output).not.toContain('clock is')
+    } finally {
+      await srv.close()
     }
   })
 })

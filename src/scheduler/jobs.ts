@@ -5,7 +5,7 @@
  * workspace's retention, let campaigns paused for the monthly allowance go on when a new month
  * gives them room, start or complete a campaign whose step could not be written when it was due
  * (`CampaignService.sweep`), warn every ten minutes while the data directory's disk is
- * nearly full, and write an automatic backup when one is due (modules/backups).
+ * nearly full or (PostgreSQL) this machine's clock is off the database's (clock-check.ts), and write an automatic backup when one is due (modules/backups).
  */
 import { Cron } from 'croner'
 import { diskSpace } from '../disk'
@@ -37,6 +37,8 @@ export function startJobs(svc: Services): Cron[] {
     new Cron('5 0 * * * *', { protect: true }, guard('campaigns-allowance', () => svc.campaigns.resumeWhereRoom(), true)),
     new Cron('15 * * * * *', { protect: true }, guard('campaigns-sweep', () => svc.campaigns.sweep(), true)),
     new Cron('20 */10 * * * *', { protect: true }, guard('disk-space', () => warnIfDiskLow(svc))),
+    // each instance its own clock (PostgreSQL; nothing on SQLite)
+    new Cron('40 */10 * * * *', { protect: true }, guard('clock-check', () => svc.clockCheck.run())),
     new Cron('0 25 * * * *', { protect: true }, guard('message-retention', () => svc.messageRetention.run(), true)),
     new Cron('0 5 * * * *', { protect: true }, guard('media-retention', () => svc.media.purgeExpired(), true)),
     new Cron('50 */10 * * * *', { protect: true }, guard('automatic-backup', () => svc.backups.runIfDue())),
