@@ -2050,6 +2050,40 @@ describe('two instances on one PostgreSQL', () => {
     }
   }, 60_000)
 
+  test('an instance that stands still (SIGSTOP) while Meta asks it to slow down: the other takes the number and sends the message; woken, the first finds it taken and stands back — Meta gets it once', async () => {
+    await numberOfA({}, async ({ a, b, db, key, connId }) => {
+      const to = newPhone()
+      graph.state.failFor[to.slice(1)] = [131056, 131056]
+      const r = await a.api(key, 'POST', '/messages', { json: { connection_id: connId, recipient: await talking(connId, to, a.base), body: 'Still there?' } })
+      expect(r.status).toBe(202)
+      // refused twice on A, which now waits 15 s before it tries again, the send marked as waiting
+      await waitFor(() => graph.seen.filter((s) => s.json?.to === to.slice(1)).length === 2, 10_000)
+      await waitFor(async () => (await db`SELECT resend FROM messages WHERE id = ${r.json.data.id}`)[0].resend === 1, 5_000)
+      const holder = async () => (await db`SELECT owner FROM number_leases WHERE connection_id = ${connId}`)[0].owner as string
+      const stood = await holder()
+      process.kill(a.proc.pid, 'SIGSTOP')
+      try {
+        // its lease runs out; B takes the number over and, finding the send marked, sends it
+        await waitFor(async () => (await holder()) !== stood, 30_000)
+        const sent = await waitFor(async () => {
+          const m = await msg(key, r.json.data.id, b)
+          return m.status === 'sent' ? m : null
+        }, 15_000)
+        expect(sent.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent'])
+      } finally {
+        process.kill(a.proc.pid, 'SIGCONT')
+      }
+      // A wakes past its 15 s wait: the send is no longer its to make
+      await Bun.sleep(3000)
+      const tries = graph.seen.filter((s) => s.json?.to === to.slice(1))
+      expect(tries).toHaveLength(3)
+      const row = (await db`SELECT status, resend, external_id FROM messages WHERE id = ${r.json.data.id}`)[0]
+      expect([row.status, row.resend, row.external_id]).toEqual(['sent', 0, tries[2]!.wamid])
+      // A is alive and serves
+      expect((await a.api(key, 'GET', `/messages/${r.json.data.id}`)).json.data.status).toBe('sent')
+    })
+  }, 90_000)
+
   test('an inbound message Meta delivers several times at once, to both instances, is logged once and announced once', async () => {
     const { env } = await installation()
     const a = await TestServer.start({ env })
