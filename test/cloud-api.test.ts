@@ -5,6 +5,7 @@
  */
 import { Database } from 'bun:sqlite'
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import fc from 'fast-check'
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -1931,6 +1932,65 @@ describe('a crash mid-send', () => {
   }, 40_000)
 })
 
+/**
+ * Signed events of any shape — Meta's envelope around messages, statuses, contacts, errors and
+ * preferences whose fields are random (types, nesting, NUL characters, ids too long to store) —
+ * are never answered 5xx on a healthy database: a 5xx makes Meta deliver the event again for days.
+ */
+async function signedEventsNeverFail(on: TestServer, connId: string, key: string, runs: number) {
+  const text = fc.oneof(fc.string({ maxLength: 20 }), fc.constantFrom('', 'STOP', 'a\u0000b', 'x'.repeat(3000), '\ud800', '15550001111'))
+  const leaf = fc.oneof(text, fc.integer(), fc.double(), fc.boolean(), fc.constant(null))
+  const anything = fc.oneof(leaf, fc.array(leaf, { maxLength: 3 }), fc.dictionary(text, leaf, { maxKeys: 3 }))
+  // mostly the shape Meta sends, now and then anything at all in its place
+  const mostly = <T,>(arb: fc.Arbitrary<T>) => fc.oneof({ arbitrary: arb, weight: 6 }, { arbitrary: anything as fc.Arbitrary<unknown>, weight: 1 })
+  const from = mostly(fc.constantFrom('15550001111', '+15550002222', '447700900123'))
+  const id = mostly(fc.oneof(fc.uuid().map((u) => `wamid.${u}`), fc.constantFrom('wamid.same', 'w'.repeat(300))))
+  const message = fc.record(
+    {
+      from,
+      id,
+      timestamp: mostly(fc.constant(metaNow())),
+      type: mostly(fc.constantFrom('text', 'image', 'reaction', 'location', 'contacts', 'system', 'interactive', 'button', 'unsupported')),
+      text: mostly(fc.record({ body: mostly(text) })),
+      reaction: mostly(fc.record({ emoji: mostly(text), message_id: anything })),
+      location: mostly(fc.record({ latitude: mostly(fc.double()), longitude: mostly(fc.double()), name: mostly(text) })),
+      contacts: anything,
+      system: mostly(fc.record({ body: mostly(text) })),
+      interactive: mostly(fc.record({ button_reply: mostly(fc.record({ title: mostly(text) })) })),
+      button: mostly(fc.record({ text: mostly(text) })),
+      image: mostly(fc.record({ id: mostly(text), caption: mostly(text) })),
+      context: mostly(fc.record({ id: anything })),
+    },
+    { requiredKeys: ['from', 'id', 'type'] },
+  )
+  const status = fc.record({ id, status: mostly(fc.constantFrom('sent', 'delivered', 'read', 'failed')), timestamp: anything, errors: anything, biz_opaque_callback_data: anything }, { requiredKeys: ['id', 'status'] })
+  const value = fc.record({
+    messaging_product: fc.constant('whatsapp'),
+    messages: mostly(fc.array(message, { maxLength: 3 })),
+    statuses: mostly(fc.array(status, { maxLength: 3 })),
+    contacts: mostly(fc.array(fc.record({ wa_id: from, profile: mostly(fc.record({ name: mostly(text) })) }), { maxLength: 2 })),
+    errors: anything,
+    user_preferences: mostly(fc.array(fc.record({ wa_id: from, category: mostly(fc.constant('marketing_messages')), value: mostly(fc.constantFrom('stop', 'resume')) }), { maxLength: 2 })),
+  })
+  const event = fc.record({ object: fc.constant('whatsapp_business_account'), entry: mostly(fc.array(fc.record({ id: fc.constant('WABA'), changes: mostly(fc.array(fc.record({ field: fc.constant('messages'), value: mostly(value) }), { maxLength: 2 })) }), { maxLength: 2 })) })
+  await fc.assert(
+    fc.asyncProperty(event, async (body) => {
+      const r = await deliver(on.base, connId, body)
+      expect(r.status).toBeLessThan(500)
+    }),
+    { numRuns: runs },
+  )
+  // (the events reached the log: not all refused before anything was stored)
+  expect((await on.api(key, 'GET', '/messages?direction=inbound&per_page=1')).json.meta.total).toBeGreaterThan(runs / 10)
+}
+
+describe('signed events of any shape from Meta', () => {
+  test('are never answered 5xx (SQLite)', async () => {
+    const { conn, key } = await setup()
+    await signedEventsNeverFail(srv, conn.id, key, 300)
+  }, 120_000)
+})
+
 describe('two instances on one PostgreSQL', () => {
   let dir: string
   let pg: PrivatePostgres
@@ -2083,6 +2143,17 @@ describe('two instances on one PostgreSQL', () => {
       expect((await a.api(key, 'GET', `/messages/${r.json.data.id}`)).json.data.status).toBe('sent')
     })
   }, 90_000)
+
+  test('signed events of any shape from Meta are never answered 5xx (PostgreSQL)', async () => {
+    const { env } = await installation()
+    const a = await TestServer.start({ env })
+    try {
+      const { conn, key } = await setup({}, a)
+      await signedEventsNeverFail(a, conn.id, key, 300)
+    } finally {
+      await a.close()
+    }
+  }, 120_000)
 
   test('an inbound message Meta delivers several times at once, to both instances, is logged once and announced once', async () => {
     const { env } = await installation()
