@@ -5,7 +5,8 @@
  * workspace's retention, let campaigns paused for the monthly allowance go on when a new month
  * gives them room, start or complete a campaign whose step could not be written when it was due
  * (`CampaignService.sweep`), warn every ten minutes while the data directory's disk is
- * nearly full or (PostgreSQL) this machine's clock is off the database's (clock-check.ts), and write an automatic backup when one is due (modules/backups).
+ * nearly full or (PostgreSQL) this machine's clock is off the database's (clock-check.ts), and
+ * write an automatic backup when one is due (modules/backups).
  */
 import { Cron } from 'croner'
 import { diskSpace } from '../disk'
