@@ -78,6 +78,9 @@ export class ConfigError extends Error {}
 function databaseUrl(env: Record<string, string | undefined>): string | null {
   const raw = env.CAPSTAN_DATABASE_URL?.trim()
   if (!raw) return null
+  // libpq's list of hosts to fail over between (h1,h2): Bun's client takes one address
+  const hosts = /^[a-z]+:\/\/(?:[^@/?#]*@)?([^/?#]*)/i.exec(raw)?.[1] ?? ''
+  if (hosts.includes(',')) throw new ConfigError("CAPSTAN_DATABASE_URL names several hosts: Capstan reaches PostgreSQL at one address — give it the primary's, kept by a virtual IP or Patroni's HAProxy through a failover")
   let url: URL
   try {
     url = new URL(raw)

@@ -143,11 +143,14 @@ describe('a database capstan serve cannot use stops the start', () => {
     }
   })
 
-  test('malformed settings: a URL that is not postgres://, a pool of no connections, or backups of the SQLite file beside a database URL', async () => {
+  test('malformed settings: a URL that is not postgres://, one naming several hosts, a pool of no connections, or backups of the SQLite file beside a database URL', async () => {
     const bad = await start({ CAPSTAN_DATABASE_URL: 'mysql://root@localhost/capstan' })
     expect([bad.code, bad.err]).toEqual([2, 'capstan: CAPSTAN_DATABASE_URL must start with postgres:// (unset, Capstan uses its embedded SQLite file)'])
     for (const pool of ['0', '101', 'four', '-1'])
       expect([pool, (await start({ CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_DATABASE_POOL: pool })).err]).toEqual([pool, 'capstan: CAPSTAN_DATABASE_POOL must be a whole number between 1 and 100'])
+    // libpq's list of hosts, with ports or without (the password never shown)
+    for (const several of ['postgres://capstan:pw-not-shown@db1:5432,db2:5432/capstan?target_session_attrs=read-write', 'postgres://capstan:pw-not-shown@db1,db2/capstan'])
+      expect(await start({ CAPSTAN_DATABASE_URL: several })).toMatchObject({ code: 2, err: "capstan: CAPSTAN_DATABASE_URL names several hosts: Capstan reaches PostgreSQL at one address — give it the primary's, kept by a virtual IP or Patroni's HAProxy through a failover" })
     const backups = await start({ CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_BACKUP_DIR: join(dir, 'backups') })
     expect(backups.code).toBe(2)
     expect(backups.err).toStartWith('capstan: CAPSTAN_BACKUP_DIR backs up the embedded SQLite file; with CAPSTAN_DATABASE_URL back up PostgreSQL itself')
