@@ -127,6 +127,8 @@ export function postgresFailure(e: unknown, where: string): string {
   const reason = reasonOf(e)
   if (err.errno === '28P01' || err.errno === '28000') return `the database ${where} refused the credentials in CAPSTAN_DATABASE_URL: ${reason}`
   if (err.errno === '3D000') return `the database ${where} does not exist: ${reason} (create it, or correct CAPSTAN_DATABASE_URL)`
+  // PostgreSQL 15 and newer let only a database's owner create tables in its public schema
+  if (err.errno === '42501') return `the role in CAPSTAN_DATABASE_URL may not create Capstan's tables in the database ${where}: ${reason} (make the role the database's owner: ALTER DATABASE <name> OWNER TO <role>, or CREATE DATABASE capstan OWNER capstan)`
   if (err.errno === '25006') return `the database ${where} takes no writes (a standby, or default_transaction_read_only is on): point CAPSTAN_DATABASE_URL at the primary`
   // TLS (sslmode in the URL): a certificate not verified, the CA file not there, no TLS offered
   if (/CERT|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER/.test(err.code ?? ''))

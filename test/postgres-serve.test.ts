@@ -127,6 +127,19 @@ describe('a database capstan serve cannot use stops the start', () => {
     expect(tables[0].n).toBe(1)
   })
 
+  test("a role that does not own the database (PostgreSQL 15+ lets only the owner create tables in it): one line saying how to make it the owner, exit 2", async () => {
+    const url = await pg.createDatabase('not_owned')
+    const db = new Bun.SQL(pg.url, { max: 1 })
+    try {
+      await db.unsafe('CREATE ROLE plain LOGIN')
+    } finally {
+      await db.close()
+    }
+    const r = await start({ CAPSTAN_DATABASE_URL: urlWith({ user: 'plain', database: 'not_owned' }) })
+    expect(new URL(url).pathname).toBe('/not_owned')
+    expect([r.code, r.err]).toEqual([2, `capstan: the role in CAPSTAN_DATABASE_URL may not create Capstan's tables in the database ${join(dir, 'pg')}/not_owned: permission denied for schema public (make the role the database's owner: ALTER DATABASE <name> OWNER TO <role>, or CREATE DATABASE capstan OWNER capstan)`])
+  })
+
   test('a database that takes no writes (a standby, or read-only by its settings): one line naming it, exit 2 — migrated before or not', async () => {
     const { url, srv } = await serveOn('standby')
     await srv.close()
