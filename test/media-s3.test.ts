@@ -237,6 +237,36 @@ describe('a bucket Capstan cannot use stops the start', () => {
     expect(r.err).toStartWith('capstan: CAPSTAN_MEDIA_STORE: the bucket capstan-media cannot be reached (')
   })
 
+  test('credentials that may list the bucket but not write, or not delete, its objects: one line naming the refusal and the permissions needed, exit code 2', async () => {
+    // fault injection in front of the real s3rver: a bucket policy that refuses one kind of request
+    const refusing = (method: string) =>
+      Bun.serve({
+        hostname: '127.0.0.1',
+        port: 0,
+        async fetch(req) {
+          if (req.method === method) return new Response('<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>', { status: 403, headers: { 'content-type': 'application/xml' } })
+          const url = new URL(req.url)
+          url.host = new URL(s3.endpoint).host
+          return fetch(url, { method: req.method, headers: req.headers, body: req.method === 'GET' || req.method === 'HEAD' ? undefined : await req.arrayBuffer() })
+        },
+      })
+    for (const [method, what] of [['PUT', 'write'], ['DELETE', 'delete']] as const) {
+      const proxy = refusing(method)
+      try {
+        const r = await start({ ...s3.env('s3://capstan-media/checked/'), S3_ENDPOINT: `http://127.0.0.1:${proxy.port}` })
+        expect(r).toEqual({ code: 2, err: `capstan: CAPSTAN_MEDIA_STORE: the bucket capstan-media refused to ${what} an object (AccessDenied): the credentials need s3:PutObject, s3:GetObject and s3:DeleteObject on its objects, and s3:ListBucket on it`, made: false })
+      } finally {
+        proxy.stop(true)
+      }
+    }
+    // the one the delete was refused for stays (nothing could delete it); a start on a bucket that
+    // takes everything leaves nothing of its own check behind
+    expect(await s3.keys('capstan-media', 'checked/')).toEqual([expect.stringMatching(/^checked\/\.capstan-check-[0-9a-f-]{36}$/)])
+    const served = await TestServer.start({ env: s3.env('s3://capstan-media/checked/') })
+    await served.close()
+    expect(await s3.keys('capstan-media', 'checked/')).toHaveLength(1)
+  })
+
   test('a malformed CAPSTAN_MEDIA_STORE: one line, exit code 2', async () => {
     const r = await start({ CAPSTAN_MEDIA_STORE: 'ftp://bucket' })
     expect([r.code, r.err]).toEqual([2, 'capstan: CAPSTAN_MEDIA_STORE must be s3://bucket or s3://bucket/prefix (a bucket name of 3-63 lower-case letters, digits, dots and hyphens)'])

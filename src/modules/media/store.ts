@@ -159,16 +159,37 @@ export class S3MediaStore implements MediaStore {
 
   /** Reach the bucket: null when it answers, else why not (for the one line a start stops with). */
   async check(): Promise<string | null> {
+    const codeOf = (e: unknown) => String((e as { code?: unknown })?.code ?? '')
     try {
       // a listing of a name nothing has: the bucket and the credentials are checked, nothing is read
       await this.client.list({ prefix: `${this.prefix}.capstan-check`, maxKeys: 1 })
-      return null
     } catch (e) {
-      const code = String((e as { code?: unknown })?.code ?? '')
+      const code = codeOf(e)
       if (code === 'NoSuchBucket') return `the bucket ${this.bucket} does not exist`
       if (/AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|ERR_S3_MISSING_CREDENTIALS|ERR_S3_INVALID_SIGNATURE/.test(code)) return `the bucket ${this.bucket} refused the credentials (${code}); check S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY`
       return `the bucket ${this.bucket} cannot be reached (${code || (e as Error)?.message || e}); check S3_ENDPOINT`
     }
+    // then what Capstan does with objects, once each, on an object of its own (instances starting
+    // at once check apart): credentials allowed to list but not to write or delete would
+    // otherwise pass here and fail every upload, retention and erasure later
+    const probe = `${this.prefix}.capstan-check-${crypto.randomUUID()}`
+    const bytes = new TextEncoder().encode('capstan can write, read and delete here\n')
+    const step = async (what: string, run: () => Promise<unknown>) => {
+      try {
+        await run()
+        return null
+      } catch (e) {
+        const code = codeOf(e)
+        return `the bucket ${this.bucket} refused to ${what} an object (${code || (e as Error)?.message || e}): the credentials need s3:PutObject, s3:GetObject and s3:DeleteObject on its objects, and s3:ListBucket on it`
+      }
+    }
+    return (
+      (await step('write', () => this.client.write(probe, bytes))) ??
+      (await step('read', async () => {
+        if (!Buffer.from(await this.client.file(probe).arrayBuffer()).equals(bytes)) throw new Error('what was read back is not what was written')
+      })) ??
+      (await step('delete', () => this.client.delete(probe)))
+    )
   }
 
   /** The bucket answers a look at one key (whether it is there or not; one HEAD request). */
