@@ -553,7 +553,7 @@ describe('dashboard', () => {
     }
   })
 
-  test('backups on PostgreSQL: the page says to use PostgreSQL’s own tools, and offers no backup of its own', async () => {
+  test('backups on PostgreSQL: the page says to use PostgreSQL’s own tools, and offers no backup of its own; the banner says when the database takes no writes', async () => {
     const root = mkdtempSync(join(tmpdir(), 'capstan-e2e-pg-'))
     const pg = await PrivatePostgres.start(join(root, 'pg'))
     const own = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_CLAMD: `unix:${clamd.socket}`, CAPSTAN_LOG_LEVEL: 'warn' } })
@@ -565,6 +565,20 @@ describe('dashboard', () => {
       expect(await page.textContent('main')).toContain('This installation keeps its data in PostgreSQL: back it up with PostgreSQL’s own tools')
       expect(await page.$('#backup-now')).toBeNull()
       expect(await page.isHidden('#health')).toBe(true)
+      // the database turns read-only (a failover under way): the banner says what that means
+      const db = new Bun.SQL(pg.url, { max: 1 })
+      try {
+        await db.unsafe('ALTER SYSTEM SET default_transaction_read_only = on')
+        await db.unsafe('SELECT pg_reload_conf()')
+        await Bun.sleep(300)
+        await page.reload()
+        await page.waitForSelector('#health:not([hidden])')
+        expect(await page.textContent('#health')).toBe('The database takes no writes right now (a standby, or a failover under way): changes and sends are refused (503) until it does.')
+      } finally {
+        await db.unsafe('ALTER SYSTEM RESET default_transaction_read_only')
+        await db.unsafe('SELECT pg_reload_conf()')
+        await db.close()
+      }
     } finally {
       await page.close()
       await own.close()
