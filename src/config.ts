@@ -85,7 +85,7 @@ function databaseUrl(env: Record<string, string | undefined>): string | null {
   try {
     url = new URL(raw)
   } catch {
-    throw new ConfigError('CAPSTAN_DATABASE_URL must be a URL such as postgres://user:password@host:5432/capstan')
+    throw new ConfigError('CAPSTAN_DATABASE_URL must be a URL such as postgres://user:password@host:5432/capstan (a password holding : / ? # or % percent-encoded: # as %23)')
   }
   if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') throw new ConfigError('CAPSTAN_DATABASE_URL must start with postgres:// (unset, Capstan uses its embedded SQLite file)')
   if (!url.hostname && !url.searchParams.get('host')) throw new ConfigError('CAPSTAN_DATABASE_URL must name a host (or a socket folder with ?host=/path)')

@@ -161,6 +161,8 @@ describe('a database capstan serve cannot use stops the start', () => {
     expect([bad.code, bad.err]).toEqual([2, 'capstan: CAPSTAN_DATABASE_URL must start with postgres:// (unset, Capstan uses its embedded SQLite file)'])
     for (const pool of ['0', '101', 'four', '-1'])
       expect([pool, (await start({ CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_DATABASE_POOL: pool })).err]).toEqual([pool, 'capstan: CAPSTAN_DATABASE_POOL must be a whole number between 1 and 100'])
+    // a password with a character the URL reads as its own (#: the rest is a fragment), never shown
+    expect(await start({ CAPSTAN_DATABASE_URL: 'postgres://capstan:pa#ss-not-shown@db:5432/capstan' })).toMatchObject({ code: 2, err: 'capstan: CAPSTAN_DATABASE_URL must be a URL such as postgres://user:password@host:5432/capstan (a password holding : / ? # or % percent-encoded: # as %23)' })
     // libpq's list of hosts, with ports or without (the password never shown)
     for (const several of ['postgres://capstan:pw-not-shown@db1:5432,db2:5432/capstan?target_session_attrs=read-write', 'postgres://capstan:pw-not-shown@db1,db2/capstan'])
       expect(await start({ CAPSTAN_DATABASE_URL: several })).toMatchObject({ code: 2, err: "capstan: CAPSTAN_DATABASE_URL names several hosts: Capstan reaches PostgreSQL at one address — give it the primary's, kept by a virtual IP or Patroni's HAProxy through a failover" })
