@@ -2,13 +2,14 @@
  * `capstan serve`: the HTTP API, admin API, docs and scheduler in this process. Loaded by main.ts
  * only for this command, so the admin subcommands and `version` start without the server's code.
  */
-import { resolveAdminToken } from './admin-token'
+import { AdminToken, resolveAdminToken } from './admin-token'
 import { systemClock } from './clock'
 import { startCheckpointer } from './db/checkpoint'
 import { SqliteEngine } from './db/engine'
 import { PG_LATEST } from './db/postgres'
 import { Writer } from './db/writer'
 import { Logger } from './http/log'
+import { sha256 } from './modules/keys/service'
 import { S3MediaStore } from './modules/media/store'
 import { buildApp } from './server'
 import { startJobs, warnIfDiskLow } from './scheduler/jobs'
@@ -80,6 +81,8 @@ export async function serve() {
   const checkpointer = db && config.walCheckpointer && !fullDisk ? startCheckpointer(config.dbPath, log) : null
   const deps = { config, engine, clock: systemClock }
   const svc = buildServices(deps, log, box)
+  // (before the start listens for what other instances announce: a new admin token is one)
+  svc.adminToken = new AdminToken(admin.hash, engine, config.adminToken === null ? null : sha256(config.adminToken), log)
   try {
     await startServices(svc)
   } catch (e) {
@@ -91,7 +94,7 @@ export async function serve() {
   const jobs = startJobs(svc)
   // the bucket, where media is kept in one (a local folder is the data directory's disk, reported as such)
   const store = svc.media.store
-  const app = buildApp({ svc, adminTokenHash: admin.hash, probes: { scanner: () => svc.media.scannerReachable(), ...(store.reachable ? { media: () => store.reachable!() } : {}) } })
+  const app = buildApp({ svc, adminToken: svc.adminToken, probes: { scanner: () => svc.media.scannerReachable(), ...(store.reachable ? { media: () => store.reachable!() } : {}) } })
   app.listen({ hostname: config.host, port: config.port })
   log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, database: config.databaseUrl ? `postgres ${databaseWhere(config.databaseUrl)}` : 'sqlite', migrations_applied: applied })
   warnIfDiskLow(svc)

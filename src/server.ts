@@ -43,7 +43,8 @@ import { VERSION } from './version'
 
 export interface ServerParts {
   svc: Services
-  adminTokenHash: Uint8Array
+  /** The admin token's hash, read at each use (see AdminToken). */
+  adminToken: { readonly hash: Uint8Array }
   /** Extra readiness probes, e.g. the malware scanner: name → reachable? */
   probes?: Record<string, () => Promise<boolean>>
 }
@@ -70,9 +71,9 @@ const signInForm = () => new ApiError(415, 'unsupported_media_type', 'Sign in wi
 /** The body size a request declares (Content-Length; 0 when absent), read before the body is. */
 const declaredLength = (request: Request) => Number(request.headers.get('content-length') ?? 0)
 
-export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
+export function buildApp({ svc, adminToken, probes = {} }: ServerParts) {
   const { config } = svc.deps
-  const sessions = new Sessions(adminTokenHash, svc.deps.engine, () => svc.deps.clock.now())
+  const sessions = new Sessions(adminToken, svc.deps.engine, () => svc.deps.clock.now())
   let root: Elysia<any, any, any, any, any, any, any> | null = null
   const clients = new ClientAddresses(config.trustedProxies.length ? ipRanges(config.trustedProxies) : null, (request) => root?.server?.requestIP(request) ?? null)
   const ipOf = (request: Request) => clients.ip(request)
@@ -81,7 +82,7 @@ export function buildApp({ svc, adminTokenHash, probes = {} }: ServerParts) {
   const windows = engine.shared
     ? { failures: new SharedWindows(engine, 'auth', config.authFailLimit, config.rateWindowMs), perKey: new SharedWindows(engine, 'key', config.keyRateLimit, config.rateWindowMs) }
     : undefined
-  const auth = authPlugin({ config, clients, keys: svc.keys, adminTokenHash, sessions, windows })
+  const auth = authPlugin({ config, clients, keys: svc.keys, adminToken, sessions, windows })
   const log = svc.log
   // bad signatures on Meta's webhooks count against the failed-auth limit too (by number and address)
   const webhookGuard = { failures: windows?.failures ?? new WindowCounter(config.authFailLimit, config.rateWindowMs), clientIp: ipOf }

@@ -25,6 +25,7 @@ import { WebhookService } from './modules/webhooks/service'
 import { WorkspaceService } from './modules/workspaces/service'
 import { type Timers, Pacer, realTimers } from './scheduler/pacer'
 import { ClockCheck } from './scheduler/clock-check'
+import type { AdminToken } from './admin-token'
 import type { SecretBox } from './secrets'
 import { EventCounters } from './counters'
 import { noRoom } from './db/open'
@@ -46,6 +47,8 @@ export interface Services {
   schema: SchemaWatch
   /** This machine's clock against the database server's (PostgreSQL: instances compare times). */
   clockCheck: ClockCheck
+  /** The admin token's hash, following the stored one (serve.ts sets it; tests in process have none). */
+  adminToken?: AdminToken
   workspaces: WorkspaceService
   keys: KeyService
   audit: AuditRepo
@@ -292,6 +295,9 @@ async function heard(svc: Services, what: string) {
     case 'schema':
       svc.schema.heard(Number(id))
       return
+    case 'admin-token':
+      await svc.adminToken?.reload()
+      return
   }
 }
 
@@ -305,6 +311,7 @@ async function resync(svc: Services) {
   // a migration announced meanwhile is found in the table itself
   svc.schema.heard(Number((await svc.deps.engine.get<{ version: number }>(SCHEMA_NOW))?.version ?? 0))
   svc.keys.forgetAll()
+  await svc.adminToken?.reload()
   await svc.workspaces.load()
   for (const id of await svc.connections.reloadAll()) svc.pacer.wake(id)
 }

@@ -300,7 +300,7 @@ describe('the route resolve that finds the API key', () => {
   const plugin = async (answersAtOnce: boolean) => {
     const { authPlugin } = await import('../src/http/auth')
     const { loadConfig } = await import('../src/config')
-    return authPlugin({ config: loadConfig({ CAPSTAN_DATA_DIR: '/nonexistent' }), clients: { ip: () => '127.0.0.1' } as never, keys: { answersAtOnce } as never, adminTokenHash: new Uint8Array(32), sessions: {} as never })
+    return authPlugin({ config: loadConfig({ CAPSTAN_DATA_DIR: '/nonexistent' }), clients: { ip: () => '127.0.0.1' } as never, keys: { answersAtOnce } as never, adminToken: { hash: new Uint8Array(32) }, sessions: {} as never })
   }
 
   test('is synchronous where every key is answered in the same turn (SQLite), and names the fields it reads', async () => {

@@ -847,6 +847,29 @@ describe('webhook deliveries on PostgreSQL', () => {
   })
 })
 
+describe('the admin token on several instances', () => {
+  test('an instance started with a new CAPSTAN_ADMIN_TOKEN replaces it on every instance within a moment: the old one stops working everywhere, the other instance says so, and a dashboard session is good on both', async () => {
+    const { url, srv: a } = await serveShared('admin_token')
+    const renewed = 'a-new-admin-token-after-a-leak-0123456789'
+    const b = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_SECRET_KEY: 'admin_token-shared-test-secret-key-0123456789abcdef', CAPSTAN_ADMIN_TOKEN: renewed } })
+    try {
+      const status = (on: TestServer, token: string) => fetch(`${on.base}/admin/api/workspaces`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.status)
+      // A, started with the old token, takes the new one as soon as it hears
+      await waitFor(async () => (await status(a, renewed)) === 200, 5_000)
+      expect([await status(a, ADMIN_TOKEN), await status(b, ADMIN_TOKEN), await status(b, renewed)]).toEqual([401, 401, 200])
+      expect(a.output).toContain('another instance stored its CAPSTAN_ADMIN_TOKEN as the admin token: this instance now takes that token, not the one it was started with — give every instance the same CAPSTAN_ADMIN_TOKEN')
+      // signed in on B, the dashboard's cookie is good on A (a load balancer may send it to either)
+      const signedIn = await fetch(`${b.base}/admin/session`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-capstan-csrf': '1' }, body: JSON.stringify({ token: renewed }) })
+      expect(signedIn.status).toBe(204)
+      const cookie = signedIn.headers.get('set-cookie')!.split(';')[0]!
+      for (const on of [a, b]) expect((await fetch(`${on.base}/admin/api/session`, { headers: { cookie } })).status).toBe(200)
+    } finally {
+      await b.close()
+      await a.close()
+    }
+  })
+})
+
 describe("this machine's clock against the database server's", () => {
   test('more than 2 s apart, ahead or behind, the instance says so in its log; in step it says nothing; the offset is on /metrics from the start', async () => {
     const url = await pg.createDatabase('clocks')

@@ -72,20 +72,21 @@ export interface AuthOptions {
   clients: ClientAddresses
   keys: KeyService
   /** SHA-256 of the admin token. */
-  adminTokenHash: Uint8Array
+  /** The admin token's hash, read at each use (it follows the stored one: see AdminToken). */
+  adminToken: { readonly hash: Uint8Array }
   sessions: Sessions
   /** The limits' windows when several instances count together (else in memory). */
   windows?: { failures: Windows; perKey: Windows }
 }
 
-export function authPlugin({ config, clients, keys, adminTokenHash, sessions, windows }: AuthOptions) {
+export function authPlugin({ config, clients, keys, adminToken, sessions, windows }: AuthOptions) {
   const ipOf = (request: Request) => clients.ip(request)
   const failures: Windows = windows?.failures ?? new WindowCounter(config.authFailLimit, config.rateWindowMs)
   const perKey: Windows = windows?.perKey ?? new WindowCounter(config.keyRateLimit, config.rateWindowMs)
   const limitHeader = String(config.keyRateLimit)
 
   const matches = (token: unknown, hash: Uint8Array) => typeof token === 'string' && timingSafeEqual(sha256(token), hash)
-  const isAdminToken = (token: unknown) => matches(token, adminTokenHash)
+  const isAdminToken = (token: unknown) => matches(token, adminToken.hash)
   /**
    * A failed credential from the request's client: counted against its address (an IPv6 client by
    * its /64); 429 in place of the 401 while that address is over the failed-auth limit.
@@ -127,7 +128,7 @@ export function authPlugin({ config, clients, keys, adminTokenHash, sessions, wi
     return false
   }
   /** Dashboard sign-in: the admin token. */
-  const checkAdminToken = (request: Request, token: unknown) => checkToken(request, token, adminTokenHash)
+  const checkAdminToken = (request: Request, token: unknown) => checkToken(request, token, adminToken.hash)
   const metricsTokenHash = config.metricsToken === null ? null : sha256(config.metricsToken)
   /** GET /metrics: `Authorization: Bearer <CAPSTAN_METRICS_TOKEN>`, else 401 (429 past the limit). */
   const checkMetricsToken = async (request: Request) => {

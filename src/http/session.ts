@@ -2,7 +2,7 @@
  * Dashboard sessions: a cookie `capstan_session=<expiry>.<id>.<HMAC-SHA256>`. The random id is
  * held server-side (its SHA-256 in `dashboard_sessions`), so signing out ends the session for
  * every copy of the cookie; the HMAC is keyed by the admin token's hash, so changing the admin
- * token ends every session. HttpOnly, SameSite=Strict, Path=/admin, Secure when the request came
+ * token ends every session (on every instance: they follow the stored token, see AdminToken). HttpOnly, SameSite=Strict, Path=/admin, Secure when the request came
  * over TLS. Requests authenticated by the cookie that change something must also carry
  * `X-Capstan-CSRF: 1` — a header a cross-site page cannot send without a CORS preflight, which
  * Capstan never grants.
@@ -26,13 +26,14 @@ const Q = {
 
 export class Sessions {
   constructor(
-    private readonly key: Uint8Array,
+    /** The admin token's hash, read at each use. */
+    private readonly token: { readonly hash: Uint8Array },
     private readonly engine: Engine,
     private readonly now: () => number = Date.now,
   ) {}
 
   private sign(expiry: number, id: string) {
-    return new Bun.CryptoHasher('sha256', this.key).update(`capstan-session.${expiry}.${id}`).digest('base64url')
+    return new Bun.CryptoHasher('sha256', this.token.hash).update(`capstan-session.${expiry}.${id}`).digest('base64url')
   }
 
   /** A new session, stored (durably) before its cookie value is returned. */
