@@ -227,6 +227,8 @@ export async function startServices(svc: Services, retryMs = STARTUP_RETRY_MS) {
     (what) => void heard(svc, what).catch((e) => svc.log.error('an announced change could not be applied', { change: what.split(':')[0], error: String((e as Error)?.message ?? e) })),
     () => void resync(svc).catch((e) => svc.log.error('reading again what other instances changed failed', { error: String((e as Error)?.message ?? e) })),
   )
+  // an admin token another instance stored after this one read it, and before it listened
+  await svc.adminToken?.reload()
   try {
     await recoverAtStart(svc)
   } catch (e) {
