@@ -9,9 +9,10 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
-import { type Engine, databaseAway, insertStatement, MANY_CALLS, mergeable, oneByKey, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
+import { CommitInDoubt, type Engine, databaseAway, insertStatement, MANY_CALLS, mergeable, oneByKey, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
 import { openDatabase } from '../src/db/open'
 import { Writer } from '../src/db/writer'
+import { CommitCutter } from './support/commit-cutter'
 
 setDefaultTimeout(60_000)
 
@@ -293,6 +294,33 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
       expect([readOnly, deadlock, duplicate].map((e) => [e.errno, databaseAway(e)])).toEqual([['25006', true], ['40P01', true], ['23505', false]])
     } finally {
       await sql.close()
+    }
+  })
+
+  test('a COMMIT whose answer is lost (the connection cut once it went): its writes fail as the database away and are not run again — each lands once, never twice', async () => {
+    await engine.run(CLEAR)
+    const cutter = new CommitCutter(join(pgDir, '.s.PGSQL.5432'), join(pgDir, 'cutter'))
+    const through = PgEngine.connect(cutter.via(pg.url), 4)
+    try {
+      // a write that runs again makes a row of its own (a new id each run), as a send would
+      const add = () => through.write((tx) => tx.run(INSERT, crypto.randomUUID(), 1, null, null, 0))
+      await add()
+      cutter.arm()
+      const results = await Promise.allSettled([add(), add()])
+      expect(cutter.cuts).toBe(1)
+      expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected'])
+      for (const r of results) {
+        expect((r as PromiseRejectedResult).reason).toBeInstanceOf(CommitInDoubt)
+        expect(databaseAway((r as PromiseRejectedResult).reason)).toBe(true)
+      }
+      // the two committed once, with the first; nothing ran again
+      expect(await engine.all<{ id: string }>(ALL)).toHaveLength(3)
+      // and the engine goes on
+      await add()
+      expect(await engine.all<{ id: string }>(ALL)).toHaveLength(4)
+    } finally {
+      await through.close()
+      cutter.stop()
     }
   })
 

@@ -194,6 +194,30 @@ export const databaseAway = (error: unknown) => {
   return /^ERR_POSTGRES_(CONNECTION_(CLOSED|REFUSED|FAILED|TIMEOUT)|IDLE_TIMEOUT|LIFETIME_TIMEOUT)$/.test(code) || /^(57P0[123]|08\d{3}|25006|53[123]00|40P01|40001)$/.test(state)
 }
 
+/** The connection to PostgreSQL was lost (closed, timed out, the server going down) — not a statement refused. */
+const connectionLost = (error: unknown) => {
+  const e = error as { code?: unknown; errno?: unknown } | null
+  return /^ERR_POSTGRES_(CONNECTION_(CLOSED|FAILED|TIMEOUT)|IDLE_TIMEOUT|LIFETIME_TIMEOUT)$/.test(String(e?.code ?? '')) || /^(57P0[123]|08\d{3})$/.test(String(e?.errno ?? ''))
+}
+
+/**
+ * A COMMIT went to PostgreSQL and its answer never came back (the connection was lost on the
+ * way): the transaction may have committed, or not — no client can tell from here. Its writes
+ * are not run again (that could make them twice); each fails with this, which is `databaseAway`
+ * (503, and tried again where a write is kept until it lands — those writes are conditional, so
+ * one that did commit changes nothing the second time). An API write sent with an
+ * Idempotency-Key replays its first answer when it did commit.
+ */
+export class CommitInDoubt extends Error {
+  readonly code: unknown
+  readonly errno: unknown
+  constructor(readonly cause: unknown) {
+    super('the connection to the database was lost after COMMIT was sent: the transaction may have committed')
+    this.code = (cause as { code?: unknown } | null)?.code
+    this.errno = (cause as { errno?: unknown } | null)?.errno
+  }
+}
+
 /** A row with that key (a primary key or a UNIQUE index) is already there: the same on both engines. */
 export class UniqueViolation extends Error {
   constructor(readonly cause: unknown) {
@@ -546,8 +570,11 @@ export class PgEngine implements Engine {
         if (undo) throw new Error('a write failed after writing: the batch is undone')
         return settled
       })
-    } catch {
-      // a write failed after writing, a statement failed, or the connection did: each on its own
+    } catch (e) {
+      // the COMMIT may have landed: running the writes again could make each twice
+      if (e instanceof CommitInDoubt) return batch.forEach((b) => b.failed(e))
+      // a write failed after writing, a statement failed, or the connection did before the
+      // COMMIT went (nothing committed): each on its own
       return batch.forEach(alone)
     }
     batch.forEach((b, i) => {
@@ -587,15 +614,18 @@ export class PgEngine implements Engine {
     const begun = conn.unsafe('BEGIN')
     begun.catch(() => {}) // its failure reaches the callback's first statement, or the await below
     const q = this.hooked(pgQueries(conn))
+    let committing = false
     try {
       const out = await fn(q)
       await begun
+      committing = true
       const end = (await conn.unsafe('COMMIT')) as unknown as { command?: string }
       if (end.command !== 'COMMIT') throw new Error(`the transaction was not committed (${end.command})`)
       this.committed(q)
       return out
     } catch (e) {
       await conn.unsafe('ROLLBACK').catch(() => {})
+      if (committing && connectionLost(e)) throw new CommitInDoubt(e)
       throw e
     } finally {
       void conn.release()
