@@ -11,6 +11,7 @@ import { NumberLeases } from '../src/scheduler/leases'
 import { OneAtATime, OneAtATimeEach } from '../src/scheduler/one-at-a-time'
 import { dueAt, eachConcurrently } from '../src/scheduler/pacer'
 import { eachTurn, inProcess, inProcessOnPostgres, settle } from './support/inproc'
+import { CommitCutter } from './support/commit-cutter'
 import { copyRow } from './support/rows'
 import { waitFor } from './support/wait'
 
@@ -451,6 +452,42 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
     await engine.run(stmt('', 'DROP TRIGGER refuse_boom ON messages'))
     await timers.advance(1000)
     expect(await Promise.all(numbers.map(releasedOf))).toEqual(numbers.map(() => 3))
+  })
+
+  test("a tick whose COMMIT's answer is lost (the connection cut once it went): the claims that landed are sent at the next tick, once each, and count against the caps — not left sending for nobody", async () => {
+    const cutter = new CommitCutter(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'cutter'))
+    try {
+      onPg = await inProcessOnPostgres(cutter.via(await database()))
+      const { svc, engine, timers } = onPg
+      const ws = await svc.workspaces.create({ name: 'In doubt' })
+      await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 3, daily_cap: 100, min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = await svc.connections.create(ws.id, { phone: '+15553300001', driver: 'sandbox', config: NO_RECEIPTS })
+      await waitFor(() => svc.pacer.leases.holds(conn.id))
+      const ids: string[] = []
+      for (let i = 0; i < 4; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+155533100${i}0`, body: `in doubt ${i}`, attachments: [] })).id)
+      // (the contacts' activity, written 200 ms after the sends, has its own COMMIT: let it land first)
+      await Bun.sleep(400)
+      cutter.arm()
+      await timers.advance(0)
+      await waitFor(() => cutter.cuts === 1)
+      await settle(20)
+      const statuses = async () => (await Promise.all(ids.map((id) => svc.messages.getAny(id)))).map((m) => m!.status)
+      // the tick's claims landed (three: the hourly cap), and nothing was handed to the network
+      await waitFor(async () => (await statuses()).join() === 'sending,sending,sending,queued')
+      expect(Number((await engine.get<{ n: number }>(stmt('', 'SELECT count(*) AS n FROM sandbox_sends')))!.n)).toBe(0)
+      // a second later the next tick finds them claimed, and sends them; the fourth waits out the hour
+      await timers.advance(1000)
+      await waitFor(async () => (await statuses()).join() === 'sent,sent,sent,queued', 10_000)
+      await timers.advance(5000)
+      await settle(20)
+      expect(await statuses()).toEqual(['sent', 'sent', 'sent', 'queued'])
+      const sends = await engine.all<{ message_id: string; n: number }>(stmt('', 'SELECT message_id, count(*)::int AS n FROM sandbox_sends GROUP BY message_id ORDER BY message_id'))
+      expect(sends).toEqual(ids.slice(0, 3).toSorted().map((message_id) => ({ message_id, n: 1 })))
+    } finally {
+      await onPg?.close()
+      onPg = null
+      cutter.stop()
+    }
   })
 
   test('a number with no gap releases at most 20 in one write; the next write follows at once, in order', async () => {

@@ -14,7 +14,7 @@ import type { Logger } from '../http/log'
 import type { ConnectionService } from '../modules/connections/service'
 import type { MessageService } from '../modules/messages/service'
 import type { MessageRow } from '../modules/messages/store'
-import type { Queries } from '../db/engine'
+import { CommitInDoubt, type Queries } from '../db/engine'
 import type { WorkspaceService } from '../modules/workspaces/service'
 import { nextWarmupStep } from './warmup'
 import { NumberLeases, RENEW_MS } from './leases'
@@ -151,8 +151,13 @@ export class Pacer {
   private running = false
   /** The ticks, one at a time: one asked for while one runs runs right after it. */
   private readonly ticks = new OneAtATime(async () => {
-    if (this.running) await this.release()
+    if (!this.running) return
+    // claims whose write may have landed are settled before anything more is claimed
+    if (this.inDoubt.length > 0 && !(await this.settleInDoubt())) return this.schedule(1000)
+    await this.release()
   })
+  /** Messages a tick claimed in a write whose COMMIT's answer was lost (see settleInDoubt). */
+  private inDoubt: { live: NonNullable<ReturnType<ConnectionService['find']>>; row: MessageRow }[] = []
   /** numbers woken while a tick runs: they stay pending whatever that tick found */
   private readonly rewoken = new Set<string>()
 
@@ -334,6 +339,50 @@ export class Pacer {
     }, Math.max(0, delay))
   }
 
+  /**
+   * Claims made by a write whose COMMIT's answer was lost (`CommitInDoubt`): where it landed, the
+   * message is `sending` with nothing sending it — the network never had it — so it is sent now
+   * and counted against its number's caps; where it did not, the message is still queued and is
+   * released as any other. Read, with the numbers' leases, before the tick claims anything (a
+   * number another instance took over meanwhile is its own to settle, by its crash recovery).
+   * False while the database cannot be read: the next tick, a second later, tries again first.
+   */
+  private async settleInDoubt(): Promise<boolean> {
+    const claimed = this.inDoubt
+    let landed: typeof claimed
+    try {
+      landed = await this.deps.engine.write(async (tx) => {
+        const out: typeof claimed = []
+        for (const c of claimed) {
+          if (this.leases.checked && !(await this.leases.heldIn(tx, c.row.connection_id))) continue
+          if (await this.messages.claimLandedIn(tx, c.row)) out.push(c)
+        }
+        return out
+      })
+    } catch (e) {
+      this.log.errorAtMostEvery(60_000, 'pacer tick failed', { error: String((e as Error)?.message ?? e) })
+      return false
+    }
+    this.inDoubt = []
+    for (const { live, row } of landed) {
+      this.counted(row.connection_id, row.updated_at)
+      void this.messages.dispatch(live, row)
+    }
+    if (landed.length > 0) this.log.warn('messages claimed by a write whose answer was lost had been claimed: they are sent now', { messages: landed.length })
+    return true
+  }
+
+  /** A release made at `at` that the number's state in memory does not hold yet. */
+  private counted(connectionId: string, at: number) {
+    const st = this.states.get(connectionId)
+    // (a state not read yet reads it from the table)
+    if (!st?.loaded) return
+    let i = st.times.length
+    while (i > st.start && st.times[i - 1]! > at) i--
+    st.times.splice(i, 0, at)
+    st.last = Math.max(st.last ?? at, at)
+  }
+
   private drawGap(p: Policy) {
     return p.min_gap_seconds + this.random() * (p.max_gap_seconds - p.min_gap_seconds)
   }
@@ -496,6 +545,8 @@ export class Pacer {
       // nothing was released (e.g. the disk is full): releases counted in memory must not count
       // against the caps, or after the fault a number would wait out an hour or a day for nothing
       for (const saved of before) restore(saved)
+      // or nobody can tell: the COMMIT went and its answer was lost — settled at the next tick
+      if (e instanceof CommitInDoubt) this.inDoubt.push(...released)
       // a lasting fault is told once a minute, a storage one without a stack
       this.log.errorAtMostEvery(60_000, 'pacer tick failed', { error: String((transientWriteError(e) ? (e as Error).message : (e as Error)?.stack) ?? e) })
       return null

@@ -561,6 +561,11 @@ export class MessageService {
     return claimed
   }
 
+  /** Whether a claim markSendingIn made (its row) landed: the message is `sending` by it, as made. */
+  claimLandedIn(tx: Queries, row: MessageRow): Promise<boolean> {
+    return this.store.claimed(tx, row)
+  }
+
   /**
    * The network accepted a message: its id for it, for its later parts if it took several, and the
    * recipient's address there when that is not the number sent to (see network_addresses).

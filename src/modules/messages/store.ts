@@ -148,6 +148,8 @@ const Q = {
   ),
   markResend: stmt("UPDATE messages SET resend = 1 WHERE id = ? AND status = 'sending'"),
   takeResend: stmt("UPDATE messages SET resend = 0 WHERE id = ? AND status = 'sending' AND resend = 1"),
+  // a claim as it was made (its times): still `sending` by it, not handed back, not moved on
+  claimed: stmt("SELECT 1 AS yes FROM messages WHERE id = ? AND status = 'sending' AND sending_at = ? AND updated_at = ? AND resend = 0"),
   queuedConnections: stmt("SELECT DISTINCT connection_id FROM messages WHERE status = 'queued'"),
   releases: stmt('SELECT sending_at FROM messages WHERE connection_id = ? AND sending_at >= ? ORDER BY sending_at'),
   // through messages_releases too: the number's one-to-one sends since a time still without their last report
@@ -332,6 +334,11 @@ export class MessageStore {
   }
 
   /** Take a send marked to hand over again: whether this write cleared the mark (only one does). */
+  /** Whether the claim `row` describes (markSendingIn's row) is in the table as made. */
+  async claimed(tx: Queries, row: Pick<MessageRow, 'id' | 'sending_at' | 'updated_at'>): Promise<boolean> {
+    return (await tx.get(Q.claimed, row.id, row.sending_at, row.updated_at)) !== null
+  }
+
   async takeResend(tx: Queries, id: string): Promise<boolean> {
     return (await tx.run(Q.takeResend, id)) > 0
   }
