@@ -92,14 +92,15 @@ export async function serve() {
     fail(`the start failed: ${reasonOf(e)}`)
   }
   const jobs = startJobs(svc)
+  // this machine's clock against the database's, before the first request (its offset is on
+  // /metrics from then on); a check that cannot be made now is made by the job in ten minutes
+  await svc.clockCheck.run().catch(() => {})
   // the bucket, where media is kept in one (a local folder is the data directory's disk, reported as such)
   const store = svc.media.store
   const app = buildApp({ svc, adminToken: svc.adminToken, probes: { scanner: () => svc.media.scannerReachable(), ...(store.reachable ? { media: () => store.reachable!() } : {}) } })
   app.listen({ hostname: config.host, port: config.port })
   log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, database: config.databaseUrl ? `postgres ${databaseWhere(config.databaseUrl)}` : 'sqlite', migrations_applied: applied })
   warnIfDiskLow(svc)
-  // (a check that cannot be made now is made by the job in ten minutes)
-  await svc.clockCheck.run().catch(() => {})
   // instances sharing a database see one another's messages, but files only in one bucket
   if (config.databaseUrl && config.mediaStore.kind !== 's3') log.warn(LOCAL_MEDIA_ON_POSTGRES, { media_dir: config.mediaDir })
   log.flush()
