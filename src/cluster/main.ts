@@ -80,6 +80,8 @@ for (let i = 1; i <= count; i++) {
   instances.push({ name, url: `http://127.0.0.1:${instancePort}`, proc })
 }
 
+// (declared before stopAll, which an instance failing to start calls before the proxy exists)
+let proxy: ReturnType<typeof Bun.serve> | null = null
 let stopping = false
 async function stopAll(code: number) {
   if (stopping) return
@@ -110,7 +112,6 @@ for (const i of instances) {
 }
 
 let next = 0
-let proxy: ReturnType<typeof Bun.serve> | null = null
 proxy = Bun.serve({
   hostname: host,
   port,

@@ -174,13 +174,18 @@ export class S3MediaStore implements MediaStore {
     // otherwise pass here and fail every upload, retention and erasure later
     const probe = `${this.prefix}.capstan-check-${crypto.randomUUID()}`
     const bytes = new TextEncoder().encode('capstan can write, read and delete here\n')
+    // a refusal is said at once; anything else (a server error, a timeout) is tried twice more first
     const step = async (what: string, run: () => Promise<unknown>) => {
-      try {
-        await run()
-        return null
-      } catch (e) {
-        const code = codeOf(e)
-        return `the bucket ${this.bucket} refused to ${what} an object (${code || (e as Error)?.message || e}): the credentials need s3:PutObject, s3:GetObject and s3:DeleteObject on its objects, and s3:ListBucket on it`
+      for (let tries = 1; ; tries++) {
+        try {
+          await run()
+          return null
+        } catch (e) {
+          const code = codeOf(e)
+          if (/AccessDenied|Forbidden|NotImplemented|MethodNotAllowed/.test(code)) return `the bucket ${this.bucket} refused to ${what} an object (${code}): the credentials need s3:PutObject, s3:GetObject and s3:DeleteObject on its objects, and s3:ListBucket on it`
+          if (tries === 3) return `the bucket ${this.bucket} could not ${what} an object (${code || (e as Error)?.message || e})`
+          await Bun.sleep(200 * tries)
+        }
       }
     }
     return (
