@@ -368,7 +368,7 @@ export class Pacer {
       this.counted(row.connection_id, row.updated_at)
       void this.messages.dispatch(live, row)
     }
-    if (landed.length > 0) this.log.warn('messages claimed by a write whose answer was lost had been claimed: they are sent now', { messages: landed.length })
+    if (landed.length > 0) this.log.warn("a tick's write whose answer was lost had claimed messages: they are sent now", { messages: landed.length })
     return true
   }
 
