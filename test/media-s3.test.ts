@@ -261,7 +261,7 @@ describe('a bucket Capstan cannot use stops the start', () => {
     }
     // the one the delete was refused for stays (nothing could delete it); a start on a bucket that
     // takes everything leaves nothing of its own check behind
-    expect(await s3.keys('capstan-media', 'checked/')).toEqual([expect.stringMatching(/^checked\/\.capstan-check-[0-9a-f-]{36}$/)])
+    expect(await s3.keys('capstan-media', 'checked/')).toEqual([expect.stringMatching(/^checked\/\.capstan-probe-[0-9a-f-]{36}$/)])
     const served = await TestServer.start({ env: s3.env('s3://capstan-media/checked/') })
     await served.close()
     expect(await s3.keys('capstan-media', 'checked/')).toHaveLength(1)

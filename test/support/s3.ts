@@ -3,7 +3,11 @@
  * port, its objects in a temp folder), with the environment a Capstan needs to keep its media there.
  * s3rver is patched (patches/, applied by `bun install`) to page listings under Bun as under Node:
  * its continuation token's cipher by the name Bun knows (`des-cbc`), and its folders walked in
- * sorted order (Node's readdir sorts, Bun's does not), so a listing of more than 1,000 keys works.
+ * sorted order (Node's readdir sorts, Bun's does not), so a listing of more than 1,000 keys works;
+ * and so that a put and a delete at once in one folder (instances starting together, each
+ * checking the bucket with an object of its own) neither fail the delete nor crash the server: a
+ * put answers once its file is written (or fails with its error), and a delete prunes folders
+ * another delete may be pruning too.
  */
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'

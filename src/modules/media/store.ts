@@ -170,9 +170,10 @@ export class S3MediaStore implements MediaStore {
       return `the bucket ${this.bucket} cannot be reached (${code || (e as Error)?.message || e}); check S3_ENDPOINT`
     }
     // then what Capstan does with objects, once each, on an object of its own (instances starting
-    // at once check apart): credentials allowed to list but not to write or delete would
+    // at once check apart; its name is outside the listing above, so no instance's listing meets
+    // another's object as it goes): credentials allowed to list but not to write or delete would
     // otherwise pass here and fail every upload, retention and erasure later
-    const probe = `${this.prefix}.capstan-check-${crypto.randomUUID()}`
+    const probe = `${this.prefix}.capstan-probe-${crypto.randomUUID()}`
     const bytes = new TextEncoder().encode('capstan can write, read and delete here\n')
     // a refusal is said at once; anything else (a server error, a timeout) is tried twice more first
     const step = async (what: string, run: () => Promise<unknown>) => {
