@@ -1320,22 +1320,32 @@ describe('the pair rate limit (131056)', () => {
  * than a stop waits for a send), the server stopped by `signal` during that wait, and started
  * again. The message's id, its row as the stop left it, and how many times Meta was asked to take it.
  */
-async function stoppedWhileMetaHolds(own: TestServer, signal: 'SIGTERM' | 'SIGKILL') {
-  const { key, conn } = await setup({}, own)
+/**
+ * A text sent through `on` that Meta asks twice to slow down (131056): resolves once both are
+ * refused, the sender now waiting 15 s before it tries again. Its id, and how many tries Meta got.
+ */
+async function waitingOutSlowDown(on: TestServer, key: string, connId: string, body: string) {
   const to = newPhone()
   graph.state.failFor[to.slice(1)] = [131056, 131056]
-  const r = await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, own.base), body: 'Wait for it' } })
+  const r = await on.api(key, 'POST', '/messages', { json: { connection_id: connId, recipient: await talking(connId, to, on.base), body } })
   expect(r.status).toBe(202)
-  await waitFor(() => graph.seen.filter((s) => s.json?.to === to.slice(1)).length === 2, 10_000)
-  expect((await msg(key, r.json.data.id, own)).status).toBe('sending')
+  const tries = () => graph.seen.filter((s) => s.json?.to === to.slice(1))
+  await waitFor(() => tries().length === 2, 10_000)
+  return { id: r.json.data.id as string, tries }
+}
+
+async function stoppedWhileMetaHolds(own: TestServer, signal: 'SIGTERM' | 'SIGKILL') {
+  const { key, conn } = await setup({}, own)
+  const { id, tries } = await waitingOutSlowDown(own, key, conn.id, 'Wait for it')
+  expect((await msg(key, id, own)).status).toBe('sending')
   // (a moment for the wait's mark to be written)
   await Bun.sleep(200)
   await own.stop(signal)
   const d = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
-  const row = d.query('SELECT status, resend, error_code FROM messages WHERE id = ?').get(r.json.data.id)
+  const row = d.query('SELECT status, resend, error_code FROM messages WHERE id = ?').get(id)
   d.close()
   await own.boot()
-  return { key, id: r.json.data.id as string, row, tries: () => graph.seen.filter((s) => s.json?.to === to.slice(1)).length }
+  return { key, id, row, tries: () => tries().length }
 }
 
 describe('a graceful stop while Meta asks to slow down', () => {
@@ -2076,22 +2086,18 @@ describe('two instances on one PostgreSQL', () => {
 
   test('an instance stopped gracefully while Meta asks to slow down hands its send back: the other takes the number over and sends it, once', async () => {
     await numberOfA({}, async ({ a, b, db, key, connId }) => {
-      const to = newPhone()
-      graph.state.failFor[to.slice(1)] = [131056, 131056]
-      const r = await a.api(key, 'POST', '/messages', { json: { connection_id: connId, recipient: await talking(connId, to, a.base), body: 'Handed over' } })
-      expect(r.status).toBe(202)
       // refused twice on A, which now waits 15 s before it tries again
-      await waitFor(() => graph.seen.filter((s) => s.json?.to === to.slice(1)).length === 2, 10_000)
+      const { id, tries } = await waitingOutSlowDown(a, key, connId, 'Handed over')
       await a.stop('SIGTERM')
       const sent = await waitFor(async () => {
-        const m = await msg(key, r.json.data.id, b)
+        const m = await msg(key, id, b)
         return m.status === 'sent' ? m : null
       }, 15_000)
       expect(sent.error).toBeNull()
       expect(sent.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent'])
-      expect((await db`SELECT resend FROM messages WHERE id = ${r.json.data.id}`)[0].resend).toBe(0)
+      expect((await db`SELECT resend FROM messages WHERE id = ${id}`)[0].resend).toBe(0)
       await Bun.sleep(1000)
-      expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(3)
+      expect(tries()).toHaveLength(3)
     })
   }, 60_000)
 
@@ -2112,13 +2118,9 @@ describe('two instances on one PostgreSQL', () => {
 
   test('an instance that stands still (SIGSTOP) while Meta asks it to slow down: the other takes the number and sends the message; woken, the first finds it taken and stands back — Meta gets it once', async () => {
     await numberOfA({}, async ({ a, b, db, key, connId }) => {
-      const to = newPhone()
-      graph.state.failFor[to.slice(1)] = [131056, 131056]
-      const r = await a.api(key, 'POST', '/messages', { json: { connection_id: connId, recipient: await talking(connId, to, a.base), body: 'Still there?' } })
-      expect(r.status).toBe(202)
       // refused twice on A, which now waits 15 s before it tries again, the send marked as waiting
-      await waitFor(() => graph.seen.filter((s) => s.json?.to === to.slice(1)).length === 2, 10_000)
-      await waitFor(async () => (await db`SELECT resend FROM messages WHERE id = ${r.json.data.id}`)[0].resend === 1, 5_000)
+      const { id, tries } = await waitingOutSlowDown(a, key, connId, 'Still there?')
+      await waitFor(async () => (await db`SELECT resend FROM messages WHERE id = ${id}`)[0].resend === 1, 5_000)
       const holder = async () => (await db`SELECT owner FROM number_leases WHERE connection_id = ${connId}`)[0].owner as string
       const stood = await holder()
       process.kill(a.proc.pid, 'SIGSTOP')
@@ -2126,7 +2128,7 @@ describe('two instances on one PostgreSQL', () => {
         // its lease runs out; B takes the number over and, finding the send marked, sends it
         await waitFor(async () => (await holder()) !== stood, 30_000)
         const sent = await waitFor(async () => {
-          const m = await msg(key, r.json.data.id, b)
+          const m = await msg(key, id, b)
           return m.status === 'sent' ? m : null
         }, 15_000)
         expect(sent.timeline.map((e: any) => e.status)).toEqual(['queued', 'sending', 'sent'])
@@ -2135,12 +2137,11 @@ describe('two instances on one PostgreSQL', () => {
       }
       // A wakes past its 15 s wait: the send is no longer its to make
       await Bun.sleep(3000)
-      const tries = graph.seen.filter((s) => s.json?.to === to.slice(1))
-      expect(tries).toHaveLength(3)
-      const row = (await db`SELECT status, resend, external_id FROM messages WHERE id = ${r.json.data.id}`)[0]
-      expect([row.status, row.resend, row.external_id]).toEqual(['sent', 0, tries[2]!.wamid])
+      expect(tries()).toHaveLength(3)
+      const row = (await db`SELECT status, resend, external_id FROM messages WHERE id = ${id}`)[0]
+      expect([row.status, row.resend, row.external_id]).toEqual(['sent', 0, tries()[2]!.wamid])
       // A is alive and serves
-      expect((await a.api(key, 'GET', `/messages/${r.json.data.id}`)).json.data.status).toBe('sent')
+      expect((await a.api(key, 'GET', `/messages/${id}`)).json.data.status).toBe('sent')
     })
   }, 90_000)
 
