@@ -185,19 +185,15 @@ export async function databaseState(db: Queries): Promise<'ok' | 'read_only' | '
  * refused, closed or timed out (08…); the server shutting down, starting up or in recovery
  * (57P01–03); read-only (25006: a primary being demoted in a failover, or a standby the URL now
  * reaches); out of connections, memory or disk (53100–53300); a deadlock or serialization failure
- * that rolled the transaction back (40P01, 40001). The request may be tried again.
+ * that rolled the transaction back (40P01, 40001). The request may be tried again. (One case
+ * may have changed something: a COMMIT whose answer was lost, `CommitInDoubt`.)
  */
-export const databaseAway = (error: unknown) => {
-  const e = error as { code?: unknown; errno?: unknown } | null
-  const code = String(e?.code ?? '')
-  const state = String(e?.errno ?? '')
-  return /^ERR_POSTGRES_(CONNECTION_(CLOSED|REFUSED|FAILED|TIMEOUT)|IDLE_TIMEOUT|LIFETIME_TIMEOUT)$/.test(code) || /^(57P0[123]|08\d{3}|25006|53[123]00|40P01|40001)$/.test(state)
-}
+export const databaseAway = (error: unknown) => connectionLost(error) || /^(25006|53[123]00|40P01|40001)$/.test(String((error as { errno?: unknown } | null)?.errno ?? ''))
 
-/** The connection to PostgreSQL was lost (closed, timed out, the server going down) — not a statement refused. */
+/** The connection to PostgreSQL could not be made or was lost (refused, closed, timed out, the server going down) — not a statement refused. */
 const connectionLost = (error: unknown) => {
   const e = error as { code?: unknown; errno?: unknown } | null
-  return /^ERR_POSTGRES_(CONNECTION_(CLOSED|FAILED|TIMEOUT)|IDLE_TIMEOUT|LIFETIME_TIMEOUT)$/.test(String(e?.code ?? '')) || /^(57P0[123]|08\d{3})$/.test(String(e?.errno ?? ''))
+  return /^ERR_POSTGRES_(CONNECTION_(CLOSED|REFUSED|FAILED|TIMEOUT)|IDLE_TIMEOUT|LIFETIME_TIMEOUT)$/.test(String(e?.code ?? '')) || /^(57P0[123]|08\d{3})$/.test(String(e?.errno ?? ''))
 }
 
 /**

@@ -2,10 +2,10 @@
  * Dashboard sessions: a cookie `capstan_session=<expiry>.<id>.<HMAC-SHA256>`. The random id is
  * held server-side (its SHA-256 in `dashboard_sessions`), so signing out ends the session for
  * every copy of the cookie; the HMAC is keyed by the admin token's hash, so changing the admin
- * token ends every session (on every instance: they follow the stored token, see AdminToken). HttpOnly, SameSite=Strict, Path=/admin, Secure when the request came
- * over TLS. Requests authenticated by the cookie that change something must also carry
- * `X-Capstan-CSRF: 1` — a header a cross-site page cannot send without a CORS preflight, which
- * Capstan never grants.
+ * token ends every session (on every instance: they follow the stored token, see AdminToken).
+ * HttpOnly, SameSite=Strict, Path=/admin, Secure when the request came over TLS. Requests
+ * authenticated by the cookie that change something must also carry `X-Capstan-CSRF: 1` — a
+ * header a cross-site page cannot send without a CORS preflight, which Capstan never grants.
  */
 import { timingSafeEqual } from 'node:crypto'
 import { type Engine, stmt } from '../db/engine'
