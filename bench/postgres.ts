@@ -15,7 +15,8 @@
  * they answer as more clients wait on them.
  * BENCH_NUMBERS, BENCH_PER_NUMBER: the release run's numbers (1,000, in fifties) and messages queued on
  * each (20). BENCH_PG_WAITS=1: the release run also prints its messages by status every 200 ms and what the
- * database's sessions were doing (pg_stat_activity sampled every 10 ms).
+ * database's sessions were doing (pg_stat_activity sampled every 10 ms). BENCH_KEEP_LOGS=<folder>: each
+ * instance's log (warnings and errors: the runs set CAPSTAN_LOG_LEVEL=warn) kept there.
  */
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -50,15 +51,19 @@ const env = (url: string) => ({ CAPSTAN_DATABASE_URL: url, CAPSTAN_SECRET_KEY: S
 if (runs('post')) {
 const ceilingPort = await freePort()
 const ceilingUrl = await database('ceiling')
-const ceiling = Bun.spawn(['bun', join(ROOT, 'bench/bare-pg-insert.ts')], { env: { ...process.env, PORT: String(ceilingPort), DATABASE_URL: ceilingUrl }, stdout: 'ignore', stderr: 'inherit' })
-// the same ceiling as two processes on that one database, for the two instances' like-for-like figure
-const ceilingPortB = await freePort()
-const ceilingB = Bun.spawn(['bun', join(ROOT, 'bench/bare-pg-insert.ts')], { env: { ...process.env, PORT: String(ceilingPortB), DATABASE_URL: ceilingUrl }, stdout: 'ignore', stderr: 'inherit' })
-for (const port of [ceilingPort, ceilingPortB])
+const bare = async (port: number) => {
+  const p = Bun.spawn(['bun', join(ROOT, 'bench/bare-pg-insert.ts')], { env: { ...process.env, PORT: String(port), DATABASE_URL: ceilingUrl }, stdout: 'ignore', stderr: 'inherit' })
   for (let i = 0; i < 200; i++) {
-    if ((await fetch(`http://127.0.0.1:${port}/`, { method: 'POST', body: '{"recipient":"+15550000000","body":"up?"}' }).catch(() => null))?.status === 202) break
+    if ((await fetch(`http://127.0.0.1:${port}/`, { method: 'POST', body: '{"recipient":"+15550000000","body":"up?"}' }).catch(() => null))?.status === 202) return p
     await Bun.sleep(50)
   }
+  throw new Error('the bare insert server did not start')
+}
+const ceiling = await bare(ceilingPort)
+// the same ceiling as two processes on that one database, for the two instances' like-for-like
+// figure — started once the first has made the table (two CREATE TABLE IF NOT EXISTS at once race)
+const ceilingPortB = await freePort()
+const ceilingB = await bare(ceilingPortB)
 const oneUrl = await database('one')
 const twoUrl = await database('two')
 const one = await startCapstan(env(oneUrl))

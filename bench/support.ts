@@ -86,7 +86,9 @@ export async function startCapstan(env: Record<string, string> = {}, root = ROOT
       CAPSTAN_CLAMD: `unix:${join(dir, 'none.sock')}`,
       ...env,
     },
-    stdout: 'ignore', // the request log still runs (default level info), its output is discarded
+    // the request log still runs (default level info), its output discarded — or, with
+    // BENCH_KEEP_LOGS set to a folder, kept there (one file per instance, left after it stops)
+    stdout: process.env.BENCH_KEEP_LOGS ? Bun.file(join(process.env.BENCH_KEEP_LOGS, `capstan-${port}.log`)) : 'ignore',
     stderr: 'inherit',
   })
   const base = `http://127.0.0.1:${port}`

@@ -186,6 +186,8 @@ export class Metrics {
     }
     const offset = svc.clockCheck.offsetMs
     if (offset !== null) out.metric('capstan_clock_offset_seconds', 'gauge', "This machine's clock minus the database server's, at the last check (every ten minutes; instances sharing a database need their clocks in step).", [[{}, offset / 1000]])
+    if (svc.deps.engine.shared)
+      out.metric('capstan_settings_differences_total', 'counter', "Other instances on this database heard with limits (CAPSTAN_KEY_RATE_LIMIT, …) that differ from this instance's: at their start, or in their answer to this one's.", [[{}, svc.settingsCheck.differences]])
     const backup = svc.backups.status()
     if (backup.state !== 'off') {
       out.metric('capstan_backup_last_success_timestamp_seconds', 'gauge', 'When the newest complete automatic backup was made (Unix time; 0 when none is).', [[{}, backup.last_success_at === null ? 0 : Math.round(Date.parse(backup.last_success_at) / 1000)]])

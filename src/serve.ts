@@ -95,6 +95,8 @@ export async function serve() {
   // this machine's clock against the database's, before the first request (its offset is on
   // /metrics from then on); a check that cannot be made now is made by the job in ten minutes
   await svc.clockCheck.run().catch(() => {})
+  // this instance's limits to the others already running, which answer with theirs
+  await svc.settingsCheck.announce().catch((e) => log.warn('could not tell the other instances this one\'s limits', { error: String((e as Error)?.message ?? e).slice(0, 200) }))
   // the bucket, where media is kept in one (a local folder is the data directory's disk, reported as such)
   const store = svc.media.store
   const app = buildApp({ svc, adminToken: svc.adminToken, probes: { scanner: () => svc.media.scannerReachable(), ...(store.reachable ? { media: () => store.reachable!() } : {}) } })

@@ -25,6 +25,7 @@ import { WebhookService } from './modules/webhooks/service'
 import { WorkspaceService } from './modules/workspaces/service'
 import { type Timers, Pacer, realTimers } from './scheduler/pacer'
 import { ClockCheck } from './scheduler/clock-check'
+import { ANNOUNCED as SETTINGS, SettingsCheck, sharedSettings } from './settings-check'
 import type { AdminToken } from './admin-token'
 import type { SecretBox } from './secrets'
 import { EventCounters } from './counters'
@@ -47,6 +48,8 @@ export interface Services {
   schema: SchemaWatch
   /** This machine's clock against the database server's (PostgreSQL: instances compare times). */
   clockCheck: ClockCheck
+  /** This instance's limits against the other instances' (PostgreSQL: they must agree). */
+  settingsCheck: SettingsCheck
   /** The admin token's hash, following the stored one (serve.ts sets it; tests in process have none). */
   adminToken?: AdminToken
   workspaces: WorkspaceService
@@ -139,6 +142,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
     startup: { state: 'starting', retry: null },
     schema: new SchemaWatch(),
     clockCheck: new ClockCheck(deps.engine, log),
+    settingsCheck: new SettingsCheck(deps.engine, sharedSettings(deps.config), log),
     workspaces,
     keys: new KeyService(deps, workspaces, audit),
     audit,
@@ -299,6 +303,10 @@ async function heard(svc: Services, what: string) {
       return
     case 'admin-token':
       await svc.adminToken?.reload()
+      return
+    case SETTINGS.start:
+    case SETTINGS.answer:
+      await svc.settingsCheck.heard(kind, id)
       return
   }
 }

@@ -870,6 +870,33 @@ describe('the admin token on several instances', () => {
   })
 })
 
+describe('the limits of several instances', () => {
+  test('an instance started with other limits than those running says so, and each running instance says so too; instances that agree say nothing; /metrics counts it', async () => {
+    const token = 'settings-metrics-token-0123456789abcdef'
+    const { url, srv: a, another } = await serveShared('settings_check', { CAPSTAN_METRICS_TOKEN: token })
+    const b = await another()
+    const c = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_SECRET_KEY: 'settings_check-shared-test-secret-key-0123456789abcdef', CAPSTAN_METRICS_TOKEN: token, CAPSTAN_KEY_RATE_LIMIT: '120', CAPSTAN_MAX_JSON_BYTES: '4096' } })
+    try {
+      const said = (on: TestServer) => on.output.split('\n').filter((l) => l.includes('has other limits'))
+      const counted = async (on: TestServer) => Number(/^capstan_settings_differences_total (\S+)$/m.exec(await (await fetch(`${on.base}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text())![1])
+      // C heard the two running instances' answers; each of them heard C's start
+      await waitFor(() => said(c).length === 2 && said(a).length === 1 && said(b).length === 1, 10_000)
+      const theirs = 'has other limits: CAPSTAN_KEY_RATE_LIMIT is 60 there and 120 here; CAPSTAN_MAX_JSON_BYTES is 1048576 there and 4096 here. Instances sharing a database need the same limits'
+      const its = 'has other limits: CAPSTAN_KEY_RATE_LIMIT is 120 there and 60 here; CAPSTAN_MAX_JSON_BYTES is 4096 there and 1048576 here. Instances sharing a database need the same limits'
+      for (const line of said(c)) expect(line).toContain(theirs)
+      for (const on of [a, b]) expect(said(on)[0]).toContain(its)
+      expect([await counted(a), await counted(b), await counted(c)]).toEqual([1, 1, 2])
+      // A and B agree: B's start raised nothing on either (only C's did, once each)
+      await Bun.sleep(300)
+      expect([said(a).length, said(b).length, said(c).length]).toEqual([1, 1, 2])
+    } finally {
+      await c.close()
+      await b.close()
+      await a.close()
+    }
+  })
+})
+
 describe("this machine's clock against the database server's", () => {
   test('more than 2 s apart, ahead or behind, the instance says so in its log; in step it says nothing; the offset is on /metrics from the start', async () => {
     const url = await pg.createDatabase('clocks')
