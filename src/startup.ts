@@ -151,10 +151,39 @@ export async function postgresOrExit(url: string, pool: number): Promise<{ engin
   try {
     const [row] = await admin`SELECT current_setting('server_version_num')::int AS v`
     if (Number(row.v) < 150000) fail(`the database ${where} runs PostgreSQL ${Math.floor(Number(row.v) / 10000)}; Capstan needs 15 or newer`)
-    return { engine: PgEngine.connect(url, pool), applied: await migratePostgres(admin) }
+    const applied = await migratePostgres(admin)
+    if (!(await hearsAnnouncements(admin))) fail(NOT_HEARD(where))
+    return { engine: PgEngine.connect(url, pool), applied }
   } catch (e) {
     fail(postgresFailure(e, where))
   } finally {
     await admin.close().catch(() => {})
+  }
+}
+
+/** How long a start waits to hear its own probe announced (on a direct connection: a few ms). */
+export const HEARING_WAIT_MS = 5_000
+
+const NOT_HEARD = (where: string) =>
+  `the database ${where} does not pass on what Capstan announces (LISTEN/NOTIFY): a connection pooler in transaction or statement mode in front of it? Capstan needs a direct connection or a pooler in session mode — without it a key revoked on one instance would still work on the others`
+
+/**
+ * Whether what is announced on the database reaches this process: instances hear each other's
+ * changes (a key revoked, a workspace deactivated) through LISTEN/NOTIFY, which a pooler in
+ * transaction or statement mode does not pass on (a LISTEN made on a connection lent out for one
+ * statement hears nothing). A probe on a channel of its own, so running instances do not hear it.
+ */
+export async function hearsAnnouncements(db: InstanceType<typeof Bun.SQL>, waitMs = HEARING_WAIT_MS): Promise<boolean> {
+  const probe = crypto.randomUUID()
+  let heard!: () => void
+  const got = new Promise<true>((done) => (heard = () => done(true)))
+  const subscription = await db.listen('capstan_probe', (payload) => {
+    if (payload === probe) heard()
+  })
+  try {
+    await db`SELECT pg_notify('capstan_probe', ${probe})`
+    return await Promise.race([got, Bun.sleep(waitMs).then(() => false)])
+  } finally {
+    await subscription.unlisten().catch(() => {})
   }
 }

@@ -22,6 +22,7 @@ import { HOLD_MS } from '../src/modules/media/holds'
 import { certificates } from './support/tls'
 import { holdRows } from './support/hold'
 import { waitFor } from './support/wait'
+import { DeafPooler } from './support/deaf-pooler'
 
 setDefaultTimeout(120_000)
 
@@ -112,6 +113,21 @@ describe('a database capstan serve cannot use stops the start', () => {
     } finally {
       await srv.close()
     }
+  })
+
+  test('reached through something that does not pass on notifications (a pooler in transaction mode): one line naming it, exit 2; the same database reached directly serves', async () => {
+    const url = await pg.createDatabase('deaf')
+    const pooler = new DeafPooler(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'deaf'))
+    try {
+      const r = await start({ CAPSTAN_DATABASE_URL: pooler.via(url) })
+      expect([r.code, r.made]).toEqual([2, false])
+      expect(r.err).toMatch(/^capstan: the database .+\/deaf does not pass on what Capstan announces \(LISTEN\/NOTIFY\): a connection pooler in transaction or statement mode in front of it\? Capstan needs a direct connection or a pooler in session mode — without it a key revoked on one instance would still work on the others$/)
+      expect(pooler.dropped).toBe(1)
+    } finally {
+      pooler.stop()
+    }
+    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn' } })
+    await srv.close()
   })
 
   test('a database a newer Capstan migrated: one line, exit 2, nothing changed', async () => {
