@@ -90,7 +90,7 @@ async function main(argv: string[]) {
     case 'migrate': {
       const config = configOrExit()
       if (config.databaseUrl) {
-        const { applied } = await postgresOrExit(config.databaseUrl, config.databasePool)
+        const { applied } = await postgresOrExit(config.databaseUrl, config.databasePool, { serving: false })
         console.log(applied.length ? `applied migrations ${applied.join(', ')}` : 'database is up to date')
         process.exit(0)
       }

@@ -143,16 +143,18 @@ export function postgresFailure(e: unknown, where: string): string {
 /**
  * PostgreSQL (CAPSTAN_DATABASE_URL), reachable, version 15 or newer, and migrated — by one
  * instance at a time — or one line and exit 2: unreachable, wrong credentials, no such database,
- * too old a server, or a schema a newer Capstan wrote (nothing is changed then).
+ * too old a server, or a schema a newer Capstan wrote (nothing is changed then); for an instance
+ * that serves, also one whose announcements do not come back (`hearsAnnouncements`).
  */
-export async function postgresOrExit(url: string, pool: number): Promise<{ engine: PgEngine; applied: number[] }> {
+export async function postgresOrExit(url: string, pool: number, { serving = true } = {}): Promise<{ engine: PgEngine; applied: number[] }> {
   const where = databaseWhere(url)
   const admin = new Bun.SQL(url, { max: 1, connectionTimeout: 10, bigint: true })
   try {
     const [row] = await admin`SELECT current_setting('server_version_num')::int AS v`
     if (Number(row.v) < 150000) fail(`the database ${where} runs PostgreSQL ${Math.floor(Number(row.v) / 10000)}; Capstan needs 15 or newer`)
     const applied = await migratePostgres(admin)
-    if (!(await hearsAnnouncements(admin))) fail(NOT_HEARD(where))
+    // (an instance that serves must hear the others; `capstan migrate` only migrates)
+    if (serving && !(await hearsAnnouncements(admin))) fail(NOT_HEARD(where))
     return { engine: PgEngine.connect(url, pool), applied }
   } catch (e) {
     fail(postgresFailure(e, where))
