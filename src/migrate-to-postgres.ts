@@ -16,7 +16,7 @@ import { migratePostgres } from './db/postgres'
 import { join } from 'node:path'
 import { BucketJournal, JOURNAL, journalDirs, readRecords } from './modules/contacts/erasure-journal'
 import { LocalMediaStore, S3MediaStore } from './modules/media/store'
-import { databaseOrExit, databaseWhere, fail, lockOrExit, postgresFailure } from './startup'
+import { databaseOrExit, databaseWhere, fail, lockOrExit, postgresFailure, unfitPostgres } from './startup'
 
 /** Tables in an order their foreign keys allow; the ephemeral coordination tables are not copied. */
 const TABLES = [
@@ -101,6 +101,8 @@ export async function migrateToPostgres(config: Config) {
   const where = databaseWhere(config.databaseUrl)
   const pg = new Bun.SQL(config.databaseUrl, { max: 1, bigint: true })
   try {
+    const unfit = await unfitPostgres(pg, where).catch((e) => fail(postgresFailure(e, where)))
+    if (unfit) fail(unfit)
     await migratePostgres(pg).catch((e) => fail(postgresFailure(e, where)))
     const [existing] = await pg`SELECT (SELECT COUNT(*) FROM workspaces)::int AS workspaces, (SELECT COUNT(*) FROM messages)::int AS messages`
     if (existing.workspaces > 0 || existing.messages > 0) fail(`the database ${where} already holds Capstan data (${existing.workspaces} workspaces); move into an empty one`)

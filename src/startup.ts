@@ -143,15 +143,16 @@ export function postgresFailure(e: unknown, where: string): string {
 /**
  * PostgreSQL (CAPSTAN_DATABASE_URL), reachable, version 15 or newer, and migrated — by one
  * instance at a time — or one line and exit 2: unreachable, wrong credentials, no such database,
- * too old a server, or a schema a newer Capstan wrote (nothing is changed then); for an instance
+ * too old a server, a database not in UTF8, or a schema a newer Capstan wrote (nothing is
+ * changed then); for an instance
  * that serves, also one whose announcements do not come back (`hearsAnnouncements`).
  */
 export async function postgresOrExit(url: string, pool: number, { serving = true } = {}): Promise<{ engine: PgEngine; applied: number[] }> {
   const where = databaseWhere(url)
   const admin = new Bun.SQL(url, { max: 1, connectionTimeout: 10, bigint: true })
   try {
-    const [row] = await admin`SELECT current_setting('server_version_num')::int AS v`
-    if (Number(row.v) < 150000) fail(`the database ${where} runs PostgreSQL ${Math.floor(Number(row.v) / 10000)}; Capstan needs 15 or newer`)
+    const unfit = await unfitPostgres(admin, where)
+    if (unfit) fail(unfit)
     const applied = await migratePostgres(admin)
     // (an instance that serves must hear the others; `capstan migrate` only migrates)
     if (serving && !(await hearsAnnouncements(admin))) fail(NOT_HEARD(where))
@@ -161,6 +162,19 @@ export async function postgresOrExit(url: string, pool: number, { serving = true
   } finally {
     await admin.close().catch(() => {})
   }
+}
+
+/**
+ * Why a PostgreSQL database cannot hold Capstan, before anything is made in it: a server older
+ * than 15, or a database not encoded in UTF8 — messages, names and templates hold any character
+ * (emoji, every script), which another encoding refuses (LATIN1) or keeps unchecked (SQL_ASCII).
+ * Null: it can.
+ */
+export async function unfitPostgres(db: InstanceType<typeof Bun.SQL>, where: string): Promise<string | null> {
+  const [row] = await db`SELECT current_setting('server_version_num')::int AS v, current_setting('server_encoding') AS e`
+  if (Number(row.v) < 150000) return `the database ${where} runs PostgreSQL ${Math.floor(Number(row.v) / 10000)}; Capstan needs 15 or newer`
+  if (row.e !== 'UTF8') return `the database ${where} is encoded ${row.e}, not UTF8: Capstan keeps text of every script and emoji — create it with CREATE DATABASE capstan ENCODING 'UTF8' TEMPLATE template0 (nothing was changed in this one)`
+  return null
 }
 
 /** How long a start waits to hear its own probe announced (on a direct connection: a few ms). */

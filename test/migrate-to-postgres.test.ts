@@ -141,4 +141,22 @@ describe('capstan migrate-to-postgres', () => {
     }
     rmSync(dataDir, { recursive: true, force: true })
   })
+
+  test('into a database not encoded in UTF8: one line, exit 2, nothing made in it', async () => {
+    const sqlite = await TestServer.start({})
+    await sqlite.stop()
+    const admin = new Bun.SQL(pg.url, { max: 1 })
+    await admin.unsafe("CREATE DATABASE latin ENCODING 'LATIN1' TEMPLATE template0")
+    await admin.close()
+    const u = new URL(pg.url)
+    u.pathname = '/latin'
+    const moved = await move(sqlite.dataDir, u.toString())
+    expect(moved.code).toBe(2)
+    expect(moved.err).toMatch(/^capstan: the database .+\/latin is encoded LATIN1, not UTF8: .+ \(nothing was changed in this one\)$/)
+    const db = new Bun.SQL(u.toString(), { max: 1 })
+    const [t] = await db.unsafe("SELECT COUNT(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'")
+    await db.close()
+    expect(t.n).toBe(0)
+    rmSync(sqlite.dataDir, { recursive: true, force: true })
+  })
 })

@@ -130,6 +130,25 @@ describe('a database capstan serve cannot use stops the start', () => {
     await srv.close()
   })
 
+  test('a database in another encoding than UTF8 (SQL_ASCII, LATIN1): one line saying how to make one, exit 2, nothing made in it', async () => {
+    const admin = new Bun.SQL(pg.url, { max: 1 })
+    try {
+      for (const encoding of ['SQL_ASCII', 'LATIN1']) {
+        const name = `enc_${encoding.toLowerCase()}`
+        await admin.unsafe(`CREATE DATABASE ${name} ENCODING '${encoding}' TEMPLATE template0`)
+        const r = await start({ CAPSTAN_DATABASE_URL: urlWith({ database: name }) })
+        expect([r.code, r.made]).toEqual([2, false])
+        expect(r.err).toMatch(new RegExp(`^capstan: the database .+/${name} is encoded ${encoding}, not UTF8: Capstan keeps text of every script and emoji — create it with CREATE DATABASE capstan ENCODING 'UTF8' TEMPLATE template0 \\(nothing was changed in this one\\)$`))
+        const db = new Bun.SQL(urlWith({ database: name }), { max: 1 })
+        const [t] = await db.unsafe("SELECT COUNT(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'")
+        await db.close()
+        expect(t.n).toBe(0)
+      }
+    } finally {
+      await admin.close()
+    }
+  })
+
   test('a database a newer Capstan migrated: one line, exit 2, nothing changed', async () => {
     const url = await pg.createDatabase('newer')
     const newer = new Bun.SQL(url, { max: 1 })
