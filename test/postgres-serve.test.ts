@@ -967,6 +967,36 @@ describe("this machine's clock against the database server's", () => {
   })
 })
 
+describe("a server that closes idle sessions (idle_session_timeout)", () => {
+  test("Capstan's sessions, named capstan, are exempt: the connection that listens stays, nothing is read again, and a change made by another instance still arrives", async () => {
+    const url = await pg.createDatabase('idle_sessions')
+    const admin = new Bun.SQL(pg.url, { max: 1 })
+    await admin.unsafe("ALTER DATABASE idle_sessions SET idle_session_timeout = '500ms'")
+    await admin.close()
+    const shared = { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_SECRET_KEY: 'idle-sessions-shared-test-secret-key-0123456789abcdef' }
+    const a = await TestServer.start({ env: shared })
+    const b = await TestServer.start({ env: shared })
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const t = await a.tenant()
+      expect((await b.api(t.key, 'GET', '/contacts')).status).toBe(200)
+      // every session idles well past the server's limit
+      await Bun.sleep(2_000)
+      for (const on of [a, b]) expect(on.output).not.toContain('was lost and is back')
+      const [named] = await db.unsafe("SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE datname = 'idle_sessions' AND application_name = 'capstan'")
+      // each instance: its pool's connections in use so far and the one that listens
+      expect(named.n).toBeGreaterThanOrEqual(4)
+      // a key revoked on A stops working on B at once: B heard it
+      expect((await a.admin('POST', `/keys/${t.keyId}/revoke`)).status).toBe(200)
+      expect((await b.api(t.key, 'GET', '/contacts')).status).toBe(401)
+    } finally {
+      await db.close()
+      await b.close()
+      await a.close()
+    }
+  })
+})
+
 describe('a database that goes away while serving', () => {
   test('requests answer 503 database_unavailable while it is away; when it is back the instance serves again, and sends released before it went are sent, each once', async () => {
     // (the polls below may pass the default 60 requests a minute on a slow machine)

@@ -475,6 +475,9 @@ function manyOf(s: Statement): Statement {
   return m
 }
 
+/** What each of Capstan's PostgreSQL sessions is started with (see PgEngine.connect). */
+export const SESSION = { application_name: 'capstan', idle_session_timeout: 0 }
+
 /** PostgreSQL through Bun's built-in client: a pool of connections; the writes of a turn share a transaction. */
 export class PgEngine implements Engine {
   readonly kind = 'postgres'
@@ -488,9 +491,15 @@ export class PgEngine implements Engine {
     this.queries = pgQueries(client)
   }
 
-  /** A pool of at most `max` connections to `url` (CAPSTAN_DATABASE_POOL); statements wait for a free one. */
+  /**
+   * A pool of at most `max` connections to `url` (CAPSTAN_DATABASE_POOL); statements wait for a
+   * free one. Each session is named `capstan` (pg_stat_activity) and exempt from an
+   * `idle_session_timeout` set on the server, role or database: the connection that listens for
+   * the other instances' changes is idle by design, and one closed every few seconds would have
+   * this instance read everything again each time (what was announced meanwhile is not heard).
+   */
   static connect(url: string, max: number): PgEngine {
-    return new PgEngine(new Bun.SQL(url, { max, bigint: true }))
+    return new PgEngine(new Bun.SQL(url, { max, bigint: true, connection: SESSION }))
   }
 
   all<T>(s: Statement, ...params: Param[]) {
