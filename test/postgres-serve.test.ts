@@ -967,6 +967,34 @@ describe("this machine's clock against the database server's", () => {
   })
 })
 
+describe('a database whose transactions default to serializable (default_transaction_isolation)', () => {
+  test("Capstan's sessions run read committed, as its writes are made for: sends at once on two instances to the same contacts are each taken, none refused", async () => {
+    const url = await pg.createDatabase('serializable')
+    const admin = new Bun.SQL(pg.url, { max: 1 })
+    await admin.unsafe("ALTER DATABASE serializable SET default_transaction_isolation = 'serializable'")
+    await admin.close()
+    const shared = { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_SECRET_KEY: 'serializable-shared-test-secret-key-0123456789abcdef' }
+    const a = await TestServer.start({ env: shared })
+    const b = await TestServer.start({ env: shared })
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const t = await a.tenant()
+      const conn = (await a.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      const recipients = Array.from({ length: 8 }, () => newPhone())
+      const statuses = await Promise.all(
+        Array.from({ length: 300 }, (_, i) => (i % 2 ? a : b).api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: recipients[i % 8], body: `at once ${i}` } }).then((r) => r.status)),
+      )
+      expect(statuses.filter((s) => s !== 202)).toEqual([])
+      const [n] = await db`SELECT COUNT(*)::int AS n FROM messages WHERE connection_id = ${conn.id}`
+      expect(n.n).toBe(300)
+    } finally {
+      await db.close()
+      await b.close()
+      await a.close()
+    }
+  })
+})
+
 describe("a server that closes idle sessions (idle_session_timeout)", () => {
   test("Capstan's sessions, named capstan, are exempt: the connection that listens stays, nothing is read again, and a change made by another instance still arrives", async () => {
     const url = await pg.createDatabase('idle_sessions')

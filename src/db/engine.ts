@@ -476,7 +476,7 @@ function manyOf(s: Statement): Statement {
 }
 
 /** What each of Capstan's PostgreSQL sessions is started with (see PgEngine.connect). */
-export const SESSION = { application_name: 'capstan', idle_session_timeout: 0 }
+export const SESSION = { application_name: 'capstan', idle_session_timeout: 0, default_transaction_isolation: 'read committed' }
 
 /** PostgreSQL through Bun's built-in client: a pool of connections; the writes of a turn share a transaction. */
 export class PgEngine implements Engine {
@@ -493,10 +493,12 @@ export class PgEngine implements Engine {
 
   /**
    * A pool of at most `max` connections to `url` (CAPSTAN_DATABASE_POOL); statements wait for a
-   * free one. Each session is named `capstan` (pg_stat_activity) and exempt from an
-   * `idle_session_timeout` set on the server, role or database: the connection that listens for
-   * the other instances' changes is idle by design, and one closed every few seconds would have
-   * this instance read everything again each time (what was announced meanwhile is not heard).
+   * free one. Each session is named `capstan` (pg_stat_activity), whatever the server, role or
+   * database set: exempt from an `idle_session_timeout` (the connection that listens for the
+   * other instances' changes is idle by design, and one closed every few seconds would have this
+   * instance read everything again each time), and read committed — the writes are made for it
+   * (a conditional statement decides against what others committed); under a default of
+   * serializable or repeatable read, writes to the same rows at once failed each other.
    */
   static connect(url: string, max: number): PgEngine {
     return new PgEngine(new Bun.SQL(url, { max, bigint: true, connection: SESSION }))
