@@ -44,7 +44,7 @@ const say = (line: string) => {
   out.push(line)
 }
 
-const sum = (a: WrkResult, b: WrkResult): WrkResult => ({ rps: a.rps + b.rps, p50: (a.p50 + b.p50) / 2, p99: Math.max(a.p99, b.p99), errors: a.errors + b.errors })
+const sum = (a: WrkResult, b: WrkResult): WrkResult => ({ rps: a.rps + b.rps, p50: (a.p50 + b.p50) / 2, p99: Math.max(a.p99, b.p99), errors: a.errors + b.errors, timeouts: (a.timeouts ?? 0) + (b.timeouts ?? 0) })
 const env = (url: string) => ({ CAPSTAN_DATABASE_URL: url, CAPSTAN_SECRET_KEY: SECRET, CAPSTAN_LOG_LEVEL: 'warn' })
 
 // --- POST /messages: ceiling, one instance, two instances
@@ -85,7 +85,7 @@ for (let r = 0; r < turns; r++) {
   const [a, b] = await Promise.all([wrk(`${twoA.base}/api/v1/messages`, { seconds, connections: 25, lua: twoLua }), wrk(`${twoB.base}/api/v1/messages`, { seconds, connections: 25, lua: twoLua })])
   results.two.push(sum(a, b))
 }
-const med = (rs: WrkResult[]): WrkResult => ({ rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)), errors: rs.reduce((n, r) => n + r.errors, 0) })
+const med = (rs: WrkResult[]): WrkResult => ({ rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)), errors: rs.reduce((n, r) => n + r.errors, 0), timeouts: rs.reduce((n, r) => n + (r.timeouts ?? 0), 0) })
 const [c, c2, o, t] = [med(results.ceiling), med(results.ceiling2), med(results.one), med(results.two)]
 say(`\nPOST /api/v1/messages on PostgreSQL, wrk -c50, ${turns} rounds of ${seconds} s in turns, medians; 2 cores, Bun ${Bun.version}\n`)
 say('| load | result | of the ceiling |')

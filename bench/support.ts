@@ -137,6 +137,8 @@ export interface WrkResult {
   p50: number
   p99: number
   errors: number
+  /** Of the errors, requests wrk gave up on after 2 s (answered or not later): a stall, not a refusal. */
+  timeouts?: number
 }
 
 function ms(text: string): number {
@@ -166,11 +168,12 @@ export async function wrk(url: string, opts: { seconds?: number; connections?: n
   const p99 = ms(/\n\s+99%\s+(\S+)/.exec(out)?.[1] ?? '')
   const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0)
   const sockErr = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out)
+  const timeouts = sockErr ? Number(sockErr[4]) : 0
   const errors = non2xx + (sockErr ? sockErr.slice(1).reduce((a, b) => a + Number(b), 0) : 0)
-  return { rps, p50, p99, errors }
+  return { rps, p50, p99, errors, ...(errors ? { timeouts } : {}) }
 }
 
-export const fmt = (r: WrkResult) => `${Math.round(r.rps).toLocaleString('en-US')} req/s, p50 ${r.p50.toFixed(2)} ms, p99 ${r.p99.toFixed(2)} ms${r.errors ? `, ${r.errors} errors` : ''}`
+export const fmt = (r: WrkResult) => `${Math.round(r.rps).toLocaleString('en-US')} req/s, p50 ${r.p50.toFixed(2)} ms, p99 ${r.p99.toFixed(2)} ms${r.errors ? `, ${r.errors} errors${r.timeouts ? ` (${r.timeouts} timed out)` : ''}` : ''}`
 
 export interface Load {
   name: string
