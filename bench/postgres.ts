@@ -94,6 +94,15 @@ say(`| bare Bun + Bun.SQL insert (ceiling) | ${fmt(c)} | 100% |`)
 say(`| Capstan, one instance | ${fmt(o)} | ${Math.round((o.rps / c.rps) * 100)}% |`)
 say(`| Capstan, two instances on one database (wrk -c25 each, summed) | ${fmt(t)} | ${Math.round((t.rps / c.rps) * 100)}% |`)
 say(`| bare insert, two processes on one database (wrk -c25 each, summed) | ${fmt(c2)} | ${Math.round((c2.rps / c.rps) * 100)}% (two instances: ${Math.round((t.rps / c2.rps) * 100)}% of it) |`)
+// the same rounds as ratios, each load against the ceiling measured in its own round (seconds
+// apart): the machine's drift over the run (a tenth within an hour) moves both sides of a pair
+const paired = (of: WrkResult[], to: WrkResult[]) => {
+  const rs = of.map((r, i) => r.rps / to[i]!.rps)
+  const pct = (x: number) => `${Math.round(x * 100)}%`
+  return `${pct(median(rs))} (rounds ${pct(Math.min(...rs))}–${pct(Math.max(...rs))}, ${rs.filter((x) => x >= 0.5).length} of ${rs.length} at 50% or more)`
+}
+say(`
+Paired by round, median of the rounds' ratios: one instance ${paired(results.one, results.ceiling)}; two instances ${paired(results.two, results.ceiling)} of the one-process ceiling, ${paired(results.two, results.ceiling2)} of the two-process one.`)
 ceiling.kill()
 ceilingB.kill()
 for (const cap of [one, twoA, twoB]) await cap.stop()
