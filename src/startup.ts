@@ -144,8 +144,8 @@ export function postgresFailure(e: unknown, where: string): string {
  * PostgreSQL (CAPSTAN_DATABASE_URL), reachable, version 15 or newer, and migrated — by one
  * instance at a time — or one line and exit 2: unreachable, wrong credentials, no such database,
  * too old a server, a database not in UTF8, or a schema a newer Capstan wrote (nothing is
- * changed then); for an instance
- * that serves, also one whose announcements do not come back (`hearsAnnouncements`).
+ * changed then); for an instance that serves, also one whose announcements do not come back
+ * (`hearsAnnouncements`).
  */
 export async function postgresOrExit(url: string, pool: number, { serving = true } = {}): Promise<{ engine: PgEngine; applied: number[] }> {
   const where = databaseWhere(url)
