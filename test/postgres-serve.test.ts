@@ -5,7 +5,7 @@
  * accepted lost.
  */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
@@ -204,6 +204,40 @@ describe('a database capstan serve cannot use stops the start', () => {
     const backups = await start({ CAPSTAN_DATABASE_URL: pg.url, CAPSTAN_BACKUP_DIR: join(dir, 'backups') })
     expect(backups.code).toBe(2)
     expect(backups.err).toStartWith('capstan: CAPSTAN_BACKUP_DIR backs up the embedded SQLite file; with CAPSTAN_DATABASE_URL back up PostgreSQL itself')
+  })
+})
+
+describe('a role that signs in with a password (SCRAM-SHA-256, as managed services ask)', () => {
+  test('the right password, with characters a URL must percent-encode, serves; a wrong one stops the start with one line naming the credentials, exit 2, the password never shown', async () => {
+    const port = await freePort()
+    const server = await PrivatePostgres.start(join(dir, 'pg-scram'), { tcp: { port } })
+    try {
+      const password = 'p@ss:w/rd#1%x ?'
+      const admin = new Bun.SQL(server.url, { max: 1 })
+      await admin.unsafe(`CREATE ROLE app LOGIN PASSWORD '${password}'`)
+      await admin.unsafe('CREATE DATABASE app_db OWNER app')
+      // over TCP every sign-in now proves its password (the socket stays as it was, for this test)
+      writeFileSync(join(server.dir, 'data', 'pg_hba.conf'), 'local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n')
+      await admin`SELECT pg_reload_conf()`
+      const [method] = await admin.unsafe("SELECT auth_method FROM pg_hba_file_rules WHERE type = 'host'")
+      await admin.close()
+      expect(method.auth_method).toBe('scram-sha-256')
+      const url = (pw: string) => `postgres://app:${encodeURIComponent(pw)}@127.0.0.1:${port}/app_db`
+      const wrong = await start({ CAPSTAN_DATABASE_URL: url('not-the-password') })
+      expect([wrong.code, wrong.made]).toEqual([2, false])
+      expect(wrong.err).toMatch(/^capstan: the database 127\.0\.0\.1:\d+\/app_db refused the credentials in CAPSTAN_DATABASE_URL: /)
+      expect(wrong.err + wrong.out).not.toContain('not-the-password')
+      const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url(password), CAPSTAN_LOG_LEVEL: 'warn' } })
+      try {
+        const t = await srv.tenant()
+        expect((await srv.api(t.key, 'GET', '/contacts')).status).toBe(200)
+        expect(srv.output).not.toContain(encodeURIComponent(password))
+      } finally {
+        await srv.close()
+      }
+    } finally {
+      await server.stop()
+    }
   })
 })
 
