@@ -1060,6 +1060,59 @@ describe("a server that closes idle sessions (idle_session_timeout)", () => {
 })
 
 describe('a database that goes away while serving', () => {
+  test('one that stops answering without closing anything (a hung server, a network dropping packets): readiness says so within seconds, requests answer 503 instead of waiting for minutes, what they asked is not stored; when it answers again the instance serves, and sends accepted before are sent once', async () => {
+    const stilled = await PrivatePostgres.start(join(dir, 'pg-stilled'))
+    const url = await stilled.createDatabase('stilled')
+    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    const db = new Bun.SQL(url, { max: 1 })
+    // the server and every process it started, stopped where they stand (SIGSTOP) and let go on
+    const server = Number(Bun.spawnSync(['pgrep', '-o', '-f', '--', join(dir, 'pg-stilled', 'data')]).stdout.toString().trim())
+    // (pid 0 would stop this whole process group)
+    if (!(server > 1)) throw new Error('the private PostgreSQL server was not found')
+    const processes = () => [server, ...Bun.spawnSync(['pgrep', '-P', String(server)]).stdout.toString().trim().split('\n').filter(Boolean).map(Number)]
+    let stopped: number[] = []
+    try {
+      const { ws, key } = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1676'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      const before: string[] = []
+      for (let i = 0; i < 3; i++) before.push((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1677'), body: `before ${i}` } })).json.data.id)
+      stopped = processes()
+      for (const pid of stopped) process.kill(pid, 'SIGSTOP')
+      const started = Date.now()
+      const timed = async (p: Promise<Response>) => {
+        const r = await p
+        return { status: r.status, code: ((await r.json()) as { code?: string; checks?: { database?: string } }), ms: Date.now() - started }
+      }
+      const [ready, read, send] = await Promise.all([
+        timed(fetch(`${srv.base}/readyz`)),
+        timed(fetch(`${srv.base}/api/v1/contacts`, { headers: { authorization: `Bearer ${key}` } })),
+        timed(fetch(`${srv.base}/api/v1/messages`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify({ connection_id: conn.id, recipient: newPhone('+1677'), body: 'during the stillness' }) })),
+      ])
+      expect(ready.status).toBe(503)
+      expect(ready.ms).toBeLessThan(5_000)
+      expect([read.status, read.code.code, send.status, send.code.code]).toEqual([503, 'database_unavailable', 503, 'database_unavailable'])
+      // given up on once a fresh connection gets no answer either (STALL_MS, then PING_MS)
+      expect(Math.max(read.ms, send.ms)).toBeLessThan(15_000)
+      for (const pid of stopped) process.kill(pid, 'SIGCONT')
+      stopped = []
+      await waitFor(async () => (await srv.api(key, 'GET', '/contacts')).status === 200, 10_000)
+      // the send refused while it stood still was never committed: its transaction's connection was
+      // closed before a COMMIT went
+      const [during] = await db`SELECT COUNT(*)::int AS n FROM messages WHERE body = 'during the stillness'`
+      expect(during.n).toBe(0)
+      expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1677'), body: 'after' } })).status).toBe(202)
+      await waitFor(async () => (await db`SELECT COUNT(*)::int AS n FROM messages WHERE id IN ${db(before)} AND status = 'sent'`)[0].n === 3, 15_000)
+      const sends = (await db`SELECT message_id, COUNT(*)::int AS n FROM sandbox_sends WHERE message_id IN ${db(before)} GROUP BY message_id ORDER BY message_id`) as { message_id: string; n: number }[]
+      expect(sends).toEqual(before.toSorted().map((message_id) => ({ message_id, n: 1 })))
+    } finally {
+      for (const pid of stopped) process.kill(pid, 'SIGCONT')
+      await db.close()
+      await srv.close()
+      await stilled.stop()
+    }
+  })
+
   test('requests answer 503 database_unavailable while it is away; when it is back the instance serves again, and sends released before it went are sent, each once', async () => {
     // (the polls below may pass the default 60 requests a minute on a slow machine)
     const { url, srv } = await serveOn('away', { CAPSTAN_KEY_RATE_LIMIT: '100000' })

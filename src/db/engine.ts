@@ -167,13 +167,17 @@ export interface Engine extends Queries {
   close(): Promise<void>
 }
 
+/** How long readiness and /metrics wait for the database's answer before calling it unavailable. */
+const STATE_WAIT_MS = 3_000
+
 // (PostgreSQL: a standby, or a primary made read-only, starts each transaction read-only)
 const PING = stmt('SELECT 0 AS ro', "SELECT (current_setting('transaction_read_only') = 'on')::int AS ro")
 
 /** What the database does now (readiness, /metrics): answers and takes writes, answers reads only, or does not answer. */
 export async function databaseState(db: Queries): Promise<'ok' | 'read_only' | 'unavailable'> {
   try {
-    const row = await db.get<{ ro: number }>(PING)
+    // (a server that does not answer is unavailable: readiness answers within a load balancer's wait)
+    const row = await Promise.race([db.get<{ ro: number }>(PING), Bun.sleep(STATE_WAIT_MS).then(() => null)])
     return row === null ? 'unavailable' : Number(row.ro) ? 'read_only' : 'ok'
   } catch {
     return 'unavailable'
@@ -211,6 +215,21 @@ export class CommitInDoubt extends Error {
     super('the connection to the database was lost after COMMIT was sent: the transaction may have committed')
     this.code = (cause as { code?: unknown } | null)?.code
     this.errno = (cause as { errno?: unknown } | null)?.errno
+  }
+}
+
+/**
+ * PostgreSQL stopped answering (a server hung, or a network that drops packets without closing
+ * anything, where a connection can wait many minutes for its end): statements that waited past
+ * STALL_MS while a fresh connection could not get an answer either were given up on
+ * (PgEngine's watchdog), and new ones are refused at once until it answers again. A
+ * `databaseAway` (503). A transaction given up on before its COMMIT was sent had its connection
+ * closed, so it can never commit; one given up on after is a `CommitInDoubt`.
+ */
+export class DatabaseHung extends Error {
+  readonly code = 'ERR_POSTGRES_CONNECTION_TIMEOUT'
+  constructor() {
+    super('PostgreSQL does not answer')
   }
 }
 
@@ -307,6 +326,7 @@ export class SqliteEngine implements Engine {
 }
 
 type PgClient = InstanceType<typeof Bun.SQL>
+type ReservedConnection = Awaited<ReturnType<PgClient['reserve']>>
 type PgRunner = Pick<PgClient, 'unsafe'>
 
 /**
@@ -475,6 +495,17 @@ function manyOf(s: Statement): Statement {
   return m
 }
 
+/** How long a statement or transaction waits before the watchdog asks whether PostgreSQL answers at all. */
+export const STALL_MS = 5_000
+/** How long that question (a fresh connection's SELECT 1) waits for its answer. */
+export const PING_MS = 5_000
+
+/** A statement or transaction waiting on PostgreSQL, as the watchdog sees it (see PgEngine.watch). */
+interface Waiting {
+  since: number
+  giveUp: (e: Error) => void
+}
+
 /** What each of Capstan's PostgreSQL sessions is started with (see PgEngine.connect). */
 export const SESSION = { application_name: 'capstan', idle_session_timeout: 0, default_transaction_isolation: 'read committed' }
 
@@ -487,8 +518,14 @@ export class PgEngine implements Engine {
 
   constructor(
     private readonly client: PgClient,
+    /** Where a fresh connection asks whether the server answers (the watchdog); none: no watchdog. */
+    private readonly url: string | null = null,
   ) {
     this.queries = pgQueries(client)
+    if (url) {
+      this.watchdog = setInterval(() => void this.watch(), 1000)
+      this.watchdog.unref()
+    }
   }
 
   /**
@@ -501,19 +538,73 @@ export class PgEngine implements Engine {
    * serializable or repeatable read, writes to the same rows at once failed each other.
    */
   static connect(url: string, max: number): PgEngine {
-    return new PgEngine(new Bun.SQL(url, { max, bigint: true, connection: SESSION }))
+    return new PgEngine(new Bun.SQL(url, { max, bigint: true, connection: SESSION }), url)
   }
 
   all<T>(s: Statement, ...params: Param[]) {
-    return this.queries.all<T>(s, ...params)
+    return this.watched(() => this.queries.all<T>(s, ...params))
   }
 
   get<T>(s: Statement, ...params: Param[]) {
-    return this.queries.get<T>(s, ...params)
+    return this.watched(() => this.queries.get<T>(s, ...params))
   }
 
   run(s: Statement, ...params: Param[]) {
-    return this.queries.run(s, ...params)
+    return this.watched(() => this.queries.run(s, ...params))
+  }
+
+  private watchdog: Timer | null = null
+  /** What waits on PostgreSQL now (the statements of the pool, the transactions). */
+  private readonly waiting = new Set<Waiting>()
+  /** PostgreSQL did not answer the watchdog's last question: everything is refused at once until it does. */
+  private hung = false
+  private asking = false
+
+  /** A statement on the pool, given up on (DatabaseHung) if the watchdog finds the server not answering. */
+  private watched<T>(run: () => Promise<T>): Promise<T> {
+    if (!this.url) return run()
+    if (this.hung) return Promise.reject(new DatabaseHung())
+    return new Promise<T>((done, failed) => {
+      const w: Waiting = { since: Date.now(), giveUp: failed }
+      this.waiting.add(w)
+      run()
+        .then(done, failed)
+        .finally(() => this.waiting.delete(w))
+    })
+  }
+
+  /**
+   * Once a second: when something has waited on PostgreSQL longer than STALL_MS (or the server
+   * was found not answering), ask it on a fresh connection. No answer within PING_MS: everything
+   * waiting is given up on — a slow statement on a server that answers is left alone, a hung
+   * server or a network dropping packets is not waited on for the minutes a connection can take
+   * to end — and new statements are refused until it answers again.
+   */
+  private async watch() {
+    if (this.asking) return
+    const now = Date.now()
+    let stalled = this.hung
+    for (const w of this.waiting) if (!stalled && now - w.since > STALL_MS) stalled = true
+    if (!stalled) return
+    this.asking = true
+    try {
+      const answers = await this.answers()
+      if (answers !== this.hung) return
+      this.hung = !answers
+      if (this.hung) for (const w of [...this.waiting]) w.giveUp(new DatabaseHung())
+    } finally {
+      this.asking = false
+    }
+  }
+
+  /** Whether PostgreSQL answers a fresh connection's SELECT 1 within PING_MS. */
+  private async answers(): Promise<boolean> {
+    const probe = new Bun.SQL(this.url!, { max: 1, connectionTimeout: PING_MS / 1000, connection: SESSION })
+    try {
+      return await Promise.race([probe`SELECT 1`.then(() => true, () => false), Bun.sleep(PING_MS).then(() => false)])
+    } finally {
+      void probe.close().catch(() => {})
+    }
   }
 
   /** Writes asked for in this turn, run together at its end (see `write`). */
@@ -617,7 +708,35 @@ export class PgEngine implements Engine {
    * a statement of the transaction failed: that is a failed write too.
    */
   private async transaction<T>(fn: (tx: Queries) => Promise<T>): Promise<T> {
-    const conn = await this.client.reserve()
+    if (this.hung) throw new DatabaseHung()
+    // given up on by the watchdog: its connection is closed (its statements then fail, and a
+    // COMMIT not yet sent never will be), or — while it waits for one — it stops waiting
+    let conn: ReservedConnection | null = null
+    let stopWaiting!: (e: Error) => void
+    const givenUp = new Promise<never>((_, failed) => (stopWaiting = failed))
+    givenUp.catch(() => {})
+    const w: Waiting = {
+      since: Date.now(),
+      giveUp: (e) => {
+        stopWaiting(e)
+        if (conn) void conn.close().catch(() => {})
+      },
+    }
+    if (this.url) this.waiting.add(w)
+    try {
+      const reserving = this.client.reserve()
+      conn = await Promise.race([reserving, givenUp]).catch((e) => {
+        // (the connection it would have had goes back to the pool when it comes)
+        void reserving.then((c) => c.release()).catch(() => {})
+        throw e
+      })
+      return await this.transactionOn(conn, fn)
+    } finally {
+      this.waiting.delete(w)
+    }
+  }
+
+  private async transactionOn<T>(conn: ReservedConnection, fn: (tx: Queries) => Promise<T>): Promise<T> {
     const begun = conn.unsafe('BEGIN')
     begun.catch(() => {}) // its failure reaches the callback's first statement, or the await below
     const q = this.hooked(pgQueries(conn))
@@ -701,6 +820,7 @@ export class PgEngine implements Engine {
   }
 
   async close() {
+    if (this.watchdog) clearInterval(this.watchdog)
     await this.client.close()
   }
 }

@@ -73,6 +73,9 @@ export function toErrorResponse(error: unknown, elysiaCode?: string | number): {
   // what the body-parsing step throws (the 413) reaches us wrapped in Elysia's PARSE error
   const cause = (error as { cause?: unknown } | null)?.cause
   if (cause instanceof ApiError) return { status: cause.status, body: cause.toBody() }
+  // so does a storage failure met on the way (the per-key count is taken before the body is read)
+  const failed = (elysiaCode === 'PARSE' && storageFailure(cause)) || storageFailure(error)
+  if (failed) return failed
   switch (elysiaCode) {
     case 'NOT_FOUND':
       return { status: 404, body: { message: 'The route was not found.', code: 'not_found' } }
@@ -84,9 +87,14 @@ export function toErrorResponse(error: unknown, elysiaCode?: string | number): {
   }
   const status = (error as { status?: unknown })?.status
   if (status === 413) return { status: 413, body: payloadTooLarge().toBody() }
-  // SQLite could not write (its transaction rolled back): the request changed nothing
+  return { status: 500, body: { message: MESSAGES.internal, code: 'internal_error' } }
+}
+
+/** Where data is kept could not be used for a moment, and the request changed nothing: its answer; null for anything else. */
+function storageFailure(error: unknown): { status: number; body: Record<string, unknown> } | null {
+  // SQLite could not write (its transaction rolled back)
   if (diskFull(error)) return { status: 507, body: storageFull().toBody() }
   if (databaseAway(error)) return { status: 503, body: databaseUnavailable().toBody() }
   if (error instanceof MediaStoreUnavailable) return { status: 503, body: mediaStoreUnavailable().toBody() }
-  return { status: 500, body: { message: MESSAGES.internal, code: 'internal_error' } }
+  return null
 }
