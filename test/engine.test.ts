@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
-import { CommitInDoubt, type Engine, databaseAway, insertStatement, MANY_CALLS, mergeable, oneByKey, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
+import { CommitInDoubt, type Engine, STALL_MS, databaseAway, insertStatement, MANY_CALLS, mergeable, oneByKey, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
 import { openDatabase } from '../src/db/open'
 import { Writer } from '../src/db/writer'
 import { CommitCutter } from './support/commit-cutter'
@@ -322,6 +322,20 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
       await through.close()
       cutter.stop()
     }
+  })
+
+  test('a statement slower than the watchdog waits (STALL_MS) on a server that answers is left alone: the read returns, the write commits', async () => {
+    await engine.run(CLEAR)
+    const slow = stmt('', `SELECT 1 AS slept FROM pg_sleep(${(STALL_MS + 1500) / 1000})`)
+    const [read, wrote] = await Promise.all([
+      engine.get<{ slept: number }>(slow),
+      engine.write(async (tx) => {
+        await tx.get(slow)
+        return tx.run(INSERT, 'slow', 1, null, null, 0)
+      }),
+    ])
+    expect([read?.slept, wrote]).toEqual([1, 1])
+    expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['slow'])
   })
 
   test("a mergeable statement made by several writes of one turn goes to PostgreSQL once, with every write's parameters", async () => {

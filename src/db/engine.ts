@@ -559,6 +559,8 @@ export class PgEngine implements Engine {
   /** PostgreSQL did not answer the watchdog's last question: everything is refused at once until it does. */
   private hung = false
   private asking = false
+  /** When the watchdog's question was last answered. */
+  private answeredAt = 0
 
   /** A statement on the pool, given up on (DatabaseHung) if the watchdog finds the server not answering. */
   private watched<T>(run: () => Promise<T>): Promise<T> {
@@ -583,12 +585,14 @@ export class PgEngine implements Engine {
   private async watch() {
     if (this.asking) return
     const now = Date.now()
+    // (a long statement on a server that answers is asked about once every STALL_MS, not every second)
     let stalled = this.hung
-    for (const w of this.waiting) if (!stalled && now - w.since > STALL_MS) stalled = true
+    for (const w of this.waiting) if (!stalled && now - Math.max(w.since, this.answeredAt) > STALL_MS) stalled = true
     if (!stalled) return
     this.asking = true
     try {
       const answers = await this.answers()
+      if (answers) this.answeredAt = Date.now()
       if (answers !== this.hung) return
       this.hung = !answers
       if (this.hung) for (const w of [...this.waiting]) w.giveUp(new DatabaseHung())
