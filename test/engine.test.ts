@@ -13,6 +13,8 @@ import { CommitInDoubt, type Engine, STALL_MS, databaseAway, insertStatement, MA
 import { openDatabase } from '../src/db/open'
 import { Writer } from '../src/db/writer'
 import { CommitCutter } from './support/commit-cutter'
+import { DeafPooler } from './support/deaf-pooler'
+import { waitFor } from './support/wait'
 
 setDefaultTimeout(60_000)
 
@@ -336,6 +338,37 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
     ])
     expect([read?.slept, wrote]).toEqual([1, 1])
     expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['slow'])
+  })
+
+  test('a listening connection that goes deaf while the others work (a middlebox forgot it): the heartbeat is missed, a new connection listens, what is kept in memory is read again, and announcements are heard again', async () => {
+    const pooler = new DeafPooler(join(pgDir, '.s.PGSQL.5432'), join(pgDir, 'deafening'), false)
+    const through = PgEngine.connect(pooler.via(pg.url), 2)
+    through.hearingEveryMs = 500
+    try {
+      const heard: string[] = []
+      let resumed = 0
+      await through.listen(
+        (what) => void heard.push(what),
+        () => void resumed++,
+      )
+      const tell = (what: string) => engine.write((tx) => engine.announce(tx, what))
+      await tell('key:before')
+      await waitFor(() => heard.includes('key:before'), 5_000)
+      pooler.deafen()
+      await tell('key:while-deaf')
+      // noticed within a heartbeat and its wait, and listened again on a new connection
+      await waitFor(() => resumed === 1, 10_000)
+      expect(heard).not.toContain('key:while-deaf')
+      expect(pooler.dropped).toBeGreaterThan(0)
+      await tell('key:after')
+      await waitFor(() => heard.includes('key:after'), 5_000)
+      // and while it hears, nothing more is done
+      await Bun.sleep(1_500)
+      expect(resumed).toBe(1)
+    } finally {
+      await through.close()
+      pooler.stop()
+    }
   })
 
   test("a mergeable statement made by several writes of one turn goes to PostgreSQL once, with every write's parameters", async () => {

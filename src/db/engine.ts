@@ -500,6 +500,11 @@ export const STALL_MS = 5_000
 /** How long that question (a fresh connection's SELECT 1) waits for its answer. */
 export const PING_MS = 5_000
 
+/** How often an instance checks that it still hears what is announced (see PgEngine.checkHearing). */
+export const HEARING_EVERY_MS = 10_000
+/** How long it waits for its own heartbeat to come back. */
+const HEARING_WITHIN_MS = 5_000
+
 /** A statement or transaction waiting on PostgreSQL, as the watchdog sees it (see PgEngine.watch). */
 interface Waiting {
   since: number
@@ -797,22 +802,68 @@ export class PgEngine implements Engine {
 
   async listen(heard: (what: string) => void, resumed?: () => void) {
     // Bun's client opens the listening connection again by itself, with backoff, and runs the
-    // third callback at every LISTEN it makes: the first, then one after each reconnect
+    // third callback at every LISTEN it makes: the first, then one after each reconnect (or
+    // after `checkHearing` made a new one)
     let listened = false
-    await this.client.listen(
-      CHANNEL,
-      (what: string) => {
-        heard(what)
-        const waiting = this.echoes.get(what)
-        if (!waiting) return
-        this.echoes.delete(what)
-        for (const done of waiting) done()
-      },
-      () => {
-        if (listened) resumed?.()
-        listened = true
-      },
-    )
+    const subscribe = () =>
+      this.client.listen(
+        CHANNEL,
+        (what: string) => {
+          heard(what)
+          const waiting = this.echoes.get(what)
+          if (!waiting) return
+          this.echoes.delete(what)
+          for (const done of waiting) done()
+        },
+        () => {
+          if (listened) resumed?.()
+          listened = true
+        },
+      )
+    this.subscription = await subscribe()
+    if (this.url) {
+      this.hearing = setInterval(() => void this.checkHearing(subscribe), this.hearingEveryMs)
+      this.hearing.unref()
+    }
+  }
+
+  private subscription: Awaited<ReturnType<PgClient['listen']>> | null = null
+  private hearing: Timer | null = null
+  private checkingHearing = false
+  /** How often `checkHearing` runs (tests make it shorter). */
+  hearingEveryMs = HEARING_EVERY_MS
+
+  /**
+   * Whether this instance still hears what is announced: a connection that listens can stay
+   * open and hear nothing (a middlebox that forgot it, a server that dropped it without a word),
+   * and then a key revoked elsewhere would keep working here. Every HEARING_EVERY_MS it announces
+   * a heartbeat; not heard back within HEARING_WITHIN_MS while the database answered the
+   * announcement, it listens on a new connection — and reads again what it keeps in memory
+   * (`resumed`), as after any reconnect.
+   */
+  private async checkHearing(subscribe: () => Promise<Awaited<ReturnType<PgClient['listen']>>>) {
+    if (this.checkingHearing || this.hung || !this.subscription) return
+    this.checkingHearing = true
+    const beat = `heartbeat:${crypto.randomUUID()}`
+    try {
+      const back = new Promise<true>((done) => this.echoes.set(beat, [() => done(true)]))
+      try {
+        await this.run(NOTIFY, beat)
+      } catch {
+        // the database is away (the watchdog and the requests say so): not the listener's fault
+        return
+      }
+      if (await Promise.race([back, Bun.sleep(HEARING_WITHIN_MS).then(() => false)])) return
+      const deaf = this.subscription
+      // (its connection closes with its last registration; one that no longer answers is not waited on)
+      await Promise.race([deaf.unlisten(), Bun.sleep(HEARING_WITHIN_MS)]).catch(() => {})
+      this.subscription = await subscribe()
+    } catch {
+      // listening again failed (the database went away meanwhile): the next check tries again
+    } finally {
+      this.echoes.delete(beat)
+      this.checkingHearing = false
+    }
   }
 
   async propagated(what: string) {
@@ -825,6 +876,7 @@ export class PgEngine implements Engine {
 
   async close() {
     if (this.watchdog) clearInterval(this.watchdog)
+    if (this.hearing) clearInterval(this.hearing)
     await this.client.close()
   }
 }

@@ -1,7 +1,8 @@
 /**
  * Between a client and a real PostgreSQL, what a connection pooler in transaction mode does to
  * LISTEN: everything passes, except the notifications — the server's NotificationResponse
- * messages ('A') never reach the client. A proxy on a Unix socket of its own
+ * messages ('A') never reach the client (or, with `deafen`, not those of the connections open
+ * at that moment: a listening connection that went deaf while others work). A proxy on a Unix socket of its own
  * (`dir`/.s.PGSQL.5432, so a URL's `?host=` reaches it) that reads the server's messages (a type
  * byte and a length, from the first one: the client's startup message is the only one without a
  * type, and it goes the other way) and drops those.
@@ -10,17 +11,20 @@ import { mkdirSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Socket } from 'bun'
 
-type Pair = { up: Socket<unknown> | null; queue: Uint8Array[]; pending: Buffer }
+type Pair = { up: Socket<unknown> | null; queue: Uint8Array[]; pending: Buffer; deaf: boolean }
 
 export class DeafPooler {
   /** Notifications kept from the clients. */
   dropped = 0
   private readonly server
+  private readonly open = new Set<Pair>()
 
   constructor(
     /** PostgreSQL's socket file. */
     target: string,
     readonly dir: string,
+    /** Whether connections made from now on hear nothing (false: only those `deafen` names). */
+    private deafFromStart = true,
   ) {
     rmSync(dir, { recursive: true, force: true })
     mkdirSync(dir, { recursive: true })
@@ -28,7 +32,8 @@ export class DeafPooler {
       unix: join(dir, '.s.PGSQL.5432'),
       socket: {
         open: (client) => {
-          client.data = { up: null, queue: [], pending: Buffer.alloc(0) }
+          client.data = { up: null, queue: [], pending: Buffer.alloc(0), deaf: this.deafFromStart }
+          this.open.add(client.data)
           void Bun.connect({
             unix: target,
             socket: {
@@ -44,7 +49,7 @@ export class DeafPooler {
                 while (buf.length >= 5) {
                   const size = 1 + buf.readUInt32BE(1)
                   if (buf.length < size) break
-                  if (buf[0] === 0x41) this.dropped++
+                  if (buf[0] === 0x41 && d.deaf) this.dropped++
                   else out.push(buf.subarray(0, size))
                   buf = buf.subarray(size)
                 }
@@ -61,10 +66,18 @@ export class DeafPooler {
           if (client.data.up) client.data.up.write(copy)
           else client.data.queue.push(copy)
         },
-        close: (client) => void client.data.up?.end(),
+        close: (client) => {
+          this.open.delete(client.data)
+          void client.data.up?.end()
+        },
         error: (client) => void client.data.up?.end(),
       },
     })
+  }
+
+  /** The connections open now hear nothing from here on (as a listening connection a middlebox forgot); new ones still do. */
+  deafen() {
+    for (const pair of this.open) pair.deaf = true
   }
 
   /** `url` (a socket URL of the same server) through this proxy. */
