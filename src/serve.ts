@@ -5,7 +5,7 @@
 import { AdminToken, resolveAdminToken } from './admin-token'
 import { systemClock } from './clock'
 import { startCheckpointer } from './db/checkpoint'
-import { SqliteEngine } from './db/engine'
+import { PgEngine, SqliteEngine } from './db/engine'
 import { PG_LATEST } from './db/postgres'
 import { Writer } from './db/writer'
 import { Logger } from './http/log'
@@ -79,6 +79,11 @@ export async function serve() {
   process.on('uncaughtException', unexpected)
   process.on('unhandledRejection', unexpected)
   const checkpointer = db && config.walCheckpointer && !fullDisk ? startCheckpointer(config.dbPath, log) : null
+  if (engine instanceof PgEngine)
+    engine.onHung = (hung) =>
+      hung
+        ? log.error('PostgreSQL does not answer (what waited 5 s was given up on, and a fresh connection got no answer in 5 s either): requests answer 503 until it does', { database: databaseWhere(config.databaseUrl!) })
+        : log.info('PostgreSQL answers again')
   const deps = { config, engine, clock: systemClock }
   const svc = buildServices(deps, log, box)
   // (before the start listens for what other instances announce: a new admin token is one)

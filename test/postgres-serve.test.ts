@@ -1094,6 +1094,7 @@ describe('a database that goes away while serving', () => {
       expect([read.status, read.code.code, send.status, send.code.code]).toEqual([503, 'database_unavailable', 503, 'database_unavailable'])
       // given up on once a fresh connection gets no answer either (STALL_MS, then PING_MS)
       expect(Math.max(read.ms, send.ms)).toBeLessThan(15_000)
+      expect(srv.output).toContain('PostgreSQL does not answer (what waited 5 s was given up on, and a fresh connection got no answer in 5 s either): requests answer 503 until it does')
       for (const pid of stopped) process.kill(pid, 'SIGCONT')
       stopped = []
       await waitFor(async () => (await srv.api(key, 'GET', '/contacts')).status === 200, 10_000)

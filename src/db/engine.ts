@@ -566,6 +566,8 @@ export class PgEngine implements Engine {
   private asking = false
   /** When the watchdog's question was last answered. */
   private answeredAt = 0
+  /** Told when the watchdog finds the server not answering (true), and when it answers again (false). */
+  onHung: (hung: boolean) => void = () => {}
 
   /** A statement on the pool, given up on (DatabaseHung) if the watchdog finds the server not answering. */
   private watched<T>(run: () => Promise<T>): Promise<T> {
@@ -600,6 +602,7 @@ export class PgEngine implements Engine {
       if (answers) this.answeredAt = Date.now()
       if (answers !== this.hung) return
       this.hung = !answers
+      this.onHung(this.hung)
       if (this.hung) for (const w of [...this.waiting]) w.giveUp(new DatabaseHung())
     } finally {
       this.asking = false
