@@ -4,8 +4,8 @@
  * `messages` messages spread over them (written straight into the file, as bench/messages.ts's
  * log), then moved into a private PostgreSQL (fsync on, a Unix socket); the media stays in the
  * data directory (no bucket), as a move to one PostgreSQL does. Beside it, the same messages
- * copied by PostgreSQL's own COPY (which Bun's client cannot feed: the move inserts 1,000 rows a
- * statement) into a table with no index, trigger or key — what the rows alone cost the server —
+ * copied by PostgreSQL's own COPY from a file on the server (the move does not use it: it inserts
+ * 1,000 rows a statement through Bun's client) into a table with no index, trigger or key — what the rows alone cost the server —
  * and into one with the messages table's columns and indexes.
  * Run: bun bench/migrate-to-postgres.ts [messages = 1000000] [contacts = 10000]
  */
