@@ -46,9 +46,18 @@ function urlWith(change: { user?: string; password?: string; database?: string }
   return u.toString()
 }
 
-/** A Capstan serving a new, empty database `name` on the private server (its log quiet), `env` besides; the database's URL. */
-async function serveOn(name: string, env: Record<string, string> = {}) {
+/**
+ * A Capstan serving a new, empty database `name` on the private server (its log quiet), `env`
+ * besides, the database given `settings` first (ALTER DATABASE … SET, as a DBA would); the
+ * database's URL.
+ */
+async function serveOn(name: string, env: Record<string, string> = {}, settings: Record<string, string> = {}) {
   const url = await pg.createDatabase(name)
+  if (Object.keys(settings).length) {
+    const admin = new Bun.SQL(pg.url, { max: 1 })
+    for (const [setting, value] of Object.entries(settings)) await admin.unsafe(`ALTER DATABASE ${name} SET ${setting} = '${value}'`)
+    await admin.close()
+  }
   return { url, srv: await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...env } }) }
 }
 
@@ -56,15 +65,15 @@ async function serveOn(name: string, env: Record<string, string> = {}) {
  * `serveOn`, with every instance given the same secret key (`env` besides); `another()` starts
  * one more instance on the database, as a second machine would.
  */
-async function serveShared(name: string, env: Record<string, string> = {}) {
+async function serveShared(name: string, env: Record<string, string> = {}, settings: Record<string, string> = {}) {
   const shared = { CAPSTAN_SECRET_KEY: `${name}-shared-test-secret-key-0123456789abcdef`, ...env }
-  const { url, srv } = await serveOn(name, shared)
+  const { url, srv } = await serveOn(name, shared, settings)
   return { url, srv, another: () => TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', ...shared } }) }
 }
 
 /** Two instances on a new database (see serveShared) and a client of the database for `body`; all closed after it. */
-async function twoShared(name: string, body: (t: { a: TestServer; b: TestServer; db: InstanceType<typeof Bun.SQL> }) => Promise<void>) {
-  const { url, srv: a, another } = await serveShared(name)
+async function twoShared(name: string, body: (t: { a: TestServer; b: TestServer; db: InstanceType<typeof Bun.SQL> }) => Promise<void>, { env = {}, settings = {} }: { env?: Record<string, string>; settings?: Record<string, string> } = {}) {
+  const { url, srv: a, another } = await serveShared(name, env, settings)
   const b = await another()
   const db = new Bun.SQL(url, { max: 1 })
   try {
@@ -1003,59 +1012,43 @@ describe("this machine's clock against the database server's", () => {
 
 describe('a database whose transactions default to serializable (default_transaction_isolation)', () => {
   test("Capstan's sessions run read committed, as its writes are made for: sends at once on two instances to the same contacts are each taken, none refused", async () => {
-    const url = await pg.createDatabase('serializable')
-    const admin = new Bun.SQL(pg.url, { max: 1 })
-    await admin.unsafe("ALTER DATABASE serializable SET default_transaction_isolation = 'serializable'")
-    await admin.close()
-    const shared = { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_SECRET_KEY: 'serializable-shared-test-secret-key-0123456789abcdef' }
-    const a = await TestServer.start({ env: shared })
-    const b = await TestServer.start({ env: shared })
-    const db = new Bun.SQL(url, { max: 1 })
-    try {
-      const t = await a.tenant()
-      const conn = (await a.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
-      const recipients = Array.from({ length: 8 }, () => newPhone())
-      const statuses = await Promise.all(
-        Array.from({ length: 300 }, (_, i) => (i % 2 ? a : b).api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: recipients[i % 8], body: `at once ${i}` } }).then((r) => r.status)),
-      )
-      expect(statuses.filter((s) => s !== 202)).toEqual([])
-      const [n] = await db`SELECT COUNT(*)::int AS n FROM messages WHERE connection_id = ${conn.id}`
-      expect(n.n).toBe(300)
-    } finally {
-      await db.close()
-      await b.close()
-      await a.close()
-    }
+    await twoShared(
+      'serializable',
+      async ({ a, b, db }) => {
+        const t = await a.tenant()
+        const conn = (await a.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+        const recipients = Array.from({ length: 8 }, () => newPhone())
+        const statuses = await Promise.all(
+          Array.from({ length: 300 }, (_, i) => (i % 2 ? a : b).api(t.key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: recipients[i % 8], body: `at once ${i}` } }).then((r) => r.status)),
+        )
+        expect(statuses.filter((s) => s !== 202)).toEqual([])
+        const [n] = await db`SELECT COUNT(*)::int AS n FROM messages WHERE connection_id = ${conn.id}`
+        expect(n.n).toBe(300)
+      },
+      { env: { CAPSTAN_KEY_RATE_LIMIT: '100000' }, settings: { default_transaction_isolation: 'serializable' } },
+    )
   })
 })
 
 describe("a server that closes idle sessions (idle_session_timeout)", () => {
   test("Capstan's sessions, named capstan, are exempt: the connection that listens stays, nothing is read again, and a change made by another instance still arrives", async () => {
-    const url = await pg.createDatabase('idle_sessions')
-    const admin = new Bun.SQL(pg.url, { max: 1 })
-    await admin.unsafe("ALTER DATABASE idle_sessions SET idle_session_timeout = '500ms'")
-    await admin.close()
-    const shared = { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_SECRET_KEY: 'idle-sessions-shared-test-secret-key-0123456789abcdef' }
-    const a = await TestServer.start({ env: shared })
-    const b = await TestServer.start({ env: shared })
-    const db = new Bun.SQL(url, { max: 1 })
-    try {
-      const t = await a.tenant()
-      expect((await b.api(t.key, 'GET', '/contacts')).status).toBe(200)
-      // every session idles well past the server's limit
-      await Bun.sleep(2_000)
-      for (const on of [a, b]) expect(on.output).not.toContain('was lost and is back')
-      const [named] = await db.unsafe("SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE datname = 'idle_sessions' AND application_name = 'capstan'")
-      // each instance: its pool's connections in use so far and the one that listens
-      expect(named.n).toBeGreaterThanOrEqual(4)
-      // a key revoked on A stops working on B at once: B heard it
-      expect((await a.admin('POST', `/keys/${t.keyId}/revoke`)).status).toBe(200)
-      expect((await b.api(t.key, 'GET', '/contacts')).status).toBe(401)
-    } finally {
-      await db.close()
-      await b.close()
-      await a.close()
-    }
+    await twoShared(
+      'idle_sessions',
+      async ({ a, b, db }) => {
+        const t = await a.tenant()
+        expect((await b.api(t.key, 'GET', '/contacts')).status).toBe(200)
+        // every session idles well past the server's limit
+        await Bun.sleep(2_000)
+        for (const on of [a, b]) expect(on.output).not.toContain('was lost and is back')
+        const [named] = await db.unsafe("SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE datname = 'idle_sessions' AND application_name = 'capstan'")
+        // each instance: its pool's connections in use so far and the one that listens
+        expect(named.n).toBeGreaterThanOrEqual(4)
+        // a key revoked on A stops working on B at once: B heard it
+        expect((await a.admin('POST', `/keys/${t.keyId}/revoke`)).status).toBe(200)
+        expect((await b.api(t.key, 'GET', '/contacts')).status).toBe(401)
+      },
+      { settings: { idle_session_timeout: '500ms' } },
+    )
   })
 })
 
