@@ -490,6 +490,34 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
     }
   })
 
+  test("the sandbox network's record of a send whose COMMIT's answer is lost (it may or may not have the message): asked, and settled as sent — never handed over again", async () => {
+    const cutter = new CommitCutter(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'cutter-record'))
+    try {
+      onPg = await inProcessOnPostgres(cutter.via(await database()))
+      const { svc, engine, timers } = onPg
+      const { ws, conn } = await numberWithoutGaps(svc, 'Record in doubt', '+15553400001')
+      await waitFor(() => svc.pacer.leases.holds(conn.id))
+      // the COMMIT of the write holding the sandbox's record of the send is the one cut
+      const write = engine.write.bind(engine)
+      engine.write = (fn) => write((tx) => fn({ ...tx, run: (s, ...p) => (s.pg.startsWith('INSERT INTO sandbox_sends') && cutter.arm(), tx.run(s, ...p)) }))
+      const id = (await svc.messages.send(ws.id, { connection_id: conn.id, recipient: '+15553400002', body: 'Your order shipped', attachments: [] })).id
+      await timers.advance(0)
+      await waitFor(() => cutter.cuts === 1)
+      // (a retry, had it been taken for "not sent", would come within the retry delays)
+      for (let i = 0; i < 4; i++) await timers.advance(60_000)
+      const m = await waitFor(async () => {
+        const row = await svc.messages.getAny(id)
+        return row?.status === 'sent' ? row : null
+      }, 10_000)
+      const sends = await engine.all<{ external_id: string }>(stmt('', 'SELECT external_id FROM sandbox_sends WHERE message_id = $1'), id)
+      expect(sends.map((r) => r.external_id)).toEqual([m.external_id!])
+    } finally {
+      await onPg?.close()
+      onPg = null
+      cutter.stop()
+    }
+  })
+
   test('a number with no gap releases at most 20 in one write; the next write follows at once, in order', async () => {
     onPg = await inProcessOnPostgres(await database())
     const { svc, engine, timers } = onPg

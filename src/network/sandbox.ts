@@ -10,9 +10,9 @@ import { closeSync, existsSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSy
 import { open } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import type { AwaitingReport, ConnectionDriver, DriverContext, DriverFactory, GroupInfo, OutboundMessage } from './driver'
-import { DriverError } from './driver'
+import { DriverError, UnconfirmedSend } from './driver'
 import { E164 } from '../http/phone'
-import { type Engine, stmt } from '../db/engine'
+import { CommitInDoubt, type Engine, stmt } from '../db/engine'
 
 const NEWLINE = Buffer.from('\n')
 
@@ -431,7 +431,10 @@ export class SandboxConnection implements ConnectionDriver {
     const externalId = `sbx_${crypto.randomUUID()}`
     try {
       await this.ledger.record({ message_id: message.id, external_id: externalId, recipient: message.recipient, group: message.groupExternalId, body: message.body, attachments: message.attachments.length, at: new Date(this.ctx.now()).toISOString() })
-    } catch {
+    } catch (e) {
+      // the record's COMMIT went and its answer was lost: like a network whose answer was lost, it
+      // may have the message — asked (`confirm`), never handed over again
+      if (e instanceof CommitInDoubt) throw new UnconfirmedSend('send_unconfirmed', 'The sandbox network may have recorded the send (the database\'s answer was lost); it was not sent again.')
       // like a network that could not take the message: it was not sent, and may be tried again
       throw new DriverError('network_unavailable', 'The sandbox network could not record the send (is the disk of the data directory full, or the database away?); it was not sent.', true)
     }
