@@ -104,7 +104,8 @@ export async function serve() {
   await svc.settingsCheck.announce().catch((e) => log.warn('could not tell the other instances this one\'s limits', { error: String((e as Error)?.message ?? e).slice(0, 200) }))
   // the bucket, where media is kept in one (a local folder is the data directory's disk, reported as such)
   const store = svc.media.store
-  const app = buildApp({ svc, adminToken: svc.adminToken, probes: { scanner: () => svc.media.scannerReachable(), ...(store.reachable ? { media: () => store.reachable!() } : {}) } })
+  const closers: (() => Promise<void>)[] = []
+  const app = buildApp({ svc, adminToken: svc.adminToken, closers, probes: { scanner: () => svc.media.scannerReachable(), ...(store.reachable ? { media: () => store.reachable!() } : {}) } })
   app.listen({ hostname: config.host, port: config.port })
   log.info('capstan started', { version: VERSION, host: config.host, port: app.server?.port, data_dir: config.dataDir, database: config.databaseUrl ? `postgres ${databaseWhere(config.databaseUrl)}` : 'sqlite', migrations_applied: applied })
   warnIfDiskLow(svc)
@@ -126,6 +127,7 @@ export async function serve() {
     for (const j of jobs) j.stop()
     stopServices(svc)
     await app.stop()
+    await Promise.all(closers.map((close) => close().catch((e) => log.warn('a step of the stop failed', { error: String(e) }))))
     const left = await settleServices(svc)
     // the numbers this instance released go to the others at once (not after their lease runs out)
     await svc.pacer.leases.releaseAll().catch((e) => log.warn('could not hand the number leases over; they pass to another instance within 15 s', { error: String((e as Error)?.message ?? e).slice(0, 200) }))

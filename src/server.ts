@@ -47,6 +47,8 @@ export interface ServerParts {
   adminToken: { readonly hash: Uint8Array }
   /** Extra readiness probes, e.g. the malware scanner: name → reachable? */
   probes?: Record<string, () => Promise<boolean>>
+  /** Filled with what must run once the server stopped taking requests, before the database closes. */
+  closers?: (() => Promise<void>)[]
 }
 
 
@@ -71,7 +73,7 @@ const signInForm = () => new ApiError(415, 'unsupported_media_type', 'Sign in wi
 /** The body size a request declares (Content-Length; 0 when absent), read before the body is. */
 const declaredLength = (request: Request) => Number(request.headers.get('content-length') ?? 0)
 
-export function buildApp({ svc, adminToken, probes = {} }: ServerParts) {
+export function buildApp({ svc, adminToken, probes = {}, closers = [] }: ServerParts) {
   const { config } = svc.deps
   const sessions = new Sessions(adminToken, svc.deps.engine, () => svc.deps.clock.now())
   let root: Elysia<any, any, any, any, any, any, any> | null = null
@@ -79,9 +81,11 @@ export function buildApp({ svc, adminToken, probes = {} }: ServerParts) {
   const ipOf = (request: Request) => clients.ip(request)
   // instances sharing a database count the limits together there (60 a minute means 60 in all)
   const { engine } = svc.deps
-  const windows = engine.shared
-    ? { failures: new SharedWindows(engine, 'auth', config.authFailLimit, config.rateWindowMs), perKey: new SharedWindows(engine, 'key', config.keyRateLimit, config.rateWindowMs) }
+  const windows: { failures: SharedWindows; perKey: SharedWindows } | undefined = engine.shared
+    ? { failures: new SharedWindows(engine, 'auth', config.authFailLimit, config.rateWindowMs), perKey: new SharedWindows(engine, 'key', config.keyRateLimit, config.rateWindowMs, Date.now, true) }
     : undefined
+  // places taken ahead in the per-key windows and not used go back to their windows at a stop
+  if (windows) closers.push(() => windows.perKey.close())
   const auth = authPlugin({ config, clients, keys: svc.keys, adminToken, sessions, windows })
   const log = svc.log
   // bad signatures on Meta's webhooks count against the failed-auth limit too (by number and address)

@@ -720,6 +720,27 @@ describe("a key's limit on PostgreSQL", () => {
   })
 })
 
+describe("a key's places ahead on PostgreSQL", () => {
+  test('a key hit often takes places ahead of its window (fewer statements); each answer still says what is left, one less each time; a graceful stop gives back the places not used', async () => {
+    const { url, srv } = await serveOn('ahead', { CAPSTAN_KEY_RATE_LIMIT: '6400' })
+    const db = new Bun.SQL(url, { max: 1 })
+    const counted = async () => Number((await db`SELECT n FROM rate_windows WHERE subject LIKE 'key:%'`)[0].n)
+    try {
+      const { key } = await srv.tenant()
+      const left: number[] = []
+      for (let i = 0; i < 12; i++) left.push(Number((await srv.api(key, 'GET', '/workspace')).headers.get('x-ratelimit-remaining')))
+      expect(left).toEqual(Array.from({ length: 12 }, (_, i) => 6399 - i))
+      // 1, 2, 4 then 8 places ahead: the window counts 20 for the 12 requests
+      expect(await counted()).toBe(20)
+      await srv.stop()
+      expect(await counted()).toBe(12)
+    } finally {
+      await db.close()
+      await srv.close()
+    }
+  })
+})
+
 describe('the monthly allowance on PostgreSQL', () => {
   test('sends at once on two instances, more than the allowance has room for: exactly that many are queued, the others get 422 allowance_exhausted with nothing written', async () => {
     await twoShared('allowance', async ({ a, b, db }) => {

@@ -258,4 +258,62 @@ describe.each(ENGINES)('request windows counted in the database on %s', (name) =
     expect(await windows.exceeded('a')).toBe(false)
     expect(await Promise.all([windows.hit('a'), windows.hit('a')])).toEqual([4, 3])
   })
+
+  test('places ahead: a name hit often takes a few places with its count and hands them out without a statement; unused ones go back; a new window voids them', async () => {
+    const engine = engines[name]
+    let now = 2_000_000
+    const kind = `p${crypto.randomUUID().slice(0, 8)}`
+    const windows = new SharedWindows(engine, kind, 6400, 60_000, () => now, true)
+    const n = async () => Number((await engine.get<{ n: number }>(stmt('SELECT n FROM rate_windows WHERE subject = ?'), `${kind}:a`))!.n)
+    try {
+      expect(await windows.hit('a')).toBe(6399) // first count: nothing ahead
+      now += 10
+      expect(await windows.hit('a')).toBe(6398) // counted again within 100 ms: one place ahead
+      expect(await n()).toBe(3)
+      const ahead = windows.hit('a')
+      expect(ahead).toBe(6397) // handed out at once, not a promise: no statement
+      expect(await n()).toBe(3)
+      now += 10
+      expect(await windows.hit('a')).toBe(6396) // two ahead this time
+      expect(await n()).toBe(6)
+      expect(windows.hit('a')).toBe(6395)
+      // idle for a second: the place left goes back
+      now += 1000
+      await windows.giveBackIdle()
+      expect(await n()).toBe(5)
+      // counted again a second later: half as many ahead (one)
+      expect(await windows.hit('a')).toBe(6394)
+      expect(await n()).toBe(7)
+      // the place held when the window ends is void: the next hit opens a new window
+      now += 60_000
+      expect(await windows.hit('a')).toBe(6399)
+      expect(await n()).toBe(1)
+    } finally {
+      await windows.close()
+    }
+  })
+
+  test('places ahead on two instances never let more than the limit through, and near the limit none are taken: exactly the limit passes', async () => {
+    const engine = engines[name]
+    let now = 3_000_000
+    const kind = `q${crypto.randomUUID().slice(0, 8)}`
+    const a = new SharedWindows(engine, kind, 640, 60_000, () => now, true)
+    const b = new SharedWindows(engine, kind, 640, 60_000, () => now, true)
+    try {
+      let passed = 0
+      let statements = 0
+      for (let i = 0; i < 400; i++) {
+        now += 1
+        // three hits at once on each, as concurrent requests would be
+        const hits = [a.hit('k'), a.hit('k'), a.hit('k'), b.hit('k'), b.hit('k'), b.hit('k')]
+        statements += hits.filter((h) => h instanceof Promise).length
+        for (const left of await Promise.all(hits)) if (left >= 0) passed++
+      }
+      expect(passed).toBe(640)
+      expect(statements).toBeLessThan(2400) // some were handed out from places ahead
+    } finally {
+      await a.close()
+      await b.close()
+    }
+  })
 })

@@ -71,14 +71,16 @@ const SHARED = {
      ON CONFLICT (subject) DO UPDATE SET
        n = CASE WHEN rate_windows.started_at <= excluded.started_at - ?3 THEN excluded.n ELSE rate_windows.n + excluded.n END,
        started_at = CASE WHEN rate_windows.started_at <= excluded.started_at - ?3 THEN excluded.started_at ELSE rate_windows.started_at END
-     RETURNING subject, n`,
+     RETURNING subject, n, started_at`,
     `INSERT INTO rate_windows (subject, started_at, n)
      SELECT h.s, $2, h.c FROM jsonb_to_recordset(CAST($1 AS text)::jsonb) AS h(s text, c int) ORDER BY h.s
      ON CONFLICT (subject) DO UPDATE SET
        n = CASE WHEN rate_windows.started_at <= excluded.started_at - $3 THEN excluded.n ELSE rate_windows.n + excluded.n END,
        started_at = CASE WHEN rate_windows.started_at <= excluded.started_at - $3 THEN excluded.started_at ELSE rate_windows.started_at END
-     RETURNING subject, n`,
+     RETURNING subject, n, started_at`,
   ),
+  // places taken ahead and not used, handed back to their window (only to the window they were taken in)
+  giveBack: stmt('UPDATE rate_windows SET n = n - ? WHERE subject = ? AND started_at = ?'),
   get: stmt('SELECT n FROM rate_windows WHERE subject = ? AND started_at > ?'),
   sweep: stmt('DELETE FROM rate_windows WHERE started_at <= ?'),
 }
@@ -86,15 +88,56 @@ const SHARED = {
 type Waiting = { resolve: (n: number) => void; reject: (e: unknown) => void }
 
 /**
+ * A name's places taken ahead in its window (see SharedWindows' `ahead`): places `next`..`last`
+ * are this instance's to hand out, without the database, while the window that started at `start`
+ * lasts.
+ */
+interface Ahead {
+  start: number
+  next: number
+  last: number
+  /** How many places to ask for at the next count (grows while they run out quickly). */
+  size: number
+  /** When this name was last counted in the database, and when a place was last handed out. */
+  countedAt: number
+  usedAt: number
+  /** A count asking for places ahead is under way (one at a time, so none is overwritten). */
+  asking: boolean
+  /** The window's count as the last statement left it. */
+  n: number
+}
+
+/** Places ahead ran out within this long: ask for twice as many next time (else half). */
+const AHEAD_QUICK_MS = 1000
+/** Places ahead not used for this long go back to their window. */
+const AHEAD_IDLE_MS = 1000
+/** At most this many places ahead at once, and at most this share of what the window has left. */
+const AHEAD_MAX = 1024
+const AHEAD_SHARE = 64
+
+/**
  * Windows counted in the database (`rate_windows`), for instances that share it: 60 requests a
  * minute means 60 in total, whichever instance each reached. `kind` keeps the per-key and the
  * failed-auth windows apart. The hits of one turn of the event loop are counted by one
  * statement (under load, dozens of requests share it); each learns its own place in its window.
  * Windows that ended are deleted once per window.
+ *
+ * `ahead` (the per-key limit): a name hit often counts a few places ahead with its hits and hands
+ * them out to its next hits without asking the database — twice as many as last time when those
+ * ran out within a second, else half; at most 1,024, at most 1/64 of what the window has left, and
+ * none once the window is half full. Places are counted before they are handed out, so the total
+ * never passes the limit (a place past it is never handed out); places not used for a second, or
+ * held at a stop, go back to their window. What this changes: in the first half of a window,
+ * another instance may be refused up to the places an idle instance holds (at most 1/64 of the
+ * window each, for at most a second; until the window ends if that instance was killed), and each
+ * instance's X-RateLimit-Remaining counts the places it holds as taken. From half full on, the count
+ * is exact; the default limit (60: 60/64 < 1) never takes places ahead.
  */
 export class SharedWindows implements Windows {
   private lastSweep = 0
   private gathered = new Map<string, Waiting[]>()
+  private readonly held = new Map<string, Ahead>()
+  private readonly timer: ReturnType<typeof setInterval> | null
 
   constructor(
     private readonly engine: Engine,
@@ -102,11 +145,23 @@ export class SharedWindows implements Windows {
     readonly limit: number,
     readonly windowMs: number,
     private readonly now: () => number = Date.now,
-  ) {}
+    private readonly ahead = false,
+  ) {
+    this.timer = ahead ? setInterval(() => void this.giveBackIdle().catch(() => {}), AHEAD_IDLE_MS) : null
+    this.timer?.unref?.()
+  }
 
-  hit(name: string): Promise<number> {
+  hit(name: string): number | Promise<number> {
+    const subject = `${this.kind}:${name}`
+    const a = this.held.get(subject)
+    if (a !== undefined && a.next <= a.last) {
+      const t = this.now()
+      if (t - a.start < this.windowMs) {
+        a.usedAt = t
+        return this.limit - a.next++
+      }
+    }
     return new Promise<number>((resolve, reject) => {
-      const subject = `${this.kind}:${name}`
       if (this.gathered.size === 0) setImmediate(this.count)
       const waiting = this.gathered.get(subject)
       if (waiting) waiting.push({ resolve, reject })
@@ -114,26 +169,100 @@ export class SharedWindows implements Windows {
     })
   }
 
+  /** How many places ahead to ask for with `hits` hits of `subject` at `t`. */
+  private askAhead(subject: string, hits: number, t: number): number {
+    const a = this.held.get(subject)
+    // none while places are being asked for, or some are still held (a count that came back
+    // since these hits were gathered): the places a count brings replace the ones held
+    if (a === undefined || a.asking || (a.next <= a.last && t - a.start < this.windowMs)) return 0
+    a.size = t - a.countedAt < AHEAD_QUICK_MS ? Math.min(AHEAD_MAX, Math.max(1, a.size * 2)) : a.size >> 1
+    a.countedAt = t
+    // what the window had at the last count (nothing if it has ended since)
+    const n = t - a.start < this.windowMs ? a.n : 0
+    if (n + hits >= this.limit / 2) return 0
+    const e = Math.min(a.size, Math.floor((this.limit - n - hits) / AHEAD_SHARE))
+    if (e > 0) a.asking = true
+    return e
+  }
+
   private readonly count = async () => {
     const batch = this.gathered
     this.gathered = new Map()
+    const asked = new Map<string, number>()
     try {
       const t = this.now()
       if (t - this.lastSweep > this.windowMs) {
         this.lastSweep = t
         await this.engine.write((tx) => tx.run(SHARED.sweep, t - this.windowMs))
       }
-      const hits = [...batch].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([s, w]) => ({ s, c: w.length }))
-      const rows = await this.engine.all<{ subject: string; n: number }>(SHARED.hits, JSON.stringify(hits), t, this.windowMs)
-      const counted = new Map(rows.map((r) => [r.subject, Number(r.n)]))
+      const hits = [...batch].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([s, w]) => {
+        const e = this.ahead ? this.askAhead(s, w.length, t) : 0
+        if (e > 0) asked.set(s, e)
+        return { s, c: w.length + e }
+      })
+      const rows = await this.engine.all<{ subject: string; n: number; started_at: number }>(SHARED.hits, JSON.stringify(hits), t, this.windowMs)
+      const counted = new Map(rows.map((r) => [r.subject, r]))
       for (const [subject, waiting] of batch) {
-        // the window's count after this batch: the batch's hits are its last ones, in arrival order
-        const after = counted.get(subject) ?? waiting.length
-        waiting.forEach((w, i) => w.resolve(this.limit - (after - waiting.length + i + 1)))
+        const row = counted.get(subject)
+        const e = asked.get(subject) ?? 0
+        // the window's count after this statement: its last places are the ones taken ahead,
+        // before them this batch's hits, in arrival order
+        const after = row ? Number(row.n) : waiting.length + e
+        const first = after - e - waiting.length + 1
+        waiting.forEach((w, i) => w.resolve(this.limit - (first + i)))
+        if (this.ahead && row) this.took(subject, t, Number(row.started_at), after, e)
       }
     } catch (e) {
+      for (const s of asked.keys()) this.held.get(s)!.asking = false
       for (const waiting of batch.values()) for (const w of waiting) w.reject(e)
     }
+  }
+
+  /** After a count of `subject`: note its window, and the places taken ahead (those within the limit). */
+  private took(subject: string, t: number, start: number, after: number, ahead: number) {
+    let a = this.held.get(subject)
+    if (a === undefined) {
+      a = { start, next: 1, last: 0, size: 0, countedAt: t, usedAt: t, asking: false, n: after }
+      this.held.set(subject, a)
+    }
+    if (a.start !== start) {
+      // a new window: places held in the one that ended are void
+      a.start = start
+      a.next = 1
+      a.last = 0
+    }
+    a.n = after
+    if (ahead > 0) {
+      a.asking = false
+      a.next = after - ahead + 1
+      a.last = Math.min(after, this.limit)
+      a.usedAt = t
+    }
+  }
+
+  /** Hand places ahead back to their windows: those not used for a second (`all`: every one, at a stop). */
+  async giveBackIdle(all = false) {
+    const t = this.now()
+    const back: [number, string, number][] = []
+    for (const [subject, a] of this.held) {
+      const over = t - a.start >= this.windowMs
+      if (a.next <= a.last && !over && (all || t - a.usedAt >= AHEAD_IDLE_MS)) {
+        back.push([a.last - a.next + 1, subject, a.start])
+        a.next = a.last + 1
+      }
+      // a name idle past its window is forgotten (its size starts again from none)
+      if (over && !a.asking && t - a.countedAt >= this.windowMs) this.held.delete(subject)
+    }
+    if (back.length === 0) return
+    await this.engine.write(async (tx) => {
+      for (const [k, subject, start] of back) await tx.run(SHARED.giveBack, k, subject, start)
+    })
+  }
+
+  /** Stop handing places ahead out, and give back those not used. */
+  async close() {
+    if (this.timer) clearInterval(this.timer)
+    if (this.ahead) await this.giveBackIdle(true)
   }
 
   async exceeded(name: string): Promise<boolean> {
