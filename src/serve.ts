@@ -127,8 +127,14 @@ export async function serve() {
     for (const j of jobs) j.stop()
     stopServices(svc)
     await app.stop()
-    await Promise.all(closers.map((close) => close().catch((e) => log.warn('a step of the stop failed', { error: String(e) }))))
+    // (bounded: a database that does not answer does not hold the stop up)
+    await Promise.race([Promise.all(closers.map((close) => close().catch((e) => log.warn('a step of the stop failed', { error: String(e) })))), Bun.sleep(2000)])
     const left = await settleServices(svc)
+    // a tick's claims whose COMMIT's answer was lost, not settled yet: handed back, not left to fail
+    await svc.pacer.handBackInDoubt().then(
+      (n) => n > 0 && log.warn('claims whose write\'s answer was lost were handed back; they go on at the next start', { messages: n }),
+      (e) => log.warn('could not hand back the claims whose write\'s answer was lost; the next start fails them as interrupted', { error: String((e as Error)?.message ?? e).slice(0, 200) }),
+    )
     // the numbers this instance released go to the others at once (not after their lease runs out)
     await svc.pacer.leases.releaseAll().catch((e) => log.warn('could not hand the number leases over; they pass to another instance within 15 s', { error: String((e as Error)?.message ?? e).slice(0, 200) }))
     try {

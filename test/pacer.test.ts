@@ -490,6 +490,45 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
     }
   })
 
+  test("a graceful stop before the next tick, after a tick whose COMMIT's answer was lost: the claims that landed are handed back (marked to go on), not left for crash recovery to fail", async () => {
+    const cutter = new CommitCutter(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'cutter-stop'))
+    try {
+      const url = await database()
+      onPg = await inProcessOnPostgres(cutter.via(url))
+      const { svc, engine, timers } = onPg
+      const { ws, conn } = await numberWithoutGaps(svc, 'Stopped in doubt', '+15553500001')
+      const ids: string[] = []
+      for (let i = 0; i < 2; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+155535100${i}0`, body: `in doubt ${i}`, attachments: [] })).id)
+      // (the contacts' activity, written 200 ms after the sends, has its own COMMIT: let it land first)
+      await Bun.sleep(400)
+      cutter.arm()
+      await timers.advance(0)
+      await waitFor(() => cutter.cuts === 1)
+      const rows = async () => (await engine.all<{ status: string; resend: number }>(stmt('', 'SELECT status, resend FROM messages WHERE id IN ($1, $2) ORDER BY id'), ...ids)).map((r) => `${r.status}:${r.resend}`)
+      await waitFor(async () => (await rows()).join() === 'sending:0,sending:0')
+      svc.pacer.stop()
+      expect(await svc.pacer.handBackInDoubt()).toBe(2)
+      expect(await rows()).toEqual(['sending:1', 'sending:1'])
+      expect(await svc.pacer.handBackInDoubt()).toBe(0)
+      expect(Number((await engine.get<{ n: number }>(stmt('', 'SELECT count(*) AS n FROM sandbox_sends')))!.n)).toBe(0)
+      // the next start hands them to the network, each once
+      await svc.pacer.leases.releaseAll()
+      await onPg.close()
+      onPg = await inProcessOnPostgres(url)
+      const next = onPg
+      await waitFor(() => next.svc.pacer.leases.holds(conn.id))
+      await next.timers.advance(0)
+      const sent = () => next.engine.all<{ status: string }>(stmt('', 'SELECT status FROM messages WHERE id IN ($1, $2)'), ...ids)
+      await waitFor(async () => (await sent()).every((r) => r.status === 'sent'))
+      const sends = await next.engine.all<{ message_id: string; n: number }>(stmt('', 'SELECT message_id, count(*)::int AS n FROM sandbox_sends GROUP BY message_id ORDER BY message_id'))
+      expect(sends).toEqual(ids.toSorted().map((message_id) => ({ message_id, n: 1 })))
+    } finally {
+      await onPg?.close()
+      onPg = null
+      cutter.stop()
+    }
+  })
+
   test("the sandbox network's record of a send whose COMMIT's answer is lost (it may or may not have the message): asked, and settled as sent — never handed over again", async () => {
     const cutter = new CommitCutter(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'cutter-record'))
     try {

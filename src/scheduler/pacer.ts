@@ -372,6 +372,27 @@ export class Pacer {
     return true
   }
 
+  /**
+   * At a graceful stop (after `stop`): claims whose COMMIT's answer was lost and that no tick has
+   * settled yet are handed back where they landed — marked to go on at the next start, or on the
+   * instance that takes the number — instead of being left `sending` for crash recovery, which
+   * cannot tell them from a send the network may have and fails them. How many had landed.
+   */
+  async handBackInDoubt(): Promise<number> {
+    const claimed = this.inDoubt
+    if (claimed.length === 0) return 0
+    const landed = await this.deps.engine.write(async (tx) => {
+      let n = 0
+      for (const { row } of claimed) {
+        if (this.leases.checked && !(await this.leases.heldIn(tx, row.connection_id))) continue
+        if (await this.messages.handBackClaimIn(tx, row)) n++
+      }
+      return n
+    })
+    this.inDoubt = []
+    return landed
+  }
+
   /** A release made at `at` that the number's state in memory does not hold yet. */
   private counted(connectionId: string, at: number) {
     const st = this.states.get(connectionId)

@@ -566,6 +566,11 @@ export class MessageService {
     return this.store.claimed(tx, row)
   }
 
+  /** A claim markSendingIn made (its row), where it landed, handed back (see `handBack`): whether it had landed. */
+  handBackClaimIn(tx: Queries, row: MessageRow): Promise<boolean> {
+    return this.store.handBackClaim(tx, row)
+  }
+
   /**
    * The network accepted a message: its id for it, for its later parts if it took several, and the
    * recipient's address there when that is not the number sent to (see network_addresses).

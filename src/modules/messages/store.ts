@@ -150,6 +150,7 @@ const Q = {
   takeResend: stmt("UPDATE messages SET resend = 0 WHERE id = ? AND status = 'sending' AND resend = 1"),
   // a claim as it was made (its times): still `sending` by it, not handed back, not moved on
   claimed: stmt("SELECT 1 AS yes FROM messages WHERE id = ? AND status = 'sending' AND sending_at = ? AND updated_at = ? AND resend = 0"),
+  handBackClaim: stmt("UPDATE messages SET resend = 1 WHERE id = ? AND status = 'sending' AND sending_at = ? AND updated_at = ? AND resend = 0"),
   queuedConnections: stmt("SELECT DISTINCT connection_id FROM messages WHERE status = 'queued'"),
   releases: stmt('SELECT sending_at FROM messages WHERE connection_id = ? AND sending_at >= ? ORDER BY sending_at'),
   // through messages_releases too: the number's one-to-one sends since a time still without their last report
@@ -333,12 +334,17 @@ export class MessageStore {
     return (await tx.run(Q.markResend, id)) > 0
   }
 
-  /** Take a send marked to hand over again: whether this write cleared the mark (only one does). */
   /** Whether the claim `row` describes (markSendingIn's row) is in the table as made. */
   async claimed(tx: Queries, row: Pick<MessageRow, 'id' | 'sending_at' | 'updated_at'>): Promise<boolean> {
     return (await tx.get(Q.claimed, row.id, row.sending_at, row.updated_at)) !== null
   }
 
+  /** The claim `row` describes, where it is in the table as made, marked to hand over again (markResend): whether it was. */
+  async handBackClaim(tx: Queries, row: Pick<MessageRow, 'id' | 'sending_at' | 'updated_at'>): Promise<boolean> {
+    return (await tx.run(Q.handBackClaim, row.id, row.sending_at, row.updated_at)) > 0
+  }
+
+  /** Take a send marked to hand over again: whether this write cleared the mark (only one does). */
   async takeResend(tx: Queries, id: string): Promise<boolean> {
     return (await tx.run(Q.takeResend, id)) > 0
   }
