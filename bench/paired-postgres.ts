@@ -19,6 +19,7 @@ const seconds = Number(process.argv[3] ?? 5)
 const turns = Number(process.argv[4] ?? 8)
 const mode = process.argv[5] ?? 'one'
 if (mode !== 'one' && mode !== 'two') throw new Error('the fourth argument is `one` or `two`')
+const reads = process.env.BENCH_PATH === 'get'
 
 const dir = mkdtempSync(join(tmpdir(), 'capstan-bench-pg-paired-'))
 const pg = await PrivatePostgres.start(join(dir, 'pg'))
@@ -36,9 +37,10 @@ async function side(name: string, root?: string) {
   const url = await database(name)
   const caps: Awaited<ReturnType<typeof startCapstan>>[] = []
   for (let i = 0; i < (mode === 'two' ? 2 : 1); i++) caps.push(await startCapstan(env(url), root))
-  const { lua } = await sendLoad(caps[0]!)
+  const { lua: send, keys } = await sendLoad(caps[0]!)
+  const lua = reads ? `local n = 0\nlocal keys = {${keys.map((k) => `"${k}"`).join(',')}}\nrequest = function()\n  n = n + 1\n  return wrk.format("GET", nil, {["Authorization"] = "Bearer " .. keys[(n % #keys) + 1]})\nend` : send
   const run = async (secs: number): Promise<WrkResult> => {
-    const rs = await Promise.all(caps.map((c) => wrk(`${c.base}/api/v1/messages`, { seconds: secs, connections: 50 / caps.length, lua })))
+    const rs = await Promise.all(caps.map((c) => wrk(`${c.base}${reads ? '/api/v1/workspace' : '/api/v1/messages'}`, { seconds: secs, connections: 50 / caps.length, lua })))
     return { rps: rs.reduce((n, r) => n + r.rps, 0), p50: rs.reduce((n, r) => n + r.p50, 0) / rs.length, p99: Math.max(...rs.map((r) => r.p99)), errors: rs.reduce((n, r) => n + r.errors, 0) }
   }
   return { caps, run }
@@ -64,7 +66,7 @@ try {
   const med = (rs: WrkResult[]): WrkResult => ({ rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)), errors: rs.reduce((n, r) => n + r.errors, 0) })
   const per = b.map((r, i) => r.rps / a[i]!.rps)
   const load = mode === 'two' ? 'two instances on one database each, wrk -c25 at each, summed' : 'one instance each, wrk -c50'
-  console.log(`\nPOST /api/v1/messages on PostgreSQL, ${load}; ${turns} rounds of ${seconds} s in turns, medians; ${navigator.hardwareConcurrency} cores, Bun ${Bun.version}\n`)
+  console.log(`\n${reads ? 'GET /api/v1/workspace' : 'POST /api/v1/messages'} on PostgreSQL, ${load}; ${turns} rounds of ${seconds} s in turns, medians; ${navigator.hardwareConcurrency} cores, Bun ${Bun.version}\n`)
   console.log('| this checkout | baseline | new / old (medians) | median of the rounds\' ratios |\n|---|---|---|---|')
   const pct = (x: number) => `${Math.round(x * 1000) / 10}%`
   console.log(`| ${fmt(med(b))} | ${fmt(med(a))} | ${pct(med(b).rps / med(a).rps)} | ${pct(median(per))} (rounds ${pct(Math.min(...per))}–${pct(Math.max(...per))}) |`)

@@ -259,35 +259,47 @@ describe.each(ENGINES)('request windows counted in the database on %s', (name) =
     expect(await Promise.all([windows.hit('a'), windows.hit('a')])).toEqual([4, 3])
   })
 
-  test('places ahead: a name hit often takes a few places with its count and hands them out without a statement; unused ones go back; a new window voids them', async () => {
+  test('places ahead: a name hit often counts places ahead with its hits, asks for the next before they run out, and hands them out without a statement; unused ones go back; a new window voids them', async () => {
     const engine = engines[name]
     let now = 2_000_000
     const kind = `p${crypto.randomUUID().slice(0, 8)}`
     const windows = new SharedWindows(engine, kind, 6400, 60_000, () => now, true)
     const n = async () => Number((await engine.get<{ n: number }>(stmt('SELECT n FROM rate_windows WHERE subject = ?'), `${kind}:a`))!.n)
+    // what was asked for at the end of a turn has come back
+    const asked = async () => {
+      for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r))
+      await Bun.sleep(30)
+    }
     try {
       expect(await windows.hit('a')).toBe(6399) // first count: nothing ahead
       now += 10
-      expect(await windows.hit('a')).toBe(6398) // counted again within 100 ms: one place ahead
+      expect(await windows.hit('a')).toBe(6398) // counted again within a second: one place ahead
       expect(await n()).toBe(3)
-      const ahead = windows.hit('a')
-      expect(ahead).toBe(6397) // handed out at once, not a promise: no statement
-      expect(await n()).toBe(3)
-      now += 10
-      expect(await windows.hit('a')).toBe(6396) // two ahead this time
-      expect(await n()).toBe(6)
-      expect(windows.hit('a')).toBe(6395)
-      // idle for a second: the place left goes back
+      // handed out at once, not a promise: no statement waited for; that was the last one held, so
+      // the next two are asked for at once
+      expect(windows.hit('a')).toBe(6397)
+      await asked()
+      expect(await n()).toBe(5)
+      // from here on every hit is handed out at once, the next places asked for when half are used
+      const left: unknown[] = []
+      for (let i = 0; i < 40; i++) {
+        left.push(windows.hit('a'))
+        await asked()
+      }
+      expect(left).toEqual(Array.from({ length: 40 }, (_, i) => 6396 - i))
+      const held = (await n()) - 43
+      expect(held).toBeGreaterThan(0)
+      // idle for a second: the places left go back; the window counts the 43 hits
       now += 1000
       await windows.giveBackIdle()
-      expect(await n()).toBe(5)
-      // counted again a second later: half as many ahead (one)
-      expect(await windows.hit('a')).toBe(6394)
-      expect(await n()).toBe(7)
-      // the place held when the window ends is void: the next hit opens a new window
+      expect(await n()).toBe(43)
+      // counted again a second later: places ahead again (half as many as last time)
+      expect(await windows.hit('a')).toBe(6356)
+      expect(await n()).toBeGreaterThan(44)
+      // the places held when the window ends are void: the next hit opens a new window
       now += 60_000
       expect(await windows.hit('a')).toBe(6399)
-      expect(await n()).toBe(1)
+      expect(await n()).toBeLessThan(43) // this hit and its places ahead, nothing of the last window
     } finally {
       await windows.close()
     }

@@ -90,19 +90,23 @@ type Waiting = { resolve: (n: number) => void; reject: (e: unknown) => void }
 /**
  * A name's places taken ahead in its window (see SharedWindows' `ahead`): places `next`..`last`
  * are this instance's to hand out, without the database, while the window that started at `start`
- * lasts.
+ * lasts; `then`, places asked for before those ran out, follow them.
  */
 interface Ahead {
   start: number
   next: number
   last: number
+  /** How many places the range `next`..`last` had when it came (half used: the next are asked for). */
+  span: number
+  then: { first: number; last: number } | null
   /** How many places to ask for at the next count (grows while they run out quickly). */
   size: number
   /** When this name was last counted in the database, and when a place was last handed out. */
   countedAt: number
   usedAt: number
-  /** A count asking for places ahead is under way (one at a time, so none is overwritten). */
+  /** A count asking for places ahead is under way (one at a time), and the hits waiting for its places. */
   asking: boolean
+  waiting: Waiting[]
   /** The window's count as the last statement left it. */
   n: number
 }
@@ -125,7 +129,9 @@ const AHEAD_SHARE = 64
  * `ahead` (the per-key limit): a name hit often counts a few places ahead with its hits and hands
  * them out to its next hits without asking the database — twice as many as last time when those
  * ran out within a second, else half; at most 1,024, at most 1/64 of what the window has left, and
- * none once the window is half full. Places are counted before they are handed out, so the total
+ * none once the window is half full. The next places are asked for when half of those held are
+ * used (a hit that finds none left while they are on their way waits for them), so under steady
+ * traffic no request waits for a statement. Places are counted before they are handed out, so the total
  * never passes the limit (a place past it is never handed out); places not used for a second, or
  * held at a stop, go back to their window. What this changes: in the first half of a window,
  * another instance may be refused up to the places an idle instance holds (at most 1/64 of the
@@ -154,27 +160,45 @@ export class SharedWindows implements Windows {
   hit(name: string): number | Promise<number> {
     const subject = `${this.kind}:${name}`
     const a = this.held.get(subject)
-    if (a !== undefined && a.next <= a.last) {
+    if (a !== undefined) {
       const t = this.now()
       if (t - a.start < this.windowMs) {
-        a.usedAt = t
-        return this.limit - a.next++
+        if (a.next > a.last && a.then !== null) this.follow(a)
+        if (a.next <= a.last) {
+          a.usedAt = t
+          const place = a.next++
+          // half of them used: the next are asked for now, so that hits keep not waiting
+          if (!a.asking && a.then === null && (a.last - a.next + 1) * 2 <= a.span && a.n < this.limit / 2) this.gather(subject, null)
+          return this.limit - place
+        }
+        // none left, and more on their way: wait for them (in arrival order) rather than count apart
+        if (a.asking) return new Promise<number>((resolve, reject) => a.waiting.push({ resolve, reject }))
       }
     }
-    return new Promise<number>((resolve, reject) => {
-      if (this.gathered.size === 0) setImmediate(this.count)
-      const waiting = this.gathered.get(subject)
-      if (waiting) waiting.push({ resolve, reject })
-      else this.gathered.set(subject, [{ resolve, reject }])
-    })
+    return new Promise<number>((resolve, reject) => this.gather(subject, { resolve, reject }))
+  }
+
+  /** `waiting` counted at the end of this turn (null: only places ahead asked for). */
+  private gather(subject: string, waiting: Waiting | null) {
+    if (this.gathered.size === 0) setImmediate(this.count)
+    const list = this.gathered.get(subject)
+    if (list === undefined) this.gathered.set(subject, waiting ? [waiting] : [])
+    else if (waiting) list.push(waiting)
+  }
+
+  /** The places asked for ahead become the ones handed out. */
+  private follow(a: Ahead) {
+    a.next = a.then!.first
+    a.last = a.then!.last
+    a.span = a.last - a.next + 1
+    a.then = null
   }
 
   /** How many places ahead to ask for with `hits` hits of `subject` at `t`. */
   private askAhead(subject: string, hits: number, t: number): number {
     const a = this.held.get(subject)
-    // none while places are being asked for, or some are still held (a count that came back
-    // since these hits were gathered): the places a count brings replace the ones held
-    if (a === undefined || a.asking || (a.next <= a.last && t - a.start < this.windowMs)) return 0
+    // one ask at a time, and none while the places of the last one wait their turn
+    if (a === undefined || a.asking || a.then !== null) return 0
     a.size = t - a.countedAt < AHEAD_QUICK_MS ? Math.min(AHEAD_MAX, Math.max(1, a.size * 2)) : a.size >> 1
     a.countedAt = t
     // what the window had at the last count (nothing if it has ended since)
@@ -195,11 +219,14 @@ export class SharedWindows implements Windows {
         this.lastSweep = t
         await this.engine.write((tx) => tx.run(SHARED.sweep, t - this.windowMs))
       }
-      const hits = [...batch].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([s, w]) => {
+      const hits: { s: string; c: number }[] = []
+      for (const [s, w] of [...batch].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
         const e = this.ahead ? this.askAhead(s, w.length, t) : 0
         if (e > 0) asked.set(s, e)
-        return { s, c: w.length + e }
-      })
+        // (places ahead asked for alone, and none to be had: nothing to count)
+        if (w.length + e > 0) hits.push({ s, c: w.length + e })
+      }
+      if (hits.length === 0) return
       const rows = await this.engine.all<{ subject: string; n: number; started_at: number }>(SHARED.hits, JSON.stringify(hits), t, this.windowMs)
       const counted = new Map(rows.map((r) => [r.subject, r]))
       for (const [subject, waiting] of batch) {
@@ -212,8 +239,9 @@ export class SharedWindows implements Windows {
         waiting.forEach((w, i) => w.resolve(this.limit - (first + i)))
         if (this.ahead && row) this.took(subject, t, Number(row.started_at), after, e)
       }
+      for (const s of asked.keys()) this.answered(s)
     } catch (e) {
-      for (const s of asked.keys()) this.held.get(s)!.asking = false
+      for (const s of asked.keys()) this.answered(s, e)
       for (const waiting of batch.values()) for (const w of waiting) w.reject(e)
     }
   }
@@ -222,7 +250,7 @@ export class SharedWindows implements Windows {
   private took(subject: string, t: number, start: number, after: number, ahead: number) {
     let a = this.held.get(subject)
     if (a === undefined) {
-      a = { start, next: 1, last: 0, size: 0, countedAt: t, usedAt: t, asking: false, n: after }
+      a = { start, next: 1, last: 0, span: 0, then: null, size: 0, countedAt: t, usedAt: t, asking: false, waiting: [], n: after }
       this.held.set(subject, a)
     }
     if (a.start !== start) {
@@ -230,13 +258,35 @@ export class SharedWindows implements Windows {
       a.start = start
       a.next = 1
       a.last = 0
+      a.then = null
     }
     a.n = after
     if (ahead > 0) {
-      a.asking = false
-      a.next = after - ahead + 1
-      a.last = Math.min(after, this.limit)
+      const first = after - ahead + 1
+      const last = Math.min(after, this.limit)
+      if (first <= last) {
+        // those held still in use: these follow them
+        a.then = { first, last }
+        if (a.next > a.last) this.follow(a)
+      }
       a.usedAt = t
+    }
+  }
+
+  /** A count that asked for places ahead of `subject` came back (or failed): the hits waiting for them are served, in order. */
+  private answered(subject: string, failure?: unknown) {
+    const a = this.held.get(subject)
+    if (a === undefined || !a.asking) return
+    a.asking = false
+    const waiting = a.waiting
+    a.waiting = []
+    for (const w of waiting) {
+      if (failure !== undefined) w.reject(failure)
+      else {
+        if (a.next > a.last && a.then !== null) this.follow(a)
+        if (a.next <= a.last) w.resolve(this.limit - a.next++)
+        else this.gather(subject, w)
+      }
     }
   }
 
@@ -246,9 +296,11 @@ export class SharedWindows implements Windows {
     const back: [number, string, number][] = []
     for (const [subject, a] of this.held) {
       const over = t - a.start >= this.windowMs
-      if (a.next <= a.last && !over && (all || t - a.usedAt >= AHEAD_IDLE_MS)) {
-        back.push([a.last - a.next + 1, subject, a.start])
+      if (!over && (a.next <= a.last || a.then !== null) && (all || t - a.usedAt >= AHEAD_IDLE_MS)) {
+        const k = Math.max(0, a.last - a.next + 1) + (a.then ? a.then.last - a.then.first + 1 : 0)
+        back.push([k, subject, a.start])
         a.next = a.last + 1
+        a.then = null
       }
       // a name idle past its window is forgotten (its size starts again from none)
       if (over && !a.asking && t - a.countedAt >= this.windowMs) this.held.delete(subject)
