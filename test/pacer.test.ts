@@ -414,10 +414,10 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
   /** A new empty database on the private server; its URL. */
   const database = () => pg.createDatabase(`t_${crypto.randomUUID().replaceAll('-', '')}`)
   /** A workspace sending without gaps (caps of 1,000) and its sandbox number, once this instance holds the number. */
-  const numberWithoutGaps = async (svc: Services, name: string, phone: string) => {
+  const numberWithoutGaps = async (svc: Services, name: string, phone: string, config: Record<string, unknown> = NO_RECEIPTS) => {
     const ws = await svc.workspaces.create({ name })
     await svc.workspaces.patch(ws.id, { settings: { sending_policy: { hourly_cap: 1000, daily_cap: 1000, min_gap_seconds: 0, max_gap_seconds: 0 } } })
-    const conn = await svc.connections.create(ws.id, { phone, driver: 'sandbox', config: NO_RECEIPTS })
+    const conn = await svc.connections.create(ws.id, { phone, driver: 'sandbox', config })
     await waitFor(() => svc.pacer.leases.holds(conn.id))
     return { ws, conn }
   }
@@ -529,12 +529,12 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
     }
   })
 
-  test("the sandbox network's record of a send whose COMMIT's answer is lost (it may or may not have the message): asked, and settled as sent — never handed over again", async () => {
+  test("the sandbox network's record of a send whose COMMIT's answer is lost (it may or may not have the message): asked, and settled as sent — never handed over again — and its delivered and read reports still come", async () => {
     const cutter = new CommitCutter(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'cutter-record'))
     try {
       onPg = await inProcessOnPostgres(cutter.via(await database()))
       const { svc, engine, timers } = onPg
-      const { ws, conn } = await numberWithoutGaps(svc, 'Record in doubt', '+15553400001')
+      const { ws, conn } = await numberWithoutGaps(svc, 'Record in doubt', '+15553400001', { delivered_after_ms: 300, read_after_ms: 600, fail_recipients: [] })
       await waitFor(() => svc.pacer.leases.holds(conn.id))
       // the COMMIT of the write holding the sandbox's record of the send is the one cut
       const write = engine.write.bind(engine)
@@ -544,10 +544,12 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
       await waitFor(() => cutter.cuts === 1)
       // (a retry, had it been taken for "not sent", would come within the retry delays)
       for (let i = 0; i < 4; i++) await timers.advance(60_000)
+      // sent once, then delivered and read as the number's reports are set to come
       const m = await waitFor(async () => {
         const row = await svc.messages.getAny(id)
-        return row?.status === 'sent' ? row : null
+        return row?.status === 'read' ? row : null
       }, 10_000)
+      expect([m.sent_at, m.delivered_at, m.read_at].every((t) => t !== null)).toBe(true)
       const sends = await engine.all<{ external_id: string }>(stmt('', 'SELECT external_id FROM sandbox_sends WHERE message_id = $1'), id)
       expect(sends.map((r) => r.external_id)).toEqual([m.external_id!])
     } finally {

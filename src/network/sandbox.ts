@@ -438,16 +438,24 @@ export class SandboxConnection implements ConnectionDriver {
       // like a network that could not take the message: it was not sent, and may be tried again
       throw new DriverError('network_unavailable', 'The sandbox network could not record the send (is the disk of the data directory full, or the database away?); it was not sent.', true)
     }
-    if (message.groupExternalId === null) {
-      this.later(this.config.delivered_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, message.id, 'delivered'))
-      this.later(this.config.read_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, message.id, 'read'))
-    }
+    if (message.groupExternalId === null) this.reportLater(message.id)
     return { externalId }
+  }
+
+  /** The delivered and read reports of a send to one recipient, as configured (a group's messages have none). */
+  private reportLater(messageId: string) {
+    this.later(this.config.delivered_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, messageId, 'delivered'))
+    this.later(this.config.read_after_ms, () => this.ctx.events.receipt(this.ctx.connectionId, messageId, 'read'))
   }
 
   async confirm(messageId: string) {
     const externalId = await this.ledger.find(messageId)
-    return externalId ? { externalId } : null
+    if (!externalId) return null
+    // a send settled here (its answer was lost, or a crash came between): its reports come from
+    // now, as a network's would — a group message's are ignored where they land, and one already
+    // reported (its reports resumed at a start too) changes nothing the second time
+    this.reportLater(messageId)
+    return { externalId }
   }
 
   /**
