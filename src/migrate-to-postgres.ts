@@ -13,6 +13,7 @@
 import type { Database } from 'bun:sqlite'
 import type { Config } from './config'
 import { migratePostgres } from './db/postgres'
+import { SESSION } from './db/engine'
 import { join } from 'node:path'
 import { BucketJournal, JOURNAL, journalDirs, readRecords } from './modules/contacts/erasure-journal'
 import { LocalMediaStore, S3MediaStore } from './modules/media/store'
@@ -99,7 +100,7 @@ export async function migrateToPostgres(config: Config) {
   const lock = lockOrExit(config.dataDir)
   const { db } = databaseOrExit(config.dbPath)
   const where = databaseWhere(config.databaseUrl)
-  const pg = new Bun.SQL(config.databaseUrl, { max: 1, bigint: true })
+  const pg = new Bun.SQL(config.databaseUrl, { max: 1, bigint: true, connection: SESSION })
   try {
     const unfit = await unfitPostgres(pg, where).catch((e) => fail(postgresFailure(e, where)))
     if (unfit) fail(unfit)

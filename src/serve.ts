@@ -84,6 +84,9 @@ export async function serve() {
       hung
         ? log.error('PostgreSQL does not answer (what waited 5 s was given up on, and a fresh connection got no answer in 5 s either): requests answer 503 until it does', { database: databaseWhere(config.databaseUrl!) })
         : log.info('PostgreSQL answers again')
+  if (engine instanceof PgEngine)
+    engine.onReconnect = () =>
+      log.warn("PostgreSQL answers, but not on this instance's connections (what waited 5 s on them was given up on: a failover, or a server gone without closing them): connecting again", { database: databaseWhere(config.databaseUrl!) })
   const deps = { config, engine, clock: systemClock }
   const svc = buildServices(deps, log, box)
   // (before the start listens for what other instances announce: a new admin token is one)

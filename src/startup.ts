@@ -8,7 +8,7 @@ import { DataDirLocked, lockDataDir } from './db/lock'
 import { existsSync } from 'node:fs'
 import { LATEST_SCHEMA, migrate, noRoom, openDatabase, schemaVersion } from './db/open'
 import { SecretBox } from './secrets'
-import { type Engine, PgEngine, stmt } from './db/engine'
+import { type Engine, PgEngine, SESSION, stmt } from './db/engine'
 import { migratePostgres, PG_LATEST, SchemaTooNew } from './db/postgres'
 
 export function fail(message: string): never {
@@ -149,7 +149,7 @@ export function postgresFailure(e: unknown, where: string): string {
  */
 export async function postgresOrExit(url: string, pool: number, { serving = true } = {}): Promise<{ engine: PgEngine; applied: number[] }> {
   const where = databaseWhere(url)
-  const admin = new Bun.SQL(url, { max: 1, connectionTimeout: 10, bigint: true })
+  const admin = new Bun.SQL(url, { max: 1, connectionTimeout: 10, bigint: true, connection: SESSION })
   try {
     const unfit = await unfitPostgres(admin, where)
     if (unfit) fail(unfit)

@@ -14,6 +14,7 @@ import { openDatabase } from '../src/db/open'
 import { Writer } from '../src/db/writer'
 import { CommitCutter } from './support/commit-cutter'
 import { DeafPooler } from './support/deaf-pooler'
+import { PgProxy } from './support/pg-proxy'
 import { waitFor } from './support/wait'
 
 setDefaultTimeout(60_000)
@@ -338,6 +339,44 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
     ])
     expect([read?.slept, wrote]).toEqual([1, 1])
     expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['slow'])
+  })
+
+  test('connections the server no longer knows, left open without a word (a failover behind the same address, a server host gone at once): what waits on them is given up on as the database away within seconds, not the minutes TCP takes, and the engine goes on over new connections — listening included', async () => {
+    await engine.run(CLEAR)
+    const proxy = new PgProxy(join(pgDir, '.s.PGSQL.5432'), join(pgDir, 'silencer'), { state: () => null })
+    const through = PgEngine.connect(proxy.via(pg.url), 2)
+    try {
+      const heard: string[] = []
+      let resumed = 0
+      await through.listen(
+        (what) => void heard.push(what),
+        () => void resumed++,
+      )
+      // both of the pool's connections open, and the one that listens
+      await Promise.all([through.write((tx) => tx.run(INSERT, 'before', 1, null, null, 0)), through.get(stmt('', 'SELECT pg_sleep(0.05)'))])
+      proxy.silence()
+      const lost = await Promise.race([
+        Promise.allSettled([through.get<Item>(GET, 'before'), through.write((tx) => tx.run(INSERT, 'lost', 1, null, null, 0))]),
+        Bun.sleep(STALL_MS + 15_000).then(() => 'still waiting' as const),
+      ])
+      expect(lost).not.toBe('still waiting')
+      for (const r of lost as PromiseSettledResult<unknown>[]) {
+        expect(r.status).toBe('rejected')
+        expect(databaseAway((r as PromiseRejectedResult).reason)).toBe(true)
+      }
+      // nothing of the write given up on landed, and the engine answers again on new connections
+      expect(await engine.get<Item>(GET, 'lost')).toBeNull()
+      expect((await through.get<Item>(GET, 'before'))?.n).toBe(1)
+      await through.write((tx) => tx.run(INSERT, 'after', 1, null, null, 0))
+      expect((await engine.get<Item>(GET, 'after'))?.n).toBe(1)
+      // and it hears again what is announced (it listened anew: what it keeps is read again)
+      await waitFor(() => resumed >= 1, 15_000)
+      await engine.write((tx) => engine.announce(tx, 'key:after-failover'))
+      await waitFor(() => heard.includes('key:after-failover'), 5_000)
+    } finally {
+      await through.close()
+      proxy.stop()
+    }
   })
 
   test('a listening connection that goes deaf while the others work (a middlebox forgot it): the heartbeat is missed, a new connection listens, what is kept in memory is read again, and announcements are heard again', async () => {

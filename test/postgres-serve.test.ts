@@ -23,6 +23,7 @@ import { certificates } from './support/tls'
 import { holdRows } from './support/hold'
 import { waitFor } from './support/wait'
 import { DeafPooler } from './support/deaf-pooler'
+import { PgProxy } from './support/pg-proxy'
 
 setDefaultTimeout(120_000)
 
@@ -1031,6 +1032,38 @@ describe("this machine's clock against the database server's", () => {
   })
 })
 
+describe('a database with short statement and lock timeouts (statement_timeout, lock_timeout)', () => {
+  test("Capstan's sessions wait as long as their work takes, whatever the server, role or database says: the instance migrates and starts, sends go out, and a change waiting for a row another session holds is made once it is let go", async () => {
+    const { url, srv } = await serveOn('timeouts', { CAPSTAN_KEY_RATE_LIMIT: '100000' }, { statement_timeout: '1ms', lock_timeout: '1ms' })
+    // (this test's own session waits as long as it likes)
+    const db = new Bun.SQL(url, { max: 1, connection: { statement_timeout: 0, lock_timeout: 0 } })
+    try {
+      const { ws, key } = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1696'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      const ids: string[] = []
+      for (let i = 0; i < 5; i++) {
+        const r = await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1697'), body: `timeouts ${i}` } })
+        expect(r.status).toBe(202)
+        ids.push(r.json.data.id)
+      }
+      await waitFor(async () => (await db`SELECT COUNT(*)::int AS n FROM messages WHERE id IN ${db(ids)} AND status = 'sent'`)[0].n === 5, 15_000)
+      // the workspace's row held by another session for a moment: the rename waits for it
+      let renamed: Promise<{ status: number }> | null = null
+      await db.begin(async (tx) => {
+        await tx`SELECT id FROM workspaces WHERE id = ${ws.id} FOR UPDATE`
+        renamed = srv.admin('PATCH', `/workspaces/${ws.id}`, { name: 'Renamed while held' })
+        await Bun.sleep(300)
+      })
+      expect((await renamed!).status).toBe(200)
+      expect((await db`SELECT name FROM workspaces WHERE id = ${ws.id}`)[0].name).toBe('Renamed while held')
+    } finally {
+      await db.close()
+      await srv.close()
+    }
+  })
+})
+
 describe('a database whose transactions default to serializable (default_transaction_isolation)', () => {
   test("Capstan's sessions run read committed, as its writes are made for: sends at once on two instances to the same contacts are each taken, none refused", async () => {
     await twoShared(
@@ -1052,7 +1085,7 @@ describe('a database whose transactions default to serializable (default_transac
 })
 
 describe("a server that closes idle sessions (idle_session_timeout)", () => {
-  test("Capstan's sessions, named capstan, are exempt: the connection that listens stays, nothing is read again, and a change made by another instance still arrives", async () => {
+  test("Capstan's sessions, named capstan and the instance, are exempt: the connection that listens stays, nothing is read again, and a change made by another instance still arrives", async () => {
     await twoShared(
       'idle_sessions',
       async ({ a, b, db }) => {
@@ -1061,7 +1094,7 @@ describe("a server that closes idle sessions (idle_session_timeout)", () => {
         // every session idles well past the server's limit
         await Bun.sleep(2_000)
         for (const on of [a, b]) expect(on.output).not.toContain('was lost and is back')
-        const [named] = await db.unsafe("SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE datname = 'idle_sessions' AND application_name = 'capstan'")
+        const [named] = await db.unsafe("SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE datname = 'idle_sessions' AND application_name LIKE 'capstan %'")
         // each instance: its pool's connections in use so far and the one that listens
         expect(named.n).toBeGreaterThanOrEqual(4)
         // a key revoked on A stops working on B at once: B heard it
@@ -1074,6 +1107,43 @@ describe("a server that closes idle sessions (idle_session_timeout)", () => {
 })
 
 describe('a database that goes away while serving', () => {
+  test("connections the server no longer knows, left open without a word (a failover behind the same address): what waits on them answers 503 within seconds, the instance says so, connects again and serves on; sends accepted before are sent, each once", async () => {
+    const url = await pg.createDatabase('failover')
+    const proxy = new PgProxy(join(pg.dir, '.s.PGSQL.5432'), join(dir, 'failover-proxy'), { state: () => null })
+    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: proxy.via(url), CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const { ws, key } = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1686'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      const send = (body: string) => fetch(`${srv.base}/api/v1/messages`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify({ connection_id: conn.id, recipient: newPhone('+1687'), body }) })
+      const before: string[] = []
+      for (let i = 0; i < 3; i++) before.push(((await (await send(`before ${i}`)).json()) as { data: { id: string } }).data.id)
+      await waitFor(async () => (await db`SELECT COUNT(*)::int AS n FROM messages WHERE id IN ${db(before)} AND status = 'sent'`)[0].n === 3, 10_000)
+      proxy.silence()
+      const started = Date.now()
+      const during = await send('during the failover')
+      expect([during.status, ((await during.json()) as { code: string }).code]).toEqual([503, 'database_unavailable'])
+      expect(Date.now() - started).toBeLessThan(15_000)
+      await waitFor(() => srv.output.includes("PostgreSQL answers, but not on this instance's connections"), 5_000)
+      // serving again on new connections
+      const after = await send('after the failover')
+      expect(after.status).toBe(202)
+      const afterId = ((await after.json()) as { data: { id: string } }).data.id
+      await waitFor(async () => (await db`SELECT status FROM messages WHERE id = ${afterId}`)[0]?.status === 'sent', 15_000)
+      const [refused] = await db`SELECT COUNT(*)::int AS n FROM messages WHERE body = 'during the failover'`
+      expect(refused.n).toBe(0)
+      const sends = (await db`SELECT message_id, COUNT(*)::int AS n FROM sandbox_sends WHERE message_id IN ${db([...before, afterId])} GROUP BY message_id ORDER BY message_id`) as { message_id: string; n: number }[]
+      expect(sends).toEqual([...before, afterId].toSorted().map((message_id) => ({ message_id, n: 1 })))
+      // (the database's URL is never in the log)
+      expect(srv.output).not.toContain(url)
+    } finally {
+      await db.close()
+      await srv.close()
+      proxy.stop()
+    }
+  })
+
   test('one that stops answering without closing anything (a hung server, a network dropping packets): readiness says so within seconds, requests answer 503 instead of waiting for minutes, what they asked is not stored; when it answers again the instance serves, and sends accepted before are sent once', async () => {
     const stilled = await PrivatePostgres.start(join(dir, 'pg-stilled'))
     const url = await stilled.createDatabase('stilled')

@@ -11,6 +11,7 @@
  * transaction with the other writes asked for in the same turn (PgEngine.write).
  */
 import type { Database, Statement as Prepared } from 'bun:sqlite'
+import { hostname } from 'node:os'
 import { emptyWal } from './wal'
 import type { Writer } from './writer'
 
@@ -511,20 +512,34 @@ interface Waiting {
   giveUp: (e: Error) => void
 }
 
-/** What each of Capstan's PostgreSQL sessions is started with (see PgEngine.connect). */
-export const SESSION = { application_name: 'capstan', idle_session_timeout: 0, default_transaction_isolation: 'read committed' }
+/**
+ * What each of Capstan's PostgreSQL sessions is started with (see PgEngine.connect): no idle,
+ * statement or lock timeout and read committed, whatever the server, role or database says.
+ */
+export const SESSION = { application_name: 'capstan', idle_session_timeout: 0, statement_timeout: 0, lock_timeout: 0, default_transaction_isolation: 'read committed' }
+
+/**
+ * The `application_name` of this process's sessions: `capstan`, the machine and the process, and
+ * a few random characters (two containers may share both) — how an operator tells instances apart
+ * in `pg_stat_activity`, and how the watchdog finds this instance's own sessions there.
+ */
+export const sessionName = () => `capstan ${hostname().slice(0, 32)} ${process.pid} ${crypto.randomUUID().slice(0, 4)}`
 
 /** PostgreSQL through Bun's built-in client: a pool of connections; the writes of a turn share a transaction. */
 export class PgEngine implements Engine {
   readonly kind = 'postgres'
   readonly shared = true
   readonly now = null
-  private readonly queries: Queries
+  private queries: Queries
 
   constructor(
-    private readonly client: PgClient,
+    private client: PgClient,
     /** Where a fresh connection asks whether the server answers (the watchdog); none: no watchdog. */
     private readonly url: string | null = null,
+    /** How to make the pool again when its connections lead nowhere (see `watch`). */
+    private readonly remake: (() => PgClient) | null = null,
+    /** Its sessions' `application_name` (see sessionName). */
+    private readonly name = SESSION.application_name,
   ) {
     this.queries = pgQueries(client)
     if (url) {
@@ -543,7 +558,9 @@ export class PgEngine implements Engine {
    * serializable or repeatable read, writes to the same rows at once failed each other.
    */
   static connect(url: string, max: number): PgEngine {
-    return new PgEngine(new Bun.SQL(url, { max, bigint: true, connection: SESSION }), url)
+    const name = sessionName()
+    const pool = () => new Bun.SQL(url, { max, bigint: true, connection: { ...SESSION, application_name: name } })
+    return new PgEngine(pool(), url, pool, name)
   }
 
   all<T>(s: Statement, ...params: Param[]) {
@@ -585,21 +602,27 @@ export class PgEngine implements Engine {
   /**
    * Once a second: when something has waited on PostgreSQL longer than STALL_MS (or the server
    * was found not answering), ask it on a fresh connection. No answer within PING_MS: everything
-   * waiting is given up on — a slow statement on a server that answers is left alone, a hung
-   * server or a network dropping packets is not waited on for the minutes a connection can take
-   * to end — and new statements are refused until it answers again.
+   * waiting is given up on — a hung server or a network dropping packets is not waited on for the
+   * minutes a connection can take to end — and new statements are refused until it answers again.
+   * An answer: the server is also asked what this instance's sessions are doing. One of them
+   * working (a statement running or waiting for a lock, a transaction open) is left alone, however
+   * long. None, while what waited is still waiting: it waits on connections the server does not
+   * know — left open without a word by a failover behind the same address or a server host gone
+   * at once, which TCP would take many minutes to end — so it is given up on, the pool is made
+   * again, and this instance listens anew (see `reconnected`).
    */
   private async watch() {
     if (this.asking) return
     const now = Date.now()
     // (a long statement on a server that answers is asked about once every STALL_MS, not every second)
-    let stalled = this.hung
-    for (const w of this.waiting) if (!stalled && now - Math.max(w.since, this.answeredAt) > STALL_MS) stalled = true
-    if (!stalled) return
+    const stalled = [...this.waiting].filter((w) => now - Math.max(w.since, this.answeredAt) > STALL_MS)
+    if (!stalled.length && !this.hung) return
     this.asking = true
     try {
-      const answers = await this.answers()
+      const busy = await this.answers()
+      const answers = busy !== null
       if (answers) this.answeredAt = Date.now()
+      if (answers && busy === 0 && !this.hung && stalled.some((w) => this.waiting.has(w))) return this.reconnect()
       if (answers !== this.hung) return
       this.hung = !answers
       this.onHung(this.hung)
@@ -609,15 +632,45 @@ export class PgEngine implements Engine {
     }
   }
 
-  /** Whether PostgreSQL answers a fresh connection's SELECT 1 within PING_MS. */
-  private async answers(): Promise<boolean> {
+  /**
+   * Whether PostgreSQL answers a fresh connection within PING_MS: null if not, else how many of
+   * this instance's other sessions are doing something (not idle).
+   */
+  private async answers(): Promise<number | null> {
     const probe = new Bun.SQL(this.url!, { max: 1, connectionTimeout: PING_MS / 1000, connection: SESSION })
     try {
-      return await Promise.race([probe`SELECT 1`.then(() => true, () => false), Bun.sleep(PING_MS).then(() => false)])
+      const asked = probe`SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE application_name = ${this.name} AND pid <> pg_backend_pid() AND state <> 'idle'`
+      return await Promise.race([asked.then(([row]) => Number(row.n), () => null), Bun.sleep(PING_MS).then(() => null)])
     } finally {
       void probe.close().catch(() => {})
     }
   }
+
+  /** The pool made again (see `watch`): what waits on the old one is given up on, and listening starts on the new one. */
+  private reconnect() {
+    if (!this.remake) return
+    const old = this.client
+    this.client = this.remake()
+    this.queries = pgQueries(this.client)
+    for (const w of [...this.waiting]) w.giveUp(new DatabaseHung())
+    void old.close({ timeout: 0 }).catch(() => {})
+    this.reconnects++
+    this.onReconnect()
+    if (this.subscribe) {
+      const subscribe = this.subscribe
+      void subscribe()
+        .then((s) => (this.subscription = s))
+        .catch(() => {
+          // the database went away meanwhile: checkHearing listens again when it is back
+          this.subscription = null
+        })
+    }
+  }
+
+  /** How many times the pool was made again (see `watch`). */
+  reconnects = 0
+  /** Told when the pool is made again (for the log). */
+  onReconnect: () => void = () => {}
 
   /** Writes asked for in this turn, run together at its end (see `write`). */
   private gathering: Gathered[] | null = null
@@ -823,6 +876,7 @@ export class PgEngine implements Engine {
           listened = true
         },
       )
+    this.subscribe = subscribe
     this.subscription = await subscribe()
     if (this.url) {
       this.hearing = setInterval(() => void this.checkHearing(subscribe), this.hearingEveryMs)
@@ -831,6 +885,7 @@ export class PgEngine implements Engine {
   }
 
   private subscription: Awaited<ReturnType<PgClient['listen']>> | null = null
+  private subscribe: (() => Promise<Awaited<ReturnType<PgClient['listen']>>>) | null = null
   private hearing: Timer | null = null
   private checkingHearing = false
   /** How often `checkHearing` runs (tests make it shorter). */
@@ -845,7 +900,7 @@ export class PgEngine implements Engine {
    * (`resumed`), as after any reconnect.
    */
   private async checkHearing(subscribe: () => Promise<Awaited<ReturnType<PgClient['listen']>>>) {
-    if (this.checkingHearing || this.hung || !this.subscription) return
+    if (this.checkingHearing || this.hung || !this.subscribe) return
     this.checkingHearing = true
     const beat = `heartbeat:${crypto.randomUUID()}`
     try {
@@ -858,8 +913,9 @@ export class PgEngine implements Engine {
       }
       if (await Promise.race([back, Bun.sleep(HEARING_WITHIN_MS).then(() => false)])) return
       const deaf = this.subscription
-      // (its connection closes with its last registration; one that no longer answers is not waited on)
-      await Promise.race([deaf.unlisten(), Bun.sleep(HEARING_WITHIN_MS)]).catch(() => {})
+      // (its connection closes with its last registration; one that no longer answers is not
+      // waited on; none: listening again after the pool was made again failed)
+      if (deaf) await Promise.race([deaf.unlisten(), Bun.sleep(HEARING_WITHIN_MS)]).catch(() => {})
       this.subscription = await subscribe()
     } catch {
       // listening again failed (the database went away meanwhile): the next check tries again

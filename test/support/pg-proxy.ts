@@ -9,7 +9,7 @@ import { join } from 'node:path'
 import type { Socket } from 'bun'
 
 /** One client connection and its connection to the server; `state` is the hooks' own. */
-export type Link<S> = { client: Socket<Link<S>>; up: Socket<unknown> | null; queue: Uint8Array[]; state: S }
+export type Link<S> = { client: Socket<Link<S>>; up: Socket<unknown> | null; queue: Uint8Array[]; state: S; silent?: boolean }
 
 export interface ProxyHooks<S> {
   /** A new client connection's state. */
@@ -49,16 +49,18 @@ export class PgProxy<S> {
                 link.queue = []
               },
               data: (_up, chunk) => {
+                if (link.silent) return
                 const out = hooks.toClient ? hooks.toClient(link, chunk) : chunk
                 if (out?.length) client.write(out)
               },
-              close: () => void client.end(),
-              error: () => void client.end(),
+              close: () => void (link.silent || client.end()),
+              error: () => void (link.silent || client.end()),
             },
           }).catch(() => void client.end())
         },
         data: (client, chunk) => {
           const link = client.data
+          if (link.silent) return
           const copy = new Uint8Array(chunk)
           if (link.up) link.up.write(copy)
           else link.queue.push(copy)
@@ -71,6 +73,19 @@ export class PgProxy<S> {
         error: (client) => void client.data.up?.end(),
       },
     })
+  }
+
+  /**
+   * The connections open now lose their server without a word, as after a failover behind the
+   * same address or a server host gone at once: their server side is closed (PostgreSQL ends
+   * those sessions), while the clients' sides stay open and hear nothing more — what a client
+   * sends there goes nowhere, and it is never told. New connections reach the server as before.
+   */
+  silence() {
+    for (const link of this.links) {
+      link.silent = true
+      void link.up?.end()
+    }
   }
 
   /** `url` (a socket URL of the same server) through this proxy. */
