@@ -8,7 +8,7 @@
  * connection and campaign ids, never a phone number or a name.
  */
 import { readFileSync, readdirSync } from 'node:fs'
-import { databaseState } from './db/engine'
+import { databaseState, PgEngine } from './db/engine'
 import { diskSpace } from './disk'
 import { NETWORK_CODE_PATTERN, OUTCOME_CODES } from './modules/messages/outcomes'
 import type { Services } from './services'
@@ -186,6 +186,8 @@ export class Metrics {
     }
     const offset = svc.clockCheck.offsetMs
     if (offset !== null) out.metric('capstan_clock_offset_seconds', 'gauge', "This machine's clock minus the database server's, at the last check (every ten minutes; instances sharing a database need their clocks in step).", [[{}, offset / 1000]])
+    if (svc.deps.engine instanceof PgEngine)
+      out.metric('capstan_database_reconnects_total', 'counter', "Times this instance made its PostgreSQL connections again because the server answered a fresh one while none of its own was working there (a failover behind the same address), since start.", [[{}, svc.deps.engine.reconnects]])
     if (svc.deps.engine.shared)
       out.metric('capstan_settings_differences_total', 'counter', "Other instances on this database heard with limits (CAPSTAN_KEY_RATE_LIMIT, …) that differ from this instance's: at their start, or in their answer to this one's.", [[{}, svc.settingsCheck.differences]])
     const backup = svc.backups.status()

@@ -86,7 +86,7 @@ export async function serve() {
         : log.info('PostgreSQL answers again')
   if (engine instanceof PgEngine)
     engine.onReconnect = () =>
-      log.warn("PostgreSQL answers, but not on this instance's connections (what waited 5 s on them was given up on: a failover, or a server gone without closing them): connecting again", { database: databaseWhere(config.databaseUrl!) })
+      log.warn("PostgreSQL answers, but not on this instance's connections (what waited on them was given up on: a failover behind the same address, or a server gone without closing them): connecting again", { database: databaseWhere(config.databaseUrl!) })
   const deps = { config, engine, clock: systemClock }
   const svc = buildServices(deps, log, box)
   // (before the start listens for what other instances announce: a new admin token is one)

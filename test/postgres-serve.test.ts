@@ -1110,7 +1110,9 @@ describe('a database that goes away while serving', () => {
   test("connections the server no longer knows, left open without a word (a failover behind the same address): what waits on them answers 503 within seconds, the instance says so, connects again and serves on; sends accepted before are sent, each once", async () => {
     const url = await pg.createDatabase('failover')
     const proxy = new PgProxy(join(pg.dir, '.s.PGSQL.5432'), join(dir, 'failover-proxy'), { state: () => null })
-    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: proxy.via(url), CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    const token = 'failover-metrics-token-0123456789abcdef'
+    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: proxy.via(url), CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_METRICS_TOKEN: token } })
+    const reconnects = async () => Number(/^capstan_database_reconnects_total (\S+)$/m.exec(await (await fetch(`${srv.base}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text())![1])
     const db = new Bun.SQL(url, { max: 1 })
     try {
       const { ws, key } = await srv.tenant()
@@ -1120,6 +1122,7 @@ describe('a database that goes away while serving', () => {
       const before: string[] = []
       for (let i = 0; i < 3; i++) before.push(((await (await send(`before ${i}`)).json()) as { data: { id: string } }).data.id)
       await waitFor(async () => (await db`SELECT COUNT(*)::int AS n FROM messages WHERE id IN ${db(before)} AND status = 'sent'`)[0].n === 3, 10_000)
+      expect(await reconnects()).toBe(0)
       proxy.silence()
       const started = Date.now()
       const during = await send('during the failover')
@@ -1127,6 +1130,7 @@ describe('a database that goes away while serving', () => {
       expect(Date.now() - started).toBeLessThan(15_000)
       await waitFor(() => srv.output.includes("PostgreSQL answers, but not on this instance's connections"), 5_000)
       // serving again on new connections
+      expect(await reconnects()).toBe(1)
       const after = await send('after the failover')
       expect(after.status).toBe(202)
       const afterId = ((await after.json()) as { data: { id: string } }).data.id

@@ -609,7 +609,7 @@ export class PgEngine implements Engine {
    * long. None, while what waited is still waiting: it waits on connections the server does not
    * know — left open without a word by a failover behind the same address or a server host gone
    * at once, which TCP would take many minutes to end — so it is given up on, the pool is made
-   * again, and this instance listens anew (see `reconnected`).
+   * again, and this instance listens anew (see `reconnect`) — when found so at two looks in a row.
    */
   private async watch() {
     if (this.asking) return
@@ -622,7 +622,12 @@ export class PgEngine implements Engine {
       const busy = await this.answers()
       const answers = busy !== null
       if (answers) this.answeredAt = Date.now()
-      if (answers && busy === 0 && !this.hung && stalled.some((w) => this.waiting.has(w))) return this.reconnect()
+      const idle = answers && busy === 0 && !this.hung ? stalled.filter((w) => this.waiting.has(w)) : []
+      // the same waits found so at two looks in a row (STALL_MS apart): a moment when each of its
+      // sessions was between two statements (an instance too busy to send the next) is not that
+      const confirmed = idle.some((w) => this.idleStalled.has(w))
+      this.idleStalled = confirmed ? new Set() : new Set(idle)
+      if (confirmed) return this.reconnect()
       if (answers !== this.hung) return
       this.hung = !answers
       this.onHung(this.hung)
@@ -667,6 +672,8 @@ export class PgEngine implements Engine {
     }
   }
 
+  /** What waited while none of this instance's sessions worked at the watchdog's last look (see `watch`). */
+  private idleStalled = new Set<Waiting>()
   /** How many times the pool was made again (see `watch`). */
   reconnects = 0
   /** Told when the pool is made again (for the log). */
