@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { existsSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { BucketJournal } from '../src/modules/contacts/erasure-journal'
-import { byteRange } from '../src/modules/media/store'
+import { BUCKET_CHECK_MS, byteRange, MediaStoreUnavailable, S3MediaStore } from '../src/modules/media/store'
 import { EICAR, TestClamd } from './support/clamd'
 import * as files from './support/files'
 import { inProcess } from './support/inproc'
@@ -133,6 +133,27 @@ describe('erasure records kept in the bucket', () => {
 })
 
 describe('a bucket that goes away while serving', () => {
+  test('one that takes requests and never answers: each look, put, read, download and removal is given up on as the bucket away once its wait is over, instead of holding the request for minutes', async () => {
+    const silent = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+    const store = new S3MediaStore({ kind: 's3', bucket: 'capstan-media', prefix: 'silent/', endpoint: `http://127.0.0.1:${silent.port}`, region: 'us-east-1', accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', sessionToken: null }, { answerMs: 300, checkMs: 300 })
+    const sha = 'ab'.repeat(32)
+    try {
+      const outcomes = await Promise.race([
+        Promise.allSettled([store.has(sha), store.put(sha, new Uint8Array(1000)), store.bytes(sha, 16), store.response(sha, 100, {}, null), store.remove(sha)]),
+        Bun.sleep(10_000).then(() => 'still waiting' as const),
+      ])
+      expect(outcomes).not.toBe('still waiting')
+      for (const o of outcomes as PromiseSettledResult<unknown>[]) {
+        expect(o.status).toBe('rejected')
+        expect((o as PromiseRejectedResult).reason).toBeInstanceOf(MediaStoreUnavailable)
+      }
+      expect(await store.reachable()).toBe(false)
+      expect(await store.check()).toBe('the bucket capstan-media did not answer within 0.3 s; check S3_ENDPOINT (and that nothing between drops the traffic)')
+    } finally {
+      silent.stop(true)
+    }
+  })
+
   test('uploads and downloads answer 503 media_store_unavailable and store nothing; /readyz reports it; a send with a file waits and goes once the bucket is back', async () => {
     const t = await srv.tenant()
     await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
@@ -235,6 +256,18 @@ describe('a bucket Capstan cannot use stops the start', () => {
     expect(r.code).toBe(2)
     expect(r.err.split('\n')).toHaveLength(1)
     expect(r.err).toStartWith('capstan: CAPSTAN_MEDIA_STORE: the bucket capstan-media cannot be reached (')
+  })
+
+  test('an endpoint that takes connections and never answers (a server stuck, a network dropping the traffic): one line within seconds, exit code 2', async () => {
+    const silent = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+    try {
+      const started = Date.now()
+      const r = await start({ ...s3.env('s3://capstan-media'), S3_ENDPOINT: `http://127.0.0.1:${silent.port}` })
+      expect(r).toEqual({ code: 2, err: `capstan: CAPSTAN_MEDIA_STORE: the bucket capstan-media did not answer within ${BUCKET_CHECK_MS / 1000} s; check S3_ENDPOINT (and that nothing between drops the traffic)`, made: false })
+      expect(Date.now() - started).toBeLessThan(BUCKET_CHECK_MS + 10_000)
+    } finally {
+      silent.stop(true)
+    }
   })
 
   test('credentials that may list the bucket but not write, or not delete, its objects: one line naming the refusal and the permissions needed, exit code 2', async () => {

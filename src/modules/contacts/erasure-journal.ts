@@ -13,6 +13,7 @@
 import { appendFileSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { S3Client } from 'bun'
+import { answerWithin, BUCKET_ANSWER_MS } from '../media/store'
 
 export const JOURNAL = 'erasures.log'
 /** Written by a restore: the journal's records are to be applied at the next start. */
@@ -97,14 +98,14 @@ export class BucketJournal {
   }
 
   async add(r: ErasureRecord) {
-    await this.client.write(`${this.root}${r.workspace_id}_${r.number_digest}_${r.erased_at}`, '')
+    await answerWithin(BUCKET_ANSWER_MS, this.client.write(`${this.root}${r.workspace_id}_${r.number_digest}_${r.erased_at}`, ''))
   }
 
   async all(): Promise<ErasureRecord[]> {
     const out: ErasureRecord[] = []
     let token: string | undefined
     do {
-      const page = await this.client.list({ prefix: this.root, maxKeys: 1000, ...(token ? { continuationToken: token } : {}) })
+      const page = await answerWithin(BUCKET_ANSWER_MS, this.client.list({ prefix: this.root, maxKeys: 1000, ...(token ? { continuationToken: token } : {}) }))
       for (const o of page.contents ?? []) {
         const [workspace_id, number_digest, erased_at, extra] = o.key.slice(this.root.length).split('_')
         if (workspace_id && number_digest && erased_at && extra === undefined && !Number.isNaN(Date.parse(erased_at))) out.push({ workspace_id, number_digest, erased_at })

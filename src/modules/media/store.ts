@@ -12,6 +12,38 @@ import type { MediaStoreConfig } from '../../config'
 
 const SHA = /^[0-9a-f]{64}$/
 
+/**
+ * How long a bucket's answer is waited for — Bun's S3 client waits as long as its connection
+ * stays open, and a bucket behind a network that drops packets, or a server that takes a request
+ * and never answers, would hold an upload, a download or a send for many minutes: by then it is
+ * taken for the bucket away (MediaStoreUnavailable). A put or a whole file waits longer with its
+ * size (BUCKET_BYTES_PER_MS); a download, for its first bytes.
+ */
+export const BUCKET_ANSWER_MS = 15_000
+/** The start's check of the bucket waits less: one that does not answer stops it with one line. */
+export const BUCKET_CHECK_MS = 5_000
+/** What a put or a whole file's read is given on top of BUCKET_ANSWER_MS: 1 s a MiB (a slow link's pace, not S3's). */
+const BUCKET_BYTES_PER_MS = 1024 * 1024 / 1000
+/** A whole file of unknown size: as for the largest upload one is likely to be. */
+const BUCKET_WHOLE_FILE_MS = 120_000
+
+/** A bucket's request not answered in time (see BUCKET_ANSWER_MS). */
+export class BucketNoAnswer extends Error {
+  readonly code = 'NoAnswer'
+  constructor(readonly ms: number) {
+    super(`no answer within ${ms / 1000} s`)
+  }
+}
+
+/** `request`, or BucketNoAnswer once `ms` have passed without its answer (the request itself is left to end). */
+export function answerWithin<T>(ms: number, request: Promise<T>): Promise<T> {
+  let timer: Timer | undefined
+  const late = new Promise<never>((_, failed) => {
+    timer = setTimeout(() => failed(new BucketNoAnswer(ms)), ms)
+  })
+  return Promise.race([request, late]).finally(() => clearTimeout(timer))
+}
+
 /** The bucket could not be used — no answer, a server error, credentials refused; not a missing file: nothing was stored or read. */
 export class MediaStoreUnavailable extends Error {
   constructor(readonly cause: unknown) {
@@ -136,7 +168,11 @@ export class S3MediaStore implements MediaStore {
   readonly bucket: string
   readonly prefix: string
 
-  constructor(config: Extract<MediaStoreConfig, { kind: 's3' }>) {
+  constructor(
+    config: Extract<MediaStoreConfig, { kind: 's3' }>,
+    /** How long its answers are waited for (tests make it shorter): BUCKET_ANSWER_MS, BUCKET_CHECK_MS at the start's check. */
+    readonly waits: { answerMs: number; checkMs: number } = { answerMs: BUCKET_ANSWER_MS, checkMs: BUCKET_CHECK_MS },
+  ) {
     this.bucket = config.bucket
     this.prefix = config.prefix
     this.client = new S3Client({
@@ -162,9 +198,10 @@ export class S3MediaStore implements MediaStore {
     const codeOf = (e: unknown) => String((e as { code?: unknown })?.code ?? '')
     try {
       // a listing of a name nothing has: the bucket and the credentials are checked, nothing is read
-      await this.client.list({ prefix: `${this.prefix}.capstan-check`, maxKeys: 1 })
+      await answerWithin(this.waits.checkMs, this.client.list({ prefix: `${this.prefix}.capstan-check`, maxKeys: 1 }))
     } catch (e) {
       const code = codeOf(e)
+      if (e instanceof BucketNoAnswer) return `the bucket ${this.bucket} did not answer within ${e.ms / 1000} s; check S3_ENDPOINT (and that nothing between drops the traffic)`
       if (code === 'NoSuchBucket') return `the bucket ${this.bucket} does not exist`
       if (/AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|ERR_S3_MISSING_CREDENTIALS|ERR_S3_INVALID_SIGNATURE/.test(code)) return `the bucket ${this.bucket} refused the credentials (${code}); check S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY`
       return `the bucket ${this.bucket} cannot be reached (${code || (e as Error)?.message || e}); check S3_ENDPOINT`
@@ -179,7 +216,7 @@ export class S3MediaStore implements MediaStore {
     const step = async (what: string, run: () => Promise<unknown>) => {
       for (let tries = 1; ; tries++) {
         try {
-          await run()
+          await answerWithin(this.waits.checkMs, run())
           return null
         } catch (e) {
           const code = codeOf(e)
@@ -200,25 +237,26 @@ export class S3MediaStore implements MediaStore {
 
   /** The bucket answers a look at one key (whether it is there or not; one HEAD request). */
   async reachable() {
-    return this.client.exists(`${this.prefix}.capstan-readyz`).then(
+    return answerWithin(this.waits.answerMs, this.client.exists(`${this.prefix}.capstan-readyz`)).then(
       () => true,
       () => false,
     )
   }
 
   has(sha: string) {
-    return away(this.client.exists(this.key(sha)))
+    return away(answerWithin(this.waits.answerMs, this.client.exists(this.key(sha))))
   }
 
   async put(sha: string, bytes: Uint8Array) {
     if (await this.has(sha)) return
-    await away(this.client.write(this.key(sha), bytes))
+    await away(answerWithin(this.waits.answerMs + bytes.length / BUCKET_BYTES_PER_MS, this.client.write(this.key(sha), bytes)))
   }
 
   // the first bytes only: one ranged GET
   async bytes(sha: string, length?: number) {
     const file = this.client.file(this.key(sha))
-    return new Uint8Array(await away((length === undefined ? file : file.slice(0, length)).arrayBuffer()))
+    const ms = length === undefined ? BUCKET_WHOLE_FILE_MS : this.waits.answerMs + length / BUCKET_BYTES_PER_MS
+    return new Uint8Array(await away(answerWithin(ms, (length === undefined ? file : file.slice(0, length)).arrayBuffer())))
   }
 
   // streamed as it arrives from the bucket: Bun's server sends a stream chunked, without a
@@ -228,16 +266,16 @@ export class S3MediaStore implements MediaStore {
     const file = this.client.file(this.key(sha))
     const r = byteRange(range, size)
     if (r === 'unsatisfiable') return new Response(null, { status: 416, headers: { 'content-range': `bytes */${size}` } })
-    if (r === null) return new Response(await started(file.stream()), { headers: { ...headers, 'accept-ranges': 'bytes' } })
+    if (r === null) return new Response(await started(file.stream(), this.waits.answerMs), { headers: { ...headers, 'accept-ranges': 'bytes' } })
     const [first, last] = r
-    return new Response(await started(file.slice(first, last + 1).stream()), {
+    return new Response(await started(file.slice(first, last + 1).stream(), this.waits.answerMs), {
       status: 206,
       headers: { ...headers, 'accept-ranges': 'bytes', 'content-range': `bytes ${first}-${last}/${size}` },
     })
   }
 
   async remove(sha: string) {
-    await away(this.client.delete(this.key(sha)))
+    await away(answerWithin(this.waits.answerMs, this.client.delete(this.key(sha))))
   }
 }
 
@@ -253,9 +291,14 @@ async function away<T>(request: Promise<T>): Promise<T> {
 }
 
 /** The stream once its first chunk has come (a failure before it: MediaStoreUnavailable), the rest passed on as it arrives. */
-async function started(stream: ReadableStream<Uint8Array>): Promise<ReadableStream<Uint8Array>> {
+async function started(stream: ReadableStream<Uint8Array>, ms: number): Promise<ReadableStream<Uint8Array>> {
   const reader = stream.getReader()
-  const first = await away(reader.read())
+  const first = await away(
+    answerWithin(ms, reader.read()).catch((e) => {
+      if (e instanceof BucketNoAnswer) void reader.cancel().catch(() => {})
+      throw e
+    }),
+  )
   return new ReadableStream<Uint8Array>({
     start(controller) {
       if (first.done) controller.close()
