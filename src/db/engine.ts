@@ -609,13 +609,15 @@ export class PgEngine implements Engine {
    * long. None, while what waited is still waiting: it waits on connections the server does not
    * know — left open without a word by a failover behind the same address or a server host gone
    * at once, which TCP would take many minutes to end — so it is given up on, the pool is made
-   * again, and this instance listens anew (see `reconnect`) — when found so at two looks in a row.
+   * again, and this instance listens anew (see `reconnect`) — when found so at two looks in a
+   * row, a second apart.
    */
   private async watch() {
     if (this.asking) return
     const now = Date.now()
-    // (a long statement on a server that answers is asked about once every STALL_MS, not every second)
-    const stalled = [...this.waiting].filter((w) => now - Math.max(w.since, this.answeredAt) > STALL_MS)
+    // (a long statement on a server that answers is asked about once every STALL_MS, not every
+    // second — except once more at the next look when none of this instance's sessions worked)
+    const stalled = [...this.waiting].filter((w) => this.idleStalled.has(w) || now - Math.max(w.since, this.answeredAt) > STALL_MS)
     if (!stalled.length && !this.hung) return
     this.asking = true
     try {
@@ -623,8 +625,8 @@ export class PgEngine implements Engine {
       const answers = busy !== null
       if (answers) this.answeredAt = Date.now()
       const idle = answers && busy === 0 && !this.hung ? stalled.filter((w) => this.waiting.has(w)) : []
-      // the same waits found so at two looks in a row (STALL_MS apart): a moment when each of its
-      // sessions was between two statements (an instance too busy to send the next) is not that
+      // the same waits found so at two looks in a row (a second apart): a moment when each of its
+      // sessions was between two statements is not that
       const confirmed = idle.some((w) => this.idleStalled.has(w))
       this.idleStalled = confirmed ? new Set() : new Set(idle)
       if (confirmed) return this.reconnect()
