@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
-import { CommitInDoubt, type Engine, STALL_MS, databaseAway, insertStatement, MANY_CALLS, mergeable, oneByKey, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
+import { CLOSE_WAIT_MS, CommitInDoubt, type Engine, STALL_MS, databaseAway, insertStatement, MANY_CALLS, mergeable, oneByKey, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
 import { openDatabase } from '../src/db/open'
 import { Writer } from '../src/db/writer'
 import { CommitCutter } from './support/commit-cutter'
@@ -378,6 +378,23 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
       await waitFor(() => heard.includes('key:after-failover'), 5_000)
     } finally {
       await through.close()
+      proxy.stop()
+    }
+  })
+
+  test('closing the engine (a graceful stop) while a statement waits on a connection leading nowhere: it ends within its bound, the statement fails', async () => {
+    const proxy = new PgProxy(join(pgDir, '.s.PGSQL.5432'), join(pgDir, 'silenced-at-stop'), { state: () => null })
+    const through = PgEngine.connect(proxy.via(pg.url), 1)
+    try {
+      await through.get(stmt('', 'SELECT 1 AS one'))
+      proxy.silence()
+      const waiting = through.get(stmt('', 'SELECT 2 AS two'))
+      waiting.catch(() => {})
+      await Bun.sleep(100)
+      const closed = await Promise.race([through.close().then(() => 'closed' as const), Bun.sleep(CLOSE_WAIT_MS + 5_000).then(() => 'still closing' as const)])
+      expect(closed).toBe('closed')
+      expect(await waiting.then(() => 'answered', () => 'failed')).toBe('failed')
+    } finally {
       proxy.stop()
     }
   })

@@ -501,6 +501,9 @@ export const STALL_MS = 5_000
 /** How long that question (a fresh connection's SELECT 1) waits for its answer. */
 export const PING_MS = 5_000
 
+/** How long closing the pool (a graceful stop's last step) waits for statements still running before it ends them. */
+export const CLOSE_WAIT_MS = 3_000
+
 /** How often an instance checks that it still hears what is announced (see PgEngine.checkHearing). */
 export const HEARING_EVERY_MS = 10_000
 /** How long it waits for its own heartbeat to come back. */
@@ -945,6 +948,8 @@ export class PgEngine implements Engine {
   async close() {
     if (this.watchdog) clearInterval(this.watchdog)
     if (this.hearing) clearInterval(this.hearing)
-    await this.client.close()
+    // (bounded: a statement on a connection that leads nowhere, or on a server that does not
+    // answer, would otherwise hold the stop up until TCP gives up)
+    await this.client.close({ timeout: CLOSE_WAIT_MS / 1000 })
   }
 }
