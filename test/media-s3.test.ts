@@ -154,6 +154,28 @@ describe('a bucket that goes away while serving', () => {
     }
   })
 
+  test('one that stops sending halfway through a download: the download ends with an error once its wait is over, not a wait without end', async () => {
+    // answers any request with the start of a 100,000-byte object, then sends nothing more
+    const stalling = Bun.listen({
+      hostname: '127.0.0.1',
+      port: 0,
+      socket: {
+        data(socket) {
+          socket.write('HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n' + 'x'.repeat(1000))
+        },
+      },
+    })
+    const store = new S3MediaStore({ kind: 's3', bucket: 'capstan-media', prefix: 'stalling/', endpoint: `http://127.0.0.1:${stalling.port}`, region: 'us-east-1', accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', sessionToken: null }, { answerMs: 300, checkMs: 300 })
+    try {
+      const res = await store.response('cd'.repeat(32), 100_000, {}, null)
+      expect(res.status).toBe(200)
+      const read = await Promise.race([res.arrayBuffer().then(() => 'whole', (e) => `cut: ${e instanceof MediaStoreUnavailable || String(e)}`), Bun.sleep(10_000).then(() => 'still waiting')])
+      expect(read).toStartWith('cut')
+    } finally {
+      stalling.stop(true)
+    }
+  })
+
   test('uploads and downloads answer 503 media_store_unavailable and store nothing; /readyz reports it; a send with a file waits and goes once the bucket is back', async () => {
     const t = await srv.tenant()
     await srv.admin('PATCH', `/workspaces/${t.ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })

@@ -290,7 +290,11 @@ async function away<T>(request: Promise<T>): Promise<T> {
   }
 }
 
-/** The stream once its first chunk has come (a failure before it: MediaStoreUnavailable), the rest passed on as it arrives. */
+/**
+ * The stream once its first chunk has come (a failure before it, or no chunk within `ms`:
+ * MediaStoreUnavailable), the rest passed on as it arrives — a bucket that stops sending halfway
+ * for `ms` ends it with an error (the client sees the download cut, never a wait without end).
+ */
 async function started(stream: ReadableStream<Uint8Array>, ms: number): Promise<ReadableStream<Uint8Array>> {
   const reader = stream.getReader()
   const first = await away(
@@ -305,9 +309,14 @@ async function started(stream: ReadableStream<Uint8Array>, ms: number): Promise<
       else controller.enqueue(first.value)
     },
     async pull(controller) {
-      const next = await reader.read()
-      if (next.done) controller.close()
-      else controller.enqueue(next.value)
+      try {
+        const next = await answerWithin(ms, reader.read())
+        if (next.done) controller.close()
+        else controller.enqueue(next.value)
+      } catch (e) {
+        void reader.cancel().catch(() => {})
+        controller.error(e)
+      }
     },
     cancel(reason) {
       return reader.cancel(reason)
