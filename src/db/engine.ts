@@ -498,7 +498,7 @@ function manyOf(s: Statement): Statement {
 
 /** How long a statement or transaction waits before the watchdog asks whether PostgreSQL answers at all. */
 export const STALL_MS = 5_000
-/** How long that question (a fresh connection's SELECT 1) waits for its answer. */
+/** How long that question (on a fresh connection: what this instance's sessions are doing) waits for its answer. */
 export const PING_MS = 5_000
 
 /** How long closing the pool (a graceful stop's last step) waits for statements still running before it ends them. */
