@@ -329,17 +329,24 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
 
   test("a statement slower than the watchdog's wait (STALL_MS) and its looks after it, on a server that answers, its session working there, is left alone: the read returns, the write commits", async () => {
     await engine.run(CLEAR)
-    const slow = stmt('', `SELECT 1 AS slept FROM pg_sleep(${(STALL_MS + 3000) / 1000})`)
-    const [read, wrote] = await Promise.all([
-      engine.get<{ slept: number }>(slow),
-      engine.write(async (tx) => {
-        await tx.get(slow)
-        return tx.run(INSERT, 'slow', 1, null, null, 0)
-      }),
-    ])
-    expect([read?.slept, wrote]).toEqual([1, 1])
-    // (its sessions were working: the pool was not made again)
-    expect((engine as PgEngine).reconnects).toBe(0)
+    // (the watchdog asks after a second here: looks at 1–2 s and 2–4 s while it sleeps)
+    const pgEngine = engine as PgEngine
+    pgEngine.stallMs = 1000
+    try {
+      const slow = stmt('', `SELECT 1 AS slept FROM pg_sleep(${(pgEngine.stallMs + 3000) / 1000})`)
+      const [read, wrote] = await Promise.all([
+        engine.get<{ slept: number }>(slow),
+        engine.write(async (tx) => {
+          await tx.get(slow)
+          return tx.run(INSERT, 'slow', 1, null, null, 0)
+        }),
+      ])
+      expect([read?.slept, wrote]).toEqual([1, 1])
+      // (its sessions were working: the pool was not made again)
+      expect(pgEngine.reconnects).toBe(0)
+    } finally {
+      pgEngine.stallMs = STALL_MS
+    }
     expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['slow'])
   })
 
@@ -347,6 +354,8 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
     await engine.run(CLEAR)
     const proxy = new PgProxy(join(pgDir, '.s.PGSQL.5432'), join(pgDir, 'silencer'), { state: () => null })
     const through = PgEngine.connect(proxy.via(pg.url), 2)
+    // (the watchdog asks after a second here)
+    through.stallMs = 1000
     try {
       const heard: string[] = []
       let resumed = 0
@@ -359,7 +368,7 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
       proxy.silence()
       const lost = await Promise.race([
         Promise.allSettled([through.get<Item>(GET, 'before'), through.write((tx) => tx.run(INSERT, 'lost', 1, null, null, 0))]),
-        Bun.sleep(STALL_MS + 15_000).then(() => 'still waiting' as const),
+        Bun.sleep(through.stallMs + 15_000).then(() => 'still waiting' as const),
       ])
       expect(lost).not.toBe('still waiting')
       for (const r of lost as PromiseSettledResult<unknown>[]) {

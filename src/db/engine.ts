@@ -620,7 +620,7 @@ export class PgEngine implements Engine {
     const now = Date.now()
     // (a long statement on a server that answers is asked about once every STALL_MS, not every
     // second — except once more at the next look when none of this instance's sessions worked)
-    const stalled = [...this.waiting].filter((w) => this.idleStalled.has(w) || now - Math.max(w.since, this.answeredAt) > STALL_MS)
+    const stalled = [...this.waiting].filter((w) => this.idleStalled.has(w) || now - Math.max(w.since, this.answeredAt) > this.stallMs)
     if (!stalled.length && !this.hung) return
     this.asking = true
     try {
@@ -679,6 +679,8 @@ export class PgEngine implements Engine {
 
   /** What waited while none of this instance's sessions worked at the watchdog's last look (see `watch`). */
   private idleStalled = new Set<Waiting>()
+  /** How long something waits before the watchdog asks (STALL_MS; tests make it shorter). */
+  stallMs = STALL_MS
   /** How many times the pool was made again (see `watch`). */
   reconnects = 0
   /** Told when the pool is made again (for the log). */
