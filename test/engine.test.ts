@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
-import { CLOSE_WAIT_MS, CommitInDoubt, type Engine, STALL_MS, databaseAway, insertStatement, MANY_CALLS, mergeable, oneByKey, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
+import { CLOSE_WAIT_MS, CommitInDoubt, type Engine, SESSION, STALL_MS, databaseAway, insertStatement, MANY_CALLS, mergeable, oneByKey, PgEngine, SqliteEngine, UniqueViolation, pgPlaceholders, stmt } from '../src/db/engine'
 import { openDatabase } from '../src/db/open'
 import { Writer } from '../src/db/writer'
 import { CommitCutter } from './support/commit-cutter'
@@ -348,6 +348,19 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
       pgEngine.stallMs = STALL_MS
     }
     expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['slow'])
+  })
+
+  test("sessions whose name a pooler added to (PgBouncer's application_name_add_host): still found as this instance's — a slow statement is left alone", async () => {
+    const name = 'capstan test-host 1 abcd'
+    const pool = () => new Bun.SQL(pg.url, { max: 2, bigint: true, connection: { ...SESSION, application_name: `${name} - 10.0.0.5:6432` } })
+    const named = new PgEngine(pool(), pg.url, pool, name)
+    named.stallMs = 1000
+    try {
+      expect((await named.get<{ slept: number }>(stmt('', 'SELECT 1 AS slept FROM pg_sleep(3.5)')))?.slept).toBe(1)
+      expect(named.reconnects).toBe(0)
+    } finally {
+      await named.close()
+    }
   })
 
   test('connections the server no longer knows, left open without a word (a failover behind the same address, a server host gone at once): what waits on them is given up on as the database away within seconds, not the minutes TCP takes, and the engine goes on over new connections — listening included', async () => {

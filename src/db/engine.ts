@@ -649,7 +649,8 @@ export class PgEngine implements Engine {
   private async answers(): Promise<number | null> {
     const probe = new Bun.SQL(this.url!, { max: 1, connectionTimeout: PING_MS / 1000, connection: SESSION })
     try {
-      const asked = probe`SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE application_name = ${this.name} AND pid <> pg_backend_pid() AND state <> 'idle'`
+      // (the name as a prefix: a pooler may add to it, as PgBouncer's application_name_add_host does)
+      const asked = probe`SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE left(application_name, length(${this.name})) = ${this.name} AND pid <> pg_backend_pid() AND state <> 'idle'`
       return await Promise.race([asked.then(([row]) => Number(row.n), () => null), Bun.sleep(PING_MS).then(() => null)])
     } finally {
       void probe.close().catch(() => {})
