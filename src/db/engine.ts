@@ -513,6 +513,14 @@ const HEARING_WITHIN_MS = 5_000
 interface Waiting {
   since: number
   giveUp: (e: Error) => void
+  /** Given up on already (its caller has its error; it stays until its statement ends). */
+  givenUp?: boolean
+}
+
+/** Give up on what waits (see Waiting). */
+const giveUp = (w: Waiting, e: Error) => {
+  w.givenUp = true
+  w.giveUp(e)
 }
 
 /**
@@ -627,7 +635,9 @@ export class PgEngine implements Engine {
       const busy = await this.answers()
       const answers = busy !== null
       if (answers) this.answeredAt = Date.now()
-      const idle = answers && busy === 0 && !this.hung ? stalled.filter((w) => this.waiting.has(w)) : []
+      // (what was given up on already, after a server that did not answer, holds no caller up:
+      // it only waits for its statement to end, as it does when the server answers again)
+      const idle = answers && busy === 0 && !this.hung ? stalled.filter((w) => this.waiting.has(w) && !w.givenUp) : []
       // the same waits found so at two looks in a row (a second apart): a moment when each of its
       // sessions was between two statements is not that
       const confirmed = idle.some((w) => this.idleStalled.has(w))
@@ -636,7 +646,7 @@ export class PgEngine implements Engine {
       if (answers !== this.hung) return
       this.hung = !answers
       this.onHung(this.hung)
-      if (this.hung) for (const w of [...this.waiting]) w.giveUp(new DatabaseHung())
+      if (this.hung) for (const w of [...this.waiting]) giveUp(w, new DatabaseHung())
     } finally {
       this.asking = false
     }
@@ -663,7 +673,7 @@ export class PgEngine implements Engine {
     const old = this.client
     this.client = this.remake()
     this.queries = pgQueries(this.client)
-    for (const w of [...this.waiting]) w.giveUp(new DatabaseHung())
+    for (const w of [...this.waiting]) giveUp(w, new DatabaseHung())
     void old.close({ timeout: 0 }).catch(() => {})
     this.reconnects++
     this.onReconnect()
