@@ -529,6 +529,42 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
     }
   })
 
+  test("claims whose COMMIT's answer was lost, while this instance's own lease on the number lapsed (a database that stood still past it): kept, not settled by the crash recovery of its taking the number again — sent once each when it holds it again", async () => {
+    const cutter = new CommitCutter(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'cutter-lapsed'))
+    try {
+      onPg = await inProcessOnPostgres(cutter.via(await database()))
+      const { svc, engine, timers } = onPg
+      const { ws, conn } = await numberWithoutGaps(svc, 'Lapsed in doubt', '+15553600001')
+      const ids: string[] = []
+      for (let i = 0; i < 2; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+155536100${i}0`, body: `lapsed ${i}`, attachments: [] })).id)
+      // (the contacts' activity, written 200 ms after the sends, has its own COMMIT: let it land first)
+      await Bun.sleep(400)
+      cutter.arm()
+      await timers.advance(0)
+      await waitFor(() => cutter.cuts === 1)
+      const rows = async () => (await engine.all<{ status: string; error_code: string | null }>(stmt('', 'SELECT status, error_code FROM messages WHERE id IN ($1, $2) ORDER BY id'), ...ids)).map((r) => `${r.status}:${r.error_code}`)
+      await waitFor(async () => (await rows()).join() === 'sending:null,sending:null')
+      // the lease ran out meanwhile, nobody else took it; the next tick finds it not held
+      await engine.run(stmt('', 'UPDATE number_leases SET expires_at = 0 WHERE connection_id = $1'), conn.id)
+      await timers.advance(1000)
+      await settle(20)
+      expect(await rows()).toEqual(['sending:null', 'sending:null'])
+      // the renewal takes it again, as a number newly taken: its crash recovery leaves those claims alone
+      expect(await svc.pacer.claimLeases([conn.id])).toEqual([conn.id])
+      await settle(20)
+      expect(await rows()).toEqual(['sending:null', 'sending:null'])
+      // and the next tick sends them, once each
+      await timers.advance(1000)
+      await waitFor(async () => (await rows()).join() === 'sent:null,sent:null', 10_000)
+      const sends = await engine.all<{ message_id: string; n: number }>(stmt('', 'SELECT message_id, count(*)::int AS n FROM sandbox_sends GROUP BY message_id ORDER BY message_id'))
+      expect(sends).toEqual(ids.toSorted().map((message_id) => ({ message_id, n: 1 })))
+    } finally {
+      await onPg?.close()
+      onPg = null
+      cutter.stop()
+    }
+  })
+
   test("the sandbox network's record of a send whose COMMIT's answer is lost (it may or may not have the message): asked, and settled as sent — never handed over again — and its delivered and read reports still come", async () => {
     const cutter = new CommitCutter(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'cutter-record'))
     try {

@@ -20,6 +20,7 @@ const Q = {
      WHERE number_leases.owner = excluded.owner OR number_leases.expires_at <= ?`,
   ),
   held: stmt('SELECT 1 AS yes FROM number_leases WHERE connection_id = ? AND owner = ? AND expires_at > ?'),
+  heldElsewhere: stmt('SELECT 1 AS yes FROM number_leases WHERE connection_id = ? AND owner <> ? AND expires_at > ?'),
   release: stmt('DELETE FROM number_leases WHERE owner = ?'),
 }
 
@@ -89,6 +90,11 @@ export class NumberLeases {
     if (!this.engine.shared || (await tx.get(Q.held, connectionId, this.owner, this.now())) !== null) return true
     this.mine.delete(connectionId)
     return false
+  }
+
+  /** Inside a write: whether another instance holds the number's lease now (not one that ran out, nor none). */
+  async heldElsewhereIn(tx: Queries, connectionId: string): Promise<boolean> {
+    return this.engine.shared && (await tx.get(Q.heldElsewhere, connectionId, this.owner, this.now())) !== null
   }
 
   /**

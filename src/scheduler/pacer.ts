@@ -344,26 +344,37 @@ export class Pacer {
    * message is `sending` with nothing sending it — the network never had it — so it is sent now
    * and counted against its number's caps; where it did not, the message is still queued and is
    * released as any other. Read, with the numbers' leases, before the tick claims anything (a
-   * number another instance took over meanwhile is its own to settle, by its crash recovery).
-   * False while the database cannot be read: the next tick, a second later, tries again first.
+   * number another instance took over meanwhile is its own to settle, by its crash recovery; one
+   * whose lease ran out here with nobody taking it — the database stood still past it — keeps its
+   * claims for the tick after this instance takes it again, kept in hand from that taking's crash
+   * recovery). False while the database cannot be read: the next tick, a second later, tries again first.
    */
   private async settleInDoubt(): Promise<boolean> {
     const claimed = this.inDoubt
     let landed: typeof claimed
+    let kept: typeof claimed
     try {
-      landed = await this.deps.engine.write(async (tx) => {
+      ;[landed, kept] = await this.deps.engine.write(async (tx) => {
         const out: typeof claimed = []
+        const keep: typeof claimed = []
         for (const c of claimed) {
-          if (this.leases.checked && !(await this.leases.heldIn(tx, c.row.connection_id))) continue
+          const id = c.row.connection_id
+          if (this.leases.checked && !(await this.leases.heldIn(tx, id))) {
+            if (this.connections.find(id) && !(await this.leases.heldElsewhereIn(tx, id))) keep.push(c)
+            continue
+          }
           if (await this.messages.claimLandedIn(tx, c.row)) out.push(c)
         }
-        return out
+        return [out, keep]
       })
     } catch (e) {
       this.log.errorAtMostEvery(60_000, 'pacer tick failed', { error: String((e as Error)?.message ?? e) })
       return false
     }
-    this.inDoubt = []
+    this.inDoubt = kept
+    // (those sent now are in hand again as their dispatch starts)
+    const keptIds = new Set(kept.map((k) => k.row.id))
+    for (const { row } of claimed) if (!keptIds.has(row.id)) this.messages.letGo(row.id)
     for (const { live, row } of landed) {
       this.counted(row.connection_id, row.updated_at)
       void this.messages.dispatch(live, row)
@@ -384,12 +395,14 @@ export class Pacer {
     const landed = await this.deps.engine.write(async (tx) => {
       let n = 0
       for (const { row } of claimed) {
-        if (this.leases.checked && !(await this.leases.heldIn(tx, row.connection_id))) continue
+        // (a lease that ran out here with nobody taking it is still this instance's to hand back)
+        if (this.leases.checked && !(await this.leases.heldIn(tx, row.connection_id)) && (await this.leases.heldElsewhereIn(tx, row.connection_id))) continue
         if (await this.messages.handBackClaimIn(tx, row)) n++
       }
       return n
     })
     this.inDoubt = []
+    for (const { row } of claimed) this.messages.letGo(row.id)
     return landed
   }
 
@@ -567,7 +580,10 @@ export class Pacer {
       // against the caps, or after the fault a number would wait out an hour or a day for nothing
       for (const saved of before) restore(saved)
       // or nobody can tell: the COMMIT went and its answer was lost — settled at the next tick
-      if (e instanceof CommitInDoubt) this.inDoubt.push(...released)
+      if (e instanceof CommitInDoubt) {
+        this.inDoubt.push(...released)
+        for (const { row } of released) this.messages.keepInHand(row.id)
+      }
       // a lasting fault is told once a minute, a storage one without a stack
       this.log.errorAtMostEvery(60_000, 'pacer tick failed', { error: String((transientWriteError(e) ? (e as Error).message : (e as Error)?.stack) ?? e) })
       return null

@@ -566,6 +566,19 @@ export class MessageService {
     return this.store.claimed(tx, row)
   }
 
+  /**
+   * Messages whose claim this instance made and has not settled yet (the pacer's claims whose
+   * COMMIT's answer was lost): kept in hand, so that the crash recovery of a number this instance
+   * takes again does not take them for sends cut off (`letGo` when settled).
+   */
+  keepInHand(id: string) {
+    this.inHand.add(id)
+  }
+
+  letGo(id: string) {
+    this.inHand.delete(id)
+  }
+
   /** A claim markSendingIn made (its row), where it landed, handed back (see `handBack`): whether it had landed. */
   handBackClaimIn(tx: Queries, row: MessageRow): Promise<boolean> {
     return this.store.handBackClaim(tx, row)
