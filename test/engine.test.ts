@@ -225,6 +225,16 @@ describe.each(['sqlite', 'postgres'] as const)('on %s', (kind) => {
   })
 })
 
+/** `on` listening: what it heard, and how many times it listened anew (`resumed`: what it keeps read again). */
+async function listening(on: PgEngine) {
+  const got = { heard: [] as string[], resumed: 0 }
+  await on.listen(
+    (what) => void got.heard.push(what),
+    () => void got.resumed++,
+  )
+  return got
+}
+
 describe("PostgreSQL's group commit: the writes of one turn share a transaction", () => {
   let engine: Engine
   const VERSION = stmt('', 'SELECT id, xmin::text AS tx FROM items ORDER BY id')
@@ -370,12 +380,7 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
     // (the watchdog asks after a second here)
     through.stallMs = 1000
     try {
-      const heard: string[] = []
-      let resumed = 0
-      await through.listen(
-        (what) => void heard.push(what),
-        () => void resumed++,
-      )
+      const got = await listening(through)
       // both of the pool's connections open, and the one that listens
       await Promise.all([through.write((tx) => tx.run(INSERT, 'before', 1, null, null, 0)), through.get(stmt('', 'SELECT pg_sleep(0.05)'))])
       proxy.silence()
@@ -395,9 +400,9 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
       await through.write((tx) => tx.run(INSERT, 'after', 1, null, null, 0))
       expect((await engine.get<Item>(GET, 'after'))?.n).toBe(1)
       // and it hears again what is announced (it listened anew: what it keeps is read again)
-      await waitFor(() => resumed >= 1, 15_000)
+      await waitFor(() => got.resumed >= 1, 15_000)
       await engine.write((tx) => engine.announce(tx, 'key:after-failover'))
-      await waitFor(() => heard.includes('key:after-failover'), 5_000)
+      await waitFor(() => got.heard.includes('key:after-failover'), 5_000)
     } finally {
       await through.close()
       proxy.stop()
@@ -426,26 +431,21 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
     const through = PgEngine.connect(pooler.via(pg.url), 2)
     through.hearingEveryMs = 500
     try {
-      const heard: string[] = []
-      let resumed = 0
-      await through.listen(
-        (what) => void heard.push(what),
-        () => void resumed++,
-      )
+      const got = await listening(through)
       const tell = (what: string) => engine.write((tx) => engine.announce(tx, what))
       await tell('key:before')
-      await waitFor(() => heard.includes('key:before'), 5_000)
+      await waitFor(() => got.heard.includes('key:before'), 5_000)
       pooler.deafen()
       await tell('key:while-deaf')
       // noticed within a heartbeat and its wait, and listened again on a new connection
-      await waitFor(() => resumed === 1, 10_000)
-      expect(heard).not.toContain('key:while-deaf')
+      await waitFor(() => got.resumed === 1, 10_000)
+      expect(got.heard).not.toContain('key:while-deaf')
       expect(pooler.dropped).toBeGreaterThan(0)
       await tell('key:after')
-      await waitFor(() => heard.includes('key:after'), 5_000)
+      await waitFor(() => got.heard.includes('key:after'), 5_000)
       // and while it hears, nothing more is done
       await Bun.sleep(1_500)
-      expect(resumed).toBe(1)
+      expect(got.resumed).toBe(1)
     } finally {
       await through.close()
       pooler.stop()

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
 import type { Services } from '../src/services'
-import { stmt } from '../src/db/engine'
+import { type Engine, stmt } from '../src/db/engine'
 import { MessageStore } from '../src/modules/messages/store'
 import { NumberLeases } from '../src/scheduler/leases'
 import { OneAtATime, OneAtATimeEach } from '../src/scheduler/one-at-a-time'
@@ -422,6 +422,22 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
     return { ws, conn }
   }
 
+  /** Two sends on a number without gaps, claimed by a tick whose COMMIT's answer `cutter` loses: their ids (the claims landed). */
+  const twoClaimedInDoubt = async ({ svc, timers }: NonNullable<typeof onPg>, cutter: CommitCutter, name: string, phone: string, to: string) => {
+    const { ws, conn } = await numberWithoutGaps(svc, name, phone)
+    const ids: string[] = []
+    for (let i = 0; i < 2; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `${to}${i}0`, body: `in doubt ${i}`, attachments: [] })).id)
+    // (the contacts' activity, written 200 ms after the sends, has its own COMMIT: let it land first)
+    await Bun.sleep(400)
+    cutter.arm()
+    await timers.advance(0)
+    await waitFor(() => cutter.cuts === 1)
+    return { conn, ids }
+  }
+
+  /** How many times the sandbox's record holds each message it took. */
+  const sandboxSends = (engine: Engine) => engine.all<{ message_id: string; n: number }>(stmt('', 'SELECT message_id, count(*)::int AS n FROM sandbox_sends GROUP BY message_id ORDER BY message_id'))
+
   test('a write per 32 numbers: one that fails holds back only its own numbers, which count nothing against their caps and go a second later', async () => {
     onPg = await inProcessOnPostgres(await database())
     const { svc, engine, timers } = onPg
@@ -481,7 +497,7 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
       await timers.advance(5000)
       await settle(20)
       expect(await statuses()).toEqual(['sent', 'sent', 'sent', 'queued'])
-      const sends = await engine.all<{ message_id: string; n: number }>(stmt('', 'SELECT message_id, count(*)::int AS n FROM sandbox_sends GROUP BY message_id ORDER BY message_id'))
+      const sends = await sandboxSends(engine)
       expect(sends).toEqual(ids.slice(0, 3).toSorted().map((message_id) => ({ message_id, n: 1 })))
     } finally {
       await onPg?.close()
@@ -495,15 +511,8 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
     try {
       const url = await database()
       onPg = await inProcessOnPostgres(cutter.via(url))
-      const { svc, engine, timers } = onPg
-      const { ws, conn } = await numberWithoutGaps(svc, 'Stopped in doubt', '+15553500001')
-      const ids: string[] = []
-      for (let i = 0; i < 2; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+155535100${i}0`, body: `in doubt ${i}`, attachments: [] })).id)
-      // (the contacts' activity, written 200 ms after the sends, has its own COMMIT: let it land first)
-      await Bun.sleep(400)
-      cutter.arm()
-      await timers.advance(0)
-      await waitFor(() => cutter.cuts === 1)
+      const { svc, engine } = onPg
+      const { conn, ids } = await twoClaimedInDoubt(onPg, cutter, 'Stopped in doubt', '+15553500001', '+155535100')
       const rows = async () => (await engine.all<{ status: string; resend: number }>(stmt('', 'SELECT status, resend FROM messages WHERE id IN ($1, $2) ORDER BY id'), ...ids)).map((r) => `${r.status}:${r.resend}`)
       await waitFor(async () => (await rows()).join() === 'sending:0,sending:0')
       svc.pacer.stop()
@@ -520,7 +529,7 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
       await next.timers.advance(0)
       const sent = () => next.engine.all<{ status: string }>(stmt('', 'SELECT status FROM messages WHERE id IN ($1, $2)'), ...ids)
       await waitFor(async () => (await sent()).every((r) => r.status === 'sent'))
-      const sends = await next.engine.all<{ message_id: string; n: number }>(stmt('', 'SELECT message_id, count(*)::int AS n FROM sandbox_sends GROUP BY message_id ORDER BY message_id'))
+      const sends = await sandboxSends(next.engine)
       expect(sends).toEqual(ids.toSorted().map((message_id) => ({ message_id, n: 1 })))
     } finally {
       await onPg?.close()
@@ -534,14 +543,7 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
     try {
       onPg = await inProcessOnPostgres(cutter.via(await database()))
       const { svc, engine, timers } = onPg
-      const { ws, conn } = await numberWithoutGaps(svc, 'Lapsed in doubt', '+15553600001')
-      const ids: string[] = []
-      for (let i = 0; i < 2; i++) ids.push((await svc.messages.send(ws.id, { connection_id: conn.id, recipient: `+155536100${i}0`, body: `lapsed ${i}`, attachments: [] })).id)
-      // (the contacts' activity, written 200 ms after the sends, has its own COMMIT: let it land first)
-      await Bun.sleep(400)
-      cutter.arm()
-      await timers.advance(0)
-      await waitFor(() => cutter.cuts === 1)
+      const { conn, ids } = await twoClaimedInDoubt(onPg, cutter, 'Lapsed in doubt', '+15553600001', '+155536100')
       const rows = async () => (await engine.all<{ status: string; error_code: string | null }>(stmt('', 'SELECT status, error_code FROM messages WHERE id IN ($1, $2) ORDER BY id'), ...ids)).map((r) => `${r.status}:${r.error_code}`)
       await waitFor(async () => (await rows()).join() === 'sending:null,sending:null')
       // the lease ran out meanwhile, nobody else took it; the next tick finds it not held
@@ -556,7 +558,7 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
       // and the next tick sends them, once each
       await timers.advance(1000)
       await waitFor(async () => (await rows()).join() === 'sent:null,sent:null', 10_000)
-      const sends = await engine.all<{ message_id: string; n: number }>(stmt('', 'SELECT message_id, count(*)::int AS n FROM sandbox_sends GROUP BY message_id ORDER BY message_id'))
+      const sends = await sandboxSends(engine)
       expect(sends).toEqual(ids.toSorted().map((message_id) => ({ message_id, n: 1 })))
     } finally {
       await onPg?.close()
