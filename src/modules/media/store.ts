@@ -297,12 +297,13 @@ async function away<T>(request: Promise<T>): Promise<T> {
  */
 async function started(stream: ReadableStream<Uint8Array>, ms: number): Promise<ReadableStream<Uint8Array>> {
   const reader = stream.getReader()
-  const first = await away(
+  // each chunk within `ms`; a read that fails or does not come ends the bucket's stream
+  const read = () =>
     answerWithin(ms, reader.read()).catch((e) => {
-      if (e instanceof BucketNoAnswer) void reader.cancel().catch(() => {})
+      void reader.cancel().catch(() => {})
       throw e
-    }),
-  )
+    })
+  const first = await away(read())
   return new ReadableStream<Uint8Array>({
     start(controller) {
       if (first.done) controller.close()
@@ -310,11 +311,10 @@ async function started(stream: ReadableStream<Uint8Array>, ms: number): Promise<
     },
     async pull(controller) {
       try {
-        const next = await answerWithin(ms, reader.read())
+        const next = await read()
         if (next.done) controller.close()
         else controller.enqueue(next.value)
       } catch (e) {
-        void reader.cancel().catch(() => {})
         controller.error(e)
       }
     },
