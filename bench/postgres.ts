@@ -8,7 +8,8 @@
  * - release throughput: 1,000 sandbox numbers with 20 queued messages each, released by one
  *   instance with no gaps, from its start until every message is sent;
  * - GET /api/v1/messages with 1,000,000 rows in the workspace's log: p50 of the first page, of a
- *   status filter and of page 100.
+ *   status filter and of page 100; then with the statuses lying as in a log (the oldest read, the
+ *   newest queued), the filtered pages. BENCH_ROOT=<checkout>: another checkout's Capstan serves them.
  * Run: bun bench/postgres.ts [seconds per run = 5] [rounds = 5] [only: post | release | log | curve]
  * `curve` (only when asked): the ceiling, one instance and two sharing a database (half the
  * requests each) at each of BENCH_CONNECTIONS requests in flight (25,50,100,200), in turns — how
@@ -201,43 +202,65 @@ if (runs('release')) {
   await db.close()
 }
 
-// --- GET /messages with 1,000,000 rows
+// --- GET /messages with 1,000,000 rows: statuses spread evenly, and as a log has them (by age)
 if (runs('log')) {
-  const url = await database('log')
-  const cap = await startCapstan(env(url))
-  const ws = (await cap.admin('POST', '/workspaces', { name: 'Log' })).data
-  const key = (await cap.admin('POST', `/workspaces/${ws.id}/keys`, { name: 'reader' })).data.key
-  const conn = (await cap.admin('POST', `/workspaces/${ws.id}/connections`, { phone: '+15550001111', driver: 'sandbox' })).data
-  const db = new Bun.SQL(url, { max: 1 })
-  const now = Date.now()
-  const statuses = ['sent', 'delivered', 'read', 'failed']
-  for (let from = 1; from <= 1_000_000; from += 100_000) {
-    await db.unsafe(
-      `INSERT INTO messages (id, workspace_id, connection_id, direction, status, recipient, sender, body, attachments, created_at, updated_at, sent_at, opt_in_required)
-       SELECT gen_random_uuid()::text, $1, $2, CASE WHEN g % 5 = 0 THEN 'inbound' ELSE 'outbound' END, CASE WHEN g % 5 = 0 THEN 'delivered' ELSE ($4::text[])[1 + g % 4] END,
-              '+1777' || lpad((g % 100000)::text, 7, '0'), '+15550001111', 'Message ' || g, '[]', $3 + g, $3 + g, $3 + g, 0
-       FROM generate_series($5::int, $5::int + 99999) g`,
-      [ws.id, conn.id, now, `{${statuses.join(',')}}`, from],
-    )
+  for (const spread of ['evenly', 'by age'] as const) {
+    const url = await database(spread === 'evenly' ? 'log' : 'log_by_age')
+    // BENCH_ROOT=<checkout>: the Capstan of another checkout (an older commit) serves the reads
+    const cap = await startCapstan(env(url), process.env.BENCH_ROOT ?? ROOT)
+    const ws = (await cap.admin('POST', '/workspaces', { name: 'Log' })).data
+    const key = (await cap.admin('POST', `/workspaces/${ws.id}/keys`, { name: 'reader' })).data.key
+    const conn = (await cap.admin('POST', `/workspaces/${ws.id}/connections`, { phone: '+15550001111', driver: 'sandbox' })).data
+    const db = new Bun.SQL(url, { max: 1 })
+    const now = Date.now()
+    const statuses = ['sent', 'delivered', 'read', 'failed']
+    // evenly: every fifth inbound (delivered), the rest cycling through the four statuses; by age:
+    // the oldest 600,000 read, then 200,000 delivered, 150,000 sent, the newest 50,000 queued,
+    // one in 20 inbound (delivered) and one in 1,000 failed
+    const status =
+      spread === 'evenly'
+        ? `CASE WHEN g % 5 = 0 THEN 'delivered' ELSE ($4::text[])[1 + g % 4] END`
+        : `CASE WHEN g % 20 = 0 THEN 'delivered' WHEN g % 1000 = 1 THEN 'failed' WHEN g <= 600000 THEN 'read' WHEN g <= 800000 THEN 'delivered' WHEN g <= 950000 THEN 'sent' ELSE 'queued' END`
+    const inbound = spread === 'evenly' ? 'g % 5 = 0' : 'g % 20 = 0'
+    for (let from = 1; from <= 1_000_000; from += 100_000) {
+      await db.unsafe(
+        `INSERT INTO messages (id, workspace_id, connection_id, direction, status, recipient, sender, body, attachments, created_at, updated_at, sent_at, opt_in_required)
+         SELECT gen_random_uuid()::text, $1, $2, CASE WHEN ${inbound} THEN 'inbound' ELSE 'outbound' END, ${status},
+                '+1777' || lpad((g % 100000)::text, 7, '0'), '+15550001111', 'Message ' || g, '[]', $3 + g, $3 + g, $3 + g, 0
+         FROM generate_series($5::int, $5::int + 99999) g`,
+        [ws.id, conn.id, now, `{${statuses.join(',')}}`, from],
+      )
+    }
+    // what autovacuum does soon after any bulk load: the rows' visibility settled, the counts' old versions gone
+    await db.unsafe('VACUUM (ANALYZE) messages')
+    await db.unsafe('VACUUM (ANALYZE) message_counts')
+    const headers = { authorization: `Bearer ${key}` }
+    say(`\nGET /api/v1/messages on PostgreSQL with 1,000,000 messages in the workspace's log, statuses spread ${spread}, wrk -c1 (one request at a time, as the SQLite figure), ${seconds} s each\n`)
+    say('| page | result |')
+    say('|---|---|')
+    const pages: [string, string][] =
+      spread === 'evenly'
+        ? [
+            ['first page (50)', '/api/v1/messages?per_page=50'],
+            ['status=failed, first page', '/api/v1/messages?status=failed&per_page=50'],
+            ['direction=inbound, first page', '/api/v1/messages?direction=inbound&per_page=50'],
+            ['page 100 (offset 4,950)', '/api/v1/messages?per_page=50&page=100'],
+          ]
+        : [
+            ['status=read (behind 400,000 newer), first page', '/api/v1/messages?status=read&per_page=50'],
+            ['status=sent, first page', '/api/v1/messages?status=sent&per_page=50'],
+            ['status=failed, first page', '/api/v1/messages?status=failed&per_page=50'],
+            ['direction=outbound&status=read, first page', '/api/v1/messages?direction=outbound&status=read&per_page=50'],
+            ['direction=outbound, first page', '/api/v1/messages?direction=outbound&per_page=50'],
+            ['status=read, page 100 (offset 4,950)', '/api/v1/messages?status=read&per_page=50&page=100'],
+          ]
+    for (const [name, path] of pages) {
+      await wrk(`${cap.base}${path}`, { seconds: 1, connections: 1, headers })
+      say(`| ${name} | ${fmt(await wrk(`${cap.base}${path}`, { seconds, connections: 1, headers }))} |`)
+    }
+    await db.close()
+    await cap.stop()
   }
-  // what autovacuum does soon after any bulk load: the rows' visibility settled, the counts' old versions gone
-  await db.unsafe('VACUUM (ANALYZE) messages')
-  await db.unsafe('VACUUM (ANALYZE) message_counts')
-  const headers = { authorization: `Bearer ${key}` }
-  say(`\nGET /api/v1/messages on PostgreSQL with 1,000,000 messages in the workspace's log, wrk -c1 (one request at a time, as the SQLite figure), ${seconds} s each\n`)
-  say('| page | result |')
-  say('|---|---|')
-  for (const [name, path] of [
-    ['first page (50)', '/api/v1/messages?per_page=50'],
-    ['status=failed, first page', '/api/v1/messages?status=failed&per_page=50'],
-    ['direction=inbound, first page', '/api/v1/messages?direction=inbound&per_page=50'],
-    ['page 100 (offset 4,950)', '/api/v1/messages?per_page=50&page=100'],
-  ] as const) {
-    await wrk(`${cap.base}${path}`, { seconds: 1, connections: 1, headers })
-    say(`| ${name} | ${fmt(await wrk(`${cap.base}${path}`, { seconds, connections: 1, headers }))} |`)
-  }
-  await db.close()
-  await cap.stop()
 }
 
 /** A Capstan on an existing database and data directory (a restart). */

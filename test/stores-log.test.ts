@@ -11,7 +11,7 @@ import { CampaignStore, type CampaignRow } from '../src/modules/campaigns/store'
 import { type ConnectionRow, ConnectionStore } from '../src/modules/connections/store'
 import { type ContactRow, ContactStore } from '../src/modules/contacts/store'
 import { GroupStore } from '../src/modules/groups/store'
-import { MessageStore, type NewMessage } from '../src/modules/messages/store'
+import { type Filter, listStatements, MessageStore, type NewMessage } from '../src/modules/messages/store'
 import { SuppressionStore } from '../src/modules/suppressions/store'
 import { WebhookStore } from '../src/modules/webhooks/store'
 import { ENGINES, type EngineName, migratedEngines, workspace } from './support/engines'
@@ -283,6 +283,9 @@ describe.each(ENGINES)('messages on %s', (name) => {
     expect(ids(await store.list(ws, { direction: 'outbound' }, 10, 0))).toEqual([3, [m3, m1, m0]])
     expect(ids(await store.list(ws, { status: 'queued' }, 10, 0))).toEqual([2, [m3, m0]])
     expect(ids(await store.list(ws, { direction: 'inbound', status: 'delivered' }, 10, 0))).toEqual([1, [m2]])
+    expect(ids(await store.list(ws, { direction: 'outbound' }, 1, 1))).toEqual([3, [m1]])
+    expect(ids(await store.list(ws, { status: 'queued' }, 1, 1))).toEqual([2, [m0]])
+    expect(ids(await store.list(ws, { direction: 'outbound', status: 'queued' }, 5, 1))).toEqual([2, [m0]])
     expect(ids(await store.list(ws, { contactId: ada.id }, 10, 0))).toEqual([2, [m3, m0]])
     expect(ids(await store.list(ws, { contactId: ada.id, status: 'sending' }, 10, 0))).toEqual([0, []])
     expect((await store.ofContact(ada.id, 0, 10)).map((r) => r.id)).toEqual([m0, m3])
@@ -374,6 +377,64 @@ describe.each(ENGINES)('messages on %s', (name) => {
       { workspace_id: ws, direction: 'outbound', status: 'sent', n: 1 },
     ])
     expect(typeof gauges.sending).toBe('number')
+  })
+})
+
+describe("the log's filtered pages on PostgreSQL", () => {
+  test('a page under a status or direction reads its own rows only, however the statuses lie in time (the oldest read, the newest queued): never every newer message', async () => {
+    const engine = engines.postgres
+    const store = new MessageStore(engine)
+    const { ws, conn } = await withNumber(engine)
+    // 20,000 messages: the oldest 12,000 read, then 4,000 delivered, 3,000 sent, the newest 1,000
+    // queued; one in 20 inbound (delivered); one in 500 failed
+    const fill = stmt(
+      'SELECT 1',
+      `INSERT INTO messages (id, workspace_id, connection_id, direction, status, recipient, sender, body, attachments, created_at, updated_at, opt_in_required)
+       SELECT gen_random_uuid()::text, $1, $2, CASE WHEN g % 20 = 0 THEN 'inbound' ELSE 'outbound' END,
+         CASE WHEN g % 20 = 0 THEN 'delivered' WHEN g % 500 = 1 THEN 'failed' WHEN g <= 12000 THEN 'read' WHEN g <= 16000 THEN 'delivered' WHEN g <= 19000 THEN 'sent' ELSE 'queued' END,
+         '+1777' || lpad(g::text, 7, '0'), '+15550001000', 'Message ' || g, '[]', g, g, 0
+       FROM generate_series(1, 20000) AS g`,
+    )
+    await engine.write((tx) => tx.run(fill, ws, conn.id))
+    // the planner knows how many of each status there are (autovacuum's ANALYZE), not where they lie
+    await engine.write((tx) => tx.run(stmt('SELECT 1', 'ANALYZE messages')))
+    const newest = async (f: Filter, limit: number, offset: number) => {
+      const where = [f.direction && `direction = '${f.direction}'`, f.status && `status = '${f.status}'`].filter(Boolean).join(' AND ')
+      const rows = await engine.all<{ id: string }>(stmt('SELECT 1', `SELECT id FROM messages WHERE workspace_id = $1 AND ${where} ORDER BY seq DESC LIMIT ${limit} OFFSET ${offset}`), ws)
+      return rows.map((r) => r.id)
+    }
+    /** The messages' rows the page's statement read, by its plan as it ran. */
+    const rowsRead = async (f: Filter, limit: number, offset: number) => {
+      const params = [ws, ...(f.direction ? [f.direction] : []), ...(f.status ? [f.status] : []), limit, offset]
+      const [row] = await engine.all<Record<string, unknown>>(stmt('SELECT 1', `EXPLAIN (ANALYZE, FORMAT JSON) ${listStatements(f).page.pg}`), ...params)
+      const plan = row!['QUERY PLAN']
+      let read = 0
+      const walk = (n: Record<string, any>) => {
+        if (n['Relation Name'] === 'messages') read += (Number(n['Actual Rows']) + Number(n['Rows Removed by Filter'] ?? 0)) * Number(n['Actual Loops'])
+        for (const c of n.Plans ?? []) walk(c)
+      }
+      walk((typeof plan === 'string' ? JSON.parse(plan) : plan)[0].Plan)
+      return read
+    }
+    const cases: [Filter, number, number, number][] = [
+      // filter, limit, offset, the ranges of the index it reads (one per direction, or per status)
+      [{ status: 'read' }, 50, 0, 2],
+      [{ status: 'read' }, 20, 100, 2],
+      [{ status: 'delivered' }, 50, 0, 2],
+      [{ status: 'failed' }, 30, 0, 2],
+      [{ direction: 'outbound' }, 50, 0, 6],
+      [{ direction: 'inbound' }, 50, 0, 6],
+      [{ direction: 'outbound', status: 'read' }, 50, 0, 1],
+      [{ direction: 'outbound', status: 'sent' }, 10, 30, 1],
+    ]
+    for (const [f, limit, offset, ranges] of cases) {
+      const page = await store.list(ws, f, limit, offset)
+      expect(page.rows.map((r) => r.id)).toEqual(await newest(f, limit, offset))
+      expect(page.rows.length).toBe(limit)
+      // at most each range as far as the page reaches (the old plan read every newer message: thousands)
+      const read = await rowsRead(f, limit, offset)
+      expect([f, read >= limit && read <= ranges * (limit + offset) ? 'the page only' : read]).toEqual([f, 'the page only'])
+    }
   })
 })
 

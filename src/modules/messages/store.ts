@@ -49,7 +49,7 @@ const COLUMNS = [
 /** The columns that hold numbers (times in ms, a flag): BIGINT on PostgreSQL. */
 const NUMBER_COLUMNS = new Set<string>(['created_at', 'updated_at', 'sending_at', 'sent_at', 'delivered_at', 'read_at', 'failed_at', 'opt_in_required'])
 
-type Filter = { direction?: string; status?: string; contactId?: string }
+export type Filter = { direction?: string; status?: string; contactId?: string }
 
 /** The operator's search of the log: a filter, and text in the body and/or a time range of creation. */
 export type Search = Filter & { text?: string; from?: number; to?: number }
@@ -88,11 +88,13 @@ function searchStatements(f: Search): { page: Statement; count: Statement } {
  * The log's query for a filter, newest first, and its count. On SQLite: no filter walks
  * (workspace, seq); a direction or status alone is the union of the (workspace, direction,
  * status, seq) ranges it covers, which SQLite merges in seq order — a page reads only its rows
- * (migration 0008 dropped the indexes these filters once had of their own). PostgreSQL plans the
- * plain filter onto the same index itself. Placeholders: the workspace, then the filter's values
- * in the order direction, status, contact; then limit and offset.
+ * (migration 0008 dropped the indexes these filters once had of their own). PostgreSQL reads the
+ * same ranges, of that index ordered by -seq (migrations/pg/0046_log_by_status.sql); with no
+ * filter, it walks (workspace, seq). Placeholders: the workspace, then the filter's values in the
+ * order direction, status, contact; then limit and offset. (Exported for test/stores-log.test.ts,
+ * which reads the plan of a page.)
  */
-function listStatements(filter: Filter): { page: Statement; count: Statement } {
+export function listStatements(filter: Filter): { page: Statement; count: Statement } {
   let n = 0
   const at = { ws: ++n, direction: filter.direction ? ++n : 0, status: filter.status ? ++n : 0, contact: filter.contactId ? ++n : 0 }
   const limit = ++n
@@ -108,7 +110,18 @@ function listStatements(filter: Filter): { page: Statement; count: Statement } {
     // message_counts is kept by triggers (migration 0003): at most 12 rows per workspace
     // (PostgreSQL's SUM of bigints is a numeric, which would come back as text: cast back)
     const counted = at.contact ? `SELECT COUNT(*) AS n FROM messages${mark === '?' ? ' INDEXED BY messages_contact' : ''} WHERE ${key}` : `SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) AS n FROM message_counts WHERE ${key}`
-    if (mark === '$') return { page: `SELECT * FROM messages WHERE ${key}${tail}`, count: counted }
+    if (mark === '$') {
+      if (at.contact || (!at.direction && !at.status)) return { page: `SELECT * FROM messages WHERE ${key}${tail}`, count: counted }
+      // through messages_log_direction_status, which PostgreSQL orders by -seq (its migration
+      // 0046): an order no other index gives, so the planner cannot walk seq backwards filtering
+      // instead, which reads every newer message when a status is not spread evenly over time
+      const ranked = (more: string) => `SELECT * FROM messages WHERE workspace_id = ${p(at.ws)}${more} ORDER BY -seq`
+      if (at.direction && at.status) return { page: `${ranked(` AND direction = ${p(at.direction)} AND status = ${p(at.status)}`)} LIMIT ${p(limit)} OFFSET ${p(offset)}`, count: counted }
+      // one range of the index per direction and status, each as far as the page reaches, merged
+      const reach = `LIMIT CAST(${p(limit)} AS BIGINT) + CAST(${p(offset)} AS BIGINT)`
+      const ranges = at.direction ? STATUSES.map((s) => ` AND direction = ${p(at.direction)} AND status = '${s}'`) : DIRECTIONS.map((d) => ` AND direction = '${d}' AND status = ${p(at.status)}`)
+      return { page: `SELECT * FROM (${ranges.map((r) => `(${ranked(r)} ${reach})`).join(' UNION ALL ')}) AS ranges${tail}`, count: counted }
+    }
     const byDs = `SELECT * FROM messages INDEXED BY messages_log_direction_status WHERE workspace_id = ${p(at.ws)}`
     let from: string
     if (at.contact) from = `SELECT * FROM messages INDEXED BY messages_contact WHERE ${key}`
