@@ -222,13 +222,14 @@ if (runs('log')) {
         ? `CASE WHEN g % 5 = 0 THEN 'delivered' ELSE ($4::text[])[1 + g % 4] END`
         : `CASE WHEN g % 20 = 0 THEN 'delivered' WHEN g % 1000 = 1 THEN 'failed' WHEN g <= 600000 THEN 'read' WHEN g <= 800000 THEN 'delivered' WHEN g <= 950000 THEN 'sent' ELSE 'queued' END`
     const inbound = spread === 'evenly' ? 'g % 5 = 0' : 'g % 20 = 0'
+    const start = spread === 'evenly' ? 5 : 4
     for (let from = 1; from <= 1_000_000; from += 100_000) {
       await db.unsafe(
         `INSERT INTO messages (id, workspace_id, connection_id, direction, status, recipient, sender, body, attachments, created_at, updated_at, sent_at, opt_in_required)
          SELECT gen_random_uuid()::text, $1, $2, CASE WHEN ${inbound} THEN 'inbound' ELSE 'outbound' END, ${status},
                 '+1777' || lpad((g % 100000)::text, 7, '0'), '+15550001111', 'Message ' || g, '[]', $3 + g, $3 + g, $3 + g, 0
-         FROM generate_series($5::int, $5::int + 99999) g`,
-        [ws.id, conn.id, now, `{${statuses.join(',')}}`, from],
+         FROM generate_series($${start}::int, $${start}::int + 99999) g`,
+        spread === 'evenly' ? [ws.id, conn.id, now, `{${statuses.join(',')}}`, from] : [ws.id, conn.id, now, from],
       )
     }
     // what autovacuum does soon after any bulk load: the rows' visibility settled, the counts' old versions gone

@@ -7,6 +7,6 @@
 -- order only it gives, so the filtered pages (src/modules/messages/store.ts) are read from it
 -- whatever the planner thinks of the spread: one range per direction and status, merged, a page's
 -- rows each. It keeps its name (SQLite's of the same name serves the same pages).
--- (Built while the migration runs: writes to messages wait for it, about a second a million rows.)
+-- (Built while the migration runs: writes to messages wait for it, about 2 s a million messages.)
 DROP INDEX messages_log_direction_status;
 CREATE INDEX messages_log_direction_status ON messages (workspace_id, direction, status, (-seq));
