@@ -381,31 +381,31 @@ describe.each(ENGINES)('messages on %s', (name) => {
 })
 
 describe("the log's filtered pages on PostgreSQL", () => {
-  test('a page under a status or direction reads its own rows only, however the statuses lie in time (the oldest read, the newest queued): never every newer message', async () => {
+  test('a page under a status, a direction or a contact reads its own rows only, however they lie in time (the oldest read, the newest queued; a contact of long ago): never every newer message', async () => {
     const engine = engines.postgres
     const store = new MessageStore(engine)
-    const { ws, conn } = await withNumber(engine)
+    const { ws, conn, ada } = await withNumberAndContact(engine)
     // 20,000 messages: the oldest 12,000 read, then 4,000 delivered, 3,000 sent, the newest 1,000
-    // queued; one in 20 inbound (delivered); one in 500 failed
+    // queued; one in 20 inbound (delivered); one in 500 failed; one in 25 of the oldest 10,000 Ada's
     const fill = stmt(
       'SELECT 1',
-      `INSERT INTO messages (id, workspace_id, connection_id, direction, status, recipient, sender, body, attachments, created_at, updated_at, opt_in_required)
-       SELECT gen_random_uuid()::text, $1, $2, CASE WHEN g % 20 = 0 THEN 'inbound' ELSE 'outbound' END,
+      `INSERT INTO messages (id, workspace_id, connection_id, contact_id, direction, status, recipient, sender, body, attachments, created_at, updated_at, opt_in_required)
+       SELECT gen_random_uuid()::text, $1, $2, CASE WHEN g <= 10000 AND g % 25 = 0 THEN $3 END, CASE WHEN g % 20 = 0 THEN 'inbound' ELSE 'outbound' END,
          CASE WHEN g % 20 = 0 THEN 'delivered' WHEN g % 500 = 1 THEN 'failed' WHEN g <= 12000 THEN 'read' WHEN g <= 16000 THEN 'delivered' WHEN g <= 19000 THEN 'sent' ELSE 'queued' END,
          '+1777' || lpad(g::text, 7, '0'), '+15550001000', 'Message ' || g, '[]', g, g, 0
        FROM generate_series(1, 20000) AS g`,
     )
-    await engine.write((tx) => tx.run(fill, ws, conn.id))
+    await engine.write((tx) => tx.run(fill, ws, conn.id, ada.id))
     // the planner knows how many of each status there are (autovacuum's ANALYZE), not where they lie
     await engine.write((tx) => tx.run(stmt('SELECT 1', 'ANALYZE messages')))
     const newest = async (f: Filter, limit: number, offset: number) => {
-      const where = [f.direction && `direction = '${f.direction}'`, f.status && `status = '${f.status}'`].filter(Boolean).join(' AND ')
+      const where = [f.direction && `direction = '${f.direction}'`, f.status && `status = '${f.status}'`, f.contactId && `contact_id = '${f.contactId}'`].filter(Boolean).join(' AND ')
       const rows = await engine.all<{ id: string }>(stmt('SELECT 1', `SELECT id FROM messages WHERE workspace_id = $1 AND ${where} ORDER BY seq DESC LIMIT ${limit} OFFSET ${offset}`), ws)
       return rows.map((r) => r.id)
     }
     /** The messages' rows the page's statement read, by its plan as it ran. */
     const rowsRead = async (f: Filter, limit: number, offset: number) => {
-      const params = [ws, ...(f.direction ? [f.direction] : []), ...(f.status ? [f.status] : []), limit, offset]
+      const params = [ws, ...(f.direction ? [f.direction] : []), ...(f.status ? [f.status] : []), ...(f.contactId ? [f.contactId] : []), limit, offset]
       const [row] = await engine.all<Record<string, unknown>>(stmt('SELECT 1', `EXPLAIN (ANALYZE, FORMAT JSON) ${listStatements(f).page.pg}`), ...params)
       const plan = row!['QUERY PLAN']
       let read = 0
@@ -426,6 +426,11 @@ describe("the log's filtered pages on PostgreSQL", () => {
       [{ direction: 'inbound' }, 50, 0, 6],
       [{ direction: 'outbound', status: 'read' }, 50, 0, 1],
       [{ direction: 'outbound', status: 'sent' }, 10, 30, 1],
+      // a contact's messages, all older than the newest 10,000 (the conversation view)
+      [{ contactId: ada.id }, 50, 0, 1],
+      [{ contactId: ada.id }, 20, 100, 1],
+      // (her messages that are not read, one in four, passed over: a page's worth at most)
+      [{ contactId: ada.id, status: 'read' }, 10, 0, 2],
     ]
     for (const [f, limit, offset, ranges] of cases) {
       const page = await store.list(ws, f, limit, offset)
@@ -435,6 +440,11 @@ describe("the log's filtered pages on PostgreSQL", () => {
       const read = await rowsRead(f, limit, offset)
       expect([f, read >= limit && read <= ranges * (limit + offset) ? 'the page only' : read]).toEqual([f, 'the page only'])
     }
+    // a contact's export, batch by batch from where the last ended, in order
+    const all = (await engine.all<{ id: string; seq: number }>(stmt('SELECT 1', 'SELECT id, seq FROM messages WHERE contact_id = $1 ORDER BY seq'), ada.id)).map((r) => [r.id, Number(r.seq)] as const)
+    expect(all.length).toBe(400)
+    expect((await store.ofContact(ada.id, 0, 150)).map((r) => r.id)).toEqual(all.slice(0, 150).map(([i]) => i))
+    expect((await store.ofContact(ada.id, all[149]![1], 300)).map((r) => r.id)).toEqual(all.slice(150).map(([i]) => i))
   })
 })
 

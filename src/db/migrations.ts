@@ -44,7 +44,7 @@ import m0042 from '../../migrations/0042_audit_operator.sql' with { type: 'text'
 import m0043 from '../../migrations/0043_media_holds.sql' with { type: 'text' }
 import m0044 from '../../migrations/0044_inbound_once.sql' with { type: 'text' }
 import m0045 from '../../migrations/0045_resend.sql' with { type: 'text' }
-import m0046 from '../../migrations/0046_log_by_status.sql' with { type: 'text' }
+import m0046 from '../../migrations/0046_log_pages.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -92,5 +92,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 43, name: '0043_media_holds', sql: m0043 },
   { version: 44, name: '0044_inbound_once', sql: m0044 },
   { version: 45, name: '0045_resend', sql: m0045 },
-  { version: 46, name: '0046_log_by_status', sql: m0046 },
+  { version: 46, name: '0046_log_pages', sql: m0046 },
 ]

@@ -89,8 +89,8 @@ function searchStatements(f: Search): { page: Statement; count: Statement } {
  * (workspace, seq); a direction or status alone is the union of the (workspace, direction,
  * status, seq) ranges it covers, which SQLite merges in seq order — a page reads only its rows
  * (migration 0008 dropped the indexes these filters once had of their own). PostgreSQL reads the
- * same ranges, of that index ordered by -seq (migrations/pg/0046_log_by_status.sql); with no
- * filter, it walks (workspace, seq). Placeholders: the workspace, then the filter's values in the
+ * same ranges, of that index ordered by -seq, and a contact's through (contact, -seq)
+ * (migrations/pg/0046_log_pages.sql); with no filter, it walks (workspace, seq). Placeholders: the workspace, then the filter's values in the
  * order direction, status, contact; then limit and offset. (Exported for test/stores-log.test.ts,
  * which reads the plan of a page.)
  */
@@ -111,10 +111,12 @@ export function listStatements(filter: Filter): { page: Statement; count: Statem
     // (PostgreSQL's SUM of bigints is a numeric, which would come back as text: cast back)
     const counted = at.contact ? `SELECT COUNT(*) AS n FROM messages${mark === '?' ? ' INDEXED BY messages_contact' : ''} WHERE ${key}` : `SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) AS n FROM message_counts WHERE ${key}`
     if (mark === '$') {
-      if (at.contact || (!at.direction && !at.status)) return { page: `SELECT * FROM messages WHERE ${key}${tail}`, count: counted }
-      // through messages_log_direction_status, which PostgreSQL orders by -seq (its migration
-      // 0046): an order no other index gives, so the planner cannot walk seq backwards filtering
-      // instead, which reads every newer message when a status is not spread evenly over time
+      if (!at.contact && !at.direction && !at.status) return { page: `SELECT * FROM messages WHERE ${key}${tail}`, count: counted }
+      // through messages_contact or messages_log_direction_status, which PostgreSQL orders by -seq
+      // (its migration 0046): an order no other index gives, so the planner cannot walk seq
+      // backwards filtering instead, which reads every newer message when a contact's messages or
+      // a status are not spread evenly over the log
+      if (at.contact) return { page: `SELECT * FROM messages WHERE ${key} ORDER BY -seq LIMIT ${p(limit)} OFFSET ${p(offset)}`, count: counted }
       const ranked = (more: string) => `SELECT * FROM messages WHERE workspace_id = ${p(at.ws)}${more} ORDER BY -seq`
       if (at.direction && at.status) return { page: `${ranked(` AND direction = ${p(at.direction)} AND status = ${p(at.status)}`)} LIMIT ${p(limit)} OFFSET ${p(offset)}`, count: counted }
       // one range of the index per direction and status, each as far as the page reaches, merged
@@ -195,7 +197,11 @@ const Q = {
     `INSERT INTO usage_monthly (workspace_id, month, shard, messages) SELECT calls.v->>0, calls.v->>1, capstan_shard(), COUNT(*) FROM ${MANY_CALLS} GROUP BY 1, 2
      ON CONFLICT (workspace_id, month, shard) DO UPDATE SET messages = usage_monthly.messages + excluded.messages`,
   ),
-  ofContact: stmt('SELECT * FROM messages INDEXED BY messages_contact WHERE contact_id = ? AND seq > ? ORDER BY seq LIMIT ?', 'SELECT * FROM messages WHERE contact_id = $1 AND seq > $2 ORDER BY seq LIMIT $3'),
+  // (on PostgreSQL through messages_contact's -seq, backwards: see listStatements)
+  ofContact: stmt(
+    'SELECT * FROM messages INDEXED BY messages_contact WHERE contact_id = ? AND seq > ? ORDER BY seq LIMIT ?',
+    'SELECT * FROM messages WHERE contact_id = $1 AND -seq < -CAST($2 AS BIGINT) ORDER BY -seq DESC LIMIT $3',
+  ),
   erasureRows: stmt('SELECT id, direction, status, attachments, resend FROM messages WHERE contact_id = ?'),
   // inside the erasure's write: the rows locked as they are read (PostgreSQL), so a release claiming
   // one waits for the erasure, or has committed and is seen as sending; SQLite's write is alone

@@ -1,0 +1,1 @@
+// reuse: the statusq data, then EXPLAIN
