@@ -223,10 +223,20 @@ if (runs('log')) {
         : `CASE WHEN g % 20 = 0 THEN 'delivered' WHEN g % 1000 = 1 THEN 'failed' WHEN g <= 600000 THEN 'read' WHEN g <= 800000 THEN 'delivered' WHEN g <= 950000 THEN 'sent' ELSE 'queued' END`
     const inbound = spread === 'evenly' ? 'g % 5 = 0' : 'g % 20 = 0'
     const start = spread === 'evenly' ? 5 : 4
+    // by age, the messages also have contacts: one of long ago (every 10th of the oldest 500,000),
+    // and 1,000 others among the rest, evenly
+    const contact = (n: number) => new Bun.CryptoHasher('md5').update(`${ws.id}-c${n}`).digest('hex').replace(/^(.{8})(.{4})(.{4})(.{4})/, '$1-$2-$3-$4-')
+    if (spread === 'by age')
+      await db.unsafe(
+        `INSERT INTO contacts (id, workspace_id, phone, consent_status, metadata, created_at, updated_at, last_activity_at)
+         SELECT md5($1 || '-c' || g)::uuid::text, $1, '+1777' || lpad(g::text, 7, '0'), 'opted_in', '{}', 0, 0, 0 FROM generate_series(0, 1000) g`,
+        [ws.id],
+      )
+    const contactOf = spread === 'evenly' ? 'NULL' : `md5($1 || '-c' || CASE WHEN g <= 500000 AND g % 10 = 0 THEN 0 ELSE 1 + g % 1000 END)::uuid::text`
     for (let from = 1; from <= 1_000_000; from += 100_000) {
       await db.unsafe(
-        `INSERT INTO messages (id, workspace_id, connection_id, direction, status, recipient, sender, body, attachments, created_at, updated_at, sent_at, opt_in_required)
-         SELECT gen_random_uuid()::text, $1, $2, CASE WHEN ${inbound} THEN 'inbound' ELSE 'outbound' END, ${status},
+        `INSERT INTO messages (id, workspace_id, connection_id, contact_id, direction, status, recipient, sender, body, attachments, created_at, updated_at, sent_at, opt_in_required)
+         SELECT gen_random_uuid()::text, $1, $2, ${contactOf}, CASE WHEN ${inbound} THEN 'inbound' ELSE 'outbound' END, ${status},
                 '+1777' || lpad((g % 100000)::text, 7, '0'), '+15550001111', 'Message ' || g, '[]', $3 + g, $3 + g, $3 + g, 0
          FROM generate_series($${start}::int, $${start}::int + 99999) g`,
         spread === 'evenly' ? [ws.id, conn.id, now, `{${statuses.join(',')}}`, from] : [ws.id, conn.id, now, from],
@@ -254,6 +264,8 @@ if (runs('log')) {
             ['direction=outbound&status=read, first page', '/api/v1/messages?direction=outbound&status=read&per_page=50'],
             ['direction=outbound, first page', '/api/v1/messages?direction=outbound&per_page=50'],
             ['status=read, page 100 (offset 4,950)', '/api/v1/messages?status=read&per_page=50&page=100'],
+            ['contact_id of long ago (50,000 messages), first page', `/api/v1/messages?contact_id=${contact(0)}&per_page=50`],
+            ['contact_id of 1,000 messages spread evenly, first page', `/api/v1/messages?contact_id=${contact(5)}&per_page=50`],
           ]
     for (const [name, path] of pages) {
       await wrk(`${cap.base}${path}`, { seconds: 1, connections: 1, headers })
