@@ -6,10 +6,11 @@
 -- messages, status=read behind 400,000 newer ones took 50–80 ms a page, and a contact's page 6–53
 -- ms (BENCHMARKS.md, session 37). Both indexes are made again ordered by -seq, an order only they
 -- give, so those pages (src/modules/messages/store.ts) are read from them whatever the planner
--- thinks of the spread: a page's rows each (one range per direction or status, merged). They keep
--- their names (SQLite's of the same names serve the same pages).
--- (Built while the migration runs: writes to messages wait for it, about 3 s a million messages.)
+-- thinks of the spread: a page's rows each (one range per direction or status, merged). A
+-- contact's holds the workspace too, so the count of its messages (meta.total) reads the index
+-- alone. They keep their names (SQLite's of the same names serve the same pages).
+-- (Built while the migration runs: writes to messages wait for them, 3–4 s a million messages.)
 DROP INDEX messages_log_direction_status;
 CREATE INDEX messages_log_direction_status ON messages (workspace_id, direction, status, (-seq));
 DROP INDEX messages_contact;
-CREATE INDEX messages_contact ON messages (contact_id, (-seq)) WHERE contact_id IS NOT NULL;
+CREATE INDEX messages_contact ON messages (contact_id, workspace_id, (-seq)) WHERE contact_id IS NOT NULL;

@@ -89,7 +89,7 @@ function searchStatements(f: Search): { page: Statement; count: Statement } {
  * (workspace, seq); a direction or status alone is the union of the (workspace, direction,
  * status, seq) ranges it covers, which SQLite merges in seq order — a page reads only its rows
  * (migration 0008 dropped the indexes these filters once had of their own). PostgreSQL reads the
- * same ranges, of that index ordered by -seq, and a contact's through (contact, -seq)
+ * same ranges, of that index ordered by -seq, and a contact's through (contact, workspace, -seq)
  * (migrations/pg/0046_log_pages.sql); with no filter, it walks (workspace, seq). Placeholders: the workspace, then the filter's values in the
  * order direction, status, contact; then limit and offset. (Exported for test/stores-log.test.ts,
  * which reads the plan of a page.)
