@@ -1,1 +1,0 @@
-// reuse: the statusq data, then EXPLAIN
