@@ -437,6 +437,20 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
 
   /** How many times the sandbox's record holds each message it took. */
   const sandboxSends = (engine: Engine) => engine.all<{ message_id: string; n: number }>(stmt('', 'SELECT message_id, count(*)::int AS n FROM sandbox_sends GROUP BY message_id ORDER BY message_id'))
+  /** The sandbox's record holds exactly `ids`, each once. */
+  const expectSentOnceEach = async (engine: Engine, ids: string[]) => expect(await sandboxSends(engine)).toEqual(ids.toSorted().map((message_id) => ({ message_id, n: 1 })))
+
+  /** `body` with a CommitCutter (see test/support/commit-cutter.ts) in front of the private server; the instance it started is closed before the cutter stops. */
+  const withCutter = async (name: string, body: (cutter: CommitCutter) => Promise<void>) => {
+    const cutter = new CommitCutter(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, name))
+    try {
+      await body(cutter)
+    } finally {
+      await onPg?.close()
+      onPg = null
+      cutter.stop()
+    }
+  }
 
   test('a write per 32 numbers: one that fails holds back only its own numbers, which count nothing against their caps and go a second later', async () => {
     onPg = await inProcessOnPostgres(await database())
@@ -471,8 +485,7 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
   })
 
   test("a tick whose COMMIT's answer is lost (the connection cut once it went): the claims that landed are sent at the next tick, once each, and count against the caps — not left sending for nobody", async () => {
-    const cutter = new CommitCutter(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'cutter'))
-    try {
+    await withCutter('cutter', async (cutter) => {
       onPg = await inProcessOnPostgres(cutter.via(await database()))
       const { svc, engine, timers } = onPg
       const ws = await svc.workspaces.create({ name: 'In doubt' })
@@ -497,18 +510,12 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
       await timers.advance(5000)
       await settle(20)
       expect(await statuses()).toEqual(['sent', 'sent', 'sent', 'queued'])
-      const sends = await sandboxSends(engine)
-      expect(sends).toEqual(ids.slice(0, 3).toSorted().map((message_id) => ({ message_id, n: 1 })))
-    } finally {
-      await onPg?.close()
-      onPg = null
-      cutter.stop()
-    }
+      await expectSentOnceEach(engine, ids.slice(0, 3))
+    })
   })
 
   test("a graceful stop before the next tick, after a tick whose COMMIT's answer was lost: the claims that landed are handed back (marked to go on), not left for crash recovery to fail", async () => {
-    const cutter = new CommitCutter(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'cutter-stop'))
-    try {
+    await withCutter('cutter-stop', async (cutter) => {
       const url = await database()
       onPg = await inProcessOnPostgres(cutter.via(url))
       const { svc, engine } = onPg
@@ -529,18 +536,12 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
       await next.timers.advance(0)
       const sent = () => next.engine.all<{ status: string }>(stmt('', 'SELECT status FROM messages WHERE id IN ($1, $2)'), ...ids)
       await waitFor(async () => (await sent()).every((r) => r.status === 'sent'))
-      const sends = await sandboxSends(next.engine)
-      expect(sends).toEqual(ids.toSorted().map((message_id) => ({ message_id, n: 1 })))
-    } finally {
-      await onPg?.close()
-      onPg = null
-      cutter.stop()
-    }
+      await expectSentOnceEach(next.engine, ids)
+    })
   })
 
   test("claims whose COMMIT's answer was lost, while this instance's own lease on the number lapsed (a database that stood still past it): kept, not settled by the crash recovery of its taking the number again — sent once each when it holds it again", async () => {
-    const cutter = new CommitCutter(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'cutter-lapsed'))
-    try {
+    await withCutter('cutter-lapsed', async (cutter) => {
       onPg = await inProcessOnPostgres(cutter.via(await database()))
       const { svc, engine, timers } = onPg
       const { conn, ids } = await twoClaimedInDoubt(onPg, cutter, 'Lapsed in doubt', '+15553600001', '+155536100')
@@ -558,18 +559,12 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
       // and the next tick sends them, once each
       await timers.advance(1000)
       await waitFor(async () => (await rows()).join() === 'sent:null,sent:null', 10_000)
-      const sends = await sandboxSends(engine)
-      expect(sends).toEqual(ids.toSorted().map((message_id) => ({ message_id, n: 1 })))
-    } finally {
-      await onPg?.close()
-      onPg = null
-      cutter.stop()
-    }
+      await expectSentOnceEach(engine, ids)
+    })
   })
 
   test("the sandbox network's record of a send whose COMMIT's answer is lost (it may or may not have the message): asked, and settled as sent — never handed over again — and its delivered and read reports still come", async () => {
-    const cutter = new CommitCutter(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'cutter-record'))
-    try {
+    await withCutter('cutter-record', async (cutter) => {
       onPg = await inProcessOnPostgres(cutter.via(await database()))
       const { svc, engine, timers } = onPg
       const { ws, conn } = await numberWithoutGaps(svc, 'Record in doubt', '+15553400001', { delivered_after_ms: 300, read_after_ms: 600, fail_recipients: [] })
@@ -590,11 +585,7 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
       expect([m.sent_at, m.delivered_at, m.read_at].every((t) => t !== null)).toBe(true)
       const sends = await engine.all<{ external_id: string }>(stmt('', 'SELECT external_id FROM sandbox_sends WHERE message_id = $1'), id)
       expect(sends.map((r) => r.external_id)).toEqual([m.external_id!])
-    } finally {
-      await onPg?.close()
-      onPg = null
-      cutter.stop()
-    }
+    })
   })
 
   test('a number with no gap releases at most 20 in one write; the next write follows at once, in order', async () => {
