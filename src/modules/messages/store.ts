@@ -90,9 +90,9 @@ function searchStatements(f: Search): { page: Statement; count: Statement } {
  * status, seq) ranges it covers, which SQLite merges in seq order — a page reads only its rows
  * (migration 0008 dropped the indexes these filters once had of their own). PostgreSQL reads the
  * same ranges, of that index ordered by -seq, and a contact's through (contact, workspace, -seq)
- * (migrations/pg/0046_log_pages.sql); with no filter, it walks (workspace, seq). Placeholders: the workspace, then the filter's values in the
- * order direction, status, contact; then limit and offset. (Exported for test/stores-log.test.ts,
- * which reads the plan of a page.)
+ * (migrations/pg/0046_log_pages.sql); with no filter, it walks (workspace, seq). Placeholders:
+ * the workspace, then the filter's values in the order direction, status, contact; then limit
+ * and offset. (Exported for test/stores-log.test.ts, which reads the plan of a page.)
  */
 export function listStatements(filter: Filter): { page: Statement; count: Statement } {
   let n = 0
@@ -116,9 +116,8 @@ export function listStatements(filter: Filter): { page: Statement; count: Statem
       // (its migration 0046): an order no other index gives, so the planner cannot walk seq
       // backwards filtering instead, which reads every newer message when a contact's messages or
       // a status are not spread evenly over the log
-      if (at.contact) return { page: `SELECT * FROM messages WHERE ${key} ORDER BY -seq LIMIT ${p(limit)} OFFSET ${p(offset)}`, count: counted }
+      if (at.contact || (at.direction && at.status)) return { page: `SELECT * FROM messages WHERE ${key} ORDER BY -seq LIMIT ${p(limit)} OFFSET ${p(offset)}`, count: counted }
       const ranked = (more: string) => `SELECT * FROM messages WHERE workspace_id = ${p(at.ws)}${more} ORDER BY -seq`
-      if (at.direction && at.status) return { page: `${ranked(` AND direction = ${p(at.direction)} AND status = ${p(at.status)}`)} LIMIT ${p(limit)} OFFSET ${p(offset)}`, count: counted }
       // one range of the index per direction and status, each as far as the page reaches, merged
       const reach = `LIMIT CAST(${p(limit)} AS BIGINT) + CAST(${p(offset)} AS BIGINT)`
       const ranges = at.direction ? STATUSES.map((s) => ` AND direction = ${p(at.direction)} AND status = '${s}'`) : DIRECTIONS.map((d) => ` AND direction = '${d}' AND status = ${p(at.status)}`)
