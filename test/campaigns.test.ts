@@ -539,7 +539,9 @@ describe('live counts', () => {
     const c = await campaign()
     const matches = (id: string) => waitFor(async () => Bun.deepEquals((await get(key, id)).counts, counted(srv.dataDir, id)), 5000)
     expect((await srv.api(key, 'POST', `/campaigns/${c.id}/schedule`, { json: {} })).status).toBe(200)
-    expect((await get(key, c.id)).counts).toEqual({ total: 6, queued: 6, sent: 0, delivered: 0, read: 0, failed: 0, skipped: 0 })
+    // the whole audience is counted from the start (the number may have released its first already)
+    const first = (await get(key, c.id)).counts
+    expect([first.total, first.skipped, first.queued + first.sent + first.delivered + first.read + first.failed]).toEqual([6, 0, 6])
     await waitFor(async () => (await get(key, c.id)).counts.read >= 1)
     await matches(c.id)
     // Fay opts out before her turn (skipped then); Eve, still pending, and Ann, already read, are erased
