@@ -1,16 +1,19 @@
 /**
  * Which instance releases each number's queue (docs/design/two-engines.md): a lease per number in
  * `number_leases`, held by one instance, renewed every RENEW_MS and taken over by another once it
- * has run out (LEASE_MS after its holder's last renewal: a dead instance's numbers move on within
- * 15 s). A release checks the lease inside the write that marks the message sending, so an
+ * has run out (LEASE_MS after its holder's last renewal). A dead instance's numbers move on within
+ * LEASE_MS + RENEW_MS = 13 s of its death: its leases run out at most LEASE_MS after it (its last
+ * renewal came before), and every other instance tries to take them at each of its renewals. A
+ * lease outlasts three renewals: one late or lost write does not hand a live instance's numbers
+ * on. A release checks the lease inside the write that marks the message sending, so an
  * instance that lost its lease while it stood still (a long pause) releases nothing. Leases run
  * on the wall clock (they are about instances being alive, not about pacing). On an engine no
  * other process shares (SQLite) this one process holds every lease: nothing is written or checked.
  */
 import { type Engine, type Queries, stmt } from '../db/engine'
 
-export const LEASE_MS = 15_000
-export const RENEW_MS = 5_000
+export const LEASE_MS = 10_000
+export const RENEW_MS = 3_000
 
 const Q = {
   // a free number, one whose lease ran out, or one this instance holds already (renewed)
@@ -20,6 +23,17 @@ const Q = {
      WHERE number_leases.owner = excluded.owner OR number_leases.expires_at <= ?`,
   ),
   held: stmt('SELECT 1 AS yes FROM number_leases WHERE connection_id = ? AND owner = ? AND expires_at > ?'),
+  // PostgreSQL: every number of a claim in one statement (a renewal of a thousand numbers is one
+  // round trip, not a thousand), the ids as a JSON array in one order on every instance (so two
+  // claims that overlap lock their rows in the same order)
+  takeAll: stmt(
+    '',
+    `INSERT INTO number_leases (connection_id, owner, expires_at)
+     SELECT id, $2::text, $3::bigint FROM jsonb_array_elements_text(CAST($1 AS text)::jsonb) AS ids(id)
+     ON CONFLICT (connection_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+     WHERE number_leases.owner = excluded.owner OR number_leases.expires_at <= $4::bigint
+     RETURNING connection_id`,
+  ),
   heldElsewhere: stmt('SELECT 1 AS yes FROM number_leases WHERE connection_id = ? AND owner <> ? AND expires_at > ?'),
   release: stmt('DELETE FROM number_leases WHERE owner = ?'),
 }
@@ -61,11 +75,8 @@ export class NumberLeases {
     }
     if (connectionIds.length === 0) return []
     const now = this.now()
-    const claiming = this.engine.write(async (tx) => {
-      const got: string[] = []
-      for (const id of connectionIds) if ((await tx.run(Q.take, id, this.owner, now + LEASE_MS, now)) > 0) got.push(id)
-      return got
-    })
+    const ids = [...new Set(connectionIds)].sort()
+    const claiming = this.engine.write(async (tx) => (await tx.all<{ connection_id: string }>(Q.takeAll, JSON.stringify(ids), this.owner, now + LEASE_MS, now)).map((r) => r.connection_id))
     this.claiming.add(claiming)
     const taken = await claiming.finally(() => this.claiming.delete(claiming))
     if (this.closed) return []
