@@ -71,7 +71,12 @@ describe('the schema on both engines', () => {
     expect(Object.keys(post.columns).sort()).toEqual(Object.keys(lite.columns).sort())
     for (const t of Object.keys(lite.columns)) expect([t, post.columns[t]]).toEqual([t, lite.columns[t]])
     expect(post.indexes).toEqual(lite.indexes)
-    expect(post.triggers).toEqual(lite.triggers)
+    // one difference, by design: a change of status's counts are added on PostgreSQL by one
+    // trigger per statement (migration 0047: the statements of a turn are merged), on SQLite by
+    // three per row (each a function call in the process)
+    const STATUS_COUNTS = ['campaign_counts_message_status', 'message_counts_status', 'message_outcome_counts_status']
+    expect(STATUS_COUNTS.filter((t) => lite.triggers.includes(t))).toEqual(STATUS_COUNTS)
+    expect(post.triggers).toEqual([...lite.triggers.filter((t) => !STATUS_COUNTS.includes(t)), 'message_status_counts'].sort())
   })
 
   test('migrating again applies nothing; a database a newer Capstan migrated is refused', async () => {
@@ -131,7 +136,7 @@ describe('the schema on both engines', () => {
     const lite = openDatabase(join(dir, 'inbound-once.db'))
     migrate(lite)
     lite.run(before)
-    expect(migrate(lite)).toEqual([44, 45, 46])
+    expect(migrate(lite)).toEqual([44, 45, 46, 47])
     expect(lite.query('SELECT id, external_id FROM messages ORDER BY seq').values()).toEqual(expected)
     expect(() => lite.run(copy)).toThrow(/UNIQUE/)
     lite.close()
@@ -139,7 +144,7 @@ describe('the schema on both engines', () => {
     const db = new Bun.SQL(await pg.createDatabase('inbound_once'), { max: 1 })
     await migratePostgres(db)
     await db.unsafe(before)
-    expect(await migratePostgres(db)).toEqual([44, 45, 46])
+    expect(await migratePostgres(db)).toEqual([44, 45, 46, 47])
     expect((await db.unsafe('SELECT id, external_id FROM messages ORDER BY seq').values())).toEqual(expected)
     await expect(db.unsafe(copy)).rejects.toThrow(/unique/)
     await db.close()
