@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
 import type { Services } from '../src/services'
-import { type Engine, stmt } from '../src/db/engine'
+import { type Engine, type Statement, stmt } from '../src/db/engine'
 import { MessageStore } from '../src/modules/messages/store'
 import { NumberLeases } from '../src/scheduler/leases'
 import { OneAtATime, OneAtATimeEach } from '../src/scheduler/one-at-a-time'
@@ -600,7 +600,9 @@ describe('on PostgreSQL: a tick takes numbers several at a time; outcomes are wr
     engine.write = (fn) =>
       write(async (tx) => {
         let claims = 0
-        const out = await fn({ ...tx, run: (s, ...p) => (s.pg.startsWith("UPDATE messages SET status = 'sending'") && claims++, tx.run(s, ...p)) })
+        // (a claim answers whether it landed: through `get` on PostgreSQL, merged with the turn's others)
+        const claim = (s: Statement) => s.pg.startsWith("UPDATE messages SET status = 'sending'") && claims++
+        const out = await fn({ ...tx, run: (s, ...p) => (claim(s), tx.run(s, ...p)), get: (s, ...p) => (claim(s), tx.get(s, ...p)) })
         if (claims) perWrite.push(claims)
         return out
       })

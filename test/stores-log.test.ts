@@ -315,6 +315,44 @@ describe.each(ENGINES)('messages on %s', (name) => {
     expect(await store.getAny(late.id)).toMatchObject({ status: 'sending', sending_at: 5000, updated_at: 5000 })
   })
 
+  test('claims and changes of status made by writes of one turn (on PostgreSQL one statement each, its kept counts added once): each lands as it would alone, a message written twice by the first only; the kept counts match the rows', async () => {
+    const engine = engines[name]
+    const store = new MessageStore(engine)
+    const { ws, conn } = await withNumber(engine)
+    const rows = Array.from({ length: 12 }, (_, i) => message(ws, conn.id, { created_at: 1000 + i, updated_at: 1000 + i }))
+    await engine.write(async (tx) => {
+      for (const r of rows) await store.insert(tx, r)
+    })
+    const outcomes = () => engine.all<{ status: string; code: string; n: number }>(stmt('SELECT status, code, CAST(SUM(n) AS BIGINT) AS n FROM message_outcome_counts GROUP BY status, code HAVING SUM(n) <> 0 ORDER BY status, code'))
+    const before = await outcomes()
+    const [first, second, last] = [rows[0]!.id, rows[1]!.id, rows[11]!.id]
+    // the last failed by another write first: its claim does not land
+    expect(await engine.write((tx) => store.update(tx, last, { status: 'failed', failed_at: 1500, updated_at: 1500, error_code: 'gone', error_message: 'Gone.' }, 'queued'))).toBe(true)
+    // every message claimed at once, the first twice
+    const claims = await Promise.all([...rows, rows[0]!].map((r) => engine.write((tx) => store.claim(tx, r.id, 2000))))
+    expect(claims).toEqual([...Array(11).fill(true), false, false])
+    expect(await store.getAny(first)).toMatchObject({ status: 'sending', sending_at: 2000, updated_at: 2000 })
+    // the outcomes at once, the second written twice from the same status (the first of them lands)
+    const sent = await Promise.all([...rows.slice(0, 11), rows[1]!].map((r, i) => engine.write((tx) => store.update(tx, r.id, { external_id: `x-${i}`, sent_at: 3000 + i, status: 'sent', updated_at: 3000 + i }, 'sending'))))
+    expect(sent).toEqual([...Array(11).fill(true), false])
+    expect(await store.getAny(second)).toMatchObject({ status: 'sent', external_id: 'x-1', sent_at: 3001 })
+    expect(await store.getAny(rows[10]!.id)).toMatchObject({ status: 'sent', external_id: 'x-10', sent_at: 3010, updated_at: 3010 })
+    expect(await store.getAny(last)).toMatchObject({ status: 'failed', sending_at: null, external_id: null })
+    // the kept counts say what the rows say
+    const kept = await engine.all(stmt("SELECT status, CAST(SUM(n) AS BIGINT) AS n FROM message_counts WHERE workspace_id = ? AND direction = 'outbound' GROUP BY status HAVING SUM(n) <> 0 ORDER BY status"), ws)
+    const rowsSay = await engine.all(stmt('SELECT status, CAST(COUNT(*) AS BIGINT) AS n FROM messages WHERE workspace_id = ? GROUP BY status ORDER BY status'), ws)
+    expect(kept).toEqual(rowsSay)
+    expect(rowsSay).toEqual([
+      { status: 'failed', n: 1 },
+      { status: 'sent', n: 11 },
+    ])
+    const added = new Map(before.map((o) => [`${o.status}/${o.code}`, o.n]))
+    expect((await outcomes()).map((o) => [o.status, o.code, o.n - (added.get(`${o.status}/${o.code}`) ?? 0)]).filter(([, , n]) => n !== 0)).toEqual([
+      ['failed', 'gone', 1],
+      ['sent', '', 11],
+    ])
+  })
+
   test("the operator's search finds text in the body in any case, takes % and _ as themselves, keeps to a time range and the filters, newest first, counted", async () => {
     const engine = engines[name]
     const store = new MessageStore(engine)

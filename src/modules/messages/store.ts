@@ -1,5 +1,5 @@
 /** The message log, the queues and the monthly usage on the store seam (docs/design/two-engines.md). */
-import { insertStatement, MANY_CALLS, mergeable, type Queries, type Statement, stmt, TURNS, turnOf } from '../../db/engine'
+import { type Engine, insertStatement, MANY_CALLS, mergeable, pgPlaceholders, type Queries, type Statement, stmt, TURNS, turnOf } from '../../db/engine'
 import type { AwaitingReport } from '../../network/driver'
 
 export type MessageStatus = 'queued' | 'sending' | 'sent' | 'delivered' | 'read' | 'failed'
@@ -156,9 +156,18 @@ const Q = {
   // erasure, a removal) may have failed it since the release read it
   // (never before the message was made: one queued in the same group commit as the tick that
   // releases it was written after the tick read the clock)
-  claim: stmt(
-    "UPDATE messages SET status = 'sending', sending_at = COALESCE(sending_at, MAX(?1, created_at)), updated_at = MAX(?1, created_at) WHERE id = ?2 AND status = 'queued'",
-    "UPDATE messages SET status = 'sending', sending_at = COALESCE(sending_at, GREATEST($1, created_at)), updated_at = GREATEST($1, created_at) WHERE id = $2 AND status = 'queued'",
+  // (PostgreSQL: the claims made in one turn are one UPDATE, each landed claim's row naming its
+  // call — see mergeable — so that a release's kept counts are added once per statement, migration
+  // 0047; a message claimed twice in one turn is claimed by the first call only, as one after the
+  // other would be)
+  claim: mergeable(
+    stmt(
+      "UPDATE messages SET status = 'sending', sending_at = COALESCE(sending_at, MAX(?1, created_at)), updated_at = MAX(?1, created_at) WHERE id = ?2 AND status = 'queued'",
+      "UPDATE messages SET status = 'sending', sending_at = COALESCE(sending_at, GREATEST($1, created_at)), updated_at = GREATEST($1, created_at) WHERE id = $2 AND status = 'queued' RETURNING 1 AS yes",
+    ),
+    `WITH calls AS (SELECT DISTINCT ON (calls.v->>1) calls.v, calls.n FROM ${MANY_CALLS} ORDER BY calls.v->>1, calls.n)
+     UPDATE messages AS m SET status = 'sending', sending_at = COALESCE(m.sending_at, GREATEST(CAST(calls.v->>0 AS BIGINT), m.created_at)), updated_at = GREATEST(CAST(calls.v->>0 AS BIGINT), m.created_at)
+     FROM calls WHERE m.id = ANY (ARRAY(SELECT calls.v->>1 FROM calls)) AND m.id = calls.v->>1 AND m.status = 'queued' RETURNING calls.n - 1 AS call_`,
   ),
   markResend: stmt("UPDATE messages SET resend = 1 WHERE id = ? AND status = 'sending'"),
   takeResend: stmt("UPDATE messages SET resend = 0 WHERE id = ? AND status = 'sending' AND resend = 1"),
@@ -233,7 +242,7 @@ export class MessageStore {
   private readonly updates = new Map<string, Statement>()
 
   /** `db`: the engine, for reads outside a write. */
-  constructor(private readonly db: Queries) {}
+  constructor(private readonly db: Engine) {}
 
   /** For /metrics: the kept counts, the queue per number and the sends in flight (through messages_queue and messages_in_flight), and the outcome counts. */
   async gauges() {
@@ -344,6 +353,7 @@ export class MessageStore {
   }
   /** queued → sending, if it is still queued; whether it was. */
   async claim(tx: Queries, id: string, at: number): Promise<boolean> {
+    if (this.db.kind === 'postgres') return (await tx.get(Q.claim, at, id)) !== null
     return (await tx.run(Q.claim, at, id)) > 0
   }
 
@@ -377,10 +387,23 @@ export class MessageStore {
     const key = keys.join(',')
     let s = this.updates.get(key)
     if (!s) {
-      s = stmt(`UPDATE messages SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE id = ? AND status = ?`)
+      const one = `UPDATE messages SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE id = ? AND status = ?`
+      // PostgreSQL: the writes of one turn that change the same columns (the outcomes of a turn's
+      // sends, its receipts) are one UPDATE, as the claims are (see Q.claim); a message written
+      // twice in it is written by the first call only: the other reads it again and decides anew
+      const value = (k: string, i: number) => (NUMBER_COLUMNS.has(k) || k === 'resend' ? `CAST(calls.v->>${i} AS BIGINT)` : `calls.v->>${i}`)
+      s = mergeable(
+        stmt(one, `${pgPlaceholders(one)} RETURNING 1 AS yes`),
+        `WITH calls AS (SELECT DISTINCT ON (calls.v->>${keys.length}) calls.v, calls.n FROM ${MANY_CALLS} ORDER BY calls.v->>${keys.length}, calls.n)
+         UPDATE messages AS m SET ${keys.map((k, i) => `${k} = ${value(k, i)}`).join(', ')}
+         FROM calls WHERE m.id = ANY (ARRAY(SELECT calls.v->>${keys.length} FROM calls)) AND m.id = calls.v->>${keys.length} AND m.status = calls.v->>${keys.length + 1}
+         RETURNING calls.n - 1 AS call_`,
+      )
       this.updates.set(key, s)
     }
-    return (await tx.run(s, ...keys.map((k) => fields[k] as string | number | null), id, from)) > 0
+    const params = [...keys.map((k) => fields[k] as string | number | null), id, from]
+    if (this.db.kind === 'postgres') return (await tx.get(s, ...params)) !== null
+    return (await tx.run(s, ...params)) > 0
   }
   async usage(workspaceId: string, month: string, q: Queries = this.db): Promise<number> {
     return (await q.get<{ messages: number }>(Q.usage, workspaceId, month))?.messages ?? 0
