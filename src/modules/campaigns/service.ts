@@ -277,8 +277,9 @@ export class CampaignService {
 
   /**
    * Schedule at a time, or start now when `at` is omitted or not in the future (answered once the
-   * audience is frozen — the row then has its full counts — or after `freezeWaitMs`, with the
-   * freeze going on: an answer held longer would meet the server's idle timeout).
+   * audience is frozen — the row then has its full counts — or, the start written, after
+   * `freezeWaitMs`, with the freeze going on: an answer held longer would meet the server's idle
+   * timeout).
    */
   async schedule(workspaceId: string, id: string, at: string | null | undefined): Promise<CampaignRow> {
     const row = await this.get(workspaceId, id)
@@ -303,10 +304,16 @@ export class CampaignService {
       if (!changed) throw this.illegal(current!, 'scheduled')
     })
     if (when <= now) {
+      // the start itself (running, with the first slice of its audience) is written before the
+      // answer, whatever the wait: the answer then says running
+      let written = () => {}
+      const startWritten = new Promise<null>((resolve) => (written = () => resolve(null)))
+      const starting = this.start(id, written)
+      await Promise.race([starting, startWritten])
       let timer: Timer | undefined
       const waited = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), this.freezeWaitMs)))
       try {
-        return (await Promise.race([this.start(id), waited])) ?? (await this.store.getAny(id))!
+        return (await Promise.race([starting, waited])) ?? (await this.store.getAny(id))!
       } finally {
         clearTimeout(timer)
       }
@@ -320,9 +327,9 @@ export class CampaignService {
    * Start a scheduled campaign: snapshot the body, freeze the audience, let the number release it.
    * The start and the first slice of the audience are one write; the rest follows in slices with
    * requests served between (see `freezeRest`), the number releasing meanwhile. Resolves when the
-   * whole audience is frozen.
+   * whole audience is frozen; `written` is called once that first write is made.
    */
-  async start(id: string): Promise<CampaignRow> {
+  async start(id: string, written: () => void = () => {}): Promise<CampaignRow> {
     this.disarm(id)
     const row = await this.store.getAny(id)
     if (!row || row.deleted_at !== null || row.status !== 'scheduled') return row!
@@ -345,6 +352,7 @@ export class CampaignService {
       if (!(await this.store.update(tx, id, { status: 'running', started_at: now, body: tpl.body, whatsapp: tpl.whatsapp, updated_at: now, freeze_after: '' }, still))) return false
       return this.freezeStepIn(tx, id)
     })
+    written()
     if (more === null) {
       this.log.warn('campaign cancelled at start: its template is gone', { campaign_id: id })
       return (await this.store.getAny(id))!
