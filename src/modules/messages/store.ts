@@ -46,8 +46,21 @@ const COLUMNS = [
   'id', 'workspace_id', 'connection_id', 'contact_id', 'group_id', 'campaign_id', 'direction', 'status', 'recipient', 'sender', 'body', 'attachments', 'error_code', 'error_message', 'external_id',
   'created_at', 'updated_at', 'sending_at', 'sent_at', 'delivered_at', 'read_at', 'failed_at', 'network_template', 'opt_in_required', 'reply_to',
 ] as const satisfies readonly (keyof NewMessage)[]
-/** The columns that hold numbers (times in ms, a flag): BIGINT on PostgreSQL. */
-const NUMBER_COLUMNS = new Set<string>(['created_at', 'updated_at', 'sending_at', 'sent_at', 'delivered_at', 'read_at', 'failed_at', 'opt_in_required'])
+/** The columns that hold numbers (times in ms, flags): BIGINT on PostgreSQL (resend INTEGER, never inserted). */
+const NUMBER_COLUMNS = new Set<string>(['created_at', 'updated_at', 'sending_at', 'sent_at', 'delivered_at', 'read_at', 'failed_at', 'opt_in_required', 'resend'])
+
+/**
+ * PostgreSQL's merged form of a write to one message by its id, the calls' parameter `idAt`
+ * (see mergeable): `set` and `where` read the calls' other parameters from `calls.v`. The rows are
+ * found through the id's index (= ANY of the ids: a join with the calls could walk the table), a
+ * message named by several calls is written by the first only (the others then read it again, as
+ * after any write that did not land), and each landed row names its call.
+ */
+const updateManyById = (idAt: number, set: string, where: string) =>
+  `WITH calls AS (SELECT DISTINCT ON (calls.v->>${idAt}) calls.v, calls.n FROM ${MANY_CALLS} ORDER BY calls.v->>${idAt}, calls.n)
+   UPDATE messages AS m SET ${set}
+   FROM calls WHERE m.id = ANY (ARRAY(SELECT calls.v->>${idAt} FROM calls)) AND m.id = calls.v->>${idAt} AND ${where}
+   RETURNING calls.n - 1 AS call_`
 
 export type Filter = { direction?: string; status?: string; contactId?: string }
 
@@ -156,18 +169,18 @@ const Q = {
   // erasure, a removal) may have failed it since the release read it
   // (never before the message was made: one queued in the same group commit as the tick that
   // releases it was written after the tick read the clock)
-  // (PostgreSQL: the claims made in one turn are one UPDATE, each landed claim's row naming its
-  // call — see mergeable — so that a release's kept counts are added once per statement, migration
-  // 0047; a message claimed twice in one turn is claimed by the first call only, as one after the
-  // other would be)
+  // (PostgreSQL: the claims made in one turn are one UPDATE — see updateManyById — so that a
+  // release's kept counts are added once per statement, migration 0047)
   claim: mergeable(
     stmt(
       "UPDATE messages SET status = 'sending', sending_at = COALESCE(sending_at, MAX(?1, created_at)), updated_at = MAX(?1, created_at) WHERE id = ?2 AND status = 'queued'",
       "UPDATE messages SET status = 'sending', sending_at = COALESCE(sending_at, GREATEST($1, created_at)), updated_at = GREATEST($1, created_at) WHERE id = $2 AND status = 'queued' RETURNING 1 AS yes",
     ),
-    `WITH calls AS (SELECT DISTINCT ON (calls.v->>1) calls.v, calls.n FROM ${MANY_CALLS} ORDER BY calls.v->>1, calls.n)
-     UPDATE messages AS m SET status = 'sending', sending_at = COALESCE(m.sending_at, GREATEST(CAST(calls.v->>0 AS BIGINT), m.created_at)), updated_at = GREATEST(CAST(calls.v->>0 AS BIGINT), m.created_at)
-     FROM calls WHERE m.id = ANY (ARRAY(SELECT calls.v->>1 FROM calls)) AND m.id = calls.v->>1 AND m.status = 'queued' RETURNING calls.n - 1 AS call_`,
+    updateManyById(
+      1,
+      "status = 'sending', sending_at = COALESCE(m.sending_at, GREATEST(CAST(calls.v->>0 AS BIGINT), m.created_at)), updated_at = GREATEST(CAST(calls.v->>0 AS BIGINT), m.created_at)",
+      "m.status = 'queued'",
+    ),
   ),
   markResend: stmt("UPDATE messages SET resend = 1 WHERE id = ? AND status = 'sending'"),
   takeResend: stmt("UPDATE messages SET resend = 0 WHERE id = ? AND status = 'sending' AND resend = 1"),
@@ -353,8 +366,17 @@ export class MessageStore {
   }
   /** queued → sending, if it is still queued; whether it was. */
   async claim(tx: Queries, id: string, at: number): Promise<boolean> {
-    if (this.db.kind === 'postgres') return (await tx.get(Q.claim, at, id)) !== null
-    return (await tx.run(Q.claim, at, id)) > 0
+    return this.landed(tx, Q.claim, at, id)
+  }
+
+  /**
+   * Run a write to one message (`claim`, `update`), whether it landed: SQLite by its count;
+   * PostgreSQL by the row the statement returns when it does, which its merged form can give
+   * each call (a merged statement's count is the whole statement's).
+   */
+  private async landed(tx: Queries, s: Statement, ...params: (string | number | null)[]): Promise<boolean> {
+    if (this.db.kind === 'postgres') return (await tx.get(s, ...params)) !== null
+    return (await tx.run(s, ...params)) > 0
   }
 
   /** Mark a send the network has not got as one to hand over again (migration 0045); whether it is still sending. */
@@ -389,21 +411,15 @@ export class MessageStore {
     if (!s) {
       const one = `UPDATE messages SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE id = ? AND status = ?`
       // PostgreSQL: the writes of one turn that change the same columns (the outcomes of a turn's
-      // sends, its receipts) are one UPDATE, as the claims are (see Q.claim); a message written
-      // twice in it is written by the first call only: the other reads it again and decides anew
-      const value = (k: string, i: number) => (NUMBER_COLUMNS.has(k) || k === 'resend' ? `CAST(calls.v->>${i} AS BIGINT)` : `calls.v->>${i}`)
+      // sends, its receipts) are one UPDATE, as the claims are (see updateManyById)
+      const value = (k: string, i: number) => (NUMBER_COLUMNS.has(k) ? `CAST(calls.v->>${i} AS BIGINT)` : `calls.v->>${i}`)
       s = mergeable(
         stmt(one, `${pgPlaceholders(one)} RETURNING 1 AS yes`),
-        `WITH calls AS (SELECT DISTINCT ON (calls.v->>${keys.length}) calls.v, calls.n FROM ${MANY_CALLS} ORDER BY calls.v->>${keys.length}, calls.n)
-         UPDATE messages AS m SET ${keys.map((k, i) => `${k} = ${value(k, i)}`).join(', ')}
-         FROM calls WHERE m.id = ANY (ARRAY(SELECT calls.v->>${keys.length} FROM calls)) AND m.id = calls.v->>${keys.length} AND m.status = calls.v->>${keys.length + 1}
-         RETURNING calls.n - 1 AS call_`,
+        updateManyById(keys.length, keys.map((k, i) => `${k} = ${value(k, i)}`).join(', '), `m.status = calls.v->>${keys.length + 1}`),
       )
       this.updates.set(key, s)
     }
-    const params = [...keys.map((k) => fields[k] as string | number | null), id, from]
-    if (this.db.kind === 'postgres') return (await tx.get(s, ...params)) !== null
-    return (await tx.run(s, ...params)) > 0
+    return this.landed(tx, s, ...keys.map((k) => fields[k] as string | number | null), id, from)
   }
   async usage(workspaceId: string, month: string, q: Queries = this.db): Promise<number> {
     return (await q.get<{ messages: number }>(Q.usage, workspaceId, month))?.messages ?? 0
