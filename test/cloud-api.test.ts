@@ -1349,7 +1349,7 @@ async function stoppedWhileMetaHolds(own: TestServer, signal: 'SIGTERM' | 'SIGKI
 }
 
 describe('a graceful stop while Meta asks to slow down', () => {
-  test('the send waiting out the hold is handed back, not failed; after the restart it goes out once', async () => {
+  test.concurrent('the send waiting out the hold is handed back, not failed; after the restart it goes out once', async () => {
     const own = await TestServer.start()
     try {
       const { key, id, row, tries } = await stoppedWhileMetaHolds(own, 'SIGTERM')
@@ -1370,7 +1370,7 @@ describe('a graceful stop while Meta asks to slow down', () => {
 })
 
 describe('a crash while Meta asks to slow down', () => {
-  test('the send marked as waiting before its next try goes on after the restart, not failed as interrupted; once', async () => {
+  test.concurrent('the send marked as waiting before its next try goes on after the restart, not failed as interrupted; once', async () => {
     const own = await TestServer.start()
     try {
       const { key, id, row, tries } = await stoppedWhileMetaHolds(own, 'SIGKILL')
@@ -1386,6 +1386,37 @@ describe('a crash while Meta asks to slow down', () => {
       await own.close()
     }
   })
+})
+
+describe('a crash mid-send', () => {
+  test.concurrent('after a restart, a send Meta names in a status is recorded as sent; one it does not name fails as send_interrupted; neither is sent again', async () => {
+    const own = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    try {
+      const { key, conn } = await setup({ confirm_wait_seconds: 4 }, own)
+      const [a, b] = [newPhone(), newPhone()]
+      graph.state.failFor[a.slice(1)] = ['hang']
+      graph.state.failFor[b.slice(1)] = ['hang']
+      const ids: string[] = []
+      for (const to of [a, b]) ids.push((await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, own.base), body: 'Your order shipped' } })).json.data.id)
+      // both requests reached Meta; no answer came before the process died
+      await waitFor(() => [a, b].every((to) => graph.seen.some((s) => s.json?.to === to.slice(1))))
+      await own.stop('SIGKILL')
+      await own.boot()
+      const wamid = `wamid.${crypto.randomUUID()}`
+      expect((await deliver(own.base, conn.id, statusEvent(wamid, 'sent', undefined, ids[0]))).status).toBe(200)
+      const get = (id: string) => own.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
+      const sent = await waitFor(async () => ((await get(ids[0]!)).status === 'sent' ? get(ids[0]!) : null))
+      expect(sent.error).toBeNull()
+      const failed = await waitFor(async () => ((await get(ids[1]!)).status === 'failed' ? get(ids[1]!) : null))
+      expect(failed.error.code).toBe('send_interrupted')
+      for (const to of [a, b]) expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
+      const d = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
+      expect((d.query('SELECT external_id FROM messages WHERE id = ?').get(ids[0]!) as { external_id: string }).external_id).toBe(wamid)
+      d.close()
+    } finally {
+      await own.close()
+    }
+  }, 40_000)
 })
 
 describe('an account Meta stopped', () => {
@@ -1911,37 +1942,6 @@ describe('webhooks from Meta', () => {
   })
 })
 
-describe('a crash mid-send', () => {
-  test('after a restart, a send Meta names in a status is recorded as sent; one it does not name fails as send_interrupted; neither is sent again', async () => {
-    const own = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
-    try {
-      const { key, conn } = await setup({ confirm_wait_seconds: 4 }, own)
-      const [a, b] = [newPhone(), newPhone()]
-      graph.state.failFor[a.slice(1)] = ['hang']
-      graph.state.failFor[b.slice(1)] = ['hang']
-      const ids: string[] = []
-      for (const to of [a, b]) ids.push((await own.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: await talking(conn.id, to, own.base), body: 'Your order shipped' } })).json.data.id)
-      // both requests reached Meta; no answer came before the process died
-      await waitFor(() => [a, b].every((to) => graph.seen.some((s) => s.json?.to === to.slice(1))))
-      await own.stop('SIGKILL')
-      await own.boot()
-      const wamid = `wamid.${crypto.randomUUID()}`
-      expect((await deliver(own.base, conn.id, statusEvent(wamid, 'sent', undefined, ids[0]))).status).toBe(200)
-      const get = (id: string) => own.api(key, 'GET', `/messages/${id}`).then((r) => r.json.data)
-      const sent = await waitFor(async () => ((await get(ids[0]!)).status === 'sent' ? get(ids[0]!) : null))
-      expect(sent.error).toBeNull()
-      const failed = await waitFor(async () => ((await get(ids[1]!)).status === 'failed' ? get(ids[1]!) : null))
-      expect(failed.error.code).toBe('send_interrupted')
-      for (const to of [a, b]) expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
-      const d = new Database(join(own.dataDir, 'capstan.db'), { readonly: true })
-      expect((d.query('SELECT external_id FROM messages WHERE id = ?').get(ids[0]!) as { external_id: string }).external_id).toBe(wamid)
-      d.close()
-    } finally {
-      await own.close()
-    }
-  }, 40_000)
-})
-
 /**
  * Signed events of any shape — Meta's envelope around messages, statuses, contacts, errors and
  * preferences whose fields are random (types, nesting, NUL characters, ids too long to store) —
@@ -2042,7 +2042,7 @@ describe('two instances on one PostgreSQL', () => {
     }
   }
 
-  test('a send whose answer was lost is recorded as sent when the status naming it reaches the instance that did not send it', async () => {
+  test.concurrent('a send whose answer was lost is recorded as sent when the status naming it reaches the instance that did not send it', async () => {
     await numberOfA({}, async ({ a, b, db, key, connId }) => {
       const { id, to } = await sendLosingAnswer(key, connId, { on: a })
       await Bun.sleep(300)
@@ -2061,7 +2061,7 @@ describe('two instances on one PostgreSQL', () => {
     })
   }, 60_000)
 
-  test('an instance killed while Meta holds its send unanswered: another takes the number over, waits for Meta to name the send, records it sent, and never sends it again', async () => {
+  test.concurrent('an instance killed while Meta holds its send unanswered: another takes the number over, waits for Meta to name the send, records it sent, and never sends it again', async () => {
     await numberOfA({ confirm_wait_seconds: 60 }, async ({ a, b, db, key, connId }) => {
       const { id, to } = await sendLosingAnswer(key, connId, { on: a, fate: 'hang' })
       const holder = async () => (await db`SELECT owner FROM number_leases WHERE connection_id = ${connId}`)[0].owner as string
@@ -2087,7 +2087,7 @@ describe('two instances on one PostgreSQL', () => {
     })
   }, 90_000)
 
-  test('an instance stopped gracefully while Meta asks to slow down hands its send back: the other takes the number over and sends it, once', async () => {
+  test.concurrent('an instance stopped gracefully while Meta asks to slow down hands its send back: the other takes the number over and sends it, once', async () => {
     await numberOfA({}, async ({ a, b, db, key, connId }) => {
       // refused twice on A, which now waits 15 s before it tries again
       const { id, tries } = await waitingOutSlowDown(a, key, connId, 'Handed over')
@@ -2104,7 +2104,7 @@ describe('two instances on one PostgreSQL', () => {
     })
   }, 60_000)
 
-  test('a message from Meta holding a NUL character (which PostgreSQL cannot store) is taken, the NUL kept as U+FFFD: not refused with 500 for Meta to deliver again for days', async () => {
+  test.concurrent('a message from Meta holding a NUL character (which PostgreSQL cannot store) is taken, the NUL kept as U+FFFD: not refused with 500 for Meta to deliver again for days', async () => {
     const { env } = await installation()
     const a = await TestServer.start({ env })
     try {
@@ -2119,7 +2119,7 @@ describe('two instances on one PostgreSQL', () => {
     }
   }, 60_000)
 
-  test('an instance that stands still (SIGSTOP) while Meta asks it to slow down: the other takes the number and sends the message; woken, the first finds it taken and stands back — Meta gets it once', async () => {
+  test.concurrent('an instance that stands still (SIGSTOP) while Meta asks it to slow down: the other takes the number and sends the message; woken, the first finds it taken and stands back — Meta gets it once', async () => {
     await numberOfA({}, async ({ a, b, db, key, connId }) => {
       // refused twice on A, which now waits 15 s before it tries again, the send marked as waiting
       const { id, tries } = await waitingOutSlowDown(a, key, connId, 'Still there?')

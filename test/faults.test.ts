@@ -4,7 +4,7 @@
  * not answer. Each gives a clean error or a retry and leaves no partial file, row or stuck queue.
  */
 import { Database } from 'bun:sqlite'
-import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { existsSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -96,18 +96,22 @@ describe('scanner faults', () => {
   }, 60_000)
 })
 
-describe('disk full', () => {
-  let mounted = ''
-  afterAll(() => {
-    if (mounted) unmount(mounted)
-  })
+// the tmpfs mounts of the disk-full tests under way (unmounted by each test; any left at the end here)
+const mounted = new Set<string>()
+afterAll(() => {
+  for (const dir of mounted) unmount(dir)
+})
 
-  test('storing media on a full disk: 507 storage_full, no partial file, no row; works again once there is room', async () => {
+// The tests from here on wait more than they work (for retries, timeouts and a disk to fill):
+// each has a server of its own, and they run at once.
+describe('disk full', () => {
+
+  test.concurrent('storing media on a full disk: 507 storage_full, no partial file, no row; works again once there is room', async () => {
     const clamd = await TestClamd.start()
     const dataDir = join(tmpdir(), `capstan-full-${crypto.randomUUID()}`)
     const mediaDir = join(dataDir, 'media')
     mountTmpfs(mediaDir, '1m') // the media store
-    mounted = mediaDir
+    mounted.add(mediaDir)
     const srv = await TestServer.start({ dataDir, env: { CAPSTAN_CLAMD: `unix:${clamd.socket}` } })
     try {
       const t = await srv.tenant()
@@ -125,16 +129,16 @@ describe('disk full', () => {
     } finally {
       await srv.close()
       unmount(mediaDir)
-      mounted = ''
+      mounted.delete(mediaDir)
       rmSync(dataDir, { recursive: true, force: true })
       await clamd.stop()
     }
   }, 30_000)
 
-  test('a start on a full disk serves reads, refuses writes with 507 and says why in /readyz; once there is room it recovers by itself and sends', async () => {
+  test.concurrent('a start on a full disk serves reads, refuses writes with 507 and says why in /readyz; once there is room it recovers by itself and sends', async () => {
     const dataDir = join(tmpdir(), `capstan-fullstart-${crypto.randomUUID()}`)
     mountTmpfs(dataDir, '4m')
-    mounted = dataDir
+    mounted.add(dataDir)
     let srv: TestServer | null = null
     try {
       srv = await TestServer.start({ dataDir })
@@ -170,15 +174,15 @@ describe('disk full', () => {
     } finally {
       await srv?.close()
       unmount(dataDir)
-      mounted = ''
+      mounted.delete(dataDir)
       rmSync(dataDir, { recursive: true, force: true })
     }
   }, 60_000)
 
-  test('the sandbox record of sends on a full disk: a send it could not write is refused, no line is left broken, and every send it took is found again', async () => {
+  test.concurrent('the sandbox record of sends on a full disk: a send it could not write is refused, no line is left broken, and every send it took is found again', async () => {
     const dir = join(tmpdir(), `capstan-ledger-${crypto.randomUUID()}`)
     mountTmpfs(dir, '64k')
-    mounted = dir
+    mounted.add(dir)
     let ledger: SandboxLedger | null = null
     try {
       const path = join(dir, 'sandbox', 'n.jsonl')
@@ -207,15 +211,15 @@ describe('disk full', () => {
     } finally {
       ledger?.close()
       unmount(dir)
-      mounted = ''
+      mounted.delete(dir)
       rmSync(dir, { recursive: true, force: true })
     }
   })
 
-  test('the database on a full disk: 507 storage_full and nothing half-stored; once there is room the queue goes on at once', async () => {
+  test.concurrent('the database on a full disk: 507 storage_full and nothing half-stored; once there is room the queue goes on at once', async () => {
     const dataDir = join(tmpdir(), `capstan-dbfull-${crypto.randomUUID()}`)
     mountTmpfs(dataDir, '3m') // the whole data directory
-    mounted = dataDir
+    mounted.add(dataDir)
     const srv = await TestServer.start({ dataDir, env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     // a webhook receiver that takes events but holds its answers until the disk is full
     const received: string[] = []
@@ -301,21 +305,15 @@ describe('disk full', () => {
       receiver.stop(true)
       await srv.close()
       unmount(dataDir)
-      mounted = ''
+      mounted.delete(dataDir)
       rmSync(dataDir, { recursive: true, force: true })
     }
   }, 90_000)
 })
 
 describe('webhook receivers that misbehave', () => {
-  let srv: TestServer
-  beforeAll(async () => {
-    srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
-  })
-  // a delivery to the hanging receiver is still under way: the graceful stop waits its 3 s for it
-  afterAll(() => srv.close(), 15_000)
-
-  test('hanging, resetting and failing receivers are retried; a healthy endpoint is not held up', async () => {
+  test.concurrent('hanging, resetting and failing receivers are retried; a healthy endpoint is not held up', async () => {
+    const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     const hang = createServer(() => {}) // accepts, never answers
     await new Promise<void>((r) => hang.listen(0, '127.0.0.1', r))
     const reset = createServer((s) => s.destroy())
@@ -350,6 +348,8 @@ describe('webhook receivers that misbehave', () => {
       const ok2 = await waitFor(async () => ((await history(hooks.ok)).status === 'delivered' ? history(hooks.ok) : null), 2000)
       expect(ok2.status).toBe('delivered')
     } finally {
+      // a delivery to the hanging receiver is still under way: the graceful stop waits its 3 s for it
+      await srv.close()
       hang.close()
       reset.close()
       fail.stop(true)
@@ -359,7 +359,7 @@ describe('webhook receivers that misbehave', () => {
 })
 
 describe('a network driver that does not answer', () => {
-  test('the send fails as send_timeout, the network keeps no record, it is never resent, the queue moves on', async () => {
+  test.concurrent('the send fails as send_timeout, the network keeps no record, it is never resent, the queue moves on', async () => {
     const srv = await TestServer.start({ env: { CAPSTAN_DRIVER_TIMEOUT_MS: '500', CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     try {
       const t = await srv.tenant()

@@ -96,14 +96,14 @@ const start = async (env: Record<string, string>) => {
 
 describe('a database capstan serve cannot use stops the start', () => {
 
-  test('a server nobody answers: one line naming where, exit 2, no password shown, no SQLite file made', async () => {
+  test.concurrent('a server nobody answers: one line naming where, exit 2, no password shown, no SQLite file made', async () => {
     const r = await start({ CAPSTAN_DATABASE_URL: 'postgres://capstan:s3cret-pass@127.0.0.1:9/capstan' })
     expect([r.code, r.err.split('\n').length, r.made]).toEqual([2, 1, false])
     expect(r.err).toStartWith('capstan: cannot reach the PostgreSQL server of CAPSTAN_DATABASE_URL (127.0.0.1:9/capstan): ')
     expect(r.err + r.out).not.toContain('s3cret-pass')
   })
 
-  test('a role the server does not know, a database that does not exist: one line each, exit 2', async () => {
+  test.concurrent('a role the server does not know, a database that does not exist: one line each, exit 2', async () => {
     const role = await start({ CAPSTAN_DATABASE_URL: urlWith({ user: 'nobody', password: 'hunter2-pass' }) })
     expect(role.code).toBe(2)
     expect(role.err).toMatch(/^capstan: the database .+\/capstan refused the credentials in CAPSTAN_DATABASE_URL: role "nobody" does not exist$/)
@@ -113,7 +113,7 @@ describe('a database capstan serve cannot use stops the start', () => {
     expect(db.err).toMatch(/^capstan: the database .+\/elsewhere does not exist: database "elsewhere" does not exist \(create it, or correct CAPSTAN_DATABASE_URL\)$/)
   })
 
-  test("a second instance with a key of its own (no shared CAPSTAN_SECRET_KEY): one line, exit 2; given the first one's key, it starts", async () => {
+  test.concurrent("a second instance with a key of its own (no shared CAPSTAN_SECRET_KEY): one line, exit 2; given the first one's key, it starts", async () => {
     const { url, srv } = await serveOn('keys')
     try {
       const own = await start({ CAPSTAN_DATABASE_URL: url })
@@ -125,7 +125,7 @@ describe('a database capstan serve cannot use stops the start', () => {
     }
   })
 
-  test('reached through something that does not pass on notifications (a pooler in transaction mode): one line naming it, exit 2; the same database reached directly serves', async () => {
+  test.concurrent('reached through something that does not pass on notifications (a pooler in transaction mode): one line naming it, exit 2; the same database reached directly serves', async () => {
     const url = await pg.createDatabase('deaf')
     const pooler = new DeafPooler(join(dir, 'pg', '.s.PGSQL.5432'), join(dir, 'deaf'))
     try {
@@ -140,7 +140,7 @@ describe('a database capstan serve cannot use stops the start', () => {
     await srv.close()
   })
 
-  test('a database in another encoding than UTF8 (SQL_ASCII, LATIN1): one line saying how to make one, exit 2, nothing made in it', async () => {
+  test.concurrent('a database in another encoding than UTF8 (SQL_ASCII, LATIN1): one line saying how to make one, exit 2, nothing made in it', async () => {
     const admin = new Bun.SQL(pg.url, { max: 1 })
     try {
       for (const encoding of ['SQL_ASCII', 'LATIN1']) {
@@ -159,7 +159,7 @@ describe('a database capstan serve cannot use stops the start', () => {
     }
   })
 
-  test('a database a newer Capstan migrated: one line, exit 2, nothing changed', async () => {
+  test.concurrent('a database a newer Capstan migrated: one line, exit 2, nothing changed', async () => {
     const url = await pg.createDatabase('newer')
     const newer = new Bun.SQL(url, { max: 1 })
     await newer.unsafe('CREATE TABLE migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)')
@@ -172,7 +172,7 @@ describe('a database capstan serve cannot use stops the start', () => {
     expect(tables[0].n).toBe(1)
   })
 
-  test("a role that does not own the database (PostgreSQL 15+ lets only the owner create tables in it): one line saying how to make it the owner, exit 2", async () => {
+  test.concurrent("a role that does not own the database (PostgreSQL 15+ lets only the owner create tables in it): one line saying how to make it the owner, exit 2", async () => {
     const url = await pg.createDatabase('not_owned')
     const db = new Bun.SQL(pg.url, { max: 1 })
     try {
@@ -185,7 +185,7 @@ describe('a database capstan serve cannot use stops the start', () => {
     expect([r.code, r.err]).toEqual([2, `capstan: the role in CAPSTAN_DATABASE_URL may not create Capstan's tables in the database ${join(dir, 'pg')}/not_owned: permission denied for schema public (make the role the database's owner: ALTER DATABASE <name> OWNER TO <role>, or CREATE DATABASE capstan OWNER capstan)`])
   })
 
-  test('a database that takes no writes (a standby, or read-only by its settings): one line naming it, exit 2 — migrated before or not', async () => {
+  test.concurrent('a database that takes no writes (a standby, or read-only by its settings): one line naming it, exit 2 — migrated before or not', async () => {
     const { url, srv } = await serveOn('standby')
     await srv.close()
     const fresh = await pg.createDatabase('standby_fresh')
@@ -201,7 +201,7 @@ describe('a database capstan serve cannot use stops the start', () => {
     }
   })
 
-  test('malformed settings: a URL that is not postgres://, one naming several hosts, a pool of no connections, or backups of the SQLite file beside a database URL', async () => {
+  test.concurrent('malformed settings: a URL that is not postgres://, one naming several hosts, a pool of no connections, or backups of the SQLite file beside a database URL', async () => {
     const bad = await start({ CAPSTAN_DATABASE_URL: 'mysql://root@localhost/capstan' })
     expect([bad.code, bad.err]).toEqual([2, 'capstan: CAPSTAN_DATABASE_URL must start with postgres:// (unset, Capstan uses its embedded SQLite file)'])
     for (const pool of ['0', '101', 'four', '-1'])
@@ -218,7 +218,7 @@ describe('a database capstan serve cannot use stops the start', () => {
 })
 
 describe('a role that signs in with a password (SCRAM-SHA-256, as managed services ask)', () => {
-  test('the right password, with characters a URL must percent-encode, serves; a wrong one stops the start with one line naming the credentials, exit 2, the password never shown', async () => {
+  test.concurrent('the right password, with characters a URL must percent-encode, serves; a wrong one stops the start with one line naming the credentials, exit 2, the password never shown', async () => {
     const port = await freePort()
     const server = await PrivatePostgres.start(join(dir, 'pg-scram'), { tcp: { port } })
     try {
@@ -252,7 +252,7 @@ describe('a role that signs in with a password (SCRAM-SHA-256, as managed servic
 })
 
 describe('PostgreSQL over TLS (as managed services ask)', () => {
-  test("verify-full with the server's CA in the URL (sslrootcert): every connection of the instance is encrypted; without that CA, with another certificate, with a file that is not there, or from a server without TLS: one line and exit 2", async () => {
+  test.concurrent("verify-full with the server's CA in the URL (sslrootcert): every connection of the instance is encrypted; without that CA, with another certificate, with a file that is not there, or from a server without TLS: one line and exit 2", async () => {
     const certs = certificates(join(dir, 'tls'))
     const port = await freePort()
     const secure = await PrivatePostgres.start(join(dir, 'pg-tls'), { tcp: { port, tls: certs } })
@@ -484,7 +484,7 @@ describe('a rolling upgrade: a newer Capstan migrates the database while this on
 })
 
 describe("a number taken over keeps its caps", () => {
-  test("the new holder counts what the dead one released, though it had looked at the number before (the live view); that view, from an instance that does not release the number, reads the releases afresh", async () => {
+  test.concurrent("the new holder counts what the dead one released, though it had looked at the number before (the live view); that view, from an instance that does not release the number, reads the releases afresh", async () => {
     // a number of the first instance's (made before the second starts, so the first holds its lease)
     const { url, srv: a, another } = await serveShared('takeover-caps')
     const { ws, key } = await a.tenant()
@@ -525,7 +525,7 @@ describe("a number taken over keeps its caps", () => {
 })
 
 describe('a campaign scheduled on one instance and moved on another', () => {
-  test('it starts at its new time: the first instance, whose timer was set for the old one, starts nothing then', async () => {
+  test.concurrent('it starts at its new time: the first instance, whose timer was set for the old one, starts nothing then', async () => {
     const { url, srv: a, another } = await serveShared('campaign-moved')
     const b = await another()
     try {
@@ -549,7 +549,7 @@ describe('a campaign scheduled on one instance and moved on another', () => {
 })
 
 describe('an erasure outlives a database put back from before it', () => {
-  test("recorded in the media bucket: an instance whose data directory never saw the erasure does it again at its start, before it serves", async () => {
+  test.concurrent("recorded in the media bucket: an instance whose data directory never saw the erasure does it again at its start, before it serves", async () => {
     const s3 = await TestS3.start(['erasures'])
     const env = { CAPSTAN_SECRET_KEY: 'erasure-test-secret-key-0123456789abcdef01234', ...s3.env('s3://erasures/shop') }
     const { url, srv: a } = await serveOn('erasure_put_back', env)
@@ -580,6 +580,140 @@ describe('an erasure outlives a database put back from before it', () => {
       await b?.close()
       await admin.close()
       await s3.stop()
+    }
+  })
+})
+
+describe("a server that closes idle sessions (idle_session_timeout)", () => {
+  test.concurrent("Capstan's sessions, named capstan and the instance, are exempt: the connection that listens stays, nothing is read again, and a change made by another instance still arrives", async () => {
+    await twoShared(
+      'idle_sessions',
+      async ({ a, b, db }) => {
+        const t = await a.tenant()
+        expect((await b.api(t.key, 'GET', '/contacts')).status).toBe(200)
+        // every session idles well past the server's limit
+        await Bun.sleep(2_000)
+        for (const on of [a, b]) expect(on.output).not.toContain('was lost and is back')
+        const [named] = await db.unsafe("SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE datname = 'idle_sessions' AND application_name LIKE 'capstan %'")
+        // each instance: its pool's connections in use so far and the one that listens
+        expect(named.n).toBeGreaterThanOrEqual(4)
+        // a key revoked on A stops working on B at once: B heard it
+        expect((await a.admin('POST', `/keys/${t.keyId}/revoke`)).status).toBe(200)
+        expect((await b.api(t.key, 'GET', '/contacts')).status).toBe(401)
+      },
+      { settings: { idle_session_timeout: '500ms' } },
+    )
+  })
+})
+
+describe('a database that goes away while serving', () => {
+  test.concurrent("connections the server no longer knows, left open without a word (a failover behind the same address): what waits on them answers 503 within seconds, the instance says so, connects again and serves on; sends accepted before are sent, each once", async () => {
+    const url = await pg.createDatabase('failover')
+    const proxy = new PgProxy(join(pg.dir, '.s.PGSQL.5432'), join(dir, 'failover-proxy'), { state: () => null })
+    const token = 'failover-metrics-token-0123456789abcdef'
+    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: proxy.via(url), CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_METRICS_TOKEN: token } })
+    const reconnects = async () => Number(/^capstan_database_reconnects_total (\S+)$/m.exec(await (await fetch(`${srv.base}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text())![1])
+    const db = new Bun.SQL(url, { max: 1 })
+    try {
+      const { ws, key } = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1686'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      const send = (body: string) => fetch(`${srv.base}/api/v1/messages`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify({ connection_id: conn.id, recipient: newPhone('+1687'), body }) })
+      const before: string[] = []
+      for (let i = 0; i < 3; i++) before.push(((await (await send(`before ${i}`)).json()) as { data: { id: string } }).data.id)
+      await waitFor(async () => (await db`SELECT COUNT(*)::int AS n FROM messages WHERE id IN ${db(before)} AND status = 'sent'`)[0].n === 3, 10_000)
+      expect(await reconnects()).toBe(0)
+      proxy.silence()
+      const started = Date.now()
+      const during = await send('during the failover')
+      expect([during.status, ((await during.json()) as { code: string }).code]).toEqual([503, 'database_unavailable'])
+      expect(Date.now() - started).toBeLessThan(15_000)
+      await waitFor(() => srv.output.includes("PostgreSQL answers, but not on this instance's connections"), 5_000)
+      // serving again on new connections
+      expect(await reconnects()).toBe(1)
+      const after = await send('after the failover')
+      expect(after.status).toBe(202)
+      const afterId = ((await after.json()) as { data: { id: string } }).data.id
+      await waitFor(async () => (await db`SELECT status FROM messages WHERE id = ${afterId}`)[0]?.status === 'sent', 15_000)
+      const [refused] = await db`SELECT COUNT(*)::int AS n FROM messages WHERE body = 'during the failover'`
+      expect(refused.n).toBe(0)
+      const sends = (await db`SELECT message_id, COUNT(*)::int AS n FROM sandbox_sends WHERE message_id IN ${db([...before, afterId])} GROUP BY message_id ORDER BY message_id`) as { message_id: string; n: number }[]
+      expect(sends).toEqual([...before, afterId].toSorted().map((message_id) => ({ message_id, n: 1 })))
+      // (the database's URL is never in the log)
+      expect(srv.output).not.toContain(url)
+    } finally {
+      await db.close()
+      await srv.close()
+      proxy.stop()
+    }
+  })
+
+  test.concurrent("one that stops answering without closing anything (a hung server, a network dropping packets): readiness says so within seconds, requests answer 503 instead of waiting for minutes, what they asked is not stored; when it answers again the instance serves, and sends accepted before are settled: sent once, or failed as send_unconfirmed where the stillness cut off the COMMIT of the sandbox's record — never sent twice", async () => {
+    const stilled = await PrivatePostgres.start(join(dir, 'pg-stilled'))
+    const url = await stilled.createDatabase('stilled')
+    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '100000' } })
+    const db = new Bun.SQL(url, { max: 1 })
+    // the server and every process it started, stopped where they stand (SIGSTOP) and let go on
+    const server = Number(Bun.spawnSync(['pgrep', '-o', '-f', '--', join(dir, 'pg-stilled', 'data')]).stdout.toString().trim())
+    // (pid 0 would stop this whole process group)
+    if (!(server > 1)) throw new Error('the private PostgreSQL server was not found')
+    const processes = () => [server, ...Bun.spawnSync(['pgrep', '-P', String(server)]).stdout.toString().trim().split('\n').filter(Boolean).map(Number)]
+    let stopped: number[] = []
+    try {
+      const { ws, key } = await srv.tenant()
+      await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
+      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1676'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      const before: string[] = []
+      for (let i = 0; i < 3; i++) before.push((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1677'), body: `before ${i}` } })).json.data.id)
+      stopped = processes()
+      for (const pid of stopped) process.kill(pid, 'SIGSTOP')
+      const started = Date.now()
+      const timed = async (p: Promise<Response>) => {
+        const r = await p
+        return { status: r.status, code: ((await r.json()) as { code?: string; checks?: { database?: string } }), ms: Date.now() - started }
+      }
+      const [ready, read, send] = await Promise.all([
+        timed(fetch(`${srv.base}/readyz`)),
+        timed(fetch(`${srv.base}/api/v1/contacts`, { headers: { authorization: `Bearer ${key}` } })),
+        timed(fetch(`${srv.base}/api/v1/messages`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify({ connection_id: conn.id, recipient: newPhone('+1677'), body: 'during the stillness' }) })),
+      ])
+      expect(ready.status).toBe(503)
+      expect(ready.ms).toBeLessThan(5_000)
+      expect([read.status, read.code.code, send.status, send.code.code]).toEqual([503, 'database_unavailable', 503, 'database_unavailable'])
+      // given up on once a fresh connection gets no answer either (STALL_MS, then PING_MS)
+      expect(Math.max(read.ms, send.ms)).toBeLessThan(15_000)
+      expect(srv.output).toContain('PostgreSQL does not answer (what waited 5 s was given up on, and a fresh connection got no answer in 5 s either): requests answer 503 until it does')
+      for (const pid of stopped) process.kill(pid, 'SIGCONT')
+      stopped = []
+      await waitFor(async () => (await srv.api(key, 'GET', '/contacts')).status === 200, 10_000)
+      // the send refused while it stood still was never committed: its transaction's connection was
+      // closed before a COMMIT went
+      const [during] = await db`SELECT COUNT(*)::int AS n FROM messages WHERE body = 'during the stillness'`
+      expect(during.n).toBe(0)
+      expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1677'), body: 'after' } })).status).toBe(202)
+      // each settles (a send whose tries met the stillness may wait out a retry's delay first):
+      // sent, once — or, where the sandbox's record of it was in a COMMIT whose answer the
+      // stillness cut off, failed as send_unconfirmed with no record (never handed over again:
+      // a network that may have a message is not sent it twice; the record in such a COMMIT may
+      // land late). Never left sending, never recorded twice.
+      const settled = async () => (await db`SELECT id, status, error_code FROM messages WHERE id IN ${db(before)} ORDER BY id`) as { id: string; status: string; error_code: string | null }[]
+      const rows = await waitFor(async () => {
+        const r = await settled()
+        return r.every((m) => m.status === 'sent' || m.status === 'failed') ? r : null
+      }, 30_000).catch(async (e) => {
+        // what to look at when they do not settle: the messages, the sandbox's record, the log
+        const record = await db`SELECT message_id, external_id, at FROM sandbox_sends WHERE message_id IN ${db(before)}`
+        console.error(`the messages: ${JSON.stringify(await settled())}\nthe sandbox's record: ${JSON.stringify(record)}\nthe instance's log:\n${srv.output}`)
+        throw e
+      })
+      const sends = (await db`SELECT message_id, COUNT(*)::int AS n FROM sandbox_sends WHERE message_id IN ${db(before)} GROUP BY message_id ORDER BY message_id`) as { message_id: string; n: number }[]
+      for (const m of rows) expect(m.status === 'sent' ? 'sent' : `${m.status}:${m.error_code}`).toBeOneOf(['sent', 'failed:send_unconfirmed'])
+      expect(sends).toEqual(rows.filter((m) => m.status === 'sent').map((m) => ({ message_id: m.id, n: 1 })))
+    } finally {
+      for (const pid of stopped) process.kill(pid, 'SIGCONT')
+      await db.close()
+      await srv.close()
+      await stilled.stop()
     }
   })
 })
@@ -1086,139 +1220,7 @@ describe('a database whose transactions default to serializable (default_transac
   })
 })
 
-describe("a server that closes idle sessions (idle_session_timeout)", () => {
-  test("Capstan's sessions, named capstan and the instance, are exempt: the connection that listens stays, nothing is read again, and a change made by another instance still arrives", async () => {
-    await twoShared(
-      'idle_sessions',
-      async ({ a, b, db }) => {
-        const t = await a.tenant()
-        expect((await b.api(t.key, 'GET', '/contacts')).status).toBe(200)
-        // every session idles well past the server's limit
-        await Bun.sleep(2_000)
-        for (const on of [a, b]) expect(on.output).not.toContain('was lost and is back')
-        const [named] = await db.unsafe("SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE datname = 'idle_sessions' AND application_name LIKE 'capstan %'")
-        // each instance: its pool's connections in use so far and the one that listens
-        expect(named.n).toBeGreaterThanOrEqual(4)
-        // a key revoked on A stops working on B at once: B heard it
-        expect((await a.admin('POST', `/keys/${t.keyId}/revoke`)).status).toBe(200)
-        expect((await b.api(t.key, 'GET', '/contacts')).status).toBe(401)
-      },
-      { settings: { idle_session_timeout: '500ms' } },
-    )
-  })
-})
-
 describe('a database that goes away while serving', () => {
-  test("connections the server no longer knows, left open without a word (a failover behind the same address): what waits on them answers 503 within seconds, the instance says so, connects again and serves on; sends accepted before are sent, each once", async () => {
-    const url = await pg.createDatabase('failover')
-    const proxy = new PgProxy(join(pg.dir, '.s.PGSQL.5432'), join(dir, 'failover-proxy'), { state: () => null })
-    const token = 'failover-metrics-token-0123456789abcdef'
-    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: proxy.via(url), CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '100000', CAPSTAN_METRICS_TOKEN: token } })
-    const reconnects = async () => Number(/^capstan_database_reconnects_total (\S+)$/m.exec(await (await fetch(`${srv.base}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text())![1])
-    const db = new Bun.SQL(url, { max: 1 })
-    try {
-      const { ws, key } = await srv.tenant()
-      await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
-      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1686'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
-      const send = (body: string) => fetch(`${srv.base}/api/v1/messages`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify({ connection_id: conn.id, recipient: newPhone('+1687'), body }) })
-      const before: string[] = []
-      for (let i = 0; i < 3; i++) before.push(((await (await send(`before ${i}`)).json()) as { data: { id: string } }).data.id)
-      await waitFor(async () => (await db`SELECT COUNT(*)::int AS n FROM messages WHERE id IN ${db(before)} AND status = 'sent'`)[0].n === 3, 10_000)
-      expect(await reconnects()).toBe(0)
-      proxy.silence()
-      const started = Date.now()
-      const during = await send('during the failover')
-      expect([during.status, ((await during.json()) as { code: string }).code]).toEqual([503, 'database_unavailable'])
-      expect(Date.now() - started).toBeLessThan(15_000)
-      await waitFor(() => srv.output.includes("PostgreSQL answers, but not on this instance's connections"), 5_000)
-      // serving again on new connections
-      expect(await reconnects()).toBe(1)
-      const after = await send('after the failover')
-      expect(after.status).toBe(202)
-      const afterId = ((await after.json()) as { data: { id: string } }).data.id
-      await waitFor(async () => (await db`SELECT status FROM messages WHERE id = ${afterId}`)[0]?.status === 'sent', 15_000)
-      const [refused] = await db`SELECT COUNT(*)::int AS n FROM messages WHERE body = 'during the failover'`
-      expect(refused.n).toBe(0)
-      const sends = (await db`SELECT message_id, COUNT(*)::int AS n FROM sandbox_sends WHERE message_id IN ${db([...before, afterId])} GROUP BY message_id ORDER BY message_id`) as { message_id: string; n: number }[]
-      expect(sends).toEqual([...before, afterId].toSorted().map((message_id) => ({ message_id, n: 1 })))
-      // (the database's URL is never in the log)
-      expect(srv.output).not.toContain(url)
-    } finally {
-      await db.close()
-      await srv.close()
-      proxy.stop()
-    }
-  })
-
-  test("one that stops answering without closing anything (a hung server, a network dropping packets): readiness says so within seconds, requests answer 503 instead of waiting for minutes, what they asked is not stored; when it answers again the instance serves, and sends accepted before are settled: sent once, or failed as send_unconfirmed where the stillness cut off the COMMIT of the sandbox's record — never sent twice", async () => {
-    const stilled = await PrivatePostgres.start(join(dir, 'pg-stilled'))
-    const url = await stilled.createDatabase('stilled')
-    const srv = await TestServer.start({ env: { CAPSTAN_DATABASE_URL: url, CAPSTAN_LOG_LEVEL: 'warn', CAPSTAN_KEY_RATE_LIMIT: '100000' } })
-    const db = new Bun.SQL(url, { max: 1 })
-    // the server and every process it started, stopped where they stand (SIGSTOP) and let go on
-    const server = Number(Bun.spawnSync(['pgrep', '-o', '-f', '--', join(dir, 'pg-stilled', 'data')]).stdout.toString().trim())
-    // (pid 0 would stop this whole process group)
-    if (!(server > 1)) throw new Error('the private PostgreSQL server was not found')
-    const processes = () => [server, ...Bun.spawnSync(['pgrep', '-P', String(server)]).stdout.toString().trim().split('\n').filter(Boolean).map(Number)]
-    let stopped: number[] = []
-    try {
-      const { ws, key } = await srv.tenant()
-      await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { sending_policy: { min_gap_seconds: 0, max_gap_seconds: 0 } } })
-      const conn = (await srv.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone('+1676'), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
-      const before: string[] = []
-      for (let i = 0; i < 3; i++) before.push((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1677'), body: `before ${i}` } })).json.data.id)
-      stopped = processes()
-      for (const pid of stopped) process.kill(pid, 'SIGSTOP')
-      const started = Date.now()
-      const timed = async (p: Promise<Response>) => {
-        const r = await p
-        return { status: r.status, code: ((await r.json()) as { code?: string; checks?: { database?: string } }), ms: Date.now() - started }
-      }
-      const [ready, read, send] = await Promise.all([
-        timed(fetch(`${srv.base}/readyz`)),
-        timed(fetch(`${srv.base}/api/v1/contacts`, { headers: { authorization: `Bearer ${key}` } })),
-        timed(fetch(`${srv.base}/api/v1/messages`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify({ connection_id: conn.id, recipient: newPhone('+1677'), body: 'during the stillness' }) })),
-      ])
-      expect(ready.status).toBe(503)
-      expect(ready.ms).toBeLessThan(5_000)
-      expect([read.status, read.code.code, send.status, send.code.code]).toEqual([503, 'database_unavailable', 503, 'database_unavailable'])
-      // given up on once a fresh connection gets no answer either (STALL_MS, then PING_MS)
-      expect(Math.max(read.ms, send.ms)).toBeLessThan(15_000)
-      expect(srv.output).toContain('PostgreSQL does not answer (what waited 5 s was given up on, and a fresh connection got no answer in 5 s either): requests answer 503 until it does')
-      for (const pid of stopped) process.kill(pid, 'SIGCONT')
-      stopped = []
-      await waitFor(async () => (await srv.api(key, 'GET', '/contacts')).status === 200, 10_000)
-      // the send refused while it stood still was never committed: its transaction's connection was
-      // closed before a COMMIT went
-      const [during] = await db`SELECT COUNT(*)::int AS n FROM messages WHERE body = 'during the stillness'`
-      expect(during.n).toBe(0)
-      expect((await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone('+1677'), body: 'after' } })).status).toBe(202)
-      // each settles (a send whose tries met the stillness may wait out a retry's delay first):
-      // sent, once — or, where the sandbox's record of it was in a COMMIT whose answer the
-      // stillness cut off, failed as send_unconfirmed with no record (never handed over again:
-      // a network that may have a message is not sent it twice; the record in such a COMMIT may
-      // land late). Never left sending, never recorded twice.
-      const settled = async () => (await db`SELECT id, status, error_code FROM messages WHERE id IN ${db(before)} ORDER BY id`) as { id: string; status: string; error_code: string | null }[]
-      const rows = await waitFor(async () => {
-        const r = await settled()
-        return r.every((m) => m.status === 'sent' || m.status === 'failed') ? r : null
-      }, 30_000).catch(async (e) => {
-        // what to look at when they do not settle: the messages, the sandbox's record, the log
-        const record = await db`SELECT message_id, external_id, at FROM sandbox_sends WHERE message_id IN ${db(before)}`
-        console.error(`the messages: ${JSON.stringify(await settled())}\nthe sandbox's record: ${JSON.stringify(record)}\nthe instance's log:\n${srv.output}`)
-        throw e
-      })
-      const sends = (await db`SELECT message_id, COUNT(*)::int AS n FROM sandbox_sends WHERE message_id IN ${db(before)} GROUP BY message_id ORDER BY message_id`) as { message_id: string; n: number }[]
-      for (const m of rows) expect(m.status === 'sent' ? 'sent' : `${m.status}:${m.error_code}`).toBeOneOf(['sent', 'failed:send_unconfirmed'])
-      expect(sends).toEqual(rows.filter((m) => m.status === 'sent').map((m) => ({ message_id: m.id, n: 1 })))
-    } finally {
-      for (const pid of stopped) process.kill(pid, 'SIGCONT')
-      await db.close()
-      await srv.close()
-      await stilled.stop()
-    }
-  })
-
   test('requests answer 503 database_unavailable while it is away; when it is back the instance serves again, and sends released before it went are sent, each once', async () => {
     // (the polls below may pass the default 60 requests a minute on a slow machine)
     const { url, srv } = await serveOn('away', { CAPSTAN_KEY_RATE_LIMIT: '100000' })
