@@ -97,7 +97,7 @@ describe('lifecycle', () => {
     expect((await srv.api(key, 'GET', '/messages')).json.data.map((m: any) => m.body)).toEqual(['Hi Ann []'])
   })
 
-  test('an opt-out during the campaign is skipped when its turn comes; pause, resume and cancel', async () => {
+  test.concurrent('an opt-out during the campaign is skipped when its turn comes; pause, resume and cancel', async () => {
     const { ws, key, conn, contact, campaign } = await setup(1)
     const people = []
     for (let i = 0; i < 6; i++) people.push(await contact({ name: `P${i}`, consent_status: 'opted_in' }))
@@ -127,7 +127,7 @@ describe('lifecycle', () => {
     expect([cancelDone.status, cancelDone.json.message]).toEqual([409, 'The campaign is completed; it cannot be cancelled.'])
   }, 40_000)
 
-  test('campaign messages count against the monthly allowance: the campaign pauses when it is used up, nobody is skipped, and goes on when there is room', async () => {
+  test.concurrent('campaign messages count against the monthly allowance: the campaign pauses when it is used up, nobody is skipped, and goes on when there is room', async () => {
     const { ws, key, conn, contact, campaign } = await setup()
     await srv.admin('PATCH', `/workspaces/${ws.id}`, { settings: { message_allowance: 3 } })
     for (let i = 0; i < 5; i++) await contact({ consent_status: 'opted_in' })
@@ -155,7 +155,7 @@ describe('lifecycle', () => {
     expect([done.counts.total, done.counts.sent, done.counts.skipped, done.paused_reason]).toEqual([5, 5, 0, null])
   })
 
-  test('cancel releases nothing more and leaves what was sent', async () => {
+  test.concurrent('cancel releases nothing more and leaves what was sent', async () => {
     const { key, contact, campaign } = await setup(1)
     for (let i = 0; i < 5; i++) await contact({ consent_status: 'opted_in' })
     const c = await campaign()
@@ -173,7 +173,7 @@ describe('lifecycle', () => {
     expect((await srv.api(key, 'GET', '/messages?status=sent')).json.meta.total).toBe(sentMsgs)
   })
 
-  test('a recipient for whom the template renders empty or past 4096 characters is skipped with the reason; no message', async () => {
+  test.concurrent('a recipient for whom the template renders empty or past 4096 characters is skipped with the reason; no message', async () => {
     const { ws, key, contact, conn } = await setup()
     const long = (c: string) => c.repeat(1000)
     const tpl = (await srv.api(key, 'POST', '/templates', { json: { name: 'Notes', body: '{{metadata.a}}{{metadata.b}}{{metadata.c}}{{metadata.d}}{{metadata.e}}' } })).json.data
@@ -193,7 +193,7 @@ describe('lifecycle', () => {
     expect(sent.map((m: any) => m.body)).toEqual(['See you soon'])
   })
 
-  test('removing the number cancels its unfinished campaigns; pending recipients are skipped', async () => {
+  test.concurrent('removing the number cancels its unfinished campaigns; pending recipients are skipped', async () => {
     const { key, conn, contact, campaign } = await setup(60)
     for (let i = 0; i < 3; i++) await contact({ consent_status: 'opted_in' })
     const running = await campaign()
@@ -209,7 +209,7 @@ describe('lifecycle', () => {
     expect((await get(key, draft.id)).status).toBe('cancelled')
   })
 
-  test('transitions, edits and deletion follow the state machine', async () => {
+  test.concurrent('transitions, edits and deletion follow the state machine', async () => {
     const { key, tpl, campaign } = await setup()
     const c = await campaign({ scheduled_at: new Date(Date.now() + 3_600_000).toISOString() })
     for (const a of ['pause', 'resume']) expect((await srv.api(key, 'POST', `/campaigns/${c.id}/${a}`)).json.message).toBe(`The campaign is draft; it cannot be ${a === 'pause' ? 'paused' : 'resumed'}.`)
@@ -229,7 +229,7 @@ describe('lifecycle', () => {
     expect((await srv.api(key, 'DELETE', `/templates/${tpl.id}`)).status).toBe(204)
   })
 
-  test('validation: references, numbered values, past times; scopes', async () => {
+  test.concurrent('validation: references, numbered values, past times; scopes', async () => {
     const { ws, key, conn, tpl, campaign } = await setup()
     const bad = await srv.api(key, 'POST', '/campaigns', { json: { name: 'x', template_id: crypto.randomUUID(), connection_id: conn.id } })
     expect([bad.status, bad.json.message]).toEqual([404, 'The template was not found.'])
@@ -258,7 +258,7 @@ describe('lifecycle', () => {
 })
 
 describe('scheduling and restarts', () => {
-  test('a scheduled campaign survives a restart and starts on time; a running one continues after a crash, nothing twice', async () => {
+  test.concurrent('a scheduled campaign survives a restart and starts on time; a running one continues after a crash, nothing twice', async () => {
     const own = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     try {
       const s = await setup(1, own)

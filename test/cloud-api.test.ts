@@ -1061,7 +1061,7 @@ describe('sending', () => {
     expect(Date.parse(live.next_release_at)).toBeGreaterThan(Date.now() + 30_000)
   }, 30_000)
 
-  test('a part refused after another was accepted: the retry sends only the parts still missing', async () => {
+  test.concurrent('a part refused after another was accepted: the retry sends only the parts still missing', async () => {
     const { key, conn } = await setup()
     const upload = async (bytes: Uint8Array, name: string) => {
       const fd = new FormData()
@@ -1081,7 +1081,7 @@ describe('sending', () => {
     expect(posts.map((s) => s.json.biz_opaque_callback_data)).toEqual([r.json.data.id, r.json.data.id, r.json.data.id])
   })
 
-  test('a recipient who opts out while a failed send waits for its retry is not sent to again', async () => {
+  test.concurrent('a recipient who opts out while a failed send waits for its retry is not sent to again', async () => {
     const { key, conn } = await setup()
     const to = newPhone()
     graph.state.failFor[to.slice(1)] = [500] // the first try meets a server error; the retry follows in 1 s
@@ -1093,7 +1093,7 @@ describe('sending', () => {
     expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
   })
 
-  test('a send whose connection breaks after the request left waits for Meta to name it; without a word it fails as send_unconfirmed, never sent again', async () => {
+  test.concurrent('a send whose connection breaks after the request left waits for Meta to name it; without a word it fails as send_unconfirmed, never sent again', async () => {
     const { key, conn } = await setup({ confirm_wait_seconds: 2 })
     const { id, to } = await sendLosingAnswer(key, conn.id)
     await Bun.sleep(500)
@@ -1105,7 +1105,7 @@ describe('sending', () => {
     expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
   })
 
-  test('a send whose answer was lost is recorded as sent when a status from Meta names it; only its own number can', async () => {
+  test.concurrent('a send whose answer was lost is recorded as sent when a status from Meta names it; only its own number can', async () => {
     const { key, conn } = await setup()
     const other = await setup()
     const { id, to } = await sendLosingAnswer(key, conn.id)
@@ -1122,7 +1122,7 @@ describe('sending', () => {
     expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(1)
   })
 
-  test('a message whose later part lost its answer is sent at once: Meta took its first part; nothing is sent again', async () => {
+  test.concurrent('a message whose later part lost its answer is sent at once: Meta took its first part; nothing is sent again', async () => {
     const { key, conn } = await setup()
     const to = newPhone()
     graph.state.failFor[to.slice(1)] = [null, 'reset'] // the photo is accepted; the invoice's answer is lost
@@ -1137,7 +1137,7 @@ describe('sending', () => {
     expect(graph.seen.filter((s) => s.json?.to === to.slice(1))).toHaveLength(2)
   })
 
-  test('a send waiting for Meta to name it fails at once when its number is removed', async () => {
+  test.concurrent('a send waiting for Meta to name it fails at once when its number is removed', async () => {
     const { key, conn } = await setup()
     const { id } = await sendLosingAnswer(key, conn.id)
     await Bun.sleep(300)

@@ -164,6 +164,20 @@ describe('three instances on one PostgreSQL', () => {
     } finally {
       await sql.close()
     }
+    // (checked while the deliveries the killed instance had claimed wait for their claims to run out)
+    // the limits count every instance's requests: a fresh key gets KEY_LIMIT answers in all, round-robin over the live instances
+    const fresh = await srv.key(ws.id)
+    const statuses: number[] = []
+    for (let i = 0; i < KEY_LIMIT + 2; i += 100) {
+      const batch = await Promise.all(Array.from({ length: Math.min(100, KEY_LIMIT + 2 - i) }, () => fetch(`${srv.base}/api/v1/workspace`, { headers: { authorization: `Bearer ${fresh.key}` } }).then((r) => r.status)))
+      statuses.push(...batch)
+    }
+    const tally = statuses.reduce<Record<number, number>>((t, s) => ({ ...t, [s]: (t[s] ?? 0) + 1 }), {})
+    expect(tally).toEqual({ 200: KEY_LIMIT, 429: 2 })
+    // and failed credentials from one address are counted together too
+    const bad = await Promise.all(Array.from({ length: 122 }, (_, i) => fetch(`${srv.base}/api/v1/workspace`, { headers: { authorization: `Bearer cap_${String(i).padStart(16, '0')}.nope` } }).then((r) => r.status)))
+    expect(bad.filter((s) => s === 401).length).toBe(120)
+    expect(bad.filter((s) => s === 429).length).toBe(2)
     // every sent message's event arrives (a delivery the killed instance had claimed goes out once its claim runs out)
     const announced = () => new Set(events.filter((e) => e.type === 'message.sent').map((e) => e.id))
     const eventsBy = Date.now() + 90_000
@@ -185,19 +199,5 @@ describe('three instances on one PostgreSQL', () => {
       }
     }
     expect(missing).toEqual([])
-
-    // the limits count every instance's requests: a fresh key gets KEY_LIMIT answers in all, round-robin over the live instances
-    const fresh = await srv.key(ws.id)
-    const statuses: number[] = []
-    for (let i = 0; i < KEY_LIMIT + 2; i += 100) {
-      const batch = await Promise.all(Array.from({ length: Math.min(100, KEY_LIMIT + 2 - i) }, () => fetch(`${srv.base}/api/v1/workspace`, { headers: { authorization: `Bearer ${fresh.key}` } }).then((r) => r.status)))
-      statuses.push(...batch)
-    }
-    const tally = statuses.reduce<Record<number, number>>((t, s) => ({ ...t, [s]: (t[s] ?? 0) + 1 }), {})
-    expect(tally).toEqual({ 200: KEY_LIMIT, 429: 2 })
-    // and failed credentials from one address are counted together too
-    const bad = await Promise.all(Array.from({ length: 122 }, (_, i) => fetch(`${srv.base}/api/v1/workspace`, { headers: { authorization: `Bearer cap_${String(i).padStart(16, '0')}.nope` } }).then((r) => r.status)))
-    expect(bad.filter((s) => s === 401).length).toBe(120)
-    expect(bad.filter((s) => s === 429).length).toBe(2)
   })
 })

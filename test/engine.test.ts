@@ -360,7 +360,7 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
     expect((await engine.all<{ id: string }>(ALL)).map((r) => r.id)).toEqual(['slow'])
   })
 
-  test("sessions whose name a pooler added to (PgBouncer's application_name_add_host): still found as this instance's — a slow statement is left alone", async () => {
+  test.concurrent("sessions whose name a pooler added to (PgBouncer's application_name_add_host): still found as this instance's — a slow statement is left alone", async () => {
     const name = 'capstan test-host 1 abcd'
     const pool = () => new Bun.SQL(pg.url, { max: 2, bigint: true, connection: { ...SESSION, application_name: `${name} - 10.0.0.5:6432` } })
     const named = new PgEngine(pool(), pg.url, pool, name)
@@ -373,7 +373,7 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
     }
   })
 
-  test('connections the server no longer knows, left open without a word (a failover behind the same address, a server host gone at once): what waits on them is given up on as the database away within seconds, not the minutes TCP takes, and the engine goes on over new connections — listening included', async () => {
+  test.concurrent('connections the server no longer knows, left open without a word (a failover behind the same address, a server host gone at once): what waits on them is given up on as the database away within seconds, not the minutes TCP takes, and the engine goes on over new connections — listening included', async () => {
     await engine.run(CLEAR)
     const proxy = new PgProxy(join(pgDir, '.s.PGSQL.5432'), join(pgDir, 'silencer'), { state: () => null })
     const through = PgEngine.connect(proxy.via(pg.url), 2)
@@ -409,7 +409,7 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
     }
   })
 
-  test('closing the engine (a graceful stop) while a statement waits on a connection leading nowhere: it ends within its bound, the statement fails', async () => {
+  test.concurrent('closing the engine (a graceful stop) while a statement waits on a connection leading nowhere: it ends within its bound, the statement fails', async () => {
     const proxy = new PgProxy(join(pgDir, '.s.PGSQL.5432'), join(pgDir, 'silenced-at-stop'), { state: () => null })
     const through = PgEngine.connect(proxy.via(pg.url), 1)
     try {
@@ -426,7 +426,7 @@ describe("PostgreSQL's group commit: the writes of one turn share a transaction"
     }
   })
 
-  test('a listening connection that goes deaf while the others work (a middlebox forgot it): the heartbeat is missed, a new connection listens, what is kept in memory is read again, and announcements are heard again', async () => {
+  test.concurrent('a listening connection that goes deaf while the others work (a middlebox forgot it): the heartbeat is missed, a new connection listens, what is kept in memory is read again, and announcements are heard again', async () => {
     const pooler = new DeafPooler(join(pgDir, '.s.PGSQL.5432'), join(pgDir, 'deafening'), false)
     const through = PgEngine.connect(pooler.via(pg.url), 2)
     through.hearingEveryMs = 500

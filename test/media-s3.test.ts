@@ -268,19 +268,19 @@ describe('a bucket Capstan cannot use stops the start', () => {
     return { code, err: (await new Response(proc.stderr).text()).trim(), made: existsSync(join(dir, 'capstan.db')) }
   }
 
-  test('a bucket that does not exist: one line, exit code 2, no database made', async () => {
+  test.concurrent('a bucket that does not exist: one line, exit code 2, no database made', async () => {
     const r = await start(s3.env('s3://no-such-bucket/x'))
     expect(r).toEqual({ code: 2, err: 'capstan: CAPSTAN_MEDIA_STORE: the bucket no-such-bucket does not exist', made: false })
   })
 
-  test('an endpoint nobody answers: one line, exit code 2', async () => {
+  test.concurrent('an endpoint nobody answers: one line, exit code 2', async () => {
     const r = await start({ ...s3.env('s3://capstan-media'), S3_ENDPOINT: 'http://127.0.0.1:9' })
     expect(r.code).toBe(2)
     expect(r.err.split('\n')).toHaveLength(1)
     expect(r.err).toStartWith('capstan: CAPSTAN_MEDIA_STORE: the bucket capstan-media cannot be reached (')
   })
 
-  test('an endpoint that takes connections and never answers (a server stuck, a network dropping the traffic): one line within seconds, exit code 2', async () => {
+  test.concurrent('an endpoint that takes connections and never answers (a server stuck, a network dropping the traffic): one line within seconds, exit code 2', async () => {
     const silent = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
     try {
       const started = Date.now()
@@ -292,7 +292,7 @@ describe('a bucket Capstan cannot use stops the start', () => {
     }
   })
 
-  test('credentials that may list the bucket but not write, or not delete, its objects: one line naming the refusal and the permissions needed, exit code 2', async () => {
+  test.concurrent('credentials that may list the bucket but not write, or not delete, its objects: one line naming the refusal and the permissions needed, exit code 2', async () => {
     // fault injection in front of the real s3rver: a bucket policy that refuses one kind of request
     const refusing = (method: string) =>
       Bun.serve({
@@ -322,7 +322,7 @@ describe('a bucket Capstan cannot use stops the start', () => {
     expect(await s3.keys('capstan-media', 'checked/')).toHaveLength(1)
   })
 
-  test('a malformed CAPSTAN_MEDIA_STORE: one line, exit code 2', async () => {
+  test.concurrent('a malformed CAPSTAN_MEDIA_STORE: one line, exit code 2', async () => {
     const r = await start({ CAPSTAN_MEDIA_STORE: 'ftp://bucket' })
     expect([r.code, r.err]).toEqual([2, 'capstan: CAPSTAN_MEDIA_STORE must be s3://bucket or s3://bucket/prefix (a bucket name of 3-63 lower-case letters, digits, dots and hyphens)'])
   })

@@ -11,7 +11,7 @@ setDefaultTimeout(60_000)
 
 
 describe('restart', () => {
-  test('a start that fails after the database is open (here a number whose stored config cannot be opened) exits non-zero with one line, never 0 as if stopped', async () => {
+  test.concurrent('a start that fails after the database is open (here a number whose stored config cannot be opened) exits non-zero with one line, never 0 as if stopped', async () => {
     const srv = await TestServer.start()
     const t = await srv.tenant()
     const conn = (await srv.admin('POST', `/workspaces/${t.ws.id}/connections`, { phone: newPhone(), driver: 'sandbox' })).json.data
@@ -27,7 +27,7 @@ describe('restart', () => {
     await srv.close()
   })
 
-  test('a data directory whose key file was replaced: the start stops with one line (exit 2) instead of failing every stored secret; the right key starts again', async () => {
+  test.concurrent('a data directory whose key file was replaced: the start stops with one line (exit 2) instead of failing every stored secret; the right key starts again', async () => {
     const srv = await TestServer.start()
     const t = await srv.tenant()
     expect((await srv.admin('POST', `/workspaces/${t.ws.id}/webhooks`, { url: 'https://example.com/hook', events: ['message.sent'] })).status).toBe(201)
@@ -46,7 +46,7 @@ describe('restart', () => {
     await srv.close()
   })
 
-  test('a number removed while its queue was being failed: the next start fails the rest as connection_removed', async () => {
+  test.concurrent('a number removed while its queue was being failed: the next start fails the rest as connection_removed', async () => {
     const srv = await TestServer.start()
     try {
       const t = await srv.tenant()
@@ -71,7 +71,7 @@ describe('restart', () => {
     }
   })
 
-  test('queued messages go out after a crash; interrupted sends fail as send_interrupted, never twice', async () => {
+  test.concurrent('queued messages go out after a crash; interrupted sends fail as send_interrupted, never twice', async () => {
     const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     try {
       const sent: Record<string, number> = {}
@@ -121,7 +121,7 @@ describe('restart', () => {
     }
   }, 60_000)
 
-  test("a sandbox number's delivered and read reports still come after a crash: the next start sets them again for what was sent (at once when past due)", async () => {
+  test.concurrent("a sandbox number's delivered and read reports still come after a crash: the next start sets them again for what was sent (at once when past due)", async () => {
     // (the polls below pass 60 requests a minute)
     const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     try {
@@ -142,7 +142,7 @@ describe('restart', () => {
     }
   })
 
-  test('a 202 is durable: the message is there after an immediate SIGKILL', async () => {
+  test.concurrent('a 202 is durable: the message is there after an immediate SIGKILL', async () => {
     const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     try {
       const t = await srv.tenant()
@@ -162,7 +162,7 @@ describe('restart', () => {
     }
   }, 30_000)
 
-  test('SIGTERM stops gracefully: in-flight sends record their outcome, the queue stays intact, nothing fails', async () => {
+  test.concurrent('SIGTERM stops gracefully: in-flight sends record their outcome, the queue stays intact, nothing fails', async () => {
     const srv = await TestServer.start({ env: { CAPSTAN_KEY_RATE_LIMIT: '100000' } })
     try {
       const t = await srv.tenant()

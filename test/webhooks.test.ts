@@ -256,7 +256,7 @@ describe('delivery', () => {
     })
   })
 
-  test('a failed delivery is retried after 5 s with the same webhook-id; history shows the attempts', async () => {
+  test.concurrent('a failed delivery is retried after 5 s with the same webhook-id; history shows the attempts', async () => {
     const { key, rx, hook, conn } = await setup({ delivered_after_ms: null, read_after_ms: null, fail_recipients: [] }, ['message.sent'])
     rx.plan.push(500)
     await srv.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: newPhone(), body: 'retry' } })
@@ -298,7 +298,7 @@ function deliveryRows(server: TestServer, columns: string) {
 }
 
 describe('durability and administration', () => {
-  test('pending deliveries survive a restart', async () => {
+  test.concurrent('pending deliveries survive a restart', async () => {
     const dataSrv = await TestServer.start()
     try {
       const rx = receiver()
@@ -317,7 +317,7 @@ describe('durability and administration', () => {
     }
   }, 40_000)
 
-  test('SIGTERM lets a delivery under way finish and records it, so the next start does not send it again', async () => {
+  test.concurrent('SIGTERM lets a delivery under way finish and records it, so the next start does not send it again', async () => {
     const dataSrv = await TestServer.start()
     try {
       const rx = receiver(1500)
@@ -333,7 +333,7 @@ describe('durability and administration', () => {
     }
   }, 30_000)
 
-  test('a receiver that hangs does not hold up a stop: after 3 s Capstan stops and the delivery stays pending', async () => {
+  test.concurrent('a receiver that hangs does not hold up a stop: after 3 s Capstan stops and the delivery stays pending', async () => {
     const dataSrv = await TestServer.start()
     const rx = receiver(60_000)
     try {
