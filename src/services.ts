@@ -115,7 +115,7 @@ export function buildServices(deps: Deps, log: Logger, box: SecretBox, opts: { t
       throw e
     })
   }
-  const idempotency = new Idempotency(deps)
+  const idempotency = new Idempotency(deps, pacer.leases.owner)
   const eraser = new ContactEraser(deps, contacts, messages, media, campaigns, webhooks, idempotency, audit, log, box)
   eraser.onCampaignChanged = (id) => background('campaign completion check', () => campaigns.checkComplete(id))
   eraser.onErased = (workspaceId, number) => connections.forgetNumber(workspaceId, number)

@@ -126,7 +126,7 @@ describe('the schema on both engines', () => {
     const rows = (n: number) =>
       Array.from({ length: n }, (_, i) => `('in-${i}', 'w', 'n', 'inbound', 'delivered', '+15550001', 'hi', '[]', ${i < 3 ? "'wamid.same'" : "'wamid.other'"}, ${now + i}, ${now + i})`).join(', ')
     // the schema as 0043 left it (what the later migrations add undone)
-    const before = `ALTER TABLE messages DROP COLUMN resend; DROP INDEX messages_inbound_once; DELETE FROM migrations WHERE version >= 44;
+    const before = `ALTER TABLE messages DROP COLUMN resend; DROP INDEX messages_inbound_once; DROP TABLE instances; ALTER TABLE idempotency_keys DROP COLUMN claimed_by; DELETE FROM migrations WHERE version >= 44;
       INSERT INTO workspaces (id, name, slug, status, settings, created_at, updated_at) VALUES ('w', 'W', 'w', 'active', '{}', ${now}, ${now});
       INSERT INTO connections (id, workspace_id, phone, driver, status, receives, config, created_at, updated_at) VALUES ('n', 'w', '+15550009', 'sandbox', 'online', 1, '{}', ${now}, ${now});
       INSERT INTO messages (id, workspace_id, connection_id, direction, status, sender, body, attachments, external_id, created_at, updated_at) VALUES ${rows(4)};`
@@ -136,7 +136,7 @@ describe('the schema on both engines', () => {
     const lite = openDatabase(join(dir, 'inbound-once.db'))
     migrate(lite)
     lite.run(before)
-    expect(migrate(lite)).toEqual([44, 45, 46, 47])
+    expect(migrate(lite)).toEqual([44, 45, 46, 47, 48])
     expect(lite.query('SELECT id, external_id FROM messages ORDER BY seq').values()).toEqual(expected)
     expect(() => lite.run(copy)).toThrow(/UNIQUE/)
     lite.close()
@@ -144,7 +144,7 @@ describe('the schema on both engines', () => {
     const db = new Bun.SQL(await pg.createDatabase('inbound_once'), { max: 1 })
     await migratePostgres(db)
     await db.unsafe(before)
-    expect(await migratePostgres(db)).toEqual([44, 45, 46, 47])
+    expect(await migratePostgres(db)).toEqual([44, 45, 46, 47, 48])
     expect((await db.unsafe('SELECT id, external_id FROM messages ORDER BY seq').values())).toEqual(expected)
     await expect(db.unsafe(copy)).rejects.toThrow(/unique/)
     await db.close()

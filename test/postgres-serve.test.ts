@@ -10,7 +10,10 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PrivatePostgres } from '../src/cluster/postgres'
 import { LOCAL_MEDIA_ON_POSTGRES } from '../src/serve'
-import { PgEngine } from '../src/db/engine'
+import { PgEngine, stmt } from '../src/db/engine'
+import { Idempotency } from '../src/http/idempotency'
+import { migratePostgres } from '../src/db/postgres'
+import type { Deps } from '../src/deps'
 import { ClockCheck } from '../src/scheduler/clock-check'
 import { activityMovesWithMessages } from './support/activity'
 import { ADMIN_TOKEN, TestServer, freePort, hostEnv, newPhone } from './support/server'
@@ -580,6 +583,66 @@ describe('an erasure outlives a database put back from before it', () => {
       await b?.close()
       await admin.close()
       await s3.stop()
+    }
+  })
+})
+
+describe('an Idempotency-Key held by a request under way on another instance', () => {
+  test.concurrent('held by an instance that is alive: 409 on every instance; held by one not seen for 10 s (it died with the request), or seen never: taken over at once, sent once, replayed after', async () => {
+    await twoShared('idem_holds', async ({ a, b, db }) => {
+      const { ws, key, keyId } = await a.tenant()
+      const conn = (await a.admin('POST', `/workspaces/${ws.id}/connections`, { phone: newPhone(), driver: 'sandbox', config: { delivered_after_ms: null, read_after_ms: null, fail_recipients: [] } })).json.data
+      const to = newPhone('+1689')
+      const send = (on: TestServer, idem: string, body: string) => on.api(key, 'POST', '/messages', { json: { connection_id: conn.id, recipient: to, body }, headers: { 'idempotency-key': idem } })
+      // a placeholder, as a request of instance `by` leaves it while it runs
+      const held = async (idem: string, by: string) => {
+        await db`INSERT INTO idempotency_keys (api_key_id, method, path, idem_key, fingerprint, status, body, created_at, claimed_by) VALUES (${keyId}, 'POST', '/api/v1/messages', ${idem}, 'a request under way', 0, '', ${Date.now()}, ${by})`
+        return idem
+      }
+      const [alive] = await db`SELECT name FROM instances ORDER BY seen_at DESC LIMIT 1`
+      await db`INSERT INTO instances (name, seen_at) VALUES ('stood-still', ${Date.now() - 11_000})`
+      const live = await held('held-by-a-live-instance', alive.name)
+      for (const on of [a, b]) {
+        const r = await send(on, live, 'live hold')
+        expect([r.status, r.json.code]).toEqual([409, 'idempotency_in_progress'])
+      }
+      for (const [idem, by] of [['held-by-one-not-seen', 'stood-still'], ['held-by-one-never-seen', crypto.randomUUID()]] as const) {
+        await held(idem, by)
+        const first = await send(b, idem, idem)
+        expect(first.status).toBe(202)
+        const again = await send(a, idem, idem)
+        expect([again.status, again.headers.get('idempotency-replayed'), again.json.data.id]).toEqual([202, 'true', first.json.data.id])
+        expect((await db`SELECT COUNT(*)::int AS n FROM messages WHERE body = ${idem}`)[0].n).toBe(1)
+      }
+      expect((await db`SELECT COUNT(*)::int AS n FROM messages WHERE body = 'live hold'`)[0].n).toBe(0)
+    })
+  })
+
+  test.concurrent('a request whose instance stood still while another took its key over writes nothing: its send is undone and it answers 409; the key is the other request\'s', async () => {
+    const url = await pg.createDatabase('idem_stood_still')
+    const admin = new Bun.SQL(url, { max: 1 })
+    await migratePostgres(admin)
+    await admin.close()
+    const engine = PgEngine.connect(url, 2)
+    try {
+      const clock = { now: () => Date.now() }
+      const stood = new Idempotency({ engine, clock } as unknown as Deps, 'stood-still')
+      const begun = await stood.begin('key-1', 'POST', '/api/v1/messages', 'order-1001-confirmed', { body: 'hi' })
+      const ticket = begun && 'ticket' in begun ? begun.ticket : null
+      expect(ticket).not.toBeNull()
+      // meanwhile another instance found it not seen and took the key (its claim names itself)
+      await engine.write((tx) => tx.run(stmt("UPDATE idempotency_keys SET claimed_by = 'took-over', created_at = ? WHERE idem_key = 'order-1001-confirmed'"), Date.now()))
+      const written = engine.write(async (tx) => {
+        await tx.run(stmt("INSERT INTO instances (name, seen_at) VALUES ('written-with-the-send', 0)"))
+        await stood.recordIn(tx, ticket!, 202, '{"data":{}}')
+      })
+      await expect(written).rejects.toMatchObject({ status: 409, code: 'idempotency_in_progress' })
+      expect(await engine.get(stmt("SELECT name FROM instances WHERE name = 'written-with-the-send'"))).toBeNull()
+      // its end leaves the other request's hold alone
+      await stood.end(ticket!)
+      expect(await engine.get(stmt("SELECT status, claimed_by FROM idempotency_keys WHERE idem_key = 'order-1001-confirmed'"))).toEqual({ status: 0, claimed_by: 'took-over' })
+    } finally {
+      await engine.close()
     }
   })
 })

@@ -46,6 +46,7 @@ import m0044 from '../../migrations/0044_inbound_once.sql' with { type: 'text' }
 import m0045 from '../../migrations/0045_resend.sql' with { type: 'text' }
 import m0046 from '../../migrations/0046_log_pages.sql' with { type: 'text' }
 import m0047 from '../../migrations/0047_status_counts.sql' with { type: 'text' }
+import m0048 from '../../migrations/0048_instances.sql' with { type: 'text' }
 
 export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 1, name: '0001_init', sql: m0001 },
@@ -95,4 +96,5 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 45, name: '0045_resend', sql: m0045 },
   { version: 46, name: '0046_log_pages', sql: m0046 },
   { version: 47, name: '0047_status_counts', sql: m0047 },
+  { version: 48, name: '0048_instances', sql: m0048 },
 ]

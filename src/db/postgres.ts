@@ -16,6 +16,7 @@ import pg0044 from '../../migrations/pg/0044_inbound_once.sql' with { type: 'tex
 import pg0045 from '../../migrations/pg/0045_resend.sql' with { type: 'text' }
 import pg0046 from '../../migrations/pg/0046_log_pages.sql' with { type: 'text' }
 import pg0047 from '../../migrations/pg/0047_status_counts.sql' with { type: 'text' }
+import pg0048 from '../../migrations/pg/0048_instances.sql' with { type: 'text' }
 
 /**
  * PostgreSQL starts at the SQLite schema's version 37 in one file (no installation ever ran an
@@ -33,6 +34,7 @@ export const PG_MIGRATIONS: { version: number; name: string; sql: string }[] = [
   { version: 45, name: '0045_resend', sql: pg0045 },
   { version: 46, name: '0046_log_pages', sql: pg0046 },
   { version: 47, name: '0047_status_counts', sql: pg0047 },
+  { version: 48, name: '0048_instances', sql: pg0048 },
 ]
 
 export const PG_LATEST = Math.max(...PG_MIGRATIONS.map((m) => m.version))

@@ -10,6 +10,7 @@
 import { type Queries, stmt } from '../db/engine'
 import type { Deps } from '../deps'
 import { ApiError, conflict } from './errors'
+import { LEASE_MS } from '../scheduler/leases'
 
 export const IDEMPOTENCY_TTL_MS = 86_400_000
 /** A placeholder older than this is of a request whose instance died: the key may be taken again. */
@@ -43,21 +44,33 @@ async function canonical(value: unknown): Promise<unknown> {
 }
 
 const Q = {
-  get: stmt('SELECT fingerprint, status, body, created_at FROM idempotency_keys WHERE api_key_id = ? AND method = ? AND path = ? AND idem_key = ?'),
+  // (with whether the instance that holds a placeholder was seen since `?`: alive)
+  get: stmt(
+    `SELECT fingerprint, status, body, created_at, claimed_by IS NULL OR EXISTS (SELECT 1 FROM instances i WHERE i.name = claimed_by AND i.seen_at > ?) AS alive
+     FROM idempotency_keys WHERE api_key_id = ? AND method = ? AND path = ? AND idem_key = ?`,
+  ),
   // (a record past its 24 h is replaced)
   put: stmt(
     `INSERT INTO idempotency_keys (api_key_id, method, path, idem_key, fingerprint, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
      ON CONFLICT (api_key_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, body = excluded.body, created_at = excluded.created_at`,
   ),
   purge: stmt('DELETE FROM idempotency_keys WHERE created_at <= ?'),
-  // instances sharing the database: a request takes its key with a placeholder (status 0) before
-  // it runs — unless a response is stored (not expired) or another request holds it (not stale)
+  // instances sharing the database: a request takes its key with a placeholder (status 0) naming
+  // its instance before it runs — unless a response is stored (not expired) or another request
+  // holds it (not stale: its instance alive, and for at most IN_PROGRESS_MS)
   claim: stmt(
-    `INSERT INTO idempotency_keys (api_key_id, method, path, idem_key, fingerprint, status, body, created_at) VALUES (?, ?, ?, ?, ?, 0, '', ?)
-     ON CONFLICT (api_key_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = 0, body = '', created_at = excluded.created_at
-     WHERE idempotency_keys.created_at <= ? OR (idempotency_keys.status = 0 AND idempotency_keys.created_at <= ?)`,
+    `INSERT INTO idempotency_keys (api_key_id, method, path, idem_key, fingerprint, status, body, created_at, claimed_by) VALUES (?, ?, ?, ?, ?, 0, '', ?, ?)
+     ON CONFLICT (api_key_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = 0, body = '', created_at = excluded.created_at, claimed_by = excluded.claimed_by
+     WHERE idempotency_keys.created_at <= ? OR (idempotency_keys.status = 0 AND (idempotency_keys.created_at <= ?
+       OR (idempotency_keys.claimed_by IS NOT NULL AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.name = idempotency_keys.claimed_by AND i.seen_at > ?))))`,
   ),
-  unclaim: stmt('DELETE FROM idempotency_keys WHERE api_key_id = ? AND method = ? AND path = ? AND idem_key = ? AND status = 0'),
+  // the response, in place of this request's own placeholder — none if another instance took the
+  // key over meanwhile (this one stood still past its hold): then nothing of this request is written
+  settle: stmt(
+    `UPDATE idempotency_keys SET fingerprint = ?, status = ?, body = ?, created_at = ?, claimed_by = NULL
+     WHERE api_key_id = ? AND method = ? AND path = ? AND idem_key = ? AND status = 0 AND claimed_by = ?`,
+  ),
+  unclaim: stmt('DELETE FROM idempotency_keys WHERE api_key_id = ? AND method = ? AND path = ? AND idem_key = ? AND status = 0 AND claimed_by = ?'),
   forget: stmt(
     'DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE workspace_id = ?) AND instr(body, ?) > 0',
     'DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE workspace_id = $1) AND strpos(body, $2) > 0',
@@ -67,7 +80,11 @@ const Q = {
 export class Idempotency {
   private inflight = new Set<string>()
 
-  constructor(private readonly deps: Deps) {}
+  /** `instance`: this instance's name among those sharing the database (NumberLeases.owner). */
+  constructor(
+    private readonly deps: Deps,
+    private readonly instance: string,
+  ) {}
 
   /** Forget the workspace's stored responses that mention `text` (an erased contact's id), inside a write. */
   async forgetMentioningIn(tx: Queries, workspaceId: string, text: string) {
@@ -85,21 +102,21 @@ export class Idempotency {
     const id = JSON.stringify([apiKeyId, method, path, header])
     const { engine } = this.deps
     const answer = async (): Promise<Begin> => {
-      const stored = await engine.get<{ fingerprint: string; status: number; body: string; created_at: number }>(Q.get, apiKeyId, method, path, header)
       const now = this.deps.clock.now()
+      const stored = await engine.get<{ fingerprint: string; status: number; body: string; created_at: number; alive: boolean | number }>(Q.get, Date.now() - LEASE_MS, apiKeyId, method, path, header)
       if (stored && stored.status !== 0 && stored.created_at > now - IDEMPOTENCY_TTL_MS) {
         if (stored.fingerprint !== fingerprint) throw conflict('idempotency_conflict', 'This Idempotency-Key was already used with a different request body.')
         return { replay: { status: stored.status, body: stored.body } }
       }
       // (a placeholder of another instance's request still running)
-      if (this.inflight.has(id) || (stored?.status === 0 && stored.created_at > now - IN_PROGRESS_MS)) throw inProgress()
+      if (this.inflight.has(id) || (stored?.status === 0 && stored.created_at > now - IN_PROGRESS_MS && stored.alive)) throw inProgress()
       return null
     }
     const known = await answer()
     if (known) return known
     if (engine.shared) {
       const now = this.deps.clock.now()
-      const took = await engine.write((tx) => tx.run(Q.claim, apiKeyId, method, path, header, fingerprint, now, now - IDEMPOTENCY_TTL_MS, now - IN_PROGRESS_MS))
+      const took = await engine.write((tx) => tx.run(Q.claim, apiKeyId, method, path, header, fingerprint, now, this.instance, now - IDEMPOTENCY_TTL_MS, now - IN_PROGRESS_MS, Date.now() - LEASE_MS))
       // another instance took it between the look and the claim: its answer, or 409 while it runs
       if (!took) return (await answer()) ?? Promise.reject(inProgress())
     }
@@ -110,7 +127,9 @@ export class Idempotency {
 
   /** Store the response inside the write that made it. */
   async recordIn(tx: Queries, t: Ticket, status: number, body: string) {
-    await tx.run(Q.put, t.apiKeyId, t.method, t.path, t.key, t.fingerprint, status, body, this.deps.clock.now())
+    if (!this.deps.engine.shared) await tx.run(Q.put, t.apiKeyId, t.method, t.path, t.key, t.fingerprint, status, body, this.deps.clock.now())
+    // (another instance took the key over while this one stood still: what this request wrote is undone, and it answers 409)
+    else if ((await tx.run(Q.settle, t.fingerprint, status, body, this.deps.clock.now(), t.apiKeyId, t.method, t.path, t.key, this.instance)) === 0) throw inProgress()
   }
 
   /** Store a refusal (nothing else was written). */
@@ -122,7 +141,7 @@ export class Idempotency {
   async end(t: Ticket | undefined) {
     if (!t) return
     this.inflight.delete(t.id)
-    if (this.deps.engine.shared) await this.deps.engine.write((tx) => tx.run(Q.unclaim, t.apiKeyId, t.method, t.path, t.key))
+    if (this.deps.engine.shared) await this.deps.engine.write((tx) => tx.run(Q.unclaim, t.apiKeyId, t.method, t.path, t.key, this.instance))
   }
 
   /** Forget records older than 24 h. */

@@ -36,12 +36,23 @@ const Q = {
   ),
   heldElsewhere: stmt('SELECT 1 AS yes FROM number_leases WHERE connection_id = ? AND owner <> ? AND expires_at > ?'),
   release: stmt('DELETE FROM number_leases WHERE owner = ?'),
+  // this instance is alive (see `seen`); the rows of instances gone an hour are cleared as it goes
+  seen: stmt('INSERT INTO instances (name, seen_at) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET seen_at = excluded.seen_at'),
+  forgetGone: stmt('DELETE FROM instances WHERE seen_at < ?'),
+  gone: stmt('DELETE FROM instances WHERE name = ?'),
 }
+
+/** How long an instance's row outlives its last renewal before it is cleared (its name is never used again). */
+const GONE_MS = 3_600_000
 
 export class NumberLeases {
   /** The numbers this instance holds, as far as it knows (checked again at each release). */
   private readonly mine = new Set<string>()
-  /** This instance's name in the table: a new one each start. */
+  /**
+   * This instance's name in the table (a new one each start), and in `instances`: written at each
+   * renewal, so an instance not seen for LEASE_MS is taken for dead by the others — what it held
+   * besides its numbers (a request's Idempotency-Key) is taken over then.
+   */
   readonly owner = crypto.randomUUID()
 
   constructor(
@@ -73,10 +84,14 @@ export class NumberLeases {
       this.startedHere = true
       return fresh
     }
-    if (connectionIds.length === 0) return []
     const now = this.now()
     const ids = [...new Set(connectionIds)].sort()
-    const claiming = this.engine.write(async (tx) => (await tx.all<{ connection_id: string }>(Q.takeAll, JSON.stringify(ids), this.owner, now + LEASE_MS, now)).map((r) => r.connection_id))
+    // (also with no numbers: the renewal is how the other instances know this one is alive)
+    const claiming = this.engine.write(async (tx) => {
+      await tx.run(Q.seen, this.owner, now)
+      await tx.run(Q.forgetGone, now - GONE_MS)
+      return ids.length ? (await tx.all<{ connection_id: string }>(Q.takeAll, JSON.stringify(ids), this.owner, now + LEASE_MS, now)).map((r) => r.connection_id) : []
+    })
     this.claiming.add(claiming)
     const taken = await claiming.finally(() => this.claiming.delete(claiming))
     if (this.closed) return []
@@ -135,6 +150,10 @@ export class NumberLeases {
     this.closed = true
     this.mine.clear()
     await Promise.allSettled([...this.claiming])
-    if (this.engine.shared) await this.engine.write((tx) => tx.run(Q.release, this.owner))
+    if (this.engine.shared)
+      await this.engine.write(async (tx) => {
+        await tx.run(Q.release, this.owner)
+        await tx.run(Q.gone, this.owner)
+      })
   }
 }
