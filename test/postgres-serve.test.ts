@@ -686,6 +686,9 @@ describe('a database that goes away while serving', () => {
       for (let i = 0; i < 3; i++) before.push(((await (await send(`before ${i}`)).json()) as { data: { id: string } }).data.id)
       await waitFor(async () => (await db`SELECT COUNT(*)::int AS n FROM messages WHERE id IN ${db(before)} AND status = 'sent'`)[0].n === 3, 10_000)
       expect(await reconnects()).toBe(0)
+      // every connection of the pool open (four reads and four writes at once): the send below
+      // finds one of them, not a new one (which would reach the server)
+      await Promise.all([...Array.from({ length: 4 }, () => srv.api(key, 'GET', '/contacts')), ...Array.from({ length: 4 }, () => srv.api(key, 'POST', '/contacts', { json: { phone: newPhone('+1688') } }))])
       proxy.silence()
       const started = Date.now()
       const during = await send('during the failover')
