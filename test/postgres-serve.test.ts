@@ -12,6 +12,7 @@ import { PrivatePostgres } from '../src/cluster/postgres'
 import { LOCAL_MEDIA_ON_POSTGRES } from '../src/serve'
 import { PgEngine, stmt } from '../src/db/engine'
 import { Idempotency } from '../src/http/idempotency'
+import { NumberLeases } from '../src/scheduler/leases'
 import { migratePostgres } from '../src/db/postgres'
 import type { Deps } from '../src/deps'
 import { ClockCheck } from '../src/scheduler/clock-check'
@@ -641,6 +642,12 @@ describe('an Idempotency-Key held by a request under way on another instance', (
       // its end leaves the other request's hold alone
       await stood.end(ticket!)
       expect(await engine.get(stmt("SELECT status, claimed_by FROM idempotency_keys WHERE idem_key = 'order-1001-confirmed'"))).toEqual({ status: 0, claimed_by: 'took-over' })
+      // (the hourly job clears the rows of instances not seen for an hour, and only those)
+      await engine.write(async (tx) => {
+        await tx.run(stmt("INSERT INTO instances (name, seen_at) VALUES ('gone', ?), ('seen', ?)"), Date.now() - 3_700_000, Date.now() - 3_500_000)
+      })
+      await new NumberLeases(engine).forgetGone()
+      expect(await engine.all(stmt("SELECT name FROM instances WHERE name IN ('gone', 'seen')"))).toEqual([{ name: 'seen' }])
     } finally {
       await engine.close()
     }

@@ -43,10 +43,13 @@ async function canonical(value: unknown): Promise<unknown> {
   return value
 }
 
+/** Whether the instance a placeholder names was seen since `?` (see NumberLeases.owner): alive. */
+const HOLDER_SEEN = 'EXISTS (SELECT 1 FROM instances i WHERE i.name = idempotency_keys.claimed_by AND i.seen_at > ?)'
+
 const Q = {
-  // (with whether the instance that holds a placeholder was seen since `?`: alive)
+  // (with whether the instance that holds a placeholder is alive; one of an older Capstan names none)
   get: stmt(
-    `SELECT fingerprint, status, body, created_at, claimed_by IS NULL OR EXISTS (SELECT 1 FROM instances i WHERE i.name = claimed_by AND i.seen_at > ?) AS alive
+    `SELECT fingerprint, status, body, created_at, claimed_by IS NULL OR ${HOLDER_SEEN} AS alive
      FROM idempotency_keys WHERE api_key_id = ? AND method = ? AND path = ? AND idem_key = ?`,
   ),
   // (a record past its 24 h is replaced)
@@ -62,7 +65,7 @@ const Q = {
     `INSERT INTO idempotency_keys (api_key_id, method, path, idem_key, fingerprint, status, body, created_at, claimed_by) VALUES (?, ?, ?, ?, ?, 0, '', ?, ?)
      ON CONFLICT (api_key_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = 0, body = '', created_at = excluded.created_at, claimed_by = excluded.claimed_by
      WHERE idempotency_keys.created_at <= ? OR (idempotency_keys.status = 0 AND (idempotency_keys.created_at <= ?
-       OR (idempotency_keys.claimed_by IS NOT NULL AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.name = idempotency_keys.claimed_by AND i.seen_at > ?))))`,
+       OR (idempotency_keys.claimed_by IS NOT NULL AND NOT ${HOLDER_SEEN})))`,
   ),
   // the response, in place of this request's own placeholder — none if another instance took the
   // key over meanwhile (this one stood still past its hold): then nothing of this request is written

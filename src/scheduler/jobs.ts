@@ -1,6 +1,7 @@
 /**
  * Housekeeping with croner: expire 24 h-old queued messages, write API keys' last use (kept in
- * memory per request) once a minute, forget 24 h-old idempotency records, delete expired media
+ * memory per request) once a minute, forget 24 h-old idempotency records (and, once an hour,
+ * instances sharing the database not seen for an hour), delete expired media
  * and webhook deliveries finished more than 30 days ago, remove message content past its
  * workspace's retention, let campaigns paused for the monthly allowance go on when a new month
  * gives them room, start or complete a campaign whose step could not be written when it was due
@@ -34,6 +35,7 @@ export function startJobs(svc: Services): Cron[] {
     new Cron('30 * * * * *', { protect: true }, guard('expire-queued', () => svc.messages.expireQueued(), true)),
     new Cron('45 * * * * *', { protect: true }, guard('key-last-used', () => svc.keys.flushUse())),
     new Cron('0 */10 * * * *', { protect: true }, guard('purge-idempotency', () => svc.idempotency.purge(), true)),
+    new Cron('10 15 * * * *', { protect: true }, guard('gone-instances', () => svc.pacer.leases.forgetGone(), true)),
     new Cron('0 35 * * * *', { protect: true }, guard('webhook-delivery-retention', () => svc.webhooks.pruneFinished(), true)),
     new Cron('5 0 * * * *', { protect: true }, guard('campaigns-allowance', () => svc.campaigns.resumeWhereRoom(), true)),
     new Cron('15 * * * * *', { protect: true }, guard('campaigns-sweep', () => svc.campaigns.sweep(), true)),

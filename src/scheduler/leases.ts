@@ -36,7 +36,7 @@ const Q = {
   ),
   heldElsewhere: stmt('SELECT 1 AS yes FROM number_leases WHERE connection_id = ? AND owner <> ? AND expires_at > ?'),
   release: stmt('DELETE FROM number_leases WHERE owner = ?'),
-  // this instance is alive (see `seen`); the rows of instances gone an hour are cleared as it goes
+  // this instance is alive (see `owner`); the rows of instances gone an hour are cleared by a job
   seen: stmt('INSERT INTO instances (name, seen_at) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET seen_at = excluded.seen_at'),
   forgetGone: stmt('DELETE FROM instances WHERE seen_at < ?'),
   gone: stmt('DELETE FROM instances WHERE name = ?'),
@@ -89,7 +89,6 @@ export class NumberLeases {
     // (also with no numbers: the renewal is how the other instances know this one is alive)
     const claiming = this.engine.write(async (tx) => {
       await tx.run(Q.seen, this.owner, now)
-      await tx.run(Q.forgetGone, now - GONE_MS)
       return ids.length ? (await tx.all<{ connection_id: string }>(Q.takeAll, JSON.stringify(ids), this.owner, now + LEASE_MS, now)).map((r) => r.connection_id) : []
     })
     this.claiming.add(claiming)
@@ -134,6 +133,11 @@ export class NumberLeases {
     // a job's lease is its own row in the same table, told apart by its prefix; another owner's
     // run is never renewed by this one (a fresh owner name each time)
     return (await this.engine.write((tx) => tx.run(Q.take, `job:${name}`, crypto.randomUUID(), now + ms, now))) > 0
+  }
+
+  /** Clear the rows of instances not seen for an hour (a housekeeping job; nothing to clear on an unshared engine). */
+  async forgetGone() {
+    if (this.engine.shared) await this.engine.write((tx) => tx.run(Q.forgetGone, this.now() - GONE_MS))
   }
 
   /** Claims on their way to the database (a graceful stop lets them land before it lets go). */
